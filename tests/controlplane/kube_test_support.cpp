@@ -1,0 +1,97 @@
+#include "kube_test_support.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#ifndef LOCKSTEP_SOURCE_DIR
+#error "LOCKSTEP_SOURCE_DIR must be defined"
+#endif
+
+namespace lockstep::test {
+namespace {
+
+std::unique_ptr<ControlPlane> g_control_plane;
+std::string g_skip_reason;
+std::atomic<int> g_namespace_counter{0};
+
+class ControlPlaneEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    try {
+      g_control_plane = ControlPlane::start();
+    } catch (const std::exception& e) {
+      g_skip_reason = e.what();
+      std::cerr << "[controlplane] not available: " << g_skip_reason << "\n";
+    }
+  }
+  void TearDown() override {
+    if (g_control_plane) g_control_plane->stop();
+  }
+};
+
+}  // namespace
+
+ControlPlane* control_plane() { return g_control_plane.get(); }
+const std::string& control_plane_skip_reason() { return g_skip_reason; }
+
+bool require_all() {
+  const char* v = std::getenv("LOCKSTEP_REQUIRE_ALL");
+  return v && std::string(v) == "1";
+}
+
+RunResult kubectl(const std::vector<std::string>& args, const std::string& stdin_data) {
+  std::vector<std::string> argv = {"kubectl"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::map<std::string, std::string> env;
+  if (g_control_plane) env["KUBECONFIG"] = g_control_plane->kubeconfig();
+  return run_capture(argv, env, std::chrono::seconds(60), stdin_data);
+}
+
+std::string source_path(const std::string& relative) {
+  return std::string(LOCKSTEP_SOURCE_DIR) + "/" + relative;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string create_namespace(const std::string& prefix) {
+  std::string name = prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(++g_namespace_counter);
+  auto r = kubectl({"create", "namespace", name});
+  if (!r.status.success()) throw std::runtime_error("kubectl create namespace " + name + ": " + r.output);
+  return name;
+}
+
+int run_tests_with_control_plane(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  // Block the stop signals before any thread exists, and take them on one thread, so a
+  // Ctrl-C or a ctest timeout's SIGTERM still tears the control plane down.
+  sigset_t stop;
+  sigemptyset(&stop);
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop, s);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  std::thread([stop] {
+    int sig = 0;
+    sigwait(&stop, &sig);
+    std::cerr << "\n[controlplane] " << strsignal(sig) << ": stopping etcd and kube-apiserver\n";
+    if (g_control_plane) g_control_plane->stop();
+    ::_exit(128 + sig);
+  }).detach();
+  ::testing::AddGlobalTestEnvironment(new ControlPlaneEnvironment);
+  int rc = RUN_ALL_TESTS();
+  g_control_plane.reset();
+  return rc;
+}
+
+}  // namespace lockstep::test
