@@ -1,13 +1,204 @@
-// lockstep-operator: entry point. The component itself arrives with issue #3; until then this
-// binary only reports its version, so the build, packaging and CI paths are exercised.
-#include <cstring>
+// lockstep-operator: watches TrainingJobs and runs each as a gang of pods.
+// Flags: lockstep-operator --help. Exit codes: 0 after a graceful stop (SIGTERM/SIGINT),
+// 1 on a fatal error (lost leadership, caches that never sync), 2 on bad flags or config.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cpprest/http_listener.h>
+
 #include <iostream>
+#include <thread>
+
+#include "controller/controller.hpp"
+#include "kube/leader_election.hpp"
+#include "lockstep/flags.hpp"
+#include "lockstep/log.hpp"
+
+using namespace std::chrono_literals;
+namespace http = web::http;
+
+namespace {
+
+struct Options {
+  std::string kubeconfig, context, watch_namespace;
+  int workers = 4;
+  double qps = 50;
+  int burst = 100;
+  int http_port = 8080;
+  std::string http_address = "0.0.0.0";
+  bool leader_elect = true;
+  std::string lease_namespace, lease_name = "lockstep-operator", identity;
+  std::chrono::milliseconds lease_duration{15000}, renew_deadline{10000}, retry_period{2000};
+  std::chrono::milliseconds restart_backoff{10000}, restart_backoff_max{300000};
+};
+
+const char* kUsage = R"(usage: lockstep-operator [flags]
+  --kubeconfig PATH            kubeconfig (default: $KUBECONFIG, in-cluster, ~/.kube/config)
+  --context NAME               kubeconfig context (default: current-context)
+  --namespace NS               watch only NS (default: all namespaces)
+  --workers N                  concurrent reconciles (default 4)
+  --kube-api-qps Q             client-side request rate limit (default 50)
+  --kube-api-burst B           and its burst (default 100)
+  --http-port P                /healthz, /readyz and /metrics port (default 8080; 0 disables)
+  --http-address A             address to serve them on (default 0.0.0.0)
+  --leader-elect BOOL          elect a leader through a Lease (default true)
+  --leader-election-namespace  namespace of the Lease (default: the pod's, else default)
+  --leader-election-id NAME    name of the Lease (default lockstep-operator)
+  --lease-duration D           (default 15s)   --renew-deadline D (default 10s)   --retry-period D (default 2s)
+  --restart-backoff D          first gang-restart delay, doubled per restart (default 10s)
+  --restart-backoff-max D      its cap (default 5m)
+  --log-level L                debug, info, warn or error (default info)
+  --version, --help
+)";
+
+Options parse(int argc, char** argv) {
+  using namespace lockstep::flags;
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string v, a = argv[i];
+    if (a == "--help" || a == "-h") { std::cout << kUsage; std::exit(0); }
+    if (a == "--version") { std::cout << "lockstep-operator " << LOCKSTEP_VERSION << "\n"; std::exit(0); }
+    if (match(argc, argv, i, "--kubeconfig", v)) o.kubeconfig = v;
+    else if (match(argc, argv, i, "--context", v)) o.context = v;
+    else if (match(argc, argv, i, "--namespace", v)) o.watch_namespace = v;
+    else if (match(argc, argv, i, "--workers", v)) o.workers = to_int("--workers", v, 1, 256);
+    else if (match(argc, argv, i, "--kube-api-qps", v)) o.qps = to_double("--kube-api-qps", v, 0.1, 1e6);
+    else if (match(argc, argv, i, "--kube-api-burst", v)) o.burst = to_int("--kube-api-burst", v, 1, 1000000);
+    else if (match(argc, argv, i, "--http-port", v)) o.http_port = to_int("--http-port", v, 0, 65535);
+    else if (match(argc, argv, i, "--http-address", v)) o.http_address = v;
+    else if (match(argc, argv, i, "--leader-elect", v)) o.leader_elect = to_bool("--leader-elect", v);
+    else if (match(argc, argv, i, "--leader-election-namespace", v)) o.lease_namespace = v;
+    else if (match(argc, argv, i, "--leader-election-id", v)) o.lease_name = v;
+    else if (match(argc, argv, i, "--lease-duration", v)) o.lease_duration = to_duration("--lease-duration", v);
+    else if (match(argc, argv, i, "--renew-deadline", v)) o.renew_deadline = to_duration("--renew-deadline", v);
+    else if (match(argc, argv, i, "--retry-period", v)) o.retry_period = to_duration("--retry-period", v);
+    else if (match(argc, argv, i, "--restart-backoff", v)) o.restart_backoff = to_duration("--restart-backoff", v);
+    else if (match(argc, argv, i, "--restart-backoff-max", v)) o.restart_backoff_max = to_duration("--restart-backoff-max", v);
+    else if (match(argc, argv, i, "--log-level", v)) {
+      lockstep::log::Level level;
+      if (!lockstep::log::parse_level(v, level))
+        throw FlagError("--log-level: expected debug, info, warn or error, got '" + v + "'");
+      lockstep::log::set_level(level);
+    } else {
+      throw FlagError("unknown flag '" + a + "' (see --help)");
+    }
+  }
+  if (o.renew_deadline >= o.lease_duration)
+    throw FlagError("--renew-deadline must be shorter than --lease-duration");
+  if (o.identity.empty()) {
+    char host[256] = {0};
+    ::gethostname(host, sizeof host - 1);
+    o.identity = std::string(host) + "_" + std::to_string(::getpid());
+  }
+  return o;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1 && (std::strcmp(argv[1], "--version") == 0 || std::strcmp(argv[1], "version") == 0)) {
-    std::cout << "lockstep-operator " << LOCKSTEP_VERSION << "\n";
-    return 0;
+  Options opt;
+  try {
+    opt = parse(argc, argv);
+  } catch (const lockstep::flags::FlagError& e) {
+    std::cerr << "lockstep-operator: " << e.what() << "\n";
+    return 2;
   }
-  std::cerr << "lockstep-operator " << LOCKSTEP_VERSION << ": not implemented yet (issue #3); only --version works\n";
-  return 2;
+  // Stop signals are taken on this thread with sigwait, so shutdown runs as normal code.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  lockstep::kube::RestConfig config;
+  try {
+    config = lockstep::kube::RestConfig::load(opt.kubeconfig, opt.context);
+  } catch (const lockstep::kube::ConfigError& e) {
+    std::cerr << "lockstep-operator: " << e.what() << "\n";
+    return 2;
+  }
+  config.qps = opt.qps;
+  config.burst = opt.burst;
+  if (opt.lease_namespace.empty()) opt.lease_namespace = config.default_namespace;
+  LOCKSTEP_LOG(Info, "operator", "lockstep-operator " << LOCKSTEP_VERSION << " against " << config.server
+                                                      << (opt.watch_namespace.empty() ? " (all namespaces)" : " (namespace " + opt.watch_namespace + ")"));
+
+  lockstep::op::Metrics metrics;
+  lockstep::kube::Client client(config);
+  client.set_observer([&metrics](const std::string& verb, int code) { metrics.observe_request(verb, code); });
+
+  lockstep::controller::Config cc;
+  cc.workers = opt.workers;
+  cc.watch_namespace = opt.watch_namespace;
+  cc.decide.restart_backoff = opt.restart_backoff;
+  cc.decide.restart_backoff_max = opt.restart_backoff_max;
+  lockstep::controller::Controller controller(client, cc, metrics);
+
+  std::atomic<bool> stopping{false}, leading{false};
+  std::atomic<int> exit_code{0};
+
+  std::unique_ptr<http::experimental::listener::http_listener> server;
+  if (opt.http_port > 0) {
+    std::string url = "http://" + opt.http_address + ":" + std::to_string(opt.http_port);
+    server = std::make_unique<http::experimental::listener::http_listener>(url);
+    server->support(http::methods::GET, [&](http::http_request req) {
+      std::string path = req.relative_uri().path();
+      if (path == "/metrics") {
+        controller.refresh_metrics();
+        req.reply(http::status_codes::OK, metrics.render(), "text/plain; version=0.0.4");
+      } else if (path == "/healthz") {
+        req.reply(http::status_codes::OK, "ok");
+      } else if (path == "/readyz") {
+        // Ready when the caches are synced, or while waiting as a standby replica.
+        bool ready = !stopping && (controller.synced() || !leading);
+        req.reply(ready ? http::status_codes::OK : http::status_codes::ServiceUnavailable, ready ? "ok" : "not ready");
+      } else {
+        req.reply(http::status_codes::NotFound, "not found");
+      }
+    });
+    try {
+      server->open().wait();
+      LOCKSTEP_LOG(Info, "operator", "serving /healthz, /readyz and /metrics on " << url);
+    } catch (const std::exception& e) {
+      std::cerr << "lockstep-operator: cannot serve on " << url << ": " << e.what() << " (see --http-port)\n";
+      return 2;
+    }
+  }
+
+  lockstep::kube::LeaderElector elector(client, {opt.lease_namespace, opt.lease_name, opt.identity,
+                                                 opt.lease_duration, opt.renew_deadline, opt.retry_period});
+  std::thread runner([&] {
+    if (opt.leader_elect && !elector.acquire(stopping)) return;
+    leading = true;
+    metrics.leader.Set(1);
+    controller.start_informers();
+    if (!controller.wait_for_sync(120s)) {
+      if (!stopping) {
+        LOCKSTEP_LOG(Error, "operator", "caches did not sync within 120 s");
+        exit_code = 1;
+        ::kill(::getpid(), SIGTERM);
+      }
+      return;
+    }
+    LOCKSTEP_LOG(Info, "operator", "caches synced; starting " << opt.workers << " workers");
+    controller.start_workers();
+    if (opt.leader_elect && !elector.hold(stopping)) {
+      exit_code = 1;  // another replica may already lead: stop at once
+      metrics.leader.Set(0);
+      ::kill(::getpid(), SIGTERM);
+    }
+  });
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  LOCKSTEP_LOG(Info, "operator", (exit_code ? "stopping after a fatal error" : std::string("received ") + strsignal(sig) + ", shutting down"));
+  stopping = true;
+  controller.stop();  // in-flight reconciles finish; no new ones start
+  runner.join();
+  if (opt.leader_elect && leading && exit_code == 0) elector.release();
+  if (server) server->close().wait();
+  LOCKSTEP_LOG(Info, "operator", "stopped");
+  std::fflush(nullptr);
+  ::_exit(exit_code);  // watch streams may still be open; nothing else is left to flush
 }

@@ -1,0 +1,47 @@
+// The contracts between components (DESIGN.md): environment variables from the operator to
+// each pod and from the agent to each worker, labels on what the operator creates, and the
+// agent's own exit codes. One definition here; operator, agent and tests use these names.
+#pragma once
+
+namespace lockstep::contract {
+
+// Operator -> pod.
+inline constexpr const char* kJobName = "LOCKSTEP_JOB_NAME";
+inline constexpr const char* kJobNamespace = "LOCKSTEP_JOB_NAMESPACE";
+inline constexpr const char* kJobUid = "LOCKSTEP_JOB_UID";
+inline constexpr const char* kNnodes = "LOCKSTEP_NNODES";
+inline constexpr const char* kNodeRank = "LOCKSTEP_NODE_RANK";
+inline constexpr const char* kNprocPerNode = "LOCKSTEP_NPROC_PER_NODE";
+inline constexpr const char* kMasterAddr = "LOCKSTEP_MASTER_ADDR";
+inline constexpr const char* kMasterPort = "LOCKSTEP_MASTER_PORT";
+inline constexpr const char* kRestartAttempt = "LOCKSTEP_RESTART_ATTEMPT";
+inline constexpr const char* kStrategy = "LOCKSTEP_STRATEGY";
+inline constexpr const char* kMetricsPort = "LOCKSTEP_METRICS_PORT";
+inline constexpr const char* kCheckpointPath = "LOCKSTEP_CHECKPOINT_PATH";
+inline constexpr const char* kCheckpointEvery = "LOCKSTEP_CHECKPOINT_EVERY";
+// torchrun's own, so a command that calls torchrun works unchanged.
+inline constexpr const char* kPetNnodes = "PET_NNODES";
+inline constexpr const char* kPetNodeRank = "PET_NODE_RANK";
+inline constexpr const char* kPetNprocPerNode = "PET_NPROC_PER_NODE";
+inline constexpr const char* kPetMasterAddr = "PET_MASTER_ADDR";
+inline constexpr const char* kPetMasterPort = "PET_MASTER_PORT";
+
+inline constexpr int kDefaultMasterPort = 29500;
+inline constexpr int kDefaultMetricsPort = 9400;
+
+// Labels on every object the operator creates for a job.
+inline constexpr const char* kLabelJobName = "lockstep.dev/job-name";
+inline constexpr const char* kLabelNodeRank = "lockstep.dev/node-rank";
+inline constexpr const char* kLabelRestartAttempt = "lockstep.dev/restart-attempt";
+inline constexpr const char* kLabelPodGroup = "scheduling.x-k8s.io/pod-group";  // coscheduling plugin
+inline constexpr const char* kLabelKueueQueue = "kueue.x-k8s.io/queue-name";
+// The container that runs the agent: this name, or else the template's first container.
+inline constexpr const char* kTrainerContainer = "trainer";
+
+// Exit codes the agent itself uses (docs/exit-codes.md). A worker's own code passes through.
+// These two are in 1..127 but retryable: the operator's ExitCode policy restarts on them.
+inline constexpr int kExitStall = 75;        // no step reported in time: a hung collective or dead peer
+inline constexpr int kExitRendezvous = 76;   // the master address never resolved / rendezvous timed out
+inline constexpr int kExitUsage = 64;        // bad flags or environment (permanent)
+
+}  // namespace lockstep::contract

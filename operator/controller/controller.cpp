@@ -1,0 +1,304 @@
+#include "controller/controller.hpp"
+
+#include <future>
+
+#include "lockstep/contract.hpp"
+#include "lockstep/log.hpp"
+#include "reconcile/manifests.hpp"
+
+using json = nlohmann::json;
+namespace res = lockstep::kube::resources;
+using lockstep::reconcile::Decision;
+using lockstep::reconcile::JobView;
+using lockstep::reconcile::PodView;
+
+namespace lockstep::controller {
+namespace {
+
+// ns/<job name> from the job-name label of a child, "" if it has none.
+std::string owner_key(const json& obj) {
+  const auto& md = obj["metadata"];
+  if (!md.contains("labels") || !md["labels"].contains(contract::kLabelJobName)) return "";
+  return md.value("namespace", "") + "/" + md["labels"][contract::kLabelJobName].get<std::string>();
+}
+
+// The UID of the TrainingJob that controls `obj`, "" if none does.
+std::string controller_uid(const json& obj) {
+  const auto& md = obj["metadata"];
+  if (md.contains("ownerReferences"))
+    for (const auto& o : md["ownerReferences"])
+      if (o.value("kind", "") == "TrainingJob" && o.value("controller", false)) return o.value("uid", "");
+  return "";
+}
+
+std::pair<std::string, std::string> split_key(const std::string& key) {
+  auto slash = key.find('/');
+  return {key.substr(0, slash), key.substr(slash + 1)};
+}
+
+}  // namespace
+
+Controller::Controller(kube::Client& client, Config config, op::Metrics& metrics)
+    : client_(client), config_(std::move(config)), metrics_(metrics) {}
+
+Controller::~Controller() { stop(); }
+
+void Controller::enqueue_owner(const kube::Object& obj) {
+  std::string key = owner_key(*obj);
+  if (!key.empty()) queue_.add(key);
+}
+
+void Controller::start_informers() {
+  auto child_options = [this](bool trim) {
+    kube::Informer::Options o;
+    o.ns = config_.watch_namespace;
+    o.label_selector = contract::kLabelJobName;
+    o.index = owner_key;
+    if (trim) o.trim = reconcile::trim_pod;
+    return o;
+  };
+  // A child changed: observe expectations, then reconcile its job.
+  auto child_handler = [this](const kube::Object& old, const kube::Object& now) {
+    const kube::Object& obj = now ? now : old;
+    std::string key = owner_key(*obj);
+    if (key.empty()) return;
+    std::string name = (*obj)["metadata"].value("name", "");
+    if (!old && now) expectations_.observed_create(key, name);
+    if (old && !now) expectations_.observed_delete(key, name);
+    queue_.add(key);
+  };
+  kube::Informer::Options job_opts;
+  job_opts.ns = config_.watch_namespace;
+  jobs_ = std::make_unique<kube::Informer>(client_, res::kTrainingJobs, job_opts,
+                                           [this](const kube::Object& old, const kube::Object& now) {
+                                             std::string key = kube::object_key(now ? *now : *old);
+                                             if (now)
+                                               expectations_.observed_version(
+                                                   key, (*now)["metadata"].value("resourceVersion", ""));
+                                             queue_.add(key);
+                                           });
+  pods_ = std::make_unique<kube::Informer>(client_, res::kPods, child_options(true), child_handler);
+  services_ = std::make_unique<kube::Informer>(client_, res::kServices, child_options(false), child_handler);
+  jobs_->start();
+  pods_->start();
+  services_->start();
+  if (gang_support() == reconcile::GangSupport::Available) {
+    podgroups_ = std::make_unique<kube::Informer>(client_, res::kPodGroups, child_options(false), child_handler);
+    podgroups_->start();
+  }
+}
+
+bool Controller::synced() const {
+  return jobs_ && jobs_->synced() && pods_->synced() && services_->synced() && (!podgroups_ || podgroups_->synced());
+}
+
+bool Controller::wait_for_sync(std::chrono::seconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!synced()) {
+    if (std::chrono::steady_clock::now() > deadline || stopping_) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+void Controller::start_workers() {
+  for (int i = 0; i < config_.workers; ++i) workers_.emplace_back([this] { worker(); });
+}
+
+void Controller::stop() {
+  if (stopping_.exchange(true)) return;
+  queue_.shutdown();
+  for (auto& t : workers_)
+    if (t.joinable()) t.join();
+  for (auto* inf : {jobs_.get(), pods_.get(), services_.get(), podgroups_.get()})
+    if (inf) inf->stop();
+}
+
+void Controller::worker() {
+  while (auto key = queue_.get()) {
+    auto t0 = std::chrono::steady_clock::now();
+    bool ok = false;
+    try {
+      ok = reconcile(*key);
+    } catch (const std::exception& e) {
+      LOCKSTEP_LOG(Error, "reconcile", *key << ": " << e.what());
+    }
+    metrics_.reconcile_duration.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (ok) {
+      queue_.forget(*key);
+    } else {
+      metrics_.reconcile_errors.Increment();
+      queue_.add_rate_limited(*key);
+    }
+    queue_.done(*key);
+  }
+}
+
+reconcile::GangSupport Controller::gang_support() {
+  std::lock_guard<std::mutex> lock(gang_mu_);
+  auto now = std::chrono::steady_clock::now();
+  if (gang_checked_ == std::chrono::steady_clock::time_point{} || now - gang_checked_ > std::chrono::seconds(60)) {
+    auto r = client_.get("/apis/" + res::kPodGroups.group + "/" + res::kPodGroups.version);
+    bool found = false;
+    if (r.ok())
+      for (const auto& resource : r.body.value("resources", json::array()))
+        found |= resource.value("name", "") == res::kPodGroups.plural;
+    if (r.ok() || r.not_found()) {
+      if (found != gang_available_ || gang_checked_ == std::chrono::steady_clock::time_point{})
+        LOCKSTEP_LOG(Info, "operator", "PodGroup API (scheduling.x-k8s.io/v1alpha1) " << (found ? "found" : "not installed"));
+      gang_available_ = found;
+      gang_checked_ = now;
+    }
+  }
+  return gang_available_ ? reconcile::GangSupport::Available : reconcile::GangSupport::Unavailable;
+}
+
+void Controller::delete_orphans(const std::string& ns, const std::string& name) {
+  // The job is gone. The garbage collector removes what it owned; doing it here as well
+  // keeps a cluster without one (or a slow one) from keeping pods of a deleted job.
+  std::string key = ns + "/" + name;
+  for (auto* inf : {pods_.get(), services_.get(), podgroups_.get()}) {
+    if (!inf) continue;
+    for (const auto& obj : inf->by_index(key)) {
+      if (controller_uid(*obj).empty() || (*obj)["metadata"].contains("deletionTimestamp")) continue;
+      std::string child = (*obj)["metadata"].value("name", "");
+      auto r = client_.remove(inf->resource().path(ns, child), {{"propagationPolicy", "Background"}});
+      if (r.ok()) LOCKSTEP_LOG(Info, "reconcile", key << ": deleted orphaned " << inf->resource().kind << " " << child);
+    }
+  }
+  expectations_.forget(key);
+}
+
+bool Controller::reconcile(const std::string& key) {
+  auto [ns, name] = split_key(key);
+  auto obj = jobs_->get(ns, name);
+  if (!obj) {
+    delete_orphans(ns, name);
+    return true;
+  }
+  expectations_.observed_version(key, (*obj)["metadata"].value("resourceVersion", ""));
+  if (!expectations_.satisfied(key)) return true;  // the cache is behind our own writes; events bring us back
+
+  reconcile::Observed in;
+  in.job = JobView::from_json(*obj);
+  in.now = reconcile::Clock::now();
+  in.gang_support = gang_support();
+  std::vector<std::string> foreign;  // same name, another (deleted) job's pods
+  for (const auto& p : pods_->by_index(key)) {
+    if (controller_uid(*p) != in.job.uid) {
+      if (!(*p)["metadata"].contains("deletionTimestamp")) foreign.push_back((*p)["metadata"].value("name", ""));
+      continue;
+    }
+    in.pods.push_back(PodView::from_json(*p));
+  }
+  auto svc = services_->get(ns, name);
+  in.service_exists = svc && controller_uid(*svc) == in.job.uid;
+  auto pg = podgroups_ ? podgroups_->get(ns, name) : nullptr;
+  in.podgroup_exists = pg && controller_uid(*pg) == in.job.uid;
+
+  Decision d = reconcile::decide(in, config_.decide);
+  for (const auto& f : foreign) d.delete_pods.push_back(f);
+  bool ok = true;
+  execute(in.job, d, key, ok);
+  if (d.requeue_after) queue_.add_after(key, *d.requeue_after);
+  return ok;
+}
+
+void Controller::execute(const JobView& job, const Decision& d, const std::string& key, bool& ok) {
+  const std::string& ns = job.ns;
+  auto fail = [&](const std::string& what, const kube::Response& r) {
+    LOCKSTEP_LOG(Warn, "reconcile", key << ": " << what << ": " << r.message());
+    ok = false;
+  };
+  if (d.create_service) {
+    auto r = client_.create(res::kServices.path(ns), reconcile::service_manifest(job));
+    if (!r.ok() && !r.conflict()) fail("create Service", r);
+  }
+  if (d.create_podgroup) {
+    auto r = client_.create(res::kPodGroups.path(ns), reconcile::podgroup_manifest(job));
+    if (!r.ok() && !r.conflict()) fail("create PodGroup", r);
+  }
+  // Pods of a gang are created together, concurrently (the API server is the limit).
+  if (!d.create_pods.empty()) {
+    std::vector<std::future<kube::Response>> creates;
+    for (int index : d.create_pods) {
+      std::string pod = reconcile::pod_name(job, index);
+      expectations_.expect_create(key, pod);
+      json manifest = reconcile::pod_manifest(job, index, d.status.restarts);
+      creates.push_back(std::async(std::launch::async, [this, ns, manifest] {
+        return client_.create(res::kPods.path(ns), manifest);
+      }));
+    }
+    int created = 0;
+    std::vector<std::string> failed_creates;
+    for (size_t i = 0; i < creates.size(); ++i) {
+      auto r = creates[i].get();
+      std::string pod = reconcile::pod_name(job, d.create_pods[i]);
+      if (r.ok()) {
+        ++created;
+        continue;
+      }
+      expectations_.observed_create(key, pod);  // no event will come for a failed create
+      if (r.conflict()) continue;
+      fail("create pod " + pod, r);
+      failed_creates.push_back(pod + ": " + r.message());
+    }
+    metrics_.pods_created.Increment(created);
+    if (!failed_creates.empty())  // the user sees why in `kubectl describe tj`
+      record_event(job, "Warning", "FailedCreatePod", "cannot create " + failed_creates.front() +
+                   (failed_creates.size() > 1 ? " (and " + std::to_string(failed_creates.size() - 1) + " more)" : ""));
+    if (created) LOCKSTEP_LOG(Debug, "reconcile", key << ": created " << created << " pod(s)");
+  }
+  for (const auto& pod : d.delete_pods) {
+    expectations_.expect_delete(key, pod);
+    auto r = client_.remove(res::kPods.path(ns, pod), {{"propagationPolicy", "Background"}});
+    if (!r.ok()) {
+      expectations_.observed_delete(key, pod);
+      if (!r.not_found()) fail("delete pod " + pod, r);
+    }
+  }
+  if (d.status_changed) {
+    // resourceVersion makes this conditional: a status computed from a stale job is a 409.
+    json patch = {{"metadata", {{"resourceVersion", ""}}}, {"status", d.status.to_json()}};
+    auto obj = jobs_->get(ns, job.name);
+    if (obj) patch["metadata"]["resourceVersion"] = (*obj)["metadata"].value("resourceVersion", "");
+    auto r = client_.patch(res::kTrainingJobs.path(ns, job.name, "status"), patch);
+    if (!r.ok()) {
+      if (r.conflict()) ok = false;  // retried with fresher data
+      else fail("update status", r);
+    } else {
+      expectations_.expect_version(key, r.body["metadata"].value("resourceVersion", ""));
+      if (d.status.restarts > job.status.restarts) metrics_.gang_restarts.Increment();
+    }
+    if (r.ok() && d.status.phase != job.status.phase)
+      LOCKSTEP_LOG(Info, "reconcile", key << ": phase " << (job.status.phase.empty() ? "(new)" : job.status.phase)
+                                          << " -> " << d.status.phase);
+  }
+  for (const auto& e : d.events) record_event(job, e.type, e.reason, e.message);
+  if (d.delete_job) {
+    auto r = client_.remove(res::kTrainingJobs.path(ns, job.name), {{"propagationPolicy", "Background"}});
+    if (r.ok()) LOCKSTEP_LOG(Info, "reconcile", key << ": deleted after ttlSecondsAfterFinished");
+    else if (!r.not_found()) fail("delete TrainingJob", r);
+  }
+}
+
+void Controller::record_event(const JobView& job, const std::string& type, const std::string& reason,
+                              const std::string& message) {
+  std::string now = reconcile::format_time(reconcile::Clock::now());
+  auto r = client_.create(res::kEvents.path(job.ns),
+                          reconcile::event_manifest(job, type, reason, message, now, config_.component));
+  if (!r.ok()) LOCKSTEP_LOG(Warn, "reconcile", job.ns << "/" << job.name << ": event " << reason << " not recorded: " << r.message());
+}
+
+void Controller::refresh_metrics() {
+  metrics_.queue_depth.Set(static_cast<double>(queue_.depth()));
+  if (!jobs_) return;
+  std::map<std::string, int> counts;
+  for (const auto& j : jobs_->list()) {
+    std::string phase = (*j).contains("status") ? (*j)["status"].value("phase", "Pending") : "Pending";
+    ++counts[phase];
+  }
+  metrics_.set_phase_counts(counts);
+}
+
+}  // namespace lockstep::controller

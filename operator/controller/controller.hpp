@@ -1,0 +1,65 @@
+// The TrainingJob controller: informers for TrainingJobs, Pods, Services and PodGroups feed
+// a work queue of job keys; workers reconcile each key (reconcile/decide.hpp decides,
+// execute() carries it out) and requeue on error with backoff or when a timer is due.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "controller/expectations.hpp"
+#include "controller/work_queue.hpp"
+#include "kube/client.hpp"
+#include "kube/informer.hpp"
+#include "metrics.hpp"
+#include "reconcile/decide.hpp"
+
+namespace lockstep::controller {
+
+struct Config {
+  int workers = 4;
+  std::string watch_namespace;  // "" for all namespaces
+  reconcile::Options decide;
+  std::string component = "lockstep-operator";
+};
+
+class Controller {
+ public:
+  Controller(kube::Client& client, Config config, op::Metrics& metrics);
+  ~Controller();
+
+  void start_informers();
+  bool wait_for_sync(std::chrono::seconds timeout);
+  bool synced() const;
+  void start_workers();
+  // Stops taking work, lets in-flight reconciles finish.
+  void stop();
+  void refresh_metrics();  // phase gauge and queue depth
+
+ private:
+  void worker();
+  bool reconcile(const std::string& key);  // false: retry with backoff
+  void execute(const reconcile::JobView& job, const reconcile::Decision& d, const std::string& key, bool& ok);
+  void record_event(const reconcile::JobView& job, const std::string& type, const std::string& reason,
+                    const std::string& message);
+  void delete_orphans(const std::string& ns, const std::string& name);
+  reconcile::GangSupport gang_support();
+  void enqueue_owner(const kube::Object& obj);
+
+  kube::Client& client_;
+  Config config_;
+  op::Metrics& metrics_;
+  WorkQueue queue_;
+  Expectations expectations_;
+  std::unique_ptr<kube::Informer> jobs_, pods_, services_, podgroups_;
+  std::vector<std::thread> workers_;
+  std::atomic<bool> stopping_{false};
+  std::mutex gang_mu_;
+  std::chrono::steady_clock::time_point gang_checked_{};
+  bool gang_available_ = false;
+};
+
+}  // namespace lockstep::controller

@@ -1,0 +1,177 @@
+#include "kube/client.hpp"
+
+#include <cpprest/containerstream.h>
+#include <cpprest/http_client.h>
+
+#include <thread>
+
+namespace http = web::http;
+using json = nlohmann::json;
+
+namespace lockstep::kube {
+
+std::string Response::reason() const {
+  if (body.is_object() && body.contains("reason") && body["reason"].is_string()) return body["reason"];
+  return "";
+}
+
+std::string Response::message() const {
+  if (status == 0) return error.empty() ? "no response" : error;
+  if (body.is_object() && body.contains("message") && body["message"].is_string()) return body["message"];
+  return "HTTP " + std::to_string(status);
+}
+
+RateLimiter::RateLimiter(double qps, int burst)
+    : qps_(qps > 0 ? qps : 1e9), burst_(burst > 0 ? burst : 1), tokens_(burst_), last_(std::chrono::steady_clock::now()) {}
+
+void RateLimiter::acquire() {
+  std::chrono::duration<double> wait{0};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto now = std::chrono::steady_clock::now();
+    tokens_ = std::min(burst_, tokens_ + std::chrono::duration<double>(now - last_).count() * qps_);
+    last_ = now;
+    tokens_ -= 1;  // may go negative: the debt is the wait, and orders waiters fairly
+    if (tokens_ < 0) wait = std::chrono::duration<double>(-tokens_ / qps_);
+  }
+  if (wait.count() > 0) std::this_thread::sleep_for(wait);
+}
+
+struct Client::Impl {
+  http::client::http_client_config base_config;
+  std::unique_ptr<http::client::http_client> client;
+  std::mutex token_mu;
+  std::string token;
+  std::chrono::steady_clock::time_point token_read{};
+
+  std::string auth_header(const RestConfig& c) {
+    if (c.token_file.empty()) return c.token.empty() ? "" : "Bearer " + c.token;
+    std::lock_guard<std::mutex> lock(token_mu);
+    auto now = std::chrono::steady_clock::now();
+    if (token.empty() || now - token_read > std::chrono::minutes(1)) {  // projected tokens rotate
+      token = c.bearer_token();
+      token_read = now;
+    }
+    return "Bearer " + token;
+  }
+};
+
+Client::Client(RestConfig config) : config_(std::move(config)), limiter_(config_.qps, config_.burst), impl_(new Impl) {
+  auto& cfg = impl_->base_config;
+  cfg.set_timeout(std::chrono::seconds(30));
+  cfg.set_validate_certificates(!config_.insecure_skip_tls_verify);
+  cfg.set_proxy(web::web_proxy(web::web_proxy::disabled));
+  std::string ca = config_.ca_pem, cert = config_.client_cert_pem, key = config_.client_key_pem;
+  cfg.set_ssl_context_callback([ca, cert, key](boost::asio::ssl::context& ctx) {
+    if (!ca.empty()) ctx.add_certificate_authority(boost::asio::buffer(ca.data(), ca.size()));
+    if (!cert.empty()) {
+      ctx.use_certificate_chain(boost::asio::buffer(cert.data(), cert.size()));
+      ctx.use_private_key(boost::asio::buffer(key.data(), key.size()), boost::asio::ssl::context::pem);
+    }
+  });
+  impl_->client = std::make_unique<http::client::http_client>(utility::conversions::to_string_t(config_.server), cfg);
+}
+
+Client::~Client() = default;
+
+Response Client::request(const std::string& verb, const std::string& path, const json* body,
+                         const std::string& content_type) {
+  limiter_.acquire();
+  http::http_request req(verb);
+  req.set_request_uri(path);
+  req.headers().add("Accept", "application/json");
+  std::string auth = impl_->auth_header(config_);
+  if (!auth.empty()) req.headers().add("Authorization", auth);
+  if (body && !body->is_null()) req.set_body(body->dump(), content_type);
+  Response r;
+  try {
+    auto resp = impl_->client->request(req).get();
+    r.status = resp.status_code();
+    std::string text = resp.extract_utf8string(true).get();
+    r.body = json::parse(text, nullptr, false);
+    if (r.body.is_discarded()) r.body = nullptr;
+  } catch (const std::exception& e) {
+    r.status = 0;
+    r.error = e.what();
+  }
+  if (observer_) observer_(verb, r.status);
+  return r;
+}
+
+Response Client::get(const std::string& path) { return request("GET", path, nullptr, ""); }
+Response Client::create(const std::string& path, const json& body) {
+  return request("POST", path, &body, "application/json");
+}
+Response Client::replace(const std::string& path, const json& body) {
+  return request("PUT", path, &body, "application/json");
+}
+Response Client::patch(const std::string& path, const json& body, PatchType type) {
+  const char* ct = type == PatchType::Merge            ? "application/merge-patch+json"
+                   : type == PatchType::StrategicMerge ? "application/strategic-merge-patch+json"
+                                                       : "application/json-patch+json";
+  return request("PATCH", path, &body, ct);
+}
+Response Client::remove(const std::string& path, const json& options) {
+  return request("DELETE", path, options.is_null() ? nullptr : &options, "application/json");
+}
+
+Response Client::watch(const std::string& path, const std::string& resource_version, int timeout_seconds,
+                       const std::function<void(const std::string&, json&)>& on_event,
+                       const std::atomic<bool>& stop) {
+  limiter_.acquire();
+  std::string query = path + (path.find('?') == std::string::npos ? "?" : "&") +
+                      "watch=1&allowWatchBookmarks=true&timeoutSeconds=" + std::to_string(timeout_seconds);
+  if (!resource_version.empty()) query += "&resourceVersion=" + url_encode(resource_version);
+  auto cfg = impl_->base_config;
+  cfg.set_timeout(std::chrono::seconds(timeout_seconds + 30));
+  http::client::http_client client(utility::conversions::to_string_t(config_.server), cfg);
+  http::http_request req(http::methods::GET);
+  req.set_request_uri(query);
+  std::string auth = impl_->auth_header(config_);
+  if (!auth.empty()) req.headers().add("Authorization", auth);
+  Response r;
+  try {
+    auto resp = client.request(req).get();
+    r.status = resp.status_code();
+    if (r.status != 200) {
+      r.body = json::parse(resp.extract_utf8string(true).get(), nullptr, false);
+      if (observer_) observer_("WATCH", r.status);
+      return r;
+    }
+    if (observer_) observer_("WATCH", r.status);
+    auto stream = resp.body();
+    while (!stop.load()) {
+      concurrency::streams::container_buffer<std::string> line;
+      size_t n = stream.read_line(line).get();
+      if (n == 0) {
+        if (stream.is_eof()) break;
+        continue;
+      }
+      json event = json::parse(line.collection(), nullptr, false);
+      if (!event.is_object() || !event.contains("type")) continue;
+      std::string type = event["type"];
+      if (type == "ERROR") {  // the object is a Status; 410 means "re-list"
+        r.body = event["object"];
+        r.status = r.body.value("code", 500);
+        return r;
+      }
+      on_event(type, event["object"]);
+    }
+  } catch (const std::exception& e) {
+    r.status = 0;
+    r.error = e.what();
+  }
+  return r;
+}
+
+std::string url_encode(const std::string& s) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') out += static_cast<char>(c);
+    else { out += '%'; out += hex[c >> 4]; out += hex[c & 15]; }
+  }
+  return out;
+}
+
+}  // namespace lockstep::kube

@@ -1,0 +1,83 @@
+// A Kubernetes REST client on cpprestsdk: JSON requests with bearer-token or client-
+// certificate auth over TLS, a client-side token-bucket rate limit, and watch streams.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "kube/rest_config.hpp"
+
+namespace lockstep::kube {
+
+struct Response {
+  int status = 0;               // HTTP status; 0 when the request never got an answer
+  nlohmann::json body;          // parsed JSON body (null if none or not JSON)
+  std::string error;            // transport error, when status == 0
+
+  bool ok() const { return status >= 200 && status < 300; }
+  bool not_found() const { return status == 404; }
+  bool conflict() const { return status == 409; }
+  bool gone() const { return status == 410; }
+  std::string reason() const;   // Status.reason, e.g. AlreadyExists
+  std::string message() const;  // Status.message, or the transport error
+};
+
+enum class PatchType { Merge, StrategicMerge, Json };
+
+// Called for each request with its verb and HTTP status (0: no answer), for metrics.
+using RequestObserver = std::function<void(const std::string& verb, int status)>;
+
+// Token bucket: `qps` tokens a second, up to `burst` banked. acquire() blocks for a token.
+class RateLimiter {
+ public:
+  RateLimiter(double qps, int burst);
+  void acquire();
+
+ private:
+  std::mutex mu_;
+  double qps_, burst_, tokens_;
+  std::chrono::steady_clock::time_point last_;
+};
+
+class Client {
+ public:
+  explicit Client(RestConfig config);
+  ~Client();
+
+  const RestConfig& config() const { return config_; }
+  void set_observer(RequestObserver observer) { observer_ = std::move(observer); }
+
+  Response get(const std::string& path);
+  Response create(const std::string& path, const nlohmann::json& body);
+  Response replace(const std::string& path, const nlohmann::json& body);
+  Response patch(const std::string& path, const nlohmann::json& body, PatchType type = PatchType::Merge);
+  Response remove(const std::string& path, const nlohmann::json& options = nullptr);
+
+  // One watch request: streams events to `on_event(type, object)` until the server ends the
+  // stream (after timeout_seconds), `stop` turns true, or an error. Returns the final
+  // Response: 200 for a normal end; an ERROR event's Status code (410 when the
+  // resourceVersion is too old) otherwise.
+  Response watch(const std::string& path, const std::string& resource_version, int timeout_seconds,
+                 const std::function<void(const std::string& type, nlohmann::json& object)>& on_event,
+                 const std::atomic<bool>& stop);
+
+ private:
+  struct Impl;
+  Response request(const std::string& verb, const std::string& path, const nlohmann::json* body,
+                   const std::string& content_type);
+  RestConfig config_;
+  RateLimiter limiter_;
+  RequestObserver observer_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Query-string escaping for label selectors and the like.
+std::string url_encode(const std::string& s);
+
+}  // namespace lockstep::kube

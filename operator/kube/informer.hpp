@@ -1,0 +1,76 @@
+// An informer: a local cache of one resource kept current by list + watch.
+//
+// It lists (paginated), then watches from the list's resourceVersion with bookmarks;
+// a watch that ends normally resumes from the last resourceVersion seen; 410 Gone (the
+// version was compacted away) re-lists; errors back off exponentially (200 ms .. 30 s,
+// with jitter). Objects pass through a `trim` function before they are cached, so the
+// cache holds only what the controller reads. Handlers run on the informer's thread,
+// after the cache is updated.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kube/client.hpp"
+#include "kube/resource.hpp"
+
+namespace lockstep::kube {
+
+using Object = std::shared_ptr<const nlohmann::json>;
+
+class Informer {
+ public:
+  struct Options {
+    std::string ns;              // "" for all namespaces
+    std::string label_selector;  // e.g. "lockstep.dev/job-name"
+    std::function<nlohmann::json(nlohmann::json)> trim;       // optional
+    std::function<std::string(const nlohmann::json&)> index;  // optional secondary key
+    int page_size = 500;
+    int watch_timeout_seconds = 240;
+  };
+  // old is null for an add, now is null for a delete.
+  using Handler = std::function<void(const Object& old, const Object& now)>;
+
+  Informer(Client& client, Resource resource, Options options, Handler handler);
+  ~Informer();
+
+  void start();
+  void stop();                          // does not wait for an open watch to end
+  bool synced() const { return synced_.load(); }
+  const Resource& resource() const { return resource_; }
+
+  Object get(const std::string& ns, const std::string& name) const;
+  std::vector<Object> by_index(const std::string& key) const;
+  std::vector<Object> list() const;
+  size_t size() const;
+
+ private:
+  void run();
+  bool list_and_replace(std::string& resource_version);
+  void upsert(nlohmann::json obj);
+  void erase(const nlohmann::json& obj);
+  void backoff(int& failures);
+
+  Client& client_;
+  Resource resource_;
+  Options options_;
+  Handler handler_;
+  mutable std::mutex mu_;
+  std::map<std::string, Object> items_;                 // ns/name -> object
+  std::map<std::string, std::set<std::string>> index_;  // index key -> ns/name
+  std::atomic<bool> stop_{false}, synced_{false};
+  std::thread thread_;
+};
+
+std::string object_key(const nlohmann::json& obj);  // namespace/name
+
+}  // namespace lockstep::kube

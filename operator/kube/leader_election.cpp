@@ -1,0 +1,121 @@
+#include "kube/leader_election.hpp"
+
+#include <ctime>
+#include <thread>
+
+#include "kube/resource.hpp"
+#include "lockstep/log.hpp"
+
+using json = nlohmann::json;
+
+namespace lockstep::kube {
+namespace {
+
+std::string micro_time() {  // metav1.MicroTime: RFC 3339 with microseconds
+  auto now = std::chrono::system_clock::now();
+  std::time_t t = std::chrono::system_clock::to_time_t(now);
+  auto us = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() % 1000000;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[40];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  char out[64];
+  std::snprintf(out, sizeof out, "%s.%06lldZ", buf, static_cast<long long>(us));
+  return out;
+}
+
+bool sleep_unless(const std::atomic<bool>& stop, std::chrono::milliseconds d) {
+  auto until = std::chrono::steady_clock::now() + d;
+  while (std::chrono::steady_clock::now() < until) {
+    if (stop) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return !stop;
+}
+
+}  // namespace
+
+LeaderElector::LeaderElector(Client& client, Options options) : client_(client), options_(std::move(options)) {}
+
+bool LeaderElector::try_acquire_or_renew() {
+  const auto& res = resources::kLeases;
+  std::string now = micro_time();
+  int duration_s = static_cast<int>(std::chrono::duration_cast<std::chrono::seconds>(options_.lease_duration).count());
+  Response r = client_.get(res.path(options_.ns, options_.name));
+  if (r.not_found()) {
+    json lease = {{"apiVersion", "coordination.k8s.io/v1"},
+                  {"kind", "Lease"},
+                  {"metadata", {{"name", options_.name}, {"namespace", options_.ns}}},
+                  {"spec",
+                   {{"holderIdentity", options_.identity}, {"leaseDurationSeconds", duration_s},
+                    {"acquireTime", now}, {"renewTime", now}, {"leaseTransitions", 0}}}};
+    return client_.create(res.path(options_.ns), lease).ok();
+  }
+  if (!r.ok()) return false;
+  json lease = r.body;
+  json& spec = lease["spec"];
+  std::string holder = spec.value("holderIdentity", "");
+  std::string record = spec.dump();
+  auto local_now = std::chrono::steady_clock::now();
+  if (record != observed_record_) {
+    observed_record_ = record;
+    observed_at_ = local_now;
+  }
+  bool mine = holder == options_.identity;
+  int their_duration = spec.value("leaseDurationSeconds", duration_s);
+  bool expired = holder.empty() || local_now >= observed_at_ + std::chrono::seconds(their_duration);
+  if (!mine && !expired) return false;
+  if (!mine) {
+    spec["leaseTransitions"] = spec.value("leaseTransitions", 0) + 1;
+    spec["acquireTime"] = now;
+  }
+  spec["holderIdentity"] = options_.identity;
+  spec["leaseDurationSeconds"] = duration_s;
+  spec["renewTime"] = now;
+  // PUT carries metadata.resourceVersion: a concurrent writer makes this a 409, not a tie.
+  Response u = client_.replace(res.path(options_.ns, options_.name), lease);
+  if (!u.ok()) return false;
+  observed_record_ = u.body["spec"].dump();
+  observed_at_ = std::chrono::steady_clock::now();
+  return true;
+}
+
+bool LeaderElector::acquire(const std::atomic<bool>& stop) {
+  LOCKSTEP_LOG(Info, "leader-election", "waiting to lead via Lease " << options_.ns << "/" << options_.name
+                                                                      << " as " << options_.identity);
+  while (!stop) {
+    if (try_acquire_or_renew()) {
+      LOCKSTEP_LOG(Info, "leader-election", "became leader (" << options_.identity << ")");
+      return true;
+    }
+    if (!sleep_unless(stop, options_.retry_period)) break;
+  }
+  return false;
+}
+
+bool LeaderElector::hold(const std::atomic<bool>& stop) {
+  auto last_renew = std::chrono::steady_clock::now();
+  while (sleep_unless(stop, options_.retry_period)) {
+    if (try_acquire_or_renew()) {
+      last_renew = std::chrono::steady_clock::now();
+    } else if (std::chrono::steady_clock::now() - last_renew > options_.renew_deadline) {
+      LOCKSTEP_LOG(Error, "leader-election", "lost the lease: no renewal within the renew deadline");
+      return false;
+    }
+  }
+  return true;
+}
+
+void LeaderElector::release() {
+  const auto& res = resources::kLeases;
+  Response r = client_.get(res.path(options_.ns, options_.name));
+  if (!r.ok() || r.body["spec"].value("holderIdentity", "") != options_.identity) return;
+  json lease = r.body;
+  lease["spec"]["holderIdentity"] = "";
+  lease["spec"]["leaseDurationSeconds"] = 1;
+  lease["spec"]["renewTime"] = micro_time();
+  if (client_.replace(res.path(options_.ns, options_.name), lease).ok())
+    LOCKSTEP_LOG(Info, "leader-election", "released the lease");
+}
+
+}  // namespace lockstep::kube

@@ -1,0 +1,36 @@
+// API paths of the resources the operator touches.
+#pragma once
+
+#include <string>
+
+namespace lockstep::kube {
+
+struct Resource {
+  std::string group;    // "" for the core group
+  std::string version;  // v1, v1alpha1, ...
+  std::string plural;   // pods, trainingjobs, ...
+  std::string kind;
+  bool namespaced = true;
+
+  std::string api_version() const { return group.empty() ? version : group + "/" + version; }
+  // /api/v1/namespaces/ns/pods[/name[/sub]]; an empty namespace lists across all namespaces.
+  std::string path(const std::string& ns = "", const std::string& name = "", const std::string& sub = "") const {
+    std::string p = group.empty() ? "/api/" + version : "/apis/" + group + "/" + version;
+    if (namespaced && !ns.empty()) p += "/namespaces/" + ns;
+    p += "/" + plural;
+    if (!name.empty()) p += "/" + name;
+    if (!sub.empty()) p += "/" + sub;
+    return p;
+  }
+};
+
+namespace resources {
+inline const Resource kTrainingJobs{"lockstep.dev", "v1alpha1", "trainingjobs", "TrainingJob"};
+inline const Resource kPods{"", "v1", "pods", "Pod"};
+inline const Resource kServices{"", "v1", "services", "Service"};
+inline const Resource kEvents{"", "v1", "events", "Event"};
+inline const Resource kPodGroups{"scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup"};
+inline const Resource kLeases{"coordination.k8s.io", "v1", "leases", "Lease"};
+}  // namespace resources
+
+}  // namespace lockstep::kube

@@ -1,0 +1,150 @@
+#include "kube/rest_config.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace lockstep::kube {
+namespace {
+
+std::string read_file(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError("cannot read " + what + " '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string base64_decode(const std::string& in, const std::string& field) {
+  static const std::string chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  int val = 0, bits = -8;
+  for (unsigned char c : in) {
+    if (std::isspace(c)) continue;
+    if (c == '=') break;
+    auto pos = chars.find(static_cast<char>(c));
+    if (pos == std::string::npos) throw ConfigError(field + " is not valid base64");
+    val = (val << 6) + static_cast<int>(pos);
+    bits += 6;
+    if (bits >= 0) {
+      out.push_back(static_cast<char>((val >> bits) & 0xff));
+      bits -= 8;
+    }
+  }
+  return out;
+}
+
+// A file path in a kubeconfig is relative to the kubeconfig's directory.
+std::string resolve_path(const std::string& p, const std::string& kubeconfig) {
+  if (p.empty() || fs::path(p).is_absolute()) return p;
+  return (fs::path(kubeconfig).parent_path() / p).string();
+}
+
+YAML::Node find_named(const YAML::Node& list, const std::string& name, const std::string& what,
+                      const std::string& path) {
+  if (list && list.IsSequence())
+    for (const auto& item : list)
+      if (item["name"] && item["name"].as<std::string>() == name) return item;
+  throw ConfigError(path + ": " + what + " '" + name + "' not found");
+}
+
+// PEM from `<field>-data` (base64) or `<field>` (a file path).
+std::string pem(const YAML::Node& node, const std::string& field, const std::string& kubeconfig,
+                const std::string& where) {
+  if (node[field + "-data"])
+    return base64_decode(node[field + "-data"].as<std::string>(), kubeconfig + ": " + where + "." + field + "-data");
+  if (node[field]) return read_file(resolve_path(node[field].as<std::string>(), kubeconfig), where + "." + field);
+  return "";
+}
+
+}  // namespace
+
+RestConfig RestConfig::from_kubeconfig(const std::string& path, const std::string& context_name) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    throw ConfigError("cannot read kubeconfig '" + path + "'");
+  } catch (const YAML::Exception& e) {
+    throw ConfigError("kubeconfig '" + path + "' is not valid YAML: " + e.what());
+  }
+  std::string ctx_name = context_name;
+  if (ctx_name.empty()) {
+    if (!root["current-context"]) throw ConfigError(path + ": no current-context and no --context given");
+    ctx_name = root["current-context"].as<std::string>();
+  }
+  YAML::Node ctx = find_named(root["contexts"], ctx_name, "context", path)["context"];
+  if (!ctx || !ctx["cluster"]) throw ConfigError(path + ": context '" + ctx_name + "' has no cluster");
+  std::string cluster_name = ctx["cluster"].as<std::string>();
+  YAML::Node cluster = find_named(root["clusters"], cluster_name, "cluster", path)["cluster"];
+  RestConfig c;
+  if (!cluster || !cluster["server"]) throw ConfigError(path + ": cluster '" + cluster_name + "' has no server");
+  c.server = cluster["server"].as<std::string>();
+  while (!c.server.empty() && c.server.back() == '/') c.server.pop_back();
+  c.ca_pem = pem(cluster, "certificate-authority", path, "clusters[" + cluster_name + "]");
+  if (cluster["insecure-skip-tls-verify"]) c.insecure_skip_tls_verify = cluster["insecure-skip-tls-verify"].as<bool>();
+  if (ctx["namespace"]) c.default_namespace = ctx["namespace"].as<std::string>();
+  if (ctx["user"]) {
+    std::string user_name = ctx["user"].as<std::string>();
+    YAML::Node user = find_named(root["users"], user_name, "user", path)["user"];
+    if (user) {
+      if (user["token"]) c.token = user["token"].as<std::string>();
+      if (user["tokenFile"]) c.token_file = resolve_path(user["tokenFile"].as<std::string>(), path);
+      c.client_cert_pem = pem(user, "client-certificate", path, "users[" + user_name + "]");
+      c.client_key_pem = pem(user, "client-key", path, "users[" + user_name + "]");
+      if (c.client_cert_pem.empty() != c.client_key_pem.empty())
+        throw ConfigError(path + ": user '" + user_name + "' needs both client-certificate and client-key");
+      if (user["exec"] || user["auth-provider"])
+        throw ConfigError(path + ": user '" + user_name +
+                          "' uses an exec or auth-provider plugin, which lockstep does not run; "
+                          "use a token, tokenFile or client certificate");
+    }
+  }
+  return c;
+}
+
+RestConfig RestConfig::in_cluster(const std::string& sa_dir) {
+  const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
+  const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
+  if (!host || !port)
+    throw ConfigError("not in a cluster: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are unset");
+  RestConfig c;
+  std::string h = host;
+  c.server = "https://" + (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" + port;
+  c.token_file = sa_dir + "/token";
+  c.ca_pem = read_file(sa_dir + "/ca.crt", "service-account CA");
+  std::ifstream ns(sa_dir + "/namespace");
+  if (ns) std::getline(ns, c.default_namespace);
+  (void)c.bearer_token();  // fail now, not on the first request, if the token is missing
+  return c;
+}
+
+RestConfig RestConfig::load(const std::string& kubeconfig_path, const std::string& context) {
+  if (!kubeconfig_path.empty()) return from_kubeconfig(kubeconfig_path, context);
+  if (const char* env = std::getenv("KUBECONFIG"); env && *env) {
+    std::string first = env;
+    first = first.substr(0, first.find(':'));
+    return from_kubeconfig(first, context);
+  }
+  if (std::getenv("KUBERNETES_SERVICE_HOST")) return in_cluster();
+  const char* home = std::getenv("HOME");
+  std::string def = std::string(home ? home : "") + "/.kube/config";
+  if (fs::exists(def)) return from_kubeconfig(def, context);
+  throw ConfigError("no Kubernetes configuration: pass --kubeconfig, set KUBECONFIG, run in a pod, "
+                    "or create ~/.kube/config");
+}
+
+std::string RestConfig::bearer_token() const {
+  if (token_file.empty()) return token;
+  std::string t = read_file(token_file, "token file");
+  while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ')) t.pop_back();
+  return t;
+}
+
+}  // namespace lockstep::kube

@@ -1,0 +1,64 @@
+#include "metrics.hpp"
+
+#include <prometheus/text_serializer.h>
+
+namespace lockstep::op {
+
+using namespace prometheus;
+
+Metrics::Metrics()
+    : registry(std::make_shared<Registry>()),
+      reconcile_duration(BuildHistogram()
+                             .Name("lockstep_operator_reconcile_duration_seconds")
+                             .Help("Time to reconcile one TrainingJob")
+                             .Register(*registry)
+                             .Add({}, Histogram::BucketBoundaries{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                                  0.5, 1, 2.5, 5, 10})),
+      reconcile_errors(BuildCounter()
+                           .Name("lockstep_operator_reconcile_errors_total")
+                           .Help("Reconciles that failed and were retried")
+                           .Register(*registry)
+                           .Add({})),
+      queue_depth(BuildGauge()
+                      .Name("lockstep_operator_workqueue_depth")
+                      .Help("TrainingJobs waiting to be reconciled")
+                      .Register(*registry)
+                      .Add({})),
+      api_requests(BuildCounter()
+                       .Name("lockstep_operator_api_requests_total")
+                       .Help("Kubernetes API requests by HTTP verb and status code (0: no answer)")
+                       .Register(*registry)),
+      jobs_by_phase(BuildGauge()
+                        .Name("lockstep_operator_trainingjobs")
+                        .Help("TrainingJobs by status.phase")
+                        .Register(*registry)),
+      pods_created(BuildCounter()
+                       .Name("lockstep_operator_pods_created_total")
+                       .Help("Pods created")
+                       .Register(*registry)
+                       .Add({})),
+      gang_restarts(BuildCounter()
+                        .Name("lockstep_operator_gang_restarts_total")
+                        .Help("Gang restarts started")
+                        .Register(*registry)
+                        .Add({})),
+      leader(BuildGauge()
+                 .Name("lockstep_operator_leader")
+                 .Help("1 while this replica holds the leader lease")
+                 .Register(*registry)
+                 .Add({})) {}
+
+void Metrics::observe_request(const std::string& verb, int code) {
+  api_requests.Add({{"verb", verb}, {"code", std::to_string(code)}}).Increment();
+}
+
+void Metrics::set_phase_counts(const std::map<std::string, int>& counts) {
+  for (const char* phase : {"Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended"}) {
+    auto it = counts.find(phase);
+    jobs_by_phase.Add({{"phase", phase}}).Set(it == counts.end() ? 0 : it->second);
+  }
+}
+
+std::string Metrics::render() const { return TextSerializer().Serialize(registry->Collect()); }
+
+}  // namespace lockstep::op

@@ -1,0 +1,290 @@
+#include "reconcile/decide.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include "reconcile/failure_policy.hpp"
+
+namespace lockstep::reconcile {
+namespace {
+
+using std::chrono::milliseconds;
+
+// The state one decide() call works on.
+struct Pass {
+  const Observed& in;
+  const Options& opt;
+  const JobView& job;
+  Decision out;
+  std::string now;
+  std::vector<const PodView*> current, stale;  // by attempt
+
+  Pass(const Observed& o, const Options& op) : in(o), opt(op), job(o.job) {
+    out.status = job.status;
+    now = format_time(o.now);
+    for (const auto& p : o.pods) (p.attempt == job.status.restarts ? current : stale).push_back(&p);
+    std::sort(current.begin(), current.end(), [](auto* a, auto* b) { return a->index < b->index; });
+  }
+
+  JobStatus& s() { return out.status; }
+
+  void requeue(milliseconds d) {
+    d = std::max(d, milliseconds(1));
+    if (!out.requeue_after || d < *out.requeue_after) out.requeue_after = d;
+  }
+
+  void event(const std::string& type, const std::string& reason, const std::string& message) {
+    out.events.push_back({type, reason, message});
+  }
+
+  // Sets a condition; lastTransitionTime moves only when its status changes. A False
+  // condition that was never True is not added.
+  void condition(const std::string& type, const std::string& status, const std::string& reason,
+                 const std::string& message, bool new_transition = false) {
+    for (auto& c : s().conditions) {
+      if (c.type != type) continue;
+      if (c.status != status || new_transition) c.last_transition_time = now;
+      c.status = status;
+      c.reason = reason;
+      c.message = message;
+      return;
+    }
+    if (status == "False") return;
+    s().conditions.push_back({type, status, reason, message, now});
+  }
+
+  void delete_pod(const PodView* p) {
+    if (!p->deleting) out.delete_pods.push_back(p->name);
+  }
+
+  void count_nodes() {
+    NodeCounts n;
+    std::set<std::string> deleted(out.delete_pods.begin(), out.delete_pods.end());
+    for (const auto* p : current) {
+      if (p->phase == "Succeeded") ++n.succeeded;
+      else if (p->phase == "Failed") ++n.failed;
+      else if (!p->deleting && !deleted.count(p->name)) ++n.active;
+      if (p->ready && p->phase == "Running" && !deleted.count(p->name)) ++n.ready;
+    }
+    n.active += static_cast<int>(out.create_pods.size());
+    s().nodes = n;
+  }
+
+  void finish(const std::string& phase, const std::string& reason, const std::string& message) {
+    s().phase = phase;
+    s().completion_time = now;
+    condition(phase, "True", reason, message);
+    condition("Running", "False", reason, message);
+    condition("Restarting", "False", reason, message);
+    event(phase == "Succeeded" ? "Normal" : "Warning", reason, message);
+  }
+
+  // --- the steps of decide(), in order ---------------------------------------------------
+
+  void clean_finished_pods() {
+    for (const auto& p : in.pods) {
+      bool remove = job.clean_pod_policy == CleanPodPolicy::All ||
+                    (job.clean_pod_policy == CleanPodPolicy::Running && !p.finished());
+      if (remove) delete_pod(&p);
+    }
+  }
+
+  void expire_after_ttl() {
+    if (!job.ttl_seconds_after_finished) return;
+    auto done = parse_time(s().completion_time);
+    if (!done) return;
+    auto expire = *done + std::chrono::seconds(*job.ttl_seconds_after_finished);
+    if (in.now >= expire) out.delete_job = true;
+    else requeue(std::chrono::duration_cast<milliseconds>(expire - in.now));
+  }
+
+  // True when the job is suspended (and nothing else is to be done).
+  bool handle_suspend() {
+    if (job.suspend) {
+      for (const auto& p : in.pods) delete_pod(&p);
+      if (s().phase != "Suspended") {
+        s().phase = "Suspended";
+        condition("Suspended", "True", "Suspended", "spec.runPolicy.suspend is true: pods removed");
+        condition("Running", "False", "Suspended", "the job is suspended");
+        event("Normal", "Suspended", "job suspended; its pods are being removed");
+      }
+      return true;
+    }
+    const Condition* c = s().condition("Suspended");
+    if (s().phase == "Suspended" || (c && c->status == "True")) {
+      condition("Suspended", "False", "Resumed", "spec.runPolicy.suspend is false again");
+      s().phase = "Pending";
+      s().start_time = now;  // the deadline counts from resumption, as for batch/v1 Jobs
+      event("Normal", "Resumed", "job resumed; recreating its pods");
+    }
+    return false;
+  }
+
+  // True when the deadline has passed (the job is now Failed).
+  bool handle_deadline() {
+    if (!job.active_deadline_seconds) return false;
+    auto start = parse_time(s().start_time);
+    if (!start) return false;
+    auto end = *start + std::chrono::seconds(*job.active_deadline_seconds);
+    if (in.now < end) {
+      requeue(std::chrono::duration_cast<milliseconds>(end - in.now));
+      return false;
+    }
+    for (const auto& p : in.pods) delete_pod(&p);
+    finish("Failed", "DeadlineExceeded",
+           "the job ran longer than spec.runPolicy.activeDeadlineSeconds=" +
+               std::to_string(*job.active_deadline_seconds));
+    return true;
+  }
+
+  // A failed or vanished pod of the current attempt: fail the job or restart the gang.
+  // True when it acted.
+  bool handle_failure() {
+    const PodView* failed = nullptr;
+    for (const auto* p : current)
+      if (p->phase == "Failed") { failed = p; break; }
+    PodView vanished;
+    if (!failed) {
+      // A pod that disappears after the gang started running breaks every collective.
+      if (s().phase != "Running") return false;
+      std::set<int> present;
+      for (const auto* p : current) present.insert(p->index);
+      for (int i = 0; i < job.nodes && !failed; ++i) {
+        if (present.count(i)) continue;
+        vanished.name = job.name + "-" + std::to_string(i);
+        vanished.index = i;
+        vanished.reason = "PodDeleted";
+        failed = &vanished;
+      }
+      if (!failed) return false;
+    }
+    std::string what = describe_failure(*failed);
+    if (!is_retryable(job.restart_policy, *failed)) {
+      std::string policy = job.restart_policy == RestartPolicy::Never ? "Never" : "ExitCode";
+      finish("Failed", job.restart_policy == RestartPolicy::Never ? "PodFailed" : "NonRetryableExitCode",
+             what + "; spec.runPolicy.restartPolicy=" + policy + " does not retry it");
+      clean_finished_pods();
+      return true;
+    }
+    if (s().restarts >= job.backoff_limit) {
+      finish("Failed", "BackoffLimitExceeded",
+             what + "; " + std::to_string(s().restarts) + " gang restart(s) reached spec.runPolicy.backoffLimit=" +
+                 std::to_string(job.backoff_limit));
+      clean_finished_pods();
+      return true;
+    }
+    for (const auto* p : current) delete_pod(p);
+    s().restarts += 1;
+    s().phase = "Restarting";
+    std::string msg = what + "; restarting the gang as attempt " + std::to_string(s().restarts) + " of " +
+                      std::to_string(job.backoff_limit);
+    condition("Restarting", "True", "GangRestart", msg, /*new_transition=*/true);  // backoff counts from now
+    condition("Running", "False", "GangRestart", msg);
+    event("Warning", "GangRestart", msg);
+    requeue(restart_delay(s().restarts, opt));
+    return true;
+  }
+
+  // True while the next attempt must wait (old pods still there, or the backoff).
+  bool waiting_to_restart() {
+    bool old_pods = !stale.empty();
+    for (const auto* p : stale) delete_pod(p);
+    if (old_pods) return true;  // their deletion events bring us back
+    if (s().phase != "Restarting") return false;
+    const Condition* c = s().condition("Restarting");
+    auto since = c ? parse_time(c->last_transition_time) : std::nullopt;
+    if (!since) return false;
+    auto ready_at = *since + restart_delay(s().restarts, opt);
+    if (in.now < ready_at) {
+      requeue(std::chrono::duration_cast<milliseconds>(ready_at - in.now));
+      return true;
+    }
+    return false;
+  }
+
+  bool handle_success() {
+    int succeeded = 0;
+    for (const auto* p : current) succeeded += p->phase == "Succeeded";
+    if (succeeded < job.nodes) return false;
+    finish("Succeeded", "AllNodesSucceeded", "all " + std::to_string(job.nodes) + " pods succeeded");
+    clean_finished_pods();
+    expire_after_ttl();
+    return true;
+  }
+
+  void create_missing() {
+    if (!in.service_exists) out.create_service = true;
+    if (job.gang) {
+      if (in.gang_support == GangSupport::Available) {
+        if (!in.podgroup_exists) out.create_podgroup = true;
+        condition("GangSchedulingUnavailable", "False", "PodGroupCRDInstalled", "PodGroup created");
+      } else {
+        condition("GangSchedulingUnavailable", "True", "PodGroupCRDMissing",
+                  "spec.scheduling.gang is true but the PodGroup CRD (scheduling.x-k8s.io/v1alpha1) is not "
+                  "installed; pods are scheduled one by one. Install scheduler-plugins' coscheduling, or set "
+                  "spec.scheduling.gang=false");
+      }
+    }
+    std::set<int> present;
+    for (const auto* p : current) present.insert(p->index);
+    for (int i = 0; i < job.nodes; ++i)
+      if (!present.count(i)) out.create_pods.push_back(i);
+    if (!out.create_pods.empty()) {
+      event("Normal", "CreatedPods",
+            "creating " + std::to_string(out.create_pods.size()) + " pod(s) for attempt " + std::to_string(s().restarts));
+      condition("Created", "True", "PodsCreated", "pods of attempt " + std::to_string(s().restarts) + " created");
+    }
+  }
+
+  void update_phase() {
+    int running = 0;
+    for (const auto* p : current) running += p->phase == "Running" && !p->deleting;
+    if (out.create_pods.empty() && running == job.nodes) {
+      if (s().phase != "Running") {
+        s().phase = "Running";
+        std::string msg = "all " + std::to_string(job.nodes) + " pods are running";
+        condition("Running", "True", "AllNodesRunning", msg);
+        condition("Restarting", "False", "AllNodesRunning", msg);
+        event("Normal", "Running", msg);
+      }
+    } else if (s().phase.empty() || s().phase == "Running") {
+      s().phase = "Pending";
+    }
+  }
+
+  void run() {
+    if (job.deleting) return;
+    s().observed_generation = job.generation;
+    if (job.status.finished()) {
+      clean_finished_pods();
+      expire_after_ttl();
+      return;
+    }
+    if (handle_suspend()) return;
+    if (s().start_time.empty()) s().start_time = now;
+    if (handle_deadline()) return;
+    if (handle_failure()) return;
+    if (waiting_to_restart()) return;
+    if (handle_success()) return;
+    create_missing();
+    update_phase();
+  }
+};
+
+}  // namespace
+
+std::chrono::milliseconds restart_delay(int restarts, const Options& options) {
+  auto d = options.restart_backoff;
+  for (int i = 1; i < restarts && d < options.restart_backoff_max; ++i) d *= 2;
+  return std::min(d, options.restart_backoff_max);
+}
+
+Decision decide(const Observed& observed, const Options& options) {
+  Pass pass(observed, options);
+  pass.run();
+  if (!observed.job.deleting) pass.count_nodes();
+  pass.out.status_changed = pass.out.status != observed.job.status;
+  return std::move(pass.out);
+}
+
+}  // namespace lockstep::reconcile

@@ -1,0 +1,63 @@
+// Reconcile decisions: what to create, delete and report for one TrainingJob, as a pure
+// function of what the caches show. The controller (controller/) carries them out.
+//
+// The story, in order (each step one helper in decide.cpp):
+//   finished?         apply cleanPodPolicy, then ttlSecondsAfterFinished; nothing else
+//   suspended?        remove every pod, phase Suspended (resume resets startTime, as Jobs do)
+//   deadline passed?  remove every pod, Failed/DeadlineExceeded
+//   stale pods        pods of an earlier attempt are deleted; the next attempt waits for them
+//   failures          a failed pod fails the job or restarts the gang (failure_policy.hpp)
+//   backoff           a restarting gang waits restart_backoff * 2^(restarts-1)
+//   success           every pod of the attempt Succeeded
+//   create            headless Service, PodGroup, missing pods of the current attempt
+//   status            phase, conditions, node counts; written only when changed
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "reconcile/job.hpp"
+
+namespace lockstep::reconcile {
+
+enum class GangSupport { Available, Unavailable };
+
+struct Options {
+  std::chrono::milliseconds restart_backoff{std::chrono::seconds(10)};
+  std::chrono::milliseconds restart_backoff_max{std::chrono::minutes(5)};
+};
+
+struct Observed {
+  JobView job;
+  std::vector<PodView> pods;      // every pod labelled with the job's name
+  bool service_exists = false;
+  bool podgroup_exists = false;
+  GangSupport gang_support = GangSupport::Available;
+  Time now;
+};
+
+struct Event {
+  std::string type;  // Normal or Warning
+  std::string reason, message;
+};
+
+struct Decision {
+  bool create_service = false;
+  bool create_podgroup = false;
+  std::vector<int> create_pods;           // node ranks, for attempt status.restarts
+  std::vector<std::string> delete_pods;   // pod names
+  bool delete_job = false;
+  JobStatus status;                       // the status the job should have
+  bool status_changed = false;
+  std::vector<Event> events;
+  std::optional<std::chrono::milliseconds> requeue_after;
+};
+
+Decision decide(const Observed& observed, const Options& options = {});
+
+// Restart backoff before attempt `restarts` (>= 1): base * 2^(restarts-1), capped.
+std::chrono::milliseconds restart_delay(int restarts, const Options& options);
+
+}  // namespace lockstep::reconcile

@@ -1,0 +1,169 @@
+#include "reconcile/job.hpp"
+
+#include "lockstep/contract.hpp"
+
+using json = nlohmann::json;
+
+namespace lockstep::reconcile {
+namespace {
+
+template <typename T>
+T get_or(const json& j, const char* key, T fallback) {
+  if (j.is_object() && j.contains(key) && !j[key].is_null()) {
+    try {
+      return j[key].get<T>();
+    } catch (const json::exception&) {
+    }
+  }
+  return fallback;
+}
+
+const json& child(const json& j, const char* key) {
+  static const json empty = json::object();
+  return j.is_object() && j.contains(key) && j[key].is_object() ? j[key] : empty;
+}
+
+int label_int(const json& labels, const char* key) {
+  std::string v = get_or<std::string>(labels, key, "");
+  if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 9) return -1;
+  return std::stoi(v);
+}
+
+}  // namespace
+
+const Condition* JobStatus::condition(const std::string& type) const {
+  for (const auto& c : conditions)
+    if (c.type == type) return &c;
+  return nullptr;
+}
+
+json JobStatus::to_json() const {
+  json s = json::object();
+  if (!phase.empty()) s["phase"] = phase;
+  json conds = json::array();
+  for (const auto& c : conditions) {
+    json cj = {{"type", c.type}, {"status", c.status}, {"lastTransitionTime", c.last_transition_time}};
+    if (!c.reason.empty()) cj["reason"] = c.reason;
+    if (!c.message.empty()) cj["message"] = c.message;
+    conds.push_back(cj);
+  }
+  s["conditions"] = conds;
+  s["nodes"] = {{"active", nodes.active}, {"ready", nodes.ready}, {"succeeded", nodes.succeeded}, {"failed", nodes.failed}};
+  s["restarts"] = restarts;
+  if (!start_time.empty()) s["startTime"] = start_time;
+  if (!completion_time.empty()) s["completionTime"] = completion_time;
+  s["observedGeneration"] = observed_generation;
+  return s;
+}
+
+JobStatus JobStatus::from_json(const json& s) {
+  JobStatus st;
+  st.phase = get_or<std::string>(s, "phase", "");
+  if (s.is_object() && s.contains("conditions") && s["conditions"].is_array()) {
+    for (const auto& c : s["conditions"]) {
+      st.conditions.push_back({get_or<std::string>(c, "type", ""), get_or<std::string>(c, "status", ""),
+                               get_or<std::string>(c, "reason", ""), get_or<std::string>(c, "message", ""),
+                               get_or<std::string>(c, "lastTransitionTime", "")});
+    }
+  }
+  const json& n = child(s, "nodes");
+  st.nodes = {get_or(n, "active", 0), get_or(n, "ready", 0), get_or(n, "succeeded", 0), get_or(n, "failed", 0)};
+  st.restarts = get_or(s, "restarts", 0);
+  st.start_time = get_or<std::string>(s, "startTime", "");
+  st.completion_time = get_or<std::string>(s, "completionTime", "");
+  st.observed_generation = get_or<long long>(s, "observedGeneration", 0);
+  return st;
+}
+
+JobView JobView::from_json(const json& obj) {
+  JobView j;
+  const json& md = child(obj, "metadata");
+  j.name = get_or<std::string>(md, "name", "");
+  j.ns = get_or<std::string>(md, "namespace", "");
+  j.uid = get_or<std::string>(md, "uid", "");
+  j.generation = get_or<long long>(md, "generation", 0);
+  j.deleting = md.contains("deletionTimestamp");
+  const json& spec = child(obj, "spec");
+  j.nodes = get_or(spec, "nodes", 1);
+  j.procs_per_node = get_or(spec, "procsPerNode", 1);
+  j.strategy = get_or<std::string>(spec, "strategy", "Auto");
+  j.master_port = get_or(spec, "masterPort", contract::kDefaultMasterPort);
+  j.metrics_port = get_or(child(spec, "metrics"), "port", contract::kDefaultMetricsPort);
+  const json& rp = child(spec, "runPolicy");
+  j.backoff_limit = get_or(rp, "backoffLimit", 3);
+  std::string restart = get_or<std::string>(rp, "restartPolicy", "OnFailure");
+  j.restart_policy = restart == "Never" ? RestartPolicy::Never
+                     : restart == "ExitCode" ? RestartPolicy::ExitCode : RestartPolicy::OnFailure;
+  if (rp.contains("activeDeadlineSeconds")) j.active_deadline_seconds = get_or<long long>(rp, "activeDeadlineSeconds", 0);
+  if (rp.contains("ttlSecondsAfterFinished")) j.ttl_seconds_after_finished = get_or<long long>(rp, "ttlSecondsAfterFinished", 0);
+  std::string clean = get_or<std::string>(rp, "cleanPodPolicy", "Running");
+  j.clean_pod_policy = clean == "All" ? CleanPodPolicy::All : clean == "None" ? CleanPodPolicy::None : CleanPodPolicy::Running;
+  j.suspend = get_or(rp, "suspend", false);
+  const json& sch = child(spec, "scheduling");
+  j.gang = get_or(sch, "gang", true);
+  j.scheduler_name = get_or<std::string>(sch, "schedulerName", "");
+  j.queue = get_or<std::string>(sch, "queue", "");
+  j.priority_class_name = get_or<std::string>(sch, "priorityClassName", "");
+  const json& ck = child(spec, "checkpoint");
+  j.checkpoint_path = get_or<std::string>(ck, "path", "");
+  j.checkpoint_every = get_or(ck, "everySteps", j.checkpoint_path.empty() ? 0 : 500);
+  const json& tr = child(spec, "trainer");
+  j.command = get_or(tr, "command", std::vector<std::string>{"lockstep-trainer"});
+  j.args = get_or(tr, "args", std::vector<std::string>{});
+  j.tmpl = child(spec, "template");
+  j.status = JobStatus::from_json(child(obj, "status"));
+  return j;
+}
+
+PodView PodView::from_json(const json& obj) {
+  PodView p;
+  const json& md = child(obj, "metadata");
+  p.name = get_or<std::string>(md, "name", "");
+  p.uid = get_or<std::string>(md, "uid", "");
+  p.deleting = md.contains("deletionTimestamp");
+  const json& labels = child(md, "labels");
+  p.index = label_int(labels, contract::kLabelNodeRank);
+  p.attempt = label_int(labels, contract::kLabelRestartAttempt);
+  const json& st = child(obj, "status");
+  p.phase = get_or<std::string>(st, "phase", "Pending");
+  p.reason = get_or<std::string>(st, "reason", "");
+  if (st.contains("conditions") && st["conditions"].is_array())
+    for (const auto& c : st["conditions"])
+      if (get_or<std::string>(c, "type", "") == "Ready") p.ready = get_or<std::string>(c, "status", "") == "True";
+  // The exit code of the agent container (named "trainer", else the first terminated one).
+  if (st.contains("containerStatuses") && st["containerStatuses"].is_array()) {
+    for (const auto& cs : st["containerStatuses"]) {
+      const json& term = child(child(cs, "state"), "terminated");
+      if (term.empty()) continue;
+      bool is_trainer = get_or<std::string>(cs, "name", "") == contract::kTrainerContainer;
+      if (p.exit_code < 0 || is_trainer) {
+        p.exit_code = get_or(term, "exitCode", -1);
+        std::string r = get_or<std::string>(term, "reason", "");
+        if (!r.empty()) p.reason = r;
+      }
+      if (is_trainer) break;
+    }
+  }
+  return p;
+}
+
+json trim_pod(json pod) {
+  if (pod.contains("metadata")) {
+    auto& md = pod["metadata"];
+    md.erase("managedFields");
+    md.erase("annotations");
+  }
+  if (pod.contains("spec")) {
+    json keep = json::object();
+    if (pod["spec"].contains("nodeName")) keep["nodeName"] = pod["spec"]["nodeName"];
+    pod["spec"] = keep;
+  }
+  if (pod.contains("status")) {
+    auto& st = pod["status"];
+    for (const char* k : {"initContainerStatuses", "ephemeralContainerStatuses", "podIPs", "hostIPs", "qosClass"})
+      st.erase(k);
+  }
+  return pod;
+}
+
+}  // namespace lockstep::reconcile

@@ -1,0 +1,92 @@
+// The operator's view of a TrainingJob and of its pods: plain structs parsed once from the
+// API objects, so the decisions in decide.hpp are pure functions of them.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "reconcile/time.hpp"
+
+namespace lockstep::reconcile {
+
+enum class RestartPolicy { OnFailure, ExitCode, Never };
+enum class CleanPodPolicy { Running, All, None };
+
+struct Condition {
+  std::string type, status, reason, message, last_transition_time;
+  bool operator==(const Condition& o) const {
+    return type == o.type && status == o.status && reason == o.reason && message == o.message &&
+           last_transition_time == o.last_transition_time;
+  }
+};
+
+struct NodeCounts {
+  int active = 0, ready = 0, succeeded = 0, failed = 0;
+  bool operator==(const NodeCounts& o) const {
+    return active == o.active && ready == o.ready && succeeded == o.succeeded && failed == o.failed;
+  }
+};
+
+struct JobStatus {
+  std::string phase;  // "" until the operator first writes it
+  std::vector<Condition> conditions;
+  NodeCounts nodes;
+  int restarts = 0;
+  std::string start_time, completion_time;
+  long long observed_generation = 0;
+
+  bool operator==(const JobStatus& o) const {
+    return phase == o.phase && conditions == o.conditions && nodes == o.nodes && restarts == o.restarts &&
+           start_time == o.start_time && completion_time == o.completion_time &&
+           observed_generation == o.observed_generation;
+  }
+  bool operator!=(const JobStatus& o) const { return !(*this == o); }
+  const Condition* condition(const std::string& type) const;
+  bool finished() const { return phase == "Succeeded" || phase == "Failed"; }
+  nlohmann::json to_json() const;
+  static JobStatus from_json(const nlohmann::json& status);
+};
+
+struct JobView {
+  std::string name, ns, uid;
+  long long generation = 0;
+  bool deleting = false;
+  // spec (defaults as in the CRD, for objects stored before a default existed)
+  int nodes = 1, procs_per_node = 1, master_port = 29500, metrics_port = 9400;
+  std::string strategy = "Auto";
+  int backoff_limit = 3;
+  RestartPolicy restart_policy = RestartPolicy::OnFailure;
+  std::optional<long long> active_deadline_seconds, ttl_seconds_after_finished;
+  CleanPodPolicy clean_pod_policy = CleanPodPolicy::Running;
+  bool suspend = false, gang = true;
+  std::string scheduler_name, queue, priority_class_name;
+  std::string checkpoint_path;
+  int checkpoint_every = 0;
+  std::vector<std::string> command{"lockstep-trainer"}, args;
+  nlohmann::json tmpl;  // spec.template
+  JobStatus status;
+
+  static JobView from_json(const nlohmann::json& obj);
+};
+
+struct PodView {
+  std::string name, uid;
+  int index = -1;      // node rank, from the label
+  int attempt = -1;    // restart attempt, from the label
+  std::string phase;   // Pending, Running, Succeeded, Failed, Unknown
+  bool ready = false;
+  bool deleting = false;
+  int exit_code = -1;  // of the agent container once terminated; -1 if unknown
+  std::string reason;  // pod or container termination reason (OOMKilled, Evicted, ...)
+
+  bool finished() const { return phase == "Succeeded" || phase == "Failed"; }
+  static PodView from_json(const nlohmann::json& obj);
+};
+
+// Drops what the operator never reads from a pod, so 800 cached pods stay small.
+nlohmann::json trim_pod(nlohmann::json pod);
+
+}  // namespace lockstep::reconcile

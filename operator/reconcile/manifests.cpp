@@ -1,0 +1,146 @@
+#include "reconcile/manifests.hpp"
+
+#include "lockstep/contract.hpp"
+
+using json = nlohmann::json;
+namespace c = lockstep::contract;
+
+namespace lockstep::reconcile {
+namespace {
+
+json job_labels(const JobView& job) { return {{c::kLabelJobName, job.name}}; }
+
+void set_env(json& env, const std::string& name, const std::string& value) {
+  for (auto& e : env)
+    if (e.value("name", "") == name) { e = {{"name", name}, {"value", value}}; return; }
+  env.push_back({{"name", name}, {"value", value}});
+}
+
+}  // namespace
+
+std::string pod_name(const JobView& job, int index) { return job.name + "-" + std::to_string(index); }
+
+std::string master_addr(const JobView& job) {
+  return pod_name(job, 0) + "." + job.name + "." + job.ns + ".svc";
+}
+
+json owner_reference(const JobView& job) {
+  return {{"apiVersion", "lockstep.dev/v1alpha1"}, {"kind", "TrainingJob"}, {"name", job.name},
+          {"uid", job.uid}, {"controller", true}, {"blockOwnerDeletion", true}};
+}
+
+json pod_manifest(const JobView& job, int index, int attempt) {
+  json tmpl = job.tmpl.is_object() ? job.tmpl : json::object();
+  json md = tmpl.value("metadata", json::object());
+  json spec = tmpl.value("spec", json::object());
+
+  json labels = md.value("labels", json::object());
+  labels[c::kLabelJobName] = job.name;
+  labels[c::kLabelNodeRank] = std::to_string(index);
+  labels[c::kLabelRestartAttempt] = std::to_string(attempt);
+  if (job.gang) labels[c::kLabelPodGroup] = job.name;
+  if (!job.queue.empty()) labels[c::kLabelKueueQueue] = job.queue;
+  json meta = {{"name", pod_name(job, index)}, {"namespace", job.ns}, {"labels", labels},
+               {"ownerReferences", json::array({owner_reference(job)})}};
+  if (md.contains("annotations")) meta["annotations"] = md["annotations"];
+
+  spec["hostname"] = pod_name(job, index);
+  spec["subdomain"] = job.name;
+  spec["restartPolicy"] = "Never";
+  if (!job.scheduler_name.empty()) spec["schedulerName"] = job.scheduler_name;
+  if (!job.priority_class_name.empty()) spec["priorityClassName"] = job.priority_class_name;
+
+  json& containers = spec["containers"];
+  if (!containers.is_array() || containers.empty())
+    containers = json::array({{{"name", c::kTrainerContainer}, {"image", "lockstep/trainer:latest"}}});
+  size_t agent = 0;
+  for (size_t i = 0; i < containers.size(); ++i)
+    if (containers[i].value("name", "") == c::kTrainerContainer) { agent = i; break; }
+  json& ctr = containers[agent];
+
+  // The agent launches the trainer command nproc times: lockstep-agent -- COMMAND ARGS...
+  json cmd = json::array({"lockstep-agent", "--"});
+  for (const auto& a : job.command) cmd.push_back(a);
+  for (const auto& a : job.args) cmd.push_back(a);
+  ctr["command"] = cmd;
+  ctr.erase("args");
+
+  json env = ctr.value("env", json::array());
+  const std::string n = std::to_string(job.nodes), rank = std::to_string(index),
+                    nproc = std::to_string(job.procs_per_node), addr = master_addr(job),
+                    port = std::to_string(job.master_port);
+  set_env(env, c::kJobName, job.name);
+  set_env(env, c::kJobNamespace, job.ns);
+  set_env(env, c::kJobUid, job.uid);
+  set_env(env, c::kNnodes, n);
+  set_env(env, c::kNodeRank, rank);
+  set_env(env, c::kNprocPerNode, nproc);
+  set_env(env, c::kMasterAddr, addr);
+  set_env(env, c::kMasterPort, port);
+  set_env(env, c::kRestartAttempt, std::to_string(attempt));
+  set_env(env, c::kStrategy, job.strategy);
+  set_env(env, c::kMetricsPort, std::to_string(job.metrics_port));
+  if (!job.checkpoint_path.empty()) {
+    set_env(env, c::kCheckpointPath, job.checkpoint_path);
+    set_env(env, c::kCheckpointEvery, std::to_string(job.checkpoint_every));
+  }
+  set_env(env, c::kPetNnodes, n);
+  set_env(env, c::kPetNodeRank, rank);
+  set_env(env, c::kPetNprocPerNode, nproc);
+  set_env(env, c::kPetMasterAddr, addr);
+  set_env(env, c::kPetMasterPort, port);
+  ctr["env"] = env;
+
+  json ports = ctr.value("ports", json::array());
+  bool has_metrics = false;
+  for (const auto& p : ports) has_metrics |= p.value("containerPort", 0) == job.metrics_port;
+  if (!has_metrics) ports.push_back({{"name", "metrics"}, {"containerPort", job.metrics_port}, {"protocol", "TCP"}});
+  ctr["ports"] = ports;
+
+  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", spec}};
+}
+
+json service_manifest(const JobView& job) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Service"},
+          {"metadata",
+           {{"name", job.name}, {"namespace", job.ns}, {"labels", job_labels(job)},
+            {"ownerReferences", json::array({owner_reference(job)})}}},
+          {"spec",
+           {{"clusterIP", "None"},
+            {"selector", job_labels(job)},
+            {"publishNotReadyAddresses", true},
+            {"ports", json::array({{{"name", "rendezvous"}, {"port", job.master_port}, {"protocol", "TCP"}},
+                                   {{"name", "metrics"}, {"port", job.metrics_port}, {"protocol", "TCP"}}})}}}};
+}
+
+json podgroup_manifest(const JobView& job) {
+  json spec = {{"minMember", job.nodes}};
+  return {{"apiVersion", "scheduling.x-k8s.io/v1alpha1"},
+          {"kind", "PodGroup"},
+          {"metadata",
+           {{"name", job.name}, {"namespace", job.ns}, {"labels", job_labels(job)},
+            {"ownerReferences", json::array({owner_reference(job)})}}},
+          {"spec", spec}};
+}
+
+json event_manifest(const JobView& job, const std::string& type, const std::string& reason,
+                    const std::string& message, const std::string& now, const std::string& component) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Event"},
+          {"metadata", {{"generateName", job.name + "."}, {"namespace", job.ns}}},
+          {"involvedObject",
+           {{"apiVersion", "lockstep.dev/v1alpha1"}, {"kind", "TrainingJob"}, {"name", job.name},
+            {"namespace", job.ns}, {"uid", job.uid}}},
+          {"type", type},
+          {"reason", reason},
+          {"message", message.substr(0, 1024)},
+          {"firstTimestamp", now},
+          {"lastTimestamp", now},
+          {"count", 1},
+          {"source", {{"component", component}}},
+          {"reportingComponent", component},
+          {"reportingInstance", component}};
+}
+
+}  // namespace lockstep::reconcile

@@ -1,0 +1,526 @@
+// lockstep-operator against a real kube-apiserver. The tests play the kubelet: they patch
+// pod status (phase, readiness, exit codes) and watch what the operator does about it.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "kube/client.hpp"
+#include "kube/resource.hpp"
+#include "kube_test_support.hpp"
+#include "lockstep/contract.hpp"
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+using lockstep::kube::Client;
+using lockstep::kube::RestConfig;
+namespace res = lockstep::kube::resources;
+using lockstep::test::control_plane;
+using lockstep::test::create_namespace;
+using lockstep::test::kubectl;
+using lockstep::test::source_path;
+
+namespace {
+
+std::string operator_bin() {
+  const char* v = std::getenv("LOCKSTEP_OPERATOR_BIN");
+  return v ? v : "lockstep-operator";
+}
+
+bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 20s) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return pred();
+}
+
+// A lockstep-operator process with its log in a file.
+class OperatorProcess {
+ public:
+  OperatorProcess(const std::string& kubeconfig, std::vector<std::string> extra = {}) {
+    static int n = 0;
+    log_ = ::testing::TempDir() + "/operator-" + std::to_string(::getpid()) + "-" + std::to_string(++n) + ".log";
+    port_ = lockstep::free_loopback_port();
+    lockstep::SpawnOptions so;
+    so.argv = {operator_bin(), "--kubeconfig", kubeconfig, "--restart-backoff=1s", "--restart-backoff-max=2s",
+               "--http-address=127.0.0.1", "--http-port=" + std::to_string(port_), "--log-level=debug"};
+    so.argv.insert(so.argv.end(), extra.begin(), extra.end());
+    so.output_path = log_;
+    proc_ = lockstep::Process::spawn(so);
+  }
+  ~OperatorProcess() { proc_.terminate(10s); }
+  bool wait_log(const std::string& needle, std::chrono::milliseconds timeout = 30s) {
+    return eventually([&] { return log().find(needle) != std::string::npos; }, timeout);
+  }
+  std::string log() const {
+    std::ifstream in(log_);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  std::string http(const std::string& path) const {
+    auto r = lockstep::run_capture({"curl", "-s", "-o", "-", "-w", "\n%{http_code}",
+                                    "http://127.0.0.1:" + std::to_string(port_) + path}, {}, 10s);
+    return r.output;
+  }
+  lockstep::Process& process() { return proc_; }
+  const std::string& identity_hint() const { return log_; }
+
+ private:
+  std::string log_;
+  int port_;
+  lockstep::Process proc_;
+};
+
+class OperatorTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!control_plane()) return;
+    for (const char* f : {"crds/lockstep.dev_trainingjobs.yaml", "tests/crds/podgroup.yaml"}) {
+      auto r = kubectl({"apply", "-f", source_path(f)});
+      ASSERT_TRUE(r.status.success()) << r.output;
+    }
+    auto w = kubectl({"wait", "--for=condition=Established", "crd/trainingjobs.lockstep.dev",
+                      "crd/podgroups.scheduling.x-k8s.io", "--timeout=60s"});
+    ASSERT_TRUE(w.status.success()) << w.output;
+    client_ = new Client(RestConfig::from_kubeconfig(control_plane()->kubeconfig()));
+    operator_ = new OperatorProcess(control_plane()->kubeconfig());
+    ASSERT_TRUE(operator_->wait_log("caches synced")) << operator_->log();
+  }
+  static void TearDownTestSuite() {
+    delete operator_;
+    operator_ = nullptr;
+    delete client_;
+    client_ = nullptr;
+  }
+  void SetUp() override {
+    LOCKSTEP_REQUIRE_CONTROL_PLANE();
+    ASSERT_NE(client_, nullptr);
+    ns_ = create_namespace("op");
+  }
+
+  // A TrainingJob with `nodes` pods; `spec_extra` is YAML appended under spec (2-space indent).
+  void create_job(const std::string& name, int nodes, const std::string& spec_extra = "") {
+    std::string yaml = "apiVersion: lockstep.dev/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: " + name +
+                       "\nspec:\n  nodes: " + std::to_string(nodes) +
+                       "\n  procsPerNode: 2\n  strategy: DDP\n  template:\n    spec:\n      containers:\n"
+                       "      - {name: trainer, image: lockstep/trainer:test}\n"
+                       "  trainer: {args: [--model=tiny, --steps=10]}\n" + spec_extra;
+    auto r = kubectl({"apply", "-n", ns_, "-f", "-"}, yaml);
+    ASSERT_TRUE(r.status.success()) << r.output;
+  }
+  json job(const std::string& name) {
+    auto r = client_->get(res::kTrainingJobs.path(ns_, name));
+    return r.ok() ? r.body : json();
+  }
+  std::string phase(const std::string& name) {
+    json j = job(name);
+    return j.is_object() && j.contains("status") ? j["status"].value("phase", "") : "";
+  }
+  std::vector<json> pods(const std::string& job_name, int attempt = -1) {
+    std::string sel = std::string(lockstep::contract::kLabelJobName) + "=" + job_name;
+    if (attempt >= 0) sel += std::string(",") + lockstep::contract::kLabelRestartAttempt + "=" + std::to_string(attempt);
+    auto r = client_->get(res::kPods.path(ns_) + "?labelSelector=" + lockstep::kube::url_encode(sel));
+    std::vector<json> out;
+    if (r.ok())
+      for (auto& p : r.body["items"])
+        if (!p["metadata"].contains("deletionTimestamp")) out.push_back(p);
+    return out;
+  }
+  bool wait_pods(const std::string& job_name, int n, int attempt = -1) {
+    return eventually([&] { return static_cast<int>(pods(job_name, attempt).size()) == n; });
+  }
+  bool wait_phase(const std::string& job_name, const std::string& want, std::chrono::milliseconds t = 20s) {
+    return eventually([&] { return phase(job_name) == want; }, t);
+  }
+  // The kubelet's part: report a pod's phase, readiness and container exit code.
+  void set_pod(const std::string& pod, const std::string& phase, int exit_code = -1, const std::string& reason = "") {
+    json status = {{"phase", phase},
+                   {"conditions", json::array({{{"type", "Ready"}, {"status", phase == "Running" ? "True" : "False"}}})}};
+    if (exit_code >= 0) {
+      json term = {{"exitCode", exit_code}};
+      if (!reason.empty()) term["reason"] = reason;
+      status["containerStatuses"] = json::array({{{"name", "trainer"}, {"ready", false}, {"restartCount", 0},
+                                                  {"image", "lockstep/trainer:test"}, {"imageID", ""},
+                                                  {"state", {{"terminated", term}}}}});
+    }
+    auto r = client_->patch(res::kPods.path(ns_, pod, "status"), {{"status", status}});
+    ASSERT_TRUE(r.ok()) << pod << ": " << r.message();
+  }
+  void run_all(const std::string& job_name, int nodes) {
+    for (int i = 0; i < nodes; ++i) set_pod(job_name + "-" + std::to_string(i), "Running");
+  }
+  const json* condition(const json& j, const std::string& type) {
+    for (const auto& c : j["status"]["conditions"])
+      if (c["type"] == type) return &c;
+    return nullptr;
+  }
+  std::map<std::string, std::string> env_of(const json& pod) {
+    std::map<std::string, std::string> env;
+    for (const auto& e : pod["spec"]["containers"][0]["env"]) env[e["name"]] = e.value("value", "");
+    return env;
+  }
+
+  static Client* client_;
+  static OperatorProcess* operator_;
+  std::string ns_;
+};
+
+Client* OperatorTest::client_ = nullptr;
+OperatorProcess* OperatorTest::operator_ = nullptr;
+
+}  // namespace
+
+TEST_F(OperatorTest, CreatesServicePodGroupAndPodsWithTheExactEnvironment) {
+  kubectl({"create", "priorityclass", "high", "--value=1000"});  // the Priority admission plugin checks it exists
+  create_job("envjob", 3, "  masterPort: 29600\n  metrics: {port: 9500}\n  checkpoint: {path: /ckpt, everySteps: 7}\n"
+                          "  scheduling: {queue: team-a, priorityClassName: high, schedulerName: coscheduler}\n");
+  ASSERT_TRUE(wait_pods("envjob", 3));
+  json j = job("envjob");
+  std::string uid = j["metadata"]["uid"];
+
+  auto svc = client_->get(res::kServices.path(ns_, "envjob"));
+  ASSERT_TRUE(svc.ok()) << svc.message();
+  EXPECT_EQ(svc.body["spec"]["clusterIP"], "None");
+  EXPECT_EQ(svc.body["spec"]["publishNotReadyAddresses"], true);
+  EXPECT_EQ(svc.body["spec"]["selector"][lockstep::contract::kLabelJobName], "envjob");
+  auto pg = client_->get(res::kPodGroups.path(ns_, "envjob"));
+  ASSERT_TRUE(pg.ok()) << pg.message();
+  EXPECT_EQ(pg.body["spec"]["minMember"], 3);
+
+  std::set<std::string> names;
+  for (const auto& pod : pods("envjob")) {
+    std::string name = pod["metadata"]["name"];
+    names.insert(name);
+    int rank = std::stoi(name.substr(name.rfind('-') + 1));
+    SCOPED_TRACE(name);
+    const auto& spec = pod["spec"];
+    EXPECT_EQ(spec["hostname"], name);
+    EXPECT_EQ(spec["subdomain"], "envjob");
+    EXPECT_EQ(spec["restartPolicy"], "Never");
+    EXPECT_EQ(spec["schedulerName"], "coscheduler");
+    EXPECT_EQ(spec["priorityClassName"], "high");
+    const auto& labels = pod["metadata"]["labels"];
+    EXPECT_EQ(labels["lockstep.dev/job-name"], "envjob");
+    EXPECT_EQ(labels["lockstep.dev/node-rank"], std::to_string(rank));
+    EXPECT_EQ(labels["lockstep.dev/restart-attempt"], "0");
+    EXPECT_EQ(labels["kueue.x-k8s.io/queue-name"], "team-a");
+    EXPECT_EQ(labels["scheduling.x-k8s.io/pod-group"], "envjob");
+    const auto& owner = pod["metadata"]["ownerReferences"][0];
+    EXPECT_EQ(owner["kind"], "TrainingJob");
+    EXPECT_EQ(owner["uid"], uid);
+    EXPECT_EQ(owner["controller"], true);
+    EXPECT_EQ(owner["blockOwnerDeletion"], true);
+    EXPECT_EQ(spec["containers"][0]["command"],
+              json({"lockstep-agent", "--", "lockstep-trainer", "--model=tiny", "--steps=10"}));
+    std::string master = "envjob-0.envjob." + ns_ + ".svc";
+    std::map<std::string, std::string> want = {
+        {"LOCKSTEP_JOB_NAME", "envjob"}, {"LOCKSTEP_JOB_NAMESPACE", ns_}, {"LOCKSTEP_JOB_UID", uid},
+        {"LOCKSTEP_NNODES", "3"}, {"LOCKSTEP_NODE_RANK", std::to_string(rank)}, {"LOCKSTEP_NPROC_PER_NODE", "2"},
+        {"LOCKSTEP_MASTER_ADDR", master}, {"LOCKSTEP_MASTER_PORT", "29600"}, {"LOCKSTEP_RESTART_ATTEMPT", "0"},
+        {"LOCKSTEP_STRATEGY", "DDP"}, {"LOCKSTEP_METRICS_PORT", "9500"}, {"LOCKSTEP_CHECKPOINT_PATH", "/ckpt"},
+        {"LOCKSTEP_CHECKPOINT_EVERY", "7"}, {"PET_NNODES", "3"}, {"PET_NODE_RANK", std::to_string(rank)},
+        {"PET_NPROC_PER_NODE", "2"}, {"PET_MASTER_ADDR", master}, {"PET_MASTER_PORT", "29600"}};
+    EXPECT_EQ(env_of(pod), want);
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"envjob-0", "envjob-1", "envjob-2"}));
+  EXPECT_TRUE(wait_phase("envjob", "Pending"));
+}
+
+TEST_F(OperatorTest, AllPodsRunningThenSucceededGivesSucceeded) {
+  create_job("okjob", 2);
+  ASSERT_TRUE(wait_pods("okjob", 2));
+  run_all("okjob", 2);
+  ASSERT_TRUE(wait_phase("okjob", "Running"));
+  json j = job("okjob");
+  EXPECT_EQ(j["status"]["nodes"]["ready"], 2);
+  EXPECT_EQ(j["status"]["nodes"]["active"], 2);
+  EXPECT_TRUE(j["status"].contains("startTime"));
+  ASSERT_NE(condition(j, "Running"), nullptr);
+  EXPECT_EQ((*condition(j, "Running"))["status"], "True");
+
+  // Steady state: nothing changed, so the operator writes nothing.
+  std::string rv = j["metadata"]["resourceVersion"];
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(job("okjob")["metadata"]["resourceVersion"], rv) << "status rewritten with no change";
+
+  set_pod("okjob-0", "Succeeded", 0);
+  set_pod("okjob-1", "Succeeded", 0);
+  ASSERT_TRUE(wait_phase("okjob", "Succeeded"));
+  j = job("okjob");
+  EXPECT_TRUE(j["status"].contains("completionTime"));
+  EXPECT_EQ(j["status"]["nodes"]["succeeded"], 2);
+  EXPECT_EQ((*condition(j, "Succeeded"))["reason"], "AllNodesSucceeded");
+  // cleanPodPolicy Running: finished pods stay for their logs.
+  EXPECT_EQ(pods("okjob").size(), 2u);
+  // An event for each transition.
+  auto ev = kubectl({"get", "events", "-n", ns_, "--field-selector", "involvedObject.name=okjob", "-o",
+                     "jsonpath={.items[*].reason}"});
+  EXPECT_NE(ev.output.find("Running"), std::string::npos) << ev.output;
+  EXPECT_NE(ev.output.find("AllNodesSucceeded"), std::string::npos) << ev.output;
+}
+
+TEST_F(OperatorTest, ExitCode137RestartsTheWholeGang) {
+  create_job("oom", 3);
+  ASSERT_TRUE(wait_pods("oom", 3, 0));
+  std::set<std::string> old_uids;
+  for (const auto& p : pods("oom")) old_uids.insert(p["metadata"]["uid"]);
+  run_all("oom", 3);
+  ASSERT_TRUE(wait_phase("oom", "Running"));
+  set_pod("oom-1", "Failed", 137, "OOMKilled");
+  ASSERT_TRUE(eventually([&] { return job("oom")["status"].value("restarts", 0) == 1; }));
+  ASSERT_TRUE(wait_pods("oom", 3, 1)) << "no second attempt";
+  EXPECT_TRUE(pods("oom", 0).empty()) << "pods of attempt 0 left behind";
+  for (const auto& p : pods("oom", 1)) {
+    EXPECT_EQ(env_of(p)["LOCKSTEP_RESTART_ATTEMPT"], "1");
+    EXPECT_FALSE(old_uids.count(p["metadata"]["uid"])) << "pod not recreated";
+  }
+  json j = job("oom");
+  EXPECT_EQ(j["status"]["restarts"], 1);
+  EXPECT_EQ(j["status"]["phase"], "Restarting");
+  auto* c = condition(j, "Restarting");
+  ASSERT_NE(c, nullptr);
+  EXPECT_NE((*c)["message"].get<std::string>().find("exit code 137"), std::string::npos) << *c;
+  run_all("oom", 3);
+  EXPECT_TRUE(wait_phase("oom", "Running"));
+}
+
+TEST_F(OperatorTest, BackoffLimitExhaustedGivesFailed) {
+  create_job("flaky", 2, "  runPolicy: {backoffLimit: 1}\n");
+  ASSERT_TRUE(wait_pods("flaky", 2, 0));
+  set_pod("flaky-0", "Failed", 137);
+  ASSERT_TRUE(wait_pods("flaky", 2, 1));
+  set_pod("flaky-1", "Running");
+  set_pod("flaky-0", "Failed", 139);
+  ASSERT_TRUE(wait_phase("flaky", "Failed"));
+  json j = job("flaky");
+  EXPECT_EQ(j["status"]["restarts"], 1);
+  auto* c = condition(j, "Failed");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ((*c)["reason"], "BackoffLimitExceeded");
+  EXPECT_TRUE(j["status"].contains("completionTime"));
+  // cleanPodPolicy Running removes the pod that was still running.
+  EXPECT_TRUE(eventually([&] {
+    for (const auto& p : pods("flaky"))
+      if (p["status"].value("phase", "") == "Running") return false;
+    return true;
+  }));
+}
+
+TEST_F(OperatorTest, ExitCodePolicyFailsAtOnceOnAProgramError) {
+  create_job("bug", 2, "  runPolicy: {restartPolicy: ExitCode, backoffLimit: 5}\n");
+  ASSERT_TRUE(wait_pods("bug", 2));
+  run_all("bug", 2);
+  set_pod("bug-1", "Failed", 1);
+  ASSERT_TRUE(wait_phase("bug", "Failed"));
+  json j = job("bug");
+  EXPECT_EQ(j["status"]["restarts"], 0);
+  EXPECT_EQ((*condition(j, "Failed"))["reason"], "NonRetryableExitCode");
+}
+
+TEST_F(OperatorTest, ExitCodePolicyRetriesTheAgentsStallCode) {
+  create_job("stall", 2, "  runPolicy: {restartPolicy: ExitCode, backoffLimit: 5}\n");
+  ASSERT_TRUE(wait_pods("stall", 2));
+  run_all("stall", 2);
+  set_pod("stall-0", "Failed", lockstep::contract::kExitStall);
+  ASSERT_TRUE(eventually([&] { return job("stall")["status"].value("restarts", 0) == 1; }));
+  EXPECT_TRUE(wait_pods("stall", 2, 1));
+}
+
+TEST_F(OperatorTest, SuspendRemovesPodsAndResumeRecreatesThem) {
+  create_job("susp", 2);
+  ASSERT_TRUE(wait_pods("susp", 2));
+  auto r = client_->patch(res::kTrainingJobs.path(ns_, "susp"), {{"spec", {{"runPolicy", {{"suspend", true}}}}}});
+  ASSERT_TRUE(r.ok()) << r.message();
+  ASSERT_TRUE(wait_phase("susp", "Suspended"));
+  ASSERT_TRUE(wait_pods("susp", 0));
+  EXPECT_EQ((*condition(job("susp"), "Suspended"))["status"], "True");
+  r = client_->patch(res::kTrainingJobs.path(ns_, "susp"), {{"spec", {{"runPolicy", {{"suspend", false}}}}}});
+  ASSERT_TRUE(r.ok()) << r.message();
+  ASSERT_TRUE(wait_pods("susp", 2));
+  EXPECT_TRUE(wait_phase("susp", "Pending"));
+  EXPECT_EQ((*condition(job("susp"), "Suspended"))["status"], "False");
+}
+
+TEST_F(OperatorTest, ActiveDeadlineFailsTheJob) {
+  create_job("late", 2, "  runPolicy: {activeDeadlineSeconds: 2}\n");
+  ASSERT_TRUE(wait_pods("late", 2));
+  run_all("late", 2);
+  ASSERT_TRUE(wait_phase("late", "Failed", 15s));
+  EXPECT_EQ((*condition(job("late"), "Failed"))["reason"], "DeadlineExceeded");
+  EXPECT_TRUE(wait_pods("late", 0));
+}
+
+TEST_F(OperatorTest, TtlDeletesTheFinishedJob) {
+  create_job("ttl", 1, "  runPolicy: {ttlSecondsAfterFinished: 1}\n");
+  ASSERT_TRUE(wait_pods("ttl", 1));
+  set_pod("ttl-0", "Succeeded", 0);
+  ASSERT_TRUE(wait_phase("ttl", "Succeeded"));
+  EXPECT_TRUE(eventually([&] { return client_->get(res::kTrainingJobs.path(ns_, "ttl")).not_found(); }, 15s));
+}
+
+TEST_F(OperatorTest, DeletingTheJobRemovesEverythingItOwns) {
+  create_job("gone", 2);
+  ASSERT_TRUE(wait_pods("gone", 2));
+  ASSERT_TRUE(eventually([&] { return client_->get(res::kPodGroups.path(ns_, "gone")).ok(); }));
+  auto r = client_->remove(res::kTrainingJobs.path(ns_, "gone"));
+  ASSERT_TRUE(r.ok()) << r.message();
+  EXPECT_TRUE(wait_pods("gone", 0));
+  EXPECT_TRUE(eventually([&] { return client_->get(res::kServices.path(ns_, "gone")).not_found(); }));
+  EXPECT_TRUE(eventually([&] { return client_->get(res::kPodGroups.path(ns_, "gone")).not_found(); }));
+}
+
+TEST_F(OperatorTest, AFailedPodCreationIsReportedAsAnEvent) {
+  create_job("nopc", 1, "  scheduling: {priorityClassName: does-not-exist}\n");
+  EXPECT_TRUE(eventually([&] {
+    auto ev = kubectl({"get", "events", "-n", ns_, "--field-selector", "involvedObject.name=nopc,reason=FailedCreatePod",
+                       "-o", "jsonpath={.items[*].message}"});
+    return ev.output.find("does-not-exist") != std::string::npos;
+  })) << "no FailedCreatePod event naming the missing PriorityClass";
+  EXPECT_TRUE(pods("nopc").empty());
+}
+
+TEST_F(OperatorTest, ServesHealthReadinessAndMetrics) {
+  EXPECT_NE(operator_->http("/healthz").find("ok\n200"), std::string::npos);
+  EXPECT_NE(operator_->http("/readyz").find("ok\n200"), std::string::npos);
+  std::string m = operator_->http("/metrics");
+  for (const char* series : {"lockstep_operator_reconcile_duration_seconds_bucket", "lockstep_operator_reconcile_errors_total",
+                             "lockstep_operator_workqueue_depth", "lockstep_operator_api_requests_total{code=\"201\",verb=\"POST\"}",
+                             "lockstep_operator_trainingjobs{phase=\"Running\"}", "lockstep_operator_pods_created_total",
+                             "lockstep_operator_gang_restarts_total", "lockstep_operator_leader 1"})
+    EXPECT_NE(m.find(series), std::string::npos) << series << " missing from:\n" << m.substr(0, 3000);
+}
+
+TEST_F(OperatorTest, OperatorRestartedMidJobCreatesNoDuplicates) {
+  // A second operator in its own namespace, SIGKILLed as soon as it has created some pods.
+  std::string lease_ns = ns_;
+  auto start = [&] {
+    return std::make_unique<OperatorProcess>(control_plane()->kubeconfig(),
+                                             std::vector<std::string>{"--namespace", ns_, "--leader-election-namespace",
+                                                                      lease_ns, "--leader-elect=false"});
+  };
+  // The suite's operator watches every namespace; pause it so only the one we kill acts.
+  operator_->process().signal(SIGSTOP);
+  auto op = start();
+  ASSERT_TRUE(op->wait_log("caches synced")) << op->log();
+  create_job("dup", 8);
+  ASSERT_TRUE(eventually([&] { return !pods("dup").empty(); }));
+  op->process().signal(SIGKILL);
+  op->process().wait();
+  std::map<std::string, std::string> before;
+  for (const auto& p : pods("dup")) before[p["metadata"]["name"]] = p["metadata"]["uid"];
+  auto op2 = start();
+  ASSERT_TRUE(wait_pods("dup", 8)) << op2->log();
+  std::this_thread::sleep_for(1s);
+  auto after = pods("dup");
+  EXPECT_EQ(after.size(), 8u);
+  std::set<std::string> names;
+  for (const auto& p : after) {
+    names.insert(p["metadata"]["name"]);
+    auto it = before.find(p["metadata"]["name"]);
+    if (it != before.end()) EXPECT_EQ(it->second, p["metadata"]["uid"]) << "pod recreated after the restart";
+  }
+  EXPECT_EQ(names.size(), 8u);
+  EXPECT_EQ(op2->log().find("already exists"), std::string::npos) << op2->log();
+  op2.reset();
+  operator_->process().signal(SIGCONT);
+}
+
+TEST_F(OperatorTest, SurvivesAnApiserverRestartMidWatch) {
+  // The suite's operator keeps the default lease (15 s, renew deadline 10 s), which
+  // outlasts an apiserver restart as it would in a cluster.
+  create_job("before", 1);
+  ASSERT_TRUE(wait_pods("before", 1));
+  control_plane()->restart_apiserver();
+  // The watches reconnect: a job created after the restart is acted on, and pod updates of
+  // the earlier job are still seen.
+  create_job("after", 2);
+  EXPECT_TRUE(wait_pods("after", 2, 0)) << operator_->log().substr(0, 4000);
+  set_pod("before-0", "Succeeded", 0);
+  EXPECT_TRUE(wait_phase("before", "Succeeded"));
+}
+
+// Short leases, so a takeover happens within the test's time.
+const std::vector<std::string> kFastLease = {"--lease-duration=3s", "--renew-deadline=2s", "--retry-period=250ms"};
+
+TEST_F(OperatorTest, TwoOperatorsLeaveExactlyOneLeader) {
+  std::vector<std::string> args = {"--namespace", ns_, "--leader-election-namespace", ns_};
+  args.insert(args.end(), kFastLease.begin(), kFastLease.end());
+  operator_->process().signal(SIGSTOP);  // this test is about the two below
+  auto a = std::make_unique<OperatorProcess>(control_plane()->kubeconfig(), args);
+  auto b = std::make_unique<OperatorProcess>(control_plane()->kubeconfig(), args);
+  auto leaders = [&] {
+    return static_cast<int>(a->log().find("became leader") != std::string::npos) +
+           static_cast<int>(b->log().find("became leader") != std::string::npos);
+  };
+  ASSERT_TRUE(eventually([&] { return leaders() == 1; })) << a->log() << b->log();
+  std::this_thread::sleep_for(4s);  // longer than the lease: the standby must still be waiting
+  EXPECT_EQ(leaders(), 1);
+  OperatorProcess* leader = a->log().find("became leader") != std::string::npos ? a.get() : b.get();
+  OperatorProcess* standby = leader == a.get() ? b.get() : a.get();
+  EXPECT_NE(leader->http("/metrics").find("lockstep_operator_leader 1"), std::string::npos);
+  EXPECT_NE(standby->http("/metrics").find("lockstep_operator_leader 0"), std::string::npos);
+  auto lease = client_->get(res::kLeases.path(ns_, "lockstep-operator"));
+  ASSERT_TRUE(lease.ok()) << lease.message();
+  // The leader dies without releasing the lease; the standby takes over after it expires.
+  leader->process().signal(SIGKILL);
+  leader->process().wait();
+  ASSERT_TRUE(standby->wait_log("became leader", 15s)) << standby->log();
+  create_job("ha", 1);
+  EXPECT_TRUE(wait_pods("ha", 1)) << standby->log();
+  a.reset();
+  b.reset();
+  operator_->process().signal(SIGCONT);
+}
+
+TEST_F(OperatorTest, GracefulShutdownReleasesTheLease) {
+  std::vector<std::string> args = {"--namespace", ns_, "--leader-election-namespace", ns_};
+  args.insert(args.end(), kFastLease.begin(), kFastLease.end());
+  auto a = std::make_unique<OperatorProcess>(control_plane()->kubeconfig(), args);
+  ASSERT_TRUE(a->wait_log("became leader"));
+  a->process().signal(SIGTERM);
+  auto st = a->process().wait_for(10s);
+  ASSERT_TRUE(st.has_value()) << "no exit within 10 s of SIGTERM";
+  EXPECT_EQ(st->shell_code(), 0) << a->log();
+  auto lease = client_->get(res::kLeases.path(ns_, "lockstep-operator"));
+  ASSERT_TRUE(lease.ok());
+  EXPECT_EQ(lease.body["spec"].value("holderIdentity", "x"), "");
+}
+
+TEST(OperatorWithoutPodGroups, SaysGangSchedulingIsUnavailable) {
+  LOCKSTEP_REQUIRE_CONTROL_PLANE();
+  // A control plane of its own, with no PodGroup CRD installed.
+  auto cp = lockstep::test::ControlPlane::start();
+  auto r = lockstep::run_capture({"kubectl", "apply", "-f", source_path("crds/lockstep.dev_trainingjobs.yaml")},
+                                 {{"KUBECONFIG", cp->kubeconfig()}});
+  ASSERT_TRUE(r.status.success()) << r.output;
+  lockstep::run_capture({"kubectl", "wait", "--for=condition=Established", "crd/trainingjobs.lockstep.dev"},
+                        {{"KUBECONFIG", cp->kubeconfig()}});
+  OperatorProcess op(cp->kubeconfig());
+  ASSERT_TRUE(op.wait_log("caches synced")) << op.log();
+  r = lockstep::run_capture({"kubectl", "apply", "-f", source_path("examples/ddp.yaml")}, {{"KUBECONFIG", cp->kubeconfig()}});
+  ASSERT_TRUE(r.status.success()) << r.output;
+  Client client(RestConfig::from_kubeconfig(cp->kubeconfig()));
+  json cond;
+  ASSERT_TRUE(eventually([&] {
+    auto j = client.get(res::kTrainingJobs.path("default", "tiny-ddp"));
+    if (!j.ok() || !j.body.contains("status")) return false;
+    for (const auto& c : j.body["status"].value("conditions", json::array()))
+      if (c["type"] == "GangSchedulingUnavailable") cond = c;
+    return !cond.is_null();
+  })) << op.log();
+  EXPECT_EQ(cond["status"], "True");
+  EXPECT_NE(cond["message"].get<std::string>().find("spec.scheduling.gang"), std::string::npos);
+  // Pods are still created, scheduled one by one.
+  EXPECT_TRUE(eventually([&] {
+    auto p = client.get(res::kPods.path("default") + "?labelSelector=lockstep.dev%2Fjob-name%3Dtiny-ddp");
+    return p.ok() && p.body["items"].size() == 2;
+  }));
+}
+
+int main(int argc, char** argv) { return lockstep::test::run_tests_with_control_plane(argc, argv); }
