@@ -1,6 +1,7 @@
 // lockstep-operator: watches TrainingJobs and runs each as a gang of pods.
 // Flags: lockstep-operator --help. Exit codes: 0 after a graceful stop (SIGTERM/SIGINT),
 // 1 on a fatal error (lost leadership, caches that never sync), 2 on bad flags or config.
+#include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -22,6 +23,7 @@ namespace {
 struct Options {
   std::string kubeconfig, context, watch_namespace;
   int workers = 4;
+  int create_parallelism = 8;
   double qps = 50;
   int burst = 100;
   int http_port = 8080;
@@ -37,6 +39,7 @@ const char* kUsage = R"(usage: lockstep-operator [flags]
   --context NAME               kubeconfig context (default: current-context)
   --namespace NS               watch only NS (default: all namespaces)
   --workers N                  concurrent reconciles (default 4)
+  --create-parallelism N       concurrent pod creates per reconcile (default 8)
   --kube-api-qps Q             client-side request rate limit (default 50)
   --kube-api-burst B           and its burst (default 100)
   --http-port P                /healthz, /readyz and /metrics port (default 8080; 0 disables)
@@ -62,6 +65,7 @@ Options parse(int argc, char** argv) {
     else if (match(argc, argv, i, "--context", v)) o.context = v;
     else if (match(argc, argv, i, "--namespace", v)) o.watch_namespace = v;
     else if (match(argc, argv, i, "--workers", v)) o.workers = to_int("--workers", v, 1, 256);
+    else if (match(argc, argv, i, "--create-parallelism", v)) o.create_parallelism = to_int("--create-parallelism", v, 1, 256);
     else if (match(argc, argv, i, "--kube-api-qps", v)) o.qps = to_double("--kube-api-qps", v, 0.1, 1e6);
     else if (match(argc, argv, i, "--kube-api-burst", v)) o.burst = to_int("--kube-api-burst", v, 1, 1000000);
     else if (match(argc, argv, i, "--http-port", v)) o.http_port = to_int("--http-port", v, 0, 65535);
@@ -96,6 +100,11 @@ Options parse(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Fewer malloc arenas: with one per busy thread, freed JSON lingers in each (bench/operator).
+  mallopt(M_ARENA_MAX, 2);
+  mallopt(M_MMAP_THRESHOLD, 64 * 1024);   // big response bodies go straight back to the OS
+  mallopt(M_TRIM_THRESHOLD, 256 * 1024);
+  lockstep::kube::init_http_threads(2);
   Options opt;
   try {
     opt = parse(argc, argv);
@@ -130,6 +139,7 @@ int main(int argc, char** argv) {
 
   lockstep::controller::Config cc;
   cc.workers = opt.workers;
+  cc.create_parallelism = opt.create_parallelism;
   cc.watch_namespace = opt.watch_namespace;
   cc.decide.restart_backoff = opt.restart_backoff;
   cc.decide.restart_backoff_max = opt.restart_backoff_max;

@@ -1,6 +1,6 @@
 #include "controller/controller.hpp"
 
-#include <future>
+#include <atomic>
 
 #include "lockstep/contract.hpp"
 #include "lockstep/log.hpp"
@@ -49,12 +49,12 @@ void Controller::enqueue_owner(const kube::Object& obj) {
 }
 
 void Controller::start_informers() {
-  auto child_options = [this](bool trim) {
+  auto child_options = [this](bool trim) {  // trim: true for pods
     kube::Informer::Options o;
     o.ns = config_.watch_namespace;
     o.label_selector = contract::kLabelJobName;
     o.index = owner_key;
-    if (trim) o.trim = reconcile::trim_pod;
+    o.trim = trim ? reconcile::trim_pod : reconcile::trim_object;
     return o;
   };
   // A child changed: observe expectations, then reconcile its job.
@@ -69,6 +69,14 @@ void Controller::start_informers() {
   };
   kube::Informer::Options job_opts;
   job_opts.ns = config_.watch_namespace;
+  job_opts.trim = [](json j) {
+    if (j.contains("metadata")) {
+      j["metadata"].erase("managedFields");
+      if (j["metadata"].contains("annotations"))
+        j["metadata"]["annotations"].erase("kubectl.kubernetes.io/last-applied-configuration");
+    }
+    return j;
+  };
   jobs_ = std::make_unique<kube::Informer>(client_, res::kTrainingJobs, job_opts,
                                            [this](const kube::Object& old, const kube::Object& now) {
                                              std::string key = kube::object_key(now ? *now : *old);
@@ -218,21 +226,21 @@ void Controller::execute(const JobView& job, const Decision& d, const std::strin
     auto r = client_.create(res::kPodGroups.path(ns), reconcile::podgroup_manifest(job));
     if (!r.ok() && !r.conflict()) fail("create PodGroup", r);
   }
-  // Pods of a gang are created together, concurrently (the API server is the limit).
+  // Pods of a gang are created together, create_parallelism requests in flight at a time.
   if (!d.create_pods.empty()) {
-    std::vector<std::future<kube::Response>> creates;
-    for (int index : d.create_pods) {
-      std::string pod = reconcile::pod_name(job, index);
-      expectations_.expect_create(key, pod);
-      json manifest = reconcile::pod_manifest(job, index, d.status.restarts);
-      creates.push_back(std::async(std::launch::async, [this, ns, manifest] {
-        return client_.create(res::kPods.path(ns), manifest);
-      }));
+    std::vector<kube::Response> results;
+    for (int index : d.create_pods) expectations_.expect_create(key, reconcile::pod_name(job, index));
+    size_t step = static_cast<size_t>(config_.create_parallelism);
+    for (size_t start = 0; start < d.create_pods.size(); start += step) {
+      std::vector<json> batch;
+      for (size_t i = start; i < std::min(d.create_pods.size(), start + step); ++i)
+        batch.push_back(reconcile::pod_manifest(job, d.create_pods[i], d.status.restarts));
+      for (auto& r : client_.create_all(res::kPods.path(ns), batch)) results.push_back(std::move(r));
     }
     int created = 0;
     std::vector<std::string> failed_creates;
-    for (size_t i = 0; i < creates.size(); ++i) {
-      auto r = creates[i].get();
+    for (size_t i = 0; i < results.size(); ++i) {
+      const auto& r = results[i];
       std::string pod = reconcile::pod_name(job, d.create_pods[i]);
       if (r.ok()) {
         ++created;

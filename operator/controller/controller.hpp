@@ -21,6 +21,7 @@ namespace lockstep::controller {
 
 struct Config {
   int workers = 4;
+  int create_parallelism = 8;   // concurrent pod creates within one reconcile
   std::string watch_namespace;  // "" for all namespaces
   reconcile::Options decide;
   std::string component = "lockstep-operator";

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "kube/rest_config.hpp"
 
@@ -58,6 +59,9 @@ class Client {
   Response replace(const std::string& path, const nlohmann::json& body);
   Response patch(const std::string& path, const nlohmann::json& body, PatchType type = PatchType::Merge);
   Response remove(const std::string& path, const nlohmann::json& options = nullptr);
+  // Starts creates without a thread each: the requests share cpprestsdk's I/O threads and
+  // their connections; returns the responses in order once all have answered.
+  std::vector<Response> create_all(const std::string& path, const std::vector<nlohmann::json>& bodies);
 
   // One watch request: streams events to `on_event(type, object)` until the server ends the
   // stream (after timeout_seconds), `stop` turns true, or an error. Returns the final
@@ -71,11 +75,19 @@ class Client {
   struct Impl;
   Response request(const std::string& verb, const std::string& path, const nlohmann::json* body,
                    const std::string& content_type);
+  struct Pending;
+  std::shared_ptr<Pending> start(const std::string& verb, const std::string& path, const nlohmann::json* body,
+                                 const std::string& content_type);
+  Response finish(Pending& pending);
   RestConfig config_;
   RateLimiter limiter_;
   RequestObserver observer_;
   std::unique_ptr<Impl> impl_;
 };
+
+// Sizes cpprestsdk's shared I/O thread pool; call once, first thing in main(). Its default
+// (40 threads) costs CPU in context switches on a small machine (bench/operator).
+void init_http_threads(size_t threads);
 
 // Query-string escaping for label selectors and the like.
 std::string url_encode(const std::string& s);

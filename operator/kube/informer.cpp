@@ -1,5 +1,7 @@
 #include "kube/informer.hpp"
 
+#include <malloc.h>
+
 #include <random>
 
 #include "lockstep/log.hpp"
@@ -135,6 +137,8 @@ bool Informer::list_and_replace(std::string& resource_version) {
   }
   for (const auto& v : vanished) erase(*v);
   for (auto& item : items) upsert(std::move(item));
+  items.clear();
+  ::malloc_trim(0);  // a large list's parse leaves freed pages behind; give them back
   return true;
 }
 

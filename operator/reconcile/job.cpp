@@ -147,23 +147,59 @@ PodView PodView::from_json(const json& obj) {
   return p;
 }
 
+namespace {
+
+// metadata fields any cached child needs: identity, our labels, the controller reference.
+json trim_metadata(const json& md) {
+  json out = json::object();
+  for (const char* k : {"name", "namespace", "uid", "resourceVersion", "deletionTimestamp"})
+    if (md.contains(k)) out[k] = md[k];
+  if (md.contains("labels")) {
+    json labels = json::object();
+    for (const char* k : {contract::kLabelJobName, contract::kLabelNodeRank, contract::kLabelRestartAttempt})
+      if (md["labels"].contains(k)) labels[k] = md["labels"][k];
+    out["labels"] = labels;
+  }
+  if (md.contains("ownerReferences"))
+    for (const auto& o : md["ownerReferences"])
+      if (o.value("controller", false))
+        out["ownerReferences"] = json::array({{{"kind", o.value("kind", "")}, {"uid", o.value("uid", "")},
+                                               {"controller", true}}});
+  return out;
+}
+
+}  // namespace
+
+json trim_object(json obj) {
+  return {{"metadata", trim_metadata(child(obj, "metadata"))}};
+}
+
 json trim_pod(json pod) {
-  if (pod.contains("metadata")) {
-    auto& md = pod["metadata"];
-    md.erase("managedFields");
-    md.erase("annotations");
+  json out = {{"metadata", trim_metadata(child(pod, "metadata"))}};
+  const json& st = child(pod, "status");
+  json status = json::object();
+  for (const char* k : {"phase", "reason"})
+    if (st.contains(k)) status[k] = st[k];
+  if (st.contains("conditions"))
+    for (const auto& c : st["conditions"])
+      if (get_or<std::string>(c, "type", "") == "Ready")
+        status["conditions"] = json::array({{{"type", "Ready"}, {"status", get_or<std::string>(c, "status", "")}}});
+  if (st.contains("containerStatuses")) {
+    json list = json::array();
+    for (const auto& cs : st["containerStatuses"]) {
+      const json& term = child(child(cs, "state"), "terminated");
+      json entry = {{"name", get_or<std::string>(cs, "name", "")}};
+      if (!term.empty()) {
+        json t = {{"exitCode", get_or(term, "exitCode", -1)}};
+        if (term.contains("reason")) t["reason"] = term["reason"];
+        entry["state"] = {{"terminated", t}};
+      }
+      list.push_back(entry);
+    }
+    status["containerStatuses"] = list;
   }
-  if (pod.contains("spec")) {
-    json keep = json::object();
-    if (pod["spec"].contains("nodeName")) keep["nodeName"] = pod["spec"]["nodeName"];
-    pod["spec"] = keep;
-  }
-  if (pod.contains("status")) {
-    auto& st = pod["status"];
-    for (const char* k : {"initContainerStatuses", "ephemeralContainerStatuses", "podIPs", "hostIPs", "qosClass"})
-      st.erase(k);
-  }
-  return pod;
+  out["status"] = status;
+  return out;
 }
 
 }  // namespace lockstep::reconcile

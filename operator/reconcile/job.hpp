@@ -86,7 +86,9 @@ struct PodView {
   static PodView from_json(const nlohmann::json& obj);
 };
 
-// Drops what the operator never reads from a pod, so 800 cached pods stay small.
+// Keep only what the operator reads, so thousands of cached pods stay small: identity,
+// our labels and the controller reference; for pods also phase, readiness and exit codes.
 nlohmann::json trim_pod(nlohmann::json pod);
+nlohmann::json trim_object(nlohmann::json obj);  // Services, PodGroups
 
 }  // namespace lockstep::reconcile

@@ -1,0 +1,294 @@
+// reconcile::decide, table by table: observed state in, actions and status out.
+#include <gtest/gtest.h>
+
+#include "lockstep/contract.hpp"
+#include "reconcile/decide.hpp"
+#include "reconcile/failure_policy.hpp"
+
+using namespace lockstep::reconcile;
+using namespace std::chrono_literals;
+
+namespace {
+
+const Time kNow = Clock::from_time_t(1'800'000'000);
+
+JobView job(int nodes = 2) {
+  JobView j;
+  j.name = "tj";
+  j.ns = "ns";
+  j.uid = "uid-1";
+  j.generation = 3;
+  j.nodes = nodes;
+  return j;
+}
+
+PodView pod(int index, const std::string& phase, int attempt = 0, int exit_code = -1) {
+  PodView p;
+  p.name = "tj-" + std::to_string(index);
+  p.index = index;
+  p.attempt = attempt;
+  p.phase = phase;
+  p.ready = phase == "Running";
+  p.exit_code = exit_code;
+  return p;
+}
+
+Observed observed(JobView j, std::vector<PodView> pods = {}) {
+  Observed o;
+  o.job = std::move(j);
+  o.pods = std::move(pods);
+  o.service_exists = true;
+  o.podgroup_exists = true;
+  o.now = kNow;
+  return o;
+}
+
+// A job whose status says it has been running (all pods seen Running) since kNow - 60 s.
+JobView running_job(int nodes = 2) {
+  JobView j = job(nodes);
+  j.status.phase = "Running";
+  j.status.start_time = format_time(kNow - 60s);
+  j.status.conditions.push_back({"Running", "True", "AllNodesRunning", "", format_time(kNow - 50s)});
+  return j;
+}
+
+const Condition* cond(const Decision& d, const std::string& type) { return d.status.condition(type); }
+
+}  // namespace
+
+TEST(Decide, ANewJobGetsServicePodGroupAndEveryPod) {
+  auto in = observed(job(3));
+  in.service_exists = in.podgroup_exists = false;
+  auto d = decide(in);
+  EXPECT_TRUE(d.create_service);
+  EXPECT_TRUE(d.create_podgroup);
+  EXPECT_EQ(d.create_pods, (std::vector<int>{0, 1, 2}));
+  EXPECT_TRUE(d.delete_pods.empty());
+  EXPECT_EQ(d.status.phase, "Pending");
+  EXPECT_EQ(d.status.start_time, format_time(kNow));
+  EXPECT_EQ(d.status.observed_generation, 3);
+  EXPECT_EQ(d.status.nodes.active, 3);
+  ASSERT_NE(cond(d, "Created"), nullptr);
+  EXPECT_TRUE(d.status_changed);
+}
+
+TEST(Decide, NoGangMeansNoPodGroup) {
+  auto j = job();
+  j.gang = false;
+  auto in = observed(j);
+  in.podgroup_exists = false;
+  EXPECT_FALSE(decide(in).create_podgroup);
+}
+
+TEST(Decide, MissingPodGroupApiIsAConditionNotAnError) {
+  auto in = observed(job());
+  in.podgroup_exists = false;
+  in.gang_support = GangSupport::Unavailable;
+  auto d = decide(in);
+  EXPECT_FALSE(d.create_podgroup);
+  EXPECT_EQ(d.create_pods.size(), 2u);
+  ASSERT_NE(cond(d, "GangSchedulingUnavailable"), nullptr);
+  EXPECT_EQ(cond(d, "GangSchedulingUnavailable")->status, "True");
+}
+
+TEST(Decide, AllPodsRunningIsRunningWithAnEvent) {
+  auto j = job();
+  j.status.phase = "Pending";
+  j.status.start_time = format_time(kNow - 5s);
+  auto d = decide(observed(j, {pod(0, "Running"), pod(1, "Running")}));
+  EXPECT_EQ(d.status.phase, "Running");
+  EXPECT_EQ(d.status.nodes.ready, 2);
+  ASSERT_NE(cond(d, "Running"), nullptr);
+  EXPECT_EQ(cond(d, "Running")->status, "True");
+  ASSERT_EQ(d.events.size(), 1u);
+  EXPECT_EQ(d.events[0].reason, "Running");
+}
+
+TEST(Decide, NothingChangedMeansNoStatusWrite) {
+  auto j = job();
+  j.status.phase = "Pending";
+  j.status.start_time = format_time(kNow - 5s);
+  auto first = decide(observed(j, {pod(0, "Running"), pod(1, "Running")}));
+  j.status = first.status;
+  auto again = decide(observed(j, {pod(0, "Running"), pod(1, "Running")}));
+  EXPECT_FALSE(again.status_changed);
+  EXPECT_TRUE(again.events.empty());
+  EXPECT_TRUE(again.create_pods.empty());
+}
+
+TEST(Decide, AllSucceededIsSucceededAndKeepsFinishedPodsUnderRunningPolicy) {
+  auto d = decide(observed(running_job(), {pod(0, "Succeeded", 0, 0), pod(1, "Succeeded", 0, 0)}));
+  EXPECT_EQ(d.status.phase, "Succeeded");
+  EXPECT_EQ(d.status.completion_time, format_time(kNow));
+  EXPECT_EQ(cond(d, "Succeeded")->reason, "AllNodesSucceeded");
+  EXPECT_EQ(cond(d, "Running")->status, "False");
+  EXPECT_TRUE(d.delete_pods.empty());
+}
+
+TEST(Decide, CleanPodPolicyAllRemovesFinishedPodsToo) {
+  auto j = running_job();
+  j.clean_pod_policy = CleanPodPolicy::All;
+  auto d = decide(observed(j, {pod(0, "Succeeded", 0, 0), pod(1, "Succeeded", 0, 0)}));
+  EXPECT_EQ(d.delete_pods.size(), 2u);
+}
+
+TEST(Decide, AFailedPodRestartsTheGangWithBackoff) {
+  Options opt;
+  opt.restart_backoff = 10s;
+  auto d = decide(observed(running_job(3), {pod(0, "Running"), pod(1, "Failed", 0, 137), pod(2, "Running")}), opt);
+  EXPECT_EQ(d.status.restarts, 1);
+  EXPECT_EQ(d.status.phase, "Restarting");
+  EXPECT_EQ(d.delete_pods, (std::vector<std::string>{"tj-0", "tj-1", "tj-2"}));
+  EXPECT_TRUE(d.create_pods.empty());
+  ASSERT_TRUE(d.requeue_after.has_value());
+  EXPECT_EQ(*d.requeue_after, 10s);
+  EXPECT_NE(cond(d, "Restarting")->message.find("tj-1 failed with exit code 137"), std::string::npos);
+  ASSERT_FALSE(d.events.empty());
+  EXPECT_EQ(d.events.back().type, "Warning");
+}
+
+TEST(Decide, TheNextAttemptWaitsForOldPodsAndTheBackoff) {
+  Options opt;
+  opt.restart_backoff = 10s;
+  auto j = running_job();
+  j.status.phase = "Restarting";
+  j.status.restarts = 1;
+  j.status.conditions.push_back({"Restarting", "True", "GangRestart", "", format_time(kNow - 4s)});
+  // Old pods still terminating: nothing is created.
+  auto waiting = decide(observed(j, {pod(0, "Running", 0), pod(1, "Failed", 0, 137)}), opt);
+  EXPECT_TRUE(waiting.create_pods.empty());
+  EXPECT_EQ(waiting.delete_pods.size(), 2u);
+  // Old pods gone but only 4 s of the 10 s backoff passed: requeue for the rest.
+  auto backoff = decide(observed(j), opt);
+  EXPECT_TRUE(backoff.create_pods.empty());
+  ASSERT_TRUE(backoff.requeue_after.has_value());
+  EXPECT_EQ(*backoff.requeue_after, 6s);
+  // Backoff over: attempt 1 is created.
+  auto in = observed(j);
+  in.now = kNow + 7s;
+  auto go = decide(in, opt);
+  EXPECT_EQ(go.create_pods, (std::vector<int>{0, 1}));
+  EXPECT_EQ(go.status.restarts, 1);
+}
+
+TEST(Decide, BackoffLimitExhaustedFails) {
+  auto j = running_job();
+  j.backoff_limit = 2;
+  j.status.restarts = 2;
+  auto d = decide(observed(j, {pod(0, "Failed", 2, 137), pod(1, "Running", 2)}));
+  EXPECT_EQ(d.status.phase, "Failed");
+  EXPECT_EQ(cond(d, "Failed")->reason, "BackoffLimitExceeded");
+  EXPECT_EQ(d.status.restarts, 2);
+  EXPECT_EQ(d.delete_pods, std::vector<std::string>{"tj-1"});  // cleanPodPolicy Running
+}
+
+TEST(Decide, RestartPolicyNeverFailsAtOnce) {
+  auto j = running_job();
+  j.restart_policy = RestartPolicy::Never;
+  auto d = decide(observed(j, {pod(0, "Failed", 0, 137), pod(1, "Running")}));
+  EXPECT_EQ(d.status.phase, "Failed");
+  EXPECT_EQ(cond(d, "Failed")->reason, "PodFailed");
+}
+
+TEST(Decide, ExitCodePolicyTellsBugsFromKills) {
+  auto j = running_job();
+  j.restart_policy = RestartPolicy::ExitCode;
+  struct Case { int code; bool retried; };
+  for (auto c : {Case{1, false}, Case{2, false}, Case{127, false}, Case{lockstep::contract::kExitStall, true},
+                 Case{lockstep::contract::kExitRendezvous, true}, Case{128, true}, Case{137, true}, Case{143, true}}) {
+    auto d = decide(observed(j, {pod(0, "Failed", 0, c.code), pod(1, "Running")}));
+    EXPECT_EQ(d.status.phase, c.retried ? "Restarting" : "Failed") << "exit code " << c.code;
+    if (!c.retried) EXPECT_EQ(cond(d, "Failed")->reason, "NonRetryableExitCode");
+  }
+}
+
+TEST(Decide, APodThatVanishesFromARunningGangRestartsIt) {
+  auto d = decide(observed(running_job(), {pod(0, "Running")}));
+  EXPECT_EQ(d.status.phase, "Restarting");
+  EXPECT_NE(cond(d, "Restarting")->message.find("tj-1 disappeared"), std::string::npos);
+}
+
+TEST(Decide, StalePodsOfAnEarlierAttemptAreDeleted) {
+  auto j = job();
+  j.status.phase = "Pending";
+  j.status.start_time = format_time(kNow);
+  j.status.restarts = 1;
+  auto d = decide(observed(j, {pod(0, "Running", 0), pod(1, "Pending", 1)}));
+  EXPECT_EQ(d.delete_pods, std::vector<std::string>{"tj-0"});
+  EXPECT_TRUE(d.create_pods.empty());
+}
+
+TEST(Decide, SuspendRemovesPodsAndResumeResetsTheClock) {
+  auto j = running_job();
+  j.suspend = true;
+  auto s = decide(observed(j, {pod(0, "Running"), pod(1, "Running")}));
+  EXPECT_EQ(s.status.phase, "Suspended");
+  EXPECT_EQ(s.delete_pods.size(), 2u);
+  EXPECT_TRUE(s.create_pods.empty());
+  EXPECT_EQ(cond(s, "Suspended")->status, "True");
+
+  j.suspend = false;
+  j.status = s.status;
+  auto r = decide(observed(j));
+  EXPECT_EQ(cond(r, "Suspended")->status, "False");
+  EXPECT_EQ(r.status.start_time, format_time(kNow));
+  EXPECT_EQ(r.create_pods.size(), 2u);
+  EXPECT_EQ(r.status.phase, "Pending");
+}
+
+TEST(Decide, ActiveDeadline) {
+  auto j = running_job();
+  j.active_deadline_seconds = 100;  // started 60 s ago
+  auto before = decide(observed(j, {pod(0, "Running"), pod(1, "Running")}));
+  EXPECT_EQ(before.status.phase, "Running");
+  ASSERT_TRUE(before.requeue_after.has_value());
+  EXPECT_EQ(*before.requeue_after, 40s);
+  j.active_deadline_seconds = 30;
+  auto after = decide(observed(j, {pod(0, "Running"), pod(1, "Running")}));
+  EXPECT_EQ(after.status.phase, "Failed");
+  EXPECT_EQ(cond(after, "Failed")->reason, "DeadlineExceeded");
+  EXPECT_EQ(after.delete_pods.size(), 2u);
+}
+
+TEST(Decide, TtlAfterFinished) {
+  auto j = job();
+  j.status.phase = "Succeeded";
+  j.status.completion_time = format_time(kNow - 30s);
+  j.ttl_seconds_after_finished = 100;
+  auto wait = decide(observed(j));
+  EXPECT_FALSE(wait.delete_job);
+  ASSERT_TRUE(wait.requeue_after.has_value());
+  EXPECT_EQ(*wait.requeue_after, 70s);
+  j.ttl_seconds_after_finished = 10;
+  EXPECT_TRUE(decide(observed(j)).delete_job);
+}
+
+TEST(Decide, AFinishedJobCreatesNothing) {
+  auto j = job();
+  j.status.phase = "Failed";
+  j.status.completion_time = format_time(kNow);
+  auto in = observed(j);
+  in.service_exists = false;
+  auto d = decide(in);
+  EXPECT_FALSE(d.create_service);
+  EXPECT_TRUE(d.create_pods.empty());
+}
+
+TEST(RestartDelay, DoublesUpToTheCap) {
+  Options o;
+  o.restart_backoff = 10s;
+  o.restart_backoff_max = 60s;
+  EXPECT_EQ(restart_delay(1, o), 10s);
+  EXPECT_EQ(restart_delay(2, o), 20s);
+  EXPECT_EQ(restart_delay(3, o), 40s);
+  EXPECT_EQ(restart_delay(4, o), 60s);
+  EXPECT_EQ(restart_delay(30, o), 60s);
+}
+
+TEST(Time, RoundTripsRfc3339) {
+  auto t = parse_time("2026-11-22T00:42:38Z");
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(format_time(*t), "2026-11-22T00:42:38Z");
+  EXPECT_TRUE(parse_time("2026-11-22T00:42:38.123456Z").has_value());
+  EXPECT_FALSE(parse_time("yesterday").has_value());
+}

@@ -1,0 +1,57 @@
+// reconcile/manifests: what the operator asks the API server to create.
+#include <gtest/gtest.h>
+
+#include "reconcile/manifests.hpp"
+
+using namespace lockstep::reconcile;
+using json = nlohmann::json;
+
+TEST(PodManifest, RunsTheAgentInTheTrainerContainerAndKeepsUserEnv) {
+  JobView j;
+  j.name = "tj";
+  j.ns = "team";
+  j.uid = "u";
+  j.nodes = 4;
+  j.procs_per_node = 8;
+  j.command = {"python", "train.py"};
+  j.args = {"--lr=3e-4"};
+  j.tmpl = json::parse(R"({"metadata": {"labels": {"team": "a"}},
+    "spec": {"containers": [
+      {"name": "sidecar", "image": "busybox"},
+      {"name": "trainer", "image": "img", "env": [{"name": "MY_VAR", "value": "1"},
+                                                  {"name": "LOCKSTEP_NNODES", "value": "99"}]}]}})");
+  json pod = pod_manifest(j, 2, 5);
+  EXPECT_EQ(pod["metadata"]["name"], "tj-2");
+  EXPECT_EQ(pod["metadata"]["labels"]["team"], "a");
+  EXPECT_EQ(pod["metadata"]["labels"]["lockstep.dev/restart-attempt"], "5");
+  const json& sidecar = pod["spec"]["containers"][0];
+  EXPECT_FALSE(sidecar.contains("command"));
+  EXPECT_FALSE(sidecar.contains("env"));
+  const json& ctr = pod["spec"]["containers"][1];
+  EXPECT_EQ(ctr["command"], json({"lockstep-agent", "--", "python", "train.py", "--lr=3e-4"}));
+  std::map<std::string, std::string> env;
+  int nnodes_entries = 0;
+  for (const auto& e : ctr["env"]) {
+    env[e["name"]] = e["value"];
+    nnodes_entries += e["name"] == "LOCKSTEP_NNODES";
+  }
+  EXPECT_EQ(env["MY_VAR"], "1");
+  EXPECT_EQ(env["LOCKSTEP_NNODES"], "4");  // the operator's value wins, once
+  EXPECT_EQ(nnodes_entries, 1);
+  EXPECT_EQ(env["LOCKSTEP_NODE_RANK"], "2");
+  EXPECT_EQ(env["LOCKSTEP_RESTART_ATTEMPT"], "5");
+  EXPECT_EQ(env["PET_MASTER_ADDR"], "tj-0.tj.team.svc");
+  EXPECT_EQ(ctr["ports"][0]["containerPort"], 9400);
+}
+
+TEST(ServiceManifest, IsHeadlessAndPublishesNotReadyPods) {
+  JobView j;
+  j.name = "tj";
+  j.ns = "team";
+  j.master_port = 29501;
+  json svc = service_manifest(j);
+  EXPECT_EQ(svc["spec"]["clusterIP"], "None");
+  EXPECT_EQ(svc["spec"]["publishNotReadyAddresses"], true);
+  EXPECT_EQ(svc["spec"]["ports"][0]["port"], 29501);
+  EXPECT_EQ(svc["metadata"]["ownerReferences"][0]["controller"], true);
+}
