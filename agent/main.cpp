@@ -1,13 +1,70 @@
-// lockstep-agent: entry point. The component itself arrives with issue #4; until then this
-// binary only reports its version, so the build, packaging and CI paths are exercised.
-#include <cstring>
+// lockstep-agent: the in-pod launcher, supervisor and metrics exporter (docs/agent.md).
+#include <malloc.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 
+#include "config.hpp"
+#include "lockstep/contract.hpp"
+#include "lockstep/log.hpp"
+#include "metrics.hpp"
+#include "nvml.hpp"
+#include "supervisor.hpp"
+
 int main(int argc, char** argv) {
-  if (argc > 1 && (std::strcmp(argv[1], "--version") == 0 || std::strcmp(argv[1], "version") == 0)) {
-    std::cout << "lockstep-agent " << LOCKSTEP_VERSION << "\n";
-    return 0;
+  using namespace lockstep::agent;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (const auto& a : args) {
+    if (a == "--") break;
+    if (a == "--help" || a == "-h") { std::cout << kUsage; return 0; }
+    if (a == "--version") { std::cout << "lockstep-agent " << LOCKSTEP_VERSION << "\n"; return 0; }
   }
-  std::cerr << "lockstep-agent " << LOCKSTEP_VERSION << ": not implemented yet (issue #4); only --version works\n";
-  return 2;
+  Config cfg;
+  try {
+    cfg = load_config(current_environment(), args);
+  } catch (const ConfigError& e) {
+    std::cerr << "lockstep-agent: " << e.what() << "\n";
+    return lockstep::contract::kExitUsage;
+  }
+  Supervisor::block_signals();  // before any thread: stop signals are taken synchronously
+  mallopt(M_ARENA_MAX, 2);
+
+  // One datagram socket per local rank, in a private directory that goes with the agent.
+  std::string tmp = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
+  std::string dir = tmp + "/lockstep-agent-XXXXXX";
+  if (cfg.metrics && !::mkdtemp(dir.data())) {
+    std::cerr << "lockstep-agent: cannot create a directory under " << tmp << " (TMPDIR) for the metrics sockets\n";
+    return lockstep::contract::kExitUsage;
+  }
+  std::unique_ptr<Metrics> metrics;
+  std::unique_ptr<GpuMonitor> gpus;
+  if (cfg.metrics) {
+    try {
+      metrics = std::make_unique<Metrics>(cfg, dir);
+    } catch (const std::exception& e) {
+      std::cerr << "lockstep-agent: " << e.what() << "\n";
+      std::filesystem::remove_all(dir);
+      return lockstep::contract::kExitUsage;
+    }
+    gpus = std::make_unique<GpuMonitor>(*metrics, cfg);
+    if (!metrics->endpoint().empty())
+      LOCKSTEP_LOG(Info, "agent", "serving /metrics on " << metrics->endpoint());
+  }
+  LOCKSTEP_LOG(Info, "agent", "node " << cfg.node_rank << " of " << cfg.nnodes << ", " << cfg.nproc_per_node
+                                      << " worker(s) per node; master " << cfg.master_addr << ":" << cfg.master_port);
+  int code;
+  try {
+    Supervisor supervisor(cfg, metrics.get(), dir);
+    code = supervisor.run();
+  } catch (const std::exception& e) {
+    std::cerr << "lockstep-agent: " << e.what() << "\n";
+    code = lockstep::contract::kExitUsage;
+  }
+  // Nothing is left to flush but our own streams: skip the exporter's slow shutdown (its
+  // web server takes ~2 s to stop), and let the sockets go with the directory.
+  if (cfg.metrics) std::filesystem::remove_all(dir);
+  std::fflush(nullptr);
+  ::_exit(code);
 }

@@ -23,6 +23,7 @@ struct SpawnOptions {
   std::vector<std::string> unset_env;            // removed from the inherited environment
   std::string cwd;                               // empty: inherit
   std::string output_path;                       // empty: inherit stdout/stderr; else append both here
+  int output_fd = -1;                            // or send both to this descriptor (e.g. a pipe)
   bool new_process_group = false;                // so a terminal's Ctrl-C does not reach it directly
   bool die_with_parent = true;                   // Note [Children die with their parent]
 };

@@ -1,0 +1,136 @@
+#include "config.hpp"
+
+#include <cstdlib>
+
+#include "lockstep/contract.hpp"
+#include "lockstep/flags.hpp"
+
+extern char** environ;
+
+namespace lockstep::agent {
+namespace c = lockstep::contract;
+
+const char* kUsage = R"(usage: lockstep-agent [flags] [-- COMMAND [ARGS...]]
+Launches nproc-per-node workers of COMMAND (default: lockstep-trainer) with torchrun's
+environment, supervises them, and serves /metrics. Configuration comes from LOCKSTEP_*
+variables (set by the operator), else torchrun's PET_* variables, else these flags:
+  --nnodes N                 LOCKSTEP_NNODES / PET_NNODES (default 1)
+  --node-rank R              LOCKSTEP_NODE_RANK / PET_NODE_RANK (default 0)
+  --nproc-per-node P         LOCKSTEP_NPROC_PER_NODE / PET_NPROC_PER_NODE (default 1)
+  --master-addr HOST         LOCKSTEP_MASTER_ADDR / PET_MASTER_ADDR (default 127.0.0.1)
+  --master-port PORT         LOCKSTEP_MASTER_PORT / PET_MASTER_PORT (default 29500)
+  --max-restarts N           local restarts of all workers, single-node jobs only (default 0)
+  --run-id ID                TORCHELASTIC_RUN_ID (default: LOCKSTEP_JOB_UID, else the job name)
+  --metrics-port PORT        LOCKSTEP_METRICS_PORT (default 9400; 0 disables /metrics)
+  --metrics-address ADDR     address for /metrics (default 0.0.0.0)
+  --no-metrics               no metrics socket and no /metrics at all
+  --stall-timeout D          no step for this long after the first one is a stall (default 5m; 0 off)
+  --rendezvous-timeout D     wait this long for the master address to resolve (default 10m)
+  --grace-period D           SIGTERM to SIGKILL for workers (default 25s)
+  --log-dir DIR              worker output to DIR/rank-N.log instead of prefixed lines
+Exit codes: the failing worker's own code (128+N if killed by signal N); 64 bad
+configuration; 75 stall; 76 rendezvous failure (docs/exit-codes.md).
+)";
+
+std::map<std::string, std::string> current_environment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
+namespace {
+
+// The value of the first of `names` that is set, with the name it came from.
+bool lookup(const std::map<std::string, std::string>& env, std::initializer_list<const char*> names,
+            std::string& value, std::string& from) {
+  for (const char* n : names) {
+    auto it = env.find(n);
+    if (it != env.end() && !it->second.empty()) {
+      value = it->second;
+      from = n;
+      return true;
+    }
+  }
+  return false;
+}
+
+int env_int(const std::map<std::string, std::string>& env, std::initializer_list<const char*> names, int fallback,
+            int min, int max) {
+  std::string v, from;
+  if (!lookup(env, names, v, from)) return fallback;
+  try {
+    return flags::to_int(from, v, min, max);
+  } catch (const flags::FlagError& e) {
+    throw ConfigError(e.what());
+  }
+}
+
+}  // namespace
+
+Config load_config(const std::map<std::string, std::string>& env, const std::vector<std::string>& args) {
+  Config cfg;
+  std::string v, from;
+  cfg.nnodes = env_int(env, {c::kNnodes, c::kPetNnodes}, 1, 1, 100000);
+  cfg.node_rank = env_int(env, {c::kNodeRank, c::kPetNodeRank}, 0, 0, 100000);
+  cfg.nproc_per_node = env_int(env, {c::kNprocPerNode, c::kPetNprocPerNode}, 1, 1, 1024);
+  cfg.master_port = env_int(env, {c::kMasterPort, c::kPetMasterPort}, 29500, 1, 65535);
+  cfg.restart_attempt = env_int(env, {c::kRestartAttempt}, 0, 0, 1000000);
+  cfg.metrics_port = env_int(env, {c::kMetricsPort}, 9400, 0, 65535);
+  if (lookup(env, {c::kMasterAddr, c::kPetMasterAddr}, v, from)) cfg.master_addr = v;
+  if (lookup(env, {c::kJobName}, v, from)) cfg.job_name = v;
+  if (lookup(env, {c::kJobNamespace}, v, from)) cfg.job_namespace = v;
+  if (lookup(env, {c::kJobUid}, v, from) || lookup(env, {c::kJobName}, v, from)) cfg.run_id = v;
+
+  std::vector<char*> argv;
+  std::string prog = "lockstep-agent";
+  argv.push_back(prog.data());
+  std::vector<std::string> copy = args;
+  size_t dashdash = copy.size();
+  for (size_t i = 0; i < copy.size(); ++i)
+    if (copy[i] == "--") { dashdash = i; break; }
+  for (size_t i = 0; i < dashdash; ++i) argv.push_back(copy[i].data());
+  int argc = static_cast<int>(argv.size());
+  try {
+    for (int i = 1; i < argc; ++i) {
+      std::string a = argv[i];
+      using namespace lockstep::flags;
+      if (a == "--no-metrics") cfg.metrics = false;
+      else if (match(argc, argv.data(), i, "--nnodes", v)) cfg.nnodes = to_int("--nnodes", v, 1, 100000);
+      else if (match(argc, argv.data(), i, "--node-rank", v)) cfg.node_rank = to_int("--node-rank", v, 0, 100000);
+      else if (match(argc, argv.data(), i, "--nproc-per-node", v)) cfg.nproc_per_node = to_int("--nproc-per-node", v, 1, 1024);
+      else if (match(argc, argv.data(), i, "--master-addr", v)) cfg.master_addr = v;
+      else if (match(argc, argv.data(), i, "--master-port", v)) cfg.master_port = to_int("--master-port", v, 1, 65535);
+      else if (match(argc, argv.data(), i, "--max-restarts", v)) cfg.max_restarts = to_int("--max-restarts", v, 0, 1000);
+      else if (match(argc, argv.data(), i, "--run-id", v)) cfg.run_id = v;
+      else if (match(argc, argv.data(), i, "--metrics-port", v)) cfg.metrics_port = to_int("--metrics-port", v, 0, 65535);
+      else if (match(argc, argv.data(), i, "--metrics-address", v)) cfg.metrics_address = v;
+      else if (match(argc, argv.data(), i, "--stall-timeout", v)) cfg.stall_timeout = to_duration("--stall-timeout", v);
+      else if (match(argc, argv.data(), i, "--rendezvous-timeout", v)) cfg.rendezvous_timeout = to_duration("--rendezvous-timeout", v);
+      else if (match(argc, argv.data(), i, "--grace-period", v)) cfg.grace_period = to_duration("--grace-period", v);
+      else if (match(argc, argv.data(), i, "--log-dir", v)) cfg.log_dir = v;
+      else throw FlagError("unknown flag '" + a + "' (see --help)");
+    }
+  } catch (const flags::FlagError& e) {
+    throw ConfigError(e.what());
+  }
+  if (dashdash < copy.size()) {
+    std::vector<std::string> cmd(copy.begin() + static_cast<long>(dashdash) + 1, copy.end());
+    if (cmd.empty()) throw ConfigError("nothing after '--': give the worker command, e.g. -- python train.py");
+    cfg.command = cmd;
+  }
+  if (cfg.node_rank >= cfg.nnodes)
+    throw ConfigError("node rank " + std::to_string(cfg.node_rank) + " (LOCKSTEP_NODE_RANK, PET_NODE_RANK or --node-rank) "
+                      "must be below the number of nodes " + std::to_string(cfg.nnodes) +
+                      " (LOCKSTEP_NNODES, PET_NNODES or --nnodes)");
+  if (cfg.max_restarts > 0 && cfg.nnodes > 1)
+    throw ConfigError("--max-restarts restarts workers locally, which only works for single-node jobs (nnodes is " +
+                      std::to_string(cfg.nnodes) + "); multi-node jobs are restarted as a gang by the operator");
+  if (cfg.master_addr.empty()) throw ConfigError("the master address (LOCKSTEP_MASTER_ADDR or --master-addr) is empty");
+  return cfg;
+}
+
+}  // namespace lockstep::agent

@@ -1,0 +1,49 @@
+// The agent's configuration: LOCKSTEP_* variables (set by the operator), falling back to
+// torchrun's PET_* variables, overridden by flags. Everything a worker's environment is
+// derived from (worker_env.hpp).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace lockstep::agent {
+
+// A configuration mistake; what() names the flag or variable and what is valid.
+struct ConfigError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Config {
+  int nnodes = 1;
+  int node_rank = 0;
+  int nproc_per_node = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  int restart_attempt = 0;        // the operator's gang attempt (LOCKSTEP_RESTART_ATTEMPT)
+  int max_restarts = 0;           // local restarts (single-node jobs only)
+  std::string run_id = "none";    // TORCHELASTIC_RUN_ID: the job's UID, else its name
+  std::string job_name, job_namespace;
+  int metrics_port = 9400;        // 0: no /metrics
+  std::string metrics_address = "0.0.0.0";
+  bool metrics = true;            // false: no socket, no exporter (for overhead baselines)
+  std::chrono::milliseconds stall_timeout{std::chrono::minutes(5)};   // 0: off
+  std::chrono::milliseconds rendezvous_timeout{std::chrono::minutes(10)};
+  std::chrono::milliseconds grace_period{std::chrono::seconds(25)};
+  std::string log_dir;            // per-rank files instead of prefixed passthrough
+  std::vector<std::string> command{"lockstep-trainer"};
+
+  int world_size() const { return nnodes * nproc_per_node; }
+};
+
+// Builds the configuration from `env` (usually the process environment) and argv.
+// Throws ConfigError; "--help" is left to the caller.
+Config load_config(const std::map<std::string, std::string>& env, const std::vector<std::string>& args);
+
+std::map<std::string, std::string> current_environment();
+
+extern const char* kUsage;
+
+}  // namespace lockstep::agent

@@ -1,0 +1,198 @@
+#include "metrics.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <stdexcept>
+
+#include "lockstep/log.hpp"
+
+using namespace prometheus;
+
+namespace lockstep::agent {
+namespace {
+
+int bind_datagram_socket(const std::string& path) {
+  sockaddr_un addr{};
+  if (path.size() >= sizeof addr.sun_path)
+    throw std::runtime_error("metrics socket path too long (" + path + "); use a shorter TMPDIR");
+  int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  ::unlink(path.c_str());
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    int err = errno;
+    ::close(fd);
+    throw std::runtime_error("cannot bind metrics socket " + path + ": " + std::strerror(err));
+  }
+  return fd;
+}
+
+}  // namespace
+
+Metrics::Metrics(const Config& cfg, const std::string& socket_dir)
+    : cfg_(cfg), dir_(socket_dir), registry_(std::make_shared<Registry>()) {
+  base_ = {{"trainingjob", cfg.job_name.empty() ? "local" : cfg.job_name},
+           {"namespace", cfg.job_namespace.empty() ? "default" : cfg.job_namespace},
+           {"node_rank", std::to_string(cfg.node_rank)}};
+  auto& step_family = BuildHistogram().Name("lockstep_step_duration_seconds").Help("Training step time").Register(*registry_);
+  auto& compute = BuildCounter().Name("lockstep_compute_seconds_total").Help("Seconds of computation").Register(*registry_);
+  auto& exposed = BuildCounter()
+                      .Name("lockstep_comm_exposed_seconds_total")
+                      .Help("Communication seconds not hidden behind computation")
+                      .Register(*registry_);
+  auto& steps = BuildCounter().Name("lockstep_steps_total").Help("Training steps completed").Register(*registry_);
+  auto& tokens = BuildCounter().Name("lockstep_tokens_total").Help("Tokens processed").Register(*registry_);
+  auto& flops = BuildCounter().Name("lockstep_flops_total").Help("Floating-point operations done").Register(*registry_);
+  auto& loss = BuildGauge().Name("lockstep_loss").Help("Training loss of the last step").Register(*registry_);
+  auto& last = BuildGauge()
+                   .Name("lockstep_last_step_timestamp_seconds")
+                   .Help("Unix time of the last step report")
+                   .Register(*registry_);
+  auto& up = BuildGauge().Name("lockstep_worker_up").Help("1 while the worker process runs").Register(*registry_);
+  auto& malformed = BuildCounter()
+                        .Name("lockstep_metrics_malformed_total")
+                        .Help("Step reports that could not be parsed (ignored)")
+                        .Register(*registry_);
+  comm_seconds_ = &BuildCounter()
+                       .Name("lockstep_comm_seconds_total")
+                       .Help("Seconds in collective communication, by op")
+                       .Register(*registry_);
+  comm_bytes_ = &BuildCounter()
+                     .Name("lockstep_comm_bytes_total")
+                     .Help("Bytes moved by collective communication, by op")
+                     .Register(*registry_);
+  restarts_ = &BuildCounter()
+                   .Name("lockstep_worker_restarts_total")
+                   .Help("Local restarts of the worker group by this agent")
+                   .Register(*registry_)
+                   .Add(base_);
+  stalls_ = &BuildCounter()
+                 .Name("lockstep_stalls_total")
+                 .Help("Stalls detected: no step reported within the stall timeout")
+                 .Register(*registry_)
+                 .Add(base_);
+  const Histogram::BucketBoundaries buckets{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+  ranks_.resize(cfg.nproc_per_node);
+  for (int i = 0; i < cfg.nproc_per_node; ++i) {
+    Rank& r = ranks_[i];
+    r.labels = base_;
+    r.labels["rank"] = std::to_string(cfg.node_rank * cfg.nproc_per_node + i);
+    r.progress.rank = cfg.node_rank * cfg.nproc_per_node + i;
+    r.step_duration = &step_family.Add(r.labels, buckets);
+    r.compute = &compute.Add(r.labels);
+    r.exposed = &exposed.Add(r.labels);
+    r.steps = &steps.Add(r.labels);
+    r.tokens = &tokens.Add(r.labels);
+    r.flops = &flops.Add(r.labels);
+    r.malformed = &malformed.Add(r.labels);
+    r.loss = &loss.Add(r.labels);
+    r.last_step_ts = &last.Add(r.labels);
+    r.worker_up = &up.Add(r.labels);
+    r.fd = bind_datagram_socket(socket_path(i));
+  }
+  if (cfg.metrics_port > 0) {
+    endpoint_ = cfg.metrics_address + ":" + std::to_string(cfg.metrics_port);
+    try {
+      exposer_ = std::make_unique<Exposer>(endpoint_);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("cannot serve /metrics on " + endpoint_ + " (LOCKSTEP_METRICS_PORT or --metrics-port): " +
+                               e.what());
+    }
+    exposer_->RegisterCollectable(registry_);
+  }
+  receiver_ = std::thread([this] { receive_loop(); });
+}
+
+Metrics::~Metrics() {
+  stop_ = true;
+  if (receiver_.joinable()) receiver_.join();
+  for (auto& r : ranks_) {
+    if (r.fd >= 0) ::close(r.fd);
+    ::unlink(socket_path(static_cast<int>(&r - ranks_.data())).c_str());
+  }
+}
+
+std::string Metrics::socket_path(int local_rank) const { return dir_ + "/rank-" + std::to_string(local_rank) + ".sock"; }
+
+void Metrics::set_worker_up(int local_rank, bool up) { ranks_[local_rank].worker_up->Set(up ? 1 : 0); }
+void Metrics::count_restart() { restarts_->Increment(); }
+void Metrics::count_stall() { stalls_->Increment(); }
+
+std::vector<RankProgress> Metrics::progress() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<RankProgress> out;
+  for (const auto& r : ranks_) out.push_back(r.progress);
+  return out;
+}
+
+void Metrics::reset_progress() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& r : ranks_) r.progress.last_step = -1;
+}
+
+void Metrics::record(int local_rank, const StepReport& s) {
+  Rank& r = ranks_[local_rank];
+  if (s.step_s) r.step_duration->Observe(*s.step_s);
+  if (s.compute_s) r.compute->Increment(*s.compute_s);
+  if (s.exposed_comm_s) r.exposed->Increment(*s.exposed_comm_s);
+  if (s.tokens) r.tokens->Increment(*s.tokens);
+  if (s.flops) r.flops->Increment(*s.flops);
+  if (s.loss) r.loss->Set(*s.loss);
+  r.steps->Increment();
+  if (s.comm_s_by_op.empty() && s.comm_s) {
+    auto labels = r.labels;
+    labels["op"] = "all";
+    comm_seconds_->Add(labels).Increment(*s.comm_s);
+  }
+  for (const auto& [op, v] : s.comm_s_by_op) {
+    auto labels = r.labels;
+    labels["op"] = op;
+    comm_seconds_->Add(labels).Increment(v);
+  }
+  for (const auto& [op, v] : s.comm_bytes_by_op) {
+    auto labels = r.labels;
+    labels["op"] = op;
+    comm_bytes_->Add(labels).Increment(v);
+  }
+  r.last_step_ts->Set(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+  std::lock_guard<std::mutex> lock(mu_);
+  r.progress.last_step = s.step;
+  r.progress.last_time = std::chrono::steady_clock::now();
+}
+
+void Metrics::receive_loop() {
+  std::vector<pollfd> fds;
+  for (const auto& r : ranks_) fds.push_back({r.fd, POLLIN, 0});
+  char buf[4096];
+  std::vector<bool> warned(ranks_.size(), false);
+  while (!stop_) {
+    int n = ::poll(fds.data(), fds.size(), 200);
+    if (n <= 0) continue;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (!(fds[i].revents & POLLIN)) continue;
+      ssize_t len;
+      while ((len = ::recv(fds[i].fd, buf, sizeof buf - 1, 0)) > 0) {
+        std::string line(buf, static_cast<size_t>(len));
+        std::string error;
+        auto report = parse_step_report(line, &error);
+        if (!report) {
+          ranks_[i].malformed->Increment();
+          if (!warned[i]) {  // once per rank: a broken sender must not flood the log
+            LOCKSTEP_LOG(Warn, "agent", "ignoring malformed step report from rank " << ranks_[i].progress.rank << ": "
+                                                                                   << error << " (further ones are counted in lockstep_metrics_malformed_total)");
+            warned[i] = true;
+          }
+          continue;
+        }
+        record(static_cast<int>(i), *report);
+      }
+    }
+  }
+}
+
+}  // namespace lockstep::agent

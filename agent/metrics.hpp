@@ -1,0 +1,77 @@
+// The agent's /metrics (DESIGN.md, "Agent /metrics"): training series fed by each worker's
+// per-step datagrams (protocol.hpp) on its own Unix socket, agent series, and GPU series
+// from NVML (nvml.hpp). Labels: trainingjob, namespace, node_rank, rank (and gpu).
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config.hpp"
+#include "protocol.hpp"
+
+namespace lockstep::agent {
+
+struct RankProgress {
+  int rank = 0;
+  long long last_step = -1;                           // -1: no step yet
+  std::chrono::steady_clock::time_point last_time{};  // when the last step arrived
+};
+
+class Metrics {
+ public:
+  // Binds one datagram socket per local rank under `socket_dir`, and serves /metrics on
+  // cfg.metrics_port unless it is 0. Throws std::runtime_error naming what failed.
+  Metrics(const Config& cfg, const std::string& socket_dir);
+  ~Metrics();
+
+  std::string socket_path(int local_rank) const;
+  void set_worker_up(int local_rank, bool up);
+  void count_restart();
+  void count_stall();
+  std::vector<RankProgress> progress() const;
+  void reset_progress();  // a new worker group starts from nothing
+  std::string endpoint() const { return endpoint_; }
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+  prometheus::Labels base_labels() const { return base_; }
+
+  void record(int local_rank, const StepReport& r);  // exposed for tests
+
+ private:
+  struct Rank {
+    prometheus::Labels labels;
+    prometheus::Histogram* step_duration;
+    prometheus::Counter *compute, *exposed, *steps, *tokens, *flops, *malformed;
+    prometheus::Gauge *loss, *last_step_ts, *worker_up;
+    RankProgress progress;
+    int fd = -1;
+  };
+  void receive_loop();
+
+  Config cfg_;
+  std::string dir_, endpoint_;
+  prometheus::Labels base_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  prometheus::Family<prometheus::Counter>* comm_seconds_;
+  prometheus::Family<prometheus::Counter>* comm_bytes_;
+  prometheus::Counter* restarts_;
+  prometheus::Counter* stalls_;
+  std::vector<Rank> ranks_;
+  mutable std::mutex mu_;
+  std::atomic<bool> stop_{false};
+  std::thread receiver_;
+};
+
+}  // namespace lockstep::agent

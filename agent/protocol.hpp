@@ -1,0 +1,25 @@
+// The per-step datagram from a worker to its agent (DESIGN.md, "Metrics contract"): one line
+// of space-separated key=value pairs, e.g.
+//   step=120 step_s=0.412 compute_s=0.301 comm_s=0.150 exposed_comm_s=0.041 tokens=65536
+//   flops=4.1e13 loss=2.93 mem_bytes=812345344
+// Per-collective figures may follow as comm_s.<op>=SECONDS and comm_bytes.<op>=BYTES
+// (op: allreduce, allgather, reduce_scatter, broadcast, ...). Unknown keys are ignored, so
+// senders can add fields; a line with no valid step is malformed.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+namespace lockstep::agent {
+
+struct StepReport {
+  long long step = -1;
+  std::optional<double> step_s, compute_s, comm_s, exposed_comm_s, tokens, flops, loss, mem_bytes;
+  std::map<std::string, double> comm_s_by_op, comm_bytes_by_op;
+};
+
+// nullopt (with `error` set) for a malformed line.
+std::optional<StepReport> parse_step_report(const std::string& line, std::string* error = nullptr);
+
+}  // namespace lockstep::agent

@@ -1,0 +1,355 @@
+// lockstep-agent as local processes on loopback: two agents as two nodes, real Gloo
+// training-style programs, signals, stalls, and /metrics scraped over HTTP.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <dirent.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "lockstep/contract.hpp"
+#include "lockstep/process.hpp"
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+using lockstep::Process;
+
+namespace {
+
+std::string bin(const char* var, const char* fallback) {
+  const char* v = std::getenv(var);
+  return v ? v : fallback;
+}
+std::string agent_bin() { return bin("LOCKSTEP_AGENT_BIN", "lockstep-agent"); }
+std::string worker_bin() { return bin("LOCKSTEP_TEST_WORKER_BIN", "lockstep-test-worker"); }
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::string temp_dir(const std::string& name) {
+  std::string d = ::testing::TempDir() + "/agent-" + name + "-" + std::to_string(::getpid());
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// One agent: a node of a job, with its output in a file.
+struct Agent {
+  Process proc;
+  std::string log;
+  int metrics_port = 0;
+  std::string output() const { return read(log); }
+  std::optional<lockstep::ExitStatus> wait(std::chrono::seconds t) { return proc.wait_for(t); }
+};
+
+Agent start_agent(const std::string& dir, int nnodes, int node_rank, int nproc, int master_port,
+                  std::vector<std::string> command, std::vector<std::string> flags = {},
+                  std::map<std::string, std::string> extra_env = {}) {
+  Agent a;
+  a.log = dir + "/agent-" + std::to_string(node_rank) + ".log";
+  a.metrics_port = lockstep::free_loopback_port();
+  lockstep::SpawnOptions so;
+  so.argv = {agent_bin(), "--metrics-address", "127.0.0.1"};
+  so.argv.insert(so.argv.end(), flags.begin(), flags.end());
+  so.argv.push_back("--");
+  so.argv.insert(so.argv.end(), command.begin(), command.end());
+  so.env = {{"LOCKSTEP_JOB_NAME", "tj"}, {"LOCKSTEP_JOB_NAMESPACE", "ns"}, {"LOCKSTEP_JOB_UID", "uid-123"},
+            {"LOCKSTEP_NNODES", std::to_string(nnodes)}, {"LOCKSTEP_NODE_RANK", std::to_string(node_rank)},
+            {"LOCKSTEP_NPROC_PER_NODE", std::to_string(nproc)}, {"LOCKSTEP_MASTER_ADDR", "127.0.0.1"},
+            {"LOCKSTEP_MASTER_PORT", std::to_string(master_port)}, {"LOCKSTEP_RESTART_ATTEMPT", "2"},
+            {"LOCKSTEP_METRICS_PORT", std::to_string(a.metrics_port)}};
+  so.unset_env = {"OMP_NUM_THREADS"};
+  for (const auto& [k, v] : extra_env) so.env[k] = v;
+  so.output_path = a.log;
+  a.proc = Process::spawn(so);
+  return a;
+}
+
+std::string scrape(int port) {
+  auto r = lockstep::run_capture({"curl", "-s", "http://127.0.0.1:" + std::to_string(port) + "/metrics"}, {}, 10s);
+  return r.output;
+}
+
+bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 20s) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return pred();
+}
+
+// Every process descended from `root`, found through /proc.
+std::set<pid_t> descendants(pid_t root) {
+  std::map<pid_t, pid_t> parent;
+  DIR* d = ::opendir("/proc");
+  while (dirent* e = ::readdir(d)) {
+    pid_t pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    std::string stat = read("/proc/" + std::to_string(pid) + "/stat");
+    auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    std::string state;
+    pid_t ppid;
+    rest >> state >> ppid;
+    if (state != "Z") parent[pid] = ppid;
+  }
+  ::closedir(d);
+  std::set<pid_t> out{root};
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (auto [pid, pp] : parent)
+      if (out.count(pp) && out.insert(pid).second) grew = true;
+  }
+  out.erase(root);
+  return out;
+}
+
+bool running(pid_t pid) {
+  std::string stat = read("/proc/" + std::to_string(pid) + "/stat");
+  if (stat.empty()) return false;
+  auto close = stat.rfind(')');
+  return close != std::string::npos && stat.substr(close + 2, 1) != "Z";
+}
+
+std::map<std::string, std::string> parse_env(const std::string& text) {
+  std::map<std::string, std::string> env;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    auto eq = line.find('=');
+    if (eq != std::string::npos) env[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return env;
+}
+
+}  // namespace
+
+TEST(Agent, TwoNodesOfTwoWorkersAgreeOnAGlooAllReduce) {
+  std::string dir = temp_dir("allreduce");
+  int port = lockstep::free_loopback_port();
+  auto a0 = start_agent(dir, 2, 0, 2, port, {worker_bin(), "allreduce", dir + "/sum"});
+  auto a1 = start_agent(dir, 2, 1, 2, port, {worker_bin(), "allreduce", dir + "/sum"});
+  auto s0 = a0.wait(120s), s1 = a1.wait(120s);
+  ASSERT_TRUE(s0 && s1) << a0.output() << a1.output();
+  EXPECT_EQ(s0->shell_code(), 0) << a0.output();
+  EXPECT_EQ(s1->shell_code(), 0) << a1.output();
+  for (int r = 0; r < 4; ++r)  // 1 + 2 + 3 + 4
+    EXPECT_EQ(read(dir + "/sum.rank-" + std::to_string(r)), "10\n") << "rank " << r;
+  // Output is passed through with a rank prefix.
+  EXPECT_NE(a1.output().find("[rank 3] rank 3 of 4: all-reduce sum 10"), std::string::npos) << a1.output();
+}
+
+TEST(Agent, EveryWorkerGetsTorchrunsEnvironment) {
+  std::string dir = temp_dir("env");
+  int port = lockstep::free_loopback_port();
+  auto a0 = start_agent(dir, 2, 0, 2, port, {worker_bin(), "env", dir});
+  auto a1 = start_agent(dir, 2, 1, 2, port, {worker_bin(), "env", dir});
+  ASSERT_EQ(a0.wait(30s)->shell_code(), 0) << a0.output();
+  ASSERT_EQ(a1.wait(30s)->shell_code(), 0) << a1.output();
+  std::set<std::string> sockets;
+  for (int rank = 0; rank < 4; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    auto env = parse_env(read(dir + "/rank-" + std::to_string(rank) + ".env"));
+    int node = rank / 2, local = rank % 2;
+    std::map<std::string, std::string> want = {
+        {"RANK", std::to_string(rank)}, {"LOCAL_RANK", std::to_string(local)}, {"WORLD_SIZE", "4"},
+        {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", std::to_string(node)}, {"NODE_RANK", std::to_string(node)},
+        {"ROLE_RANK", std::to_string(rank)}, {"ROLE_WORLD_SIZE", "4"}, {"MASTER_ADDR", "127.0.0.1"},
+        {"MASTER_PORT", std::to_string(port)}, {"TORCHELASTIC_RESTART_COUNT", "2"},
+        {"TORCHELASTIC_MAX_RESTARTS", "0"}, {"TORCHELASTIC_RUN_ID", "uid-123"}, {"OMP_NUM_THREADS", "1"}};
+    for (const auto& [k, v] : want) EXPECT_EQ(env[k], v) << k;
+    ASSERT_TRUE(env.count("LOCKSTEP_METRICS_SOCKET"));
+    sockets.insert(env["LOCKSTEP_METRICS_SOCKET"]);
+  }
+  EXPECT_EQ(sockets.size(), 4u) << "each worker reports on its own socket";
+}
+
+TEST(Agent, APythonProgramSeesWhatTorchrunWouldGiveIt) {
+  // The check script derives the expected values from torchrun's documented rules itself.
+  std::string dir = temp_dir("torchrun");
+  std::string script = std::string(LOCKSTEP_SOURCE_DIR) + "/tests/agent/torchrun_env_check.py";
+  if (::access("/usr/bin/python3", X_OK) != 0 && ::system("command -v python3 >/dev/null") != 0)
+    GTEST_SKIP() << "SKIPPED: python3 not found";
+  int port = lockstep::free_loopback_port();
+  // Under the operator's LOCKSTEP_* variables...
+  auto a = start_agent(dir, 3, 1, 2, port, {"python3", script, "3", "1", "2", "127.0.0.1", std::to_string(port), "uid-123", "2"});
+  auto st = a.wait(60s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->shell_code(), 0) << a.output();
+  EXPECT_NE(a.output().find("[rank 3] rank 3: matches torchrun"), std::string::npos) << a.output();
+  // ...and under torchrun's own PET_* variables alone.
+  lockstep::SpawnOptions so;
+  so.argv = {agent_bin(), "--no-metrics", "--", "python3", script, "2", "0", "3", "localhost", "29999", "my-run"};
+  so.env = {{"PET_NNODES", "2"}, {"PET_NODE_RANK", "0"}, {"PET_NPROC_PER_NODE", "3"}, {"PET_MASTER_ADDR", "localhost"},
+            {"PET_MASTER_PORT", "29999"}};
+  so.unset_env = {"LOCKSTEP_JOB_UID", "LOCKSTEP_JOB_NAME", "LOCKSTEP_NNODES", "OMP_NUM_THREADS"};
+  so.argv.insert(so.argv.begin() + 1, {"--run-id", "my-run"});
+  so.output_path = dir + "/pet.log";
+  auto p = Process::spawn(so);
+  auto pst = p.wait_for(60s);
+  ASSERT_TRUE(pst.has_value());
+  EXPECT_EQ(pst->shell_code(), 0) << read(dir + "/pet.log");
+}
+
+TEST(Agent, AWorkerExitCodeIsTheAgentsAndThePeerNodeStopsToo) {
+  std::string dir = temp_dir("exit3");
+  int port = lockstep::free_loopback_port();
+  auto a0 = start_agent(dir, 2, 0, 2, port, {worker_bin(), "allreduce", dir + "/sum", "3", "3"});
+  auto a1 = start_agent(dir, 2, 1, 2, port, {worker_bin(), "allreduce", dir + "/sum", "3", "3"});
+  auto s1 = a1.wait(60s);
+  ASSERT_TRUE(s1.has_value()) << a1.output();
+  EXPECT_EQ(s1->shell_code(), 3) << a1.output();
+  EXPECT_NE(a1.output().find("rank 3 (pid"), std::string::npos) << a1.output();
+  EXPECT_NE(a1.output().find("exited with code 3 first"), std::string::npos) << a1.output();
+  // Node 0's workers lose their peers in the collective and fail; its agent stops too.
+  auto s0 = a0.wait(90s);
+  ASSERT_TRUE(s0.has_value()) << "node 0 still running:\n" << a0.output();
+  EXPECT_NE(s0->shell_code(), 0) << a0.output();
+}
+
+TEST(Agent, SigtermStopsEveryProcessWithinTheGracePeriod) {
+  std::string dir = temp_dir("sigterm");
+  auto a = start_agent(dir, 1, 0, 2, lockstep::free_loopback_port(), {worker_bin(), "stubborn"},
+                       {"--grace-period", "1s"});
+  std::set<pid_t> tree;
+  ASSERT_TRUE(eventually([&] {
+    tree = descendants(a.proc.pid());
+    return tree.size() >= 4;  // 2 workers + their 2 children
+  })) << a.output();
+  auto t0 = std::chrono::steady_clock::now();
+  a.proc.signal(SIGTERM);
+  auto st = a.wait(20s);
+  auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(st.has_value()) << a.output();
+  EXPECT_EQ(st->shell_code(), 128 + SIGTERM) << a.output();
+  EXPECT_LT(took, 5s) << "grace period is 1 s";
+  for (pid_t p : tree) EXPECT_TRUE(eventually([&] { return !running(p); }, 3s)) << "pid " << p << " left behind";
+  EXPECT_NE(a.output().find("did not stop within the grace period; sending SIGKILL"), std::string::npos) << a.output();
+}
+
+TEST(Agent, AWorkerThatStopsReportingStepsIsAStall) {
+  std::string dir = temp_dir("stall");
+  auto a = start_agent(dir, 1, 0, 2, lockstep::free_loopback_port(), {worker_bin(), "steps", "3", "then-hang"},
+                       {"--stall-timeout", "1s", "--grace-period", "1s"});
+  auto st = a.wait(30s);
+  ASSERT_TRUE(st.has_value()) << a.output();
+  EXPECT_EQ(st->shell_code(), lockstep::contract::kExitStall) << a.output();
+  EXPECT_TRUE(std::regex_search(a.output(), std::regex(R"(stall: no step for 1 s from rank\(s\) \d \(last step 3\))")))
+      << a.output();
+}
+
+TEST(Agent, MetricsCarryStepCommAndWorkerSeriesWithTheirLabels) {
+  std::string dir = temp_dir("metrics");
+  auto a = start_agent(dir, 2, 1, 2, lockstep::free_loopback_port(), {worker_bin(), "steps", "5", "then-hang"},
+                       {"--stall-timeout", "0"});
+  // Node 1 of 2 with 2 workers: ranks 2 and 3.
+  std::string m;
+  ASSERT_TRUE(eventually([&] {
+    m = scrape(a.metrics_port);
+    return m.find("lockstep_steps_total{namespace=\"ns\",node_rank=\"1\",rank=\"3\",trainingjob=\"tj\"} 5") != std::string::npos &&
+           m.find("lockstep_steps_total{namespace=\"ns\",node_rank=\"1\",rank=\"2\",trainingjob=\"tj\"} 5") != std::string::npos;
+  })) << m << a.output();
+  for (const char* series :
+       {"lockstep_step_duration_seconds_count{namespace=\"ns\",node_rank=\"1\",rank=\"2\",trainingjob=\"tj\"} 5",
+        "lockstep_compute_seconds_total{", "lockstep_comm_exposed_seconds_total{",
+        "lockstep_comm_seconds_total{namespace=\"ns\",node_rank=\"1\",op=\"allreduce\",rank=\"3\",trainingjob=\"tj\"} 0.1",
+        "lockstep_comm_bytes_total{namespace=\"ns\",node_rank=\"1\",op=\"allreduce\",rank=\"3\",trainingjob=\"tj\"} 20480",
+        "lockstep_tokens_total{namespace=\"ns\",node_rank=\"1\",rank=\"2\",trainingjob=\"tj\"} 2560",
+        "lockstep_flops_total{", "lockstep_loss{namespace=\"ns\",node_rank=\"1\",rank=\"2\",trainingjob=\"tj\"} 1",
+        "lockstep_last_step_timestamp_seconds{", "lockstep_worker_up{namespace=\"ns\",node_rank=\"1\",rank=\"3\",trainingjob=\"tj\"} 1",
+        "lockstep_worker_restarts_total{namespace=\"ns\",node_rank=\"1\",trainingjob=\"tj\"} 0",
+        "lockstep_stalls_total{namespace=\"ns\",node_rank=\"1\",trainingjob=\"tj\"} 0"})
+    EXPECT_NE(m.find(series), std::string::npos) << series << "\n" << m;
+  EXPECT_FALSE(std::regex_search(m, std::regex(R"([{,]job=")"))) << "a label named job is renamed by Prometheus";
+  // No GPU here: the GPU series are absent, not zero, and the log says why once.
+  if (a.output().find("no NVIDIA GPU") != std::string::npos)
+    EXPECT_EQ(m.find("lockstep_gpu_"), std::string::npos) << m;
+  a.proc.signal(SIGTERM);
+  a.wait(20s);
+}
+
+TEST(Agent, MalformedReportsAreCountedAndIgnored) {
+  std::string dir = temp_dir("garbage");
+  auto a = start_agent(dir, 1, 0, 1, lockstep::free_loopback_port(), {worker_bin(), "garbage"}, {"--stall-timeout", "0"});
+  std::string m;
+  EXPECT_TRUE(eventually([&] {
+    m = scrape(a.metrics_port);
+    return m.find("lockstep_steps_total{namespace=\"ns\",node_rank=\"0\",rank=\"0\",trainingjob=\"tj\"} 2") != std::string::npos;
+  })) << m;
+  EXPECT_NE(m.find("lockstep_metrics_malformed_total{namespace=\"ns\",node_rank=\"0\",rank=\"0\",trainingjob=\"tj\"} 3"),
+            std::string::npos)
+      << m;
+  EXPECT_TRUE(a.proc.running()) << "a malformed report must never be fatal";
+  EXPECT_NE(a.output().find("ignoring malformed step report from rank 0"), std::string::npos) << a.output();
+  a.proc.signal(SIGTERM);
+  a.wait(20s);
+}
+
+TEST(Agent, LocalRestartsOnASingleNodeThenTheExitCode) {
+  std::string dir = temp_dir("restart");
+  auto a = start_agent(dir, 1, 0, 1, lockstep::free_loopback_port(), {worker_bin(), "allreduce", dir + "/sum", "0", "7"},
+                       {"--max-restarts", "1"});
+  auto st = a.wait(60s);
+  ASSERT_TRUE(st.has_value()) << a.output();
+  EXPECT_EQ(st->shell_code(), 7) << a.output();
+  EXPECT_NE(a.output().find("restarting the worker group (1 of 1)"), std::string::npos) << a.output();
+}
+
+TEST(Agent, BadConfigurationNamesTheVariable) {
+  auto r = lockstep::run_capture({agent_bin(), "--", "true"}, {{"LOCKSTEP_NNODES", "2"}, {"LOCKSTEP_NODE_RANK", "2"}});
+  EXPECT_EQ(r.status.shell_code(), lockstep::contract::kExitUsage);
+  EXPECT_NE(r.output.find("LOCKSTEP_NODE_RANK"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("LOCKSTEP_NNODES"), std::string::npos) << r.output;
+  r = lockstep::run_capture({agent_bin(), "--", "true"}, {{"LOCKSTEP_NPROC_PER_NODE", "four"}});
+  EXPECT_EQ(r.status.shell_code(), lockstep::contract::kExitUsage);
+  EXPECT_NE(r.output.find("LOCKSTEP_NPROC_PER_NODE: expected an integer"), std::string::npos) << r.output;
+  r = lockstep::run_capture({agent_bin(), "--bogus"}, {});
+  EXPECT_EQ(r.status.shell_code(), lockstep::contract::kExitUsage);
+  EXPECT_NE(r.output.find("unknown flag '--bogus'"), std::string::npos) << r.output;
+}
+
+TEST(Agent, AMasterAddressThatNeverResolvesIsARendezvousFailure) {
+  auto r = lockstep::run_capture({agent_bin(), "--no-metrics", "--rendezvous-timeout", "1s", "--", "true"},
+                                 {{"LOCKSTEP_MASTER_ADDR", "no-such-pod.lockstep.invalid"}}, 30s);
+  EXPECT_EQ(r.status.shell_code(), lockstep::contract::kExitRendezvous) << r.output;
+  EXPECT_NE(r.output.find("did not resolve"), std::string::npos) << r.output;
+}
+
+TEST(AgentGpu, NvmlSeriesMatchNvidiaSmi) {
+  if (::system("command -v nvidia-smi >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "SKIPPED: no GPU here (nvidia-smi not found); runs on a GPU machine";
+  std::string dir = temp_dir("gpu");
+  auto a = start_agent(dir, 1, 0, 1, lockstep::free_loopback_port(), {worker_bin(), "steps", "1", "then-hang"},
+                       {"--stall-timeout", "0"});
+  std::string m;
+  ASSERT_TRUE(eventually([&] {
+    m = scrape(a.metrics_port);
+    return m.find("lockstep_gpu_memory_used_bytes{") != std::string::npos;
+  })) << a.output();
+  auto smi = lockstep::run_capture({"nvidia-smi", "--query-gpu=index,memory.used,temperature.gpu", "--format=csv,noheader,nounits"});
+  std::istringstream rows(smi.output);
+  for (std::string row; std::getline(rows, row);) {
+    int index, mem_mib, temp;
+    char comma;
+    std::istringstream r(row);
+    if (!(r >> index >> comma >> mem_mib >> comma >> temp)) continue;
+    std::smatch match;
+    std::regex mem_re("lockstep_gpu_memory_used_bytes\\{gpu=\"" + std::to_string(index) + "\"[^}]*\\} ([0-9.e+]+)");
+    ASSERT_TRUE(std::regex_search(m, match, mem_re)) << m;
+    double ours_mib = std::stod(match[1]) / (1 << 20);
+    EXPECT_NEAR(ours_mib, mem_mib, 512) << "GPU " << index << " memory: agent vs nvidia-smi";
+    std::regex temp_re("lockstep_gpu_temperature_celsius\\{gpu=\"" + std::to_string(index) + "\"[^}]*\\} ([0-9.e+]+)");
+    ASSERT_TRUE(std::regex_search(m, match, temp_re)) << m;
+    EXPECT_NEAR(std::stod(match[1]), temp, 5) << "GPU " << index << " temperature";
+  }
+  a.proc.signal(SIGTERM);
+  a.wait(20s);
+}
