@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job: run a TrainingJob from its YAML on this machine.
 #
-# Today (the agent, trainer and `lockstep run` are issues #4-#7) it runs everything that
+# Today (the trainer and `lockstep run` are issues #5 and #7) it runs everything that
 # exists end to end: set-up, build, a real control plane on loopback, the TrainingJob CRD,
 # lockstep-operator, and the job submitted with kubectl; it shows the job as stored (with
 # defaults), the pods, Service and PodGroup the operator made, and the job's status. With no
@@ -36,5 +36,5 @@ exec "$BUILD_DIR/tests/controlplane/lockstep-controlplane" -- /bin/bash -c '
   kubectl get tj,pods,services,podgroups -l lockstep.dev/job-name="$name" -o wide 2>/dev/null || true
   kubectl get tj "$name" -o wide
   echo "--- pod $name-0 runs: $(kubectl get pod "$name-0" -o jsonpath="{.spec.containers[0].command}")"
-  echo "(no kubelet runs here, so the pods stay Pending; training arrives with issues #4-#7)"
+  echo "(no kubelet runs here, so the pods stay Pending; local training arrives with issues #5 and #7)"
 ' run-main "$ROOT/crds/lockstep.dev_trainingjobs.yaml" "$ROOT/tests/crds/podgroup.yaml" "$job"

@@ -1,26 +1,43 @@
-// lockstep-trainer: entry point. DDP, FSDP and the models arrive with issue #5; until then
-// `--version` reports the LibTorch it was built against and which c10d backends it has, which
-// is what the build set-up (issue #2) must get right.
+// lockstep-trainer: DDP training of a GPT-style decoder on LibTorch (docs/trainer.md).
+// Depends on LibTorch and the standard library only, so it builds inside any PyTorch image.
 #include <torch/torch.h>
 
 #include <cstring>
 #include <iostream>
 
+#include "train.hpp"
+
 int main(int argc, char** argv) {
-  if (argc > 1 && (std::strcmp(argv[1], "--version") == 0 || std::strcmp(argv[1], "version") == 0)) {
-    std::cout << "lockstep-trainer " << LOCKSTEP_VERSION << "\n"
-              << "libtorch " << TORCH_VERSION << "\n"
-              << "cuda " << (torch::cuda::is_available() ? "available" : "unavailable") << "\n"
-#ifdef USE_C10D_GLOO
-              << "c10d backends: gloo"
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (const auto& a : args) {
+    if (a == "--help" || a == "-h") {
+      std::cout << lockstep::trainer::kUsage;
+      return 0;
+    }
+    if (a == "--version") {
+      std::cout << "lockstep-trainer " << LOCKSTEP_VERSION << "\nlibtorch " << TORCH_VERSION << "\ncuda "
+                << (torch::cuda::is_available() ? "available" : "unavailable") << "\nc10d backends: gloo"
 #ifdef USE_C10D_NCCL
-              << ", nccl"
+                << ", nccl"
 #endif
-              << "\n";
-#endif
-    return 0;
+                << "\n";
+      return 0;
+    }
   }
-  std::cerr << "lockstep-trainer " << LOCKSTEP_VERSION
-            << ": training is not implemented yet (issue #5); only --version works\n";
-  return 2;
+  lockstep::trainer::Options options;
+  try {
+    options = lockstep::trainer::parse_options(args);
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "lockstep-trainer: " << e.what() << "\n";
+    return 64;
+  }
+  try {
+    return lockstep::trainer::run(options);
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "lockstep-trainer: " << e.what() << "\n";
+    return 64;
+  } catch (const std::exception& e) {
+    std::cerr << "lockstep-trainer: " << e.what() << "\n";
+    return 1;
+  }
 }

@@ -1,0 +1,134 @@
+// DDP against single-process training, as real processes under lockstep-agent with Gloo.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "lockstep/process.hpp"
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string bin(const char* var) {
+  const char* v = std::getenv(var);
+  return v ? v : "";
+}
+
+std::string temp_dir(const std::string& name) {
+  std::string d = ::testing::TempDir() + "/ddp-" + name + "-" + std::to_string(::getpid());
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// Runs the trainer on `nproc` local ranks under the agent; returns the agent's output.
+std::string train(int nproc, std::vector<std::string> args, int* code) {
+  std::vector<std::string> argv = {bin("LOCKSTEP_AGENT_BIN"), "--nproc-per-node", std::to_string(nproc),
+                                   "--master-port", std::to_string(lockstep::free_loopback_port()), "--no-metrics",
+                                   "--", bin("LOCKSTEP_TRAINER_BIN")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto r = lockstep::run_capture(argv, {{"GLOO_SOCKET_IFNAME", "lo"}, {"MASTER_ADDR", "127.0.0.1"}}, 300s);
+  *code = r.status.shell_code();
+  return r.output;
+}
+
+std::vector<torch::Tensor> load(const std::string& path) {
+  std::vector<torch::Tensor> t;
+  torch::load(t, path);
+  return t;
+}
+
+}  // namespace
+
+// Tolerance: the runs differ only in the order of float32 additions (the all-reduce, the
+// per-rank means), amplified by 20 Adam steps; 1e-4 absolute is far below one step's update.
+TEST(Ddp, TwoRanksMatchOneProcessOnTheSameGlobalBatch) {
+  std::string dir = temp_dir("match");
+  std::vector<std::string> common = {"--steps", "20", "--lr", "1e-3", "--warmup-steps", "0", "--seed", "7"};
+  int code;
+  auto one = common;
+  one.insert(one.end(), {"--batch-size", "8", "--dump-params", dir + "/one.pt"});
+  std::string out1 = train(1, one, &code);
+  ASSERT_EQ(code, 0) << out1;
+  auto two = common;
+  two.insert(two.end(), {"--batch-size", "4", "--dump-params", dir + "/two.pt", "--bucket-mb", "1",
+                         "--collective-log", dir + "/collectives"});
+  std::string out2 = train(2, two, &code);
+  ASSERT_EQ(code, 0) << out2;
+  auto a = load(dir + "/one.pt"), b = load(dir + "/two.pt");
+  ASSERT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
+  RecordProperty("max_abs_param_diff", std::to_string(worst));
+  EXPECT_LT(worst, 1e-4) << "parameters of 2-rank DDP and 1 process differ by " << worst;
+  // And the parameters did move: the comparison is not between two untouched models.
+  auto init_dir = temp_dir("init");
+  auto zero = common;
+  zero[1] = "1";
+  zero.insert(zero.end(), {"--batch-size", "8", "--lr", "0", "--dump-params", init_dir + "/init.pt"});
+  std::string out0 = train(1, zero, &code);
+  ASSERT_EQ(code, 0) << out0;
+  auto init = load(init_dir + "/init.pt");
+  double moved = 0;
+  for (size_t i = 0; i < a.size(); ++i) moved = std::max(moved, (a[i] - init[i]).abs().max().item<double>());
+  EXPECT_GT(moved, 100 * worst) << "training barely changed the parameters";
+}
+
+TEST(Ddp, EveryRankIssuesTheSameCollectivesInTheSameOrder) {
+  std::string dir = temp_dir("order");
+  int code;
+  // Small buckets, so there are several to order; three ranks.
+  std::string out = train(3, {"--steps", "5", "--batch-size", "2", "--n-layer", "4", "--bucket-mb", "1",
+                              "--collective-log", dir + "/c"}, &code);
+  ASSERT_EQ(code, 0) << out;
+  auto read = [](const std::string& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  std::string r0 = read(dir + "/c.rank-0");
+  ASSERT_FALSE(r0.empty());
+  EXPECT_EQ(read(dir + "/c.rank-1"), r0);
+  EXPECT_EQ(read(dir + "/c.rank-2"), r0);
+}
+
+TEST(Ddp, GradientAccumulationMatchesOneBigBatch) {
+  std::string dir = temp_dir("accum");
+  std::vector<std::string> common = {"--steps", "10", "--warmup-steps", "0", "--seed", "3"};
+  int code;
+  auto big = common;
+  big.insert(big.end(), {"--batch-size", "8", "--dump-params", dir + "/big.pt"});
+  ASSERT_EQ((train(1, big, &code), code), 0);
+  auto acc = common;
+  acc.insert(acc.end(), {"--batch-size", "2", "--grad-accum", "2", "--dump-params", dir + "/acc.pt"});
+  std::string out = train(2, acc, &code);
+  ASSERT_EQ(code, 0) << out;
+  auto a = load(dir + "/big.pt"), b = load(dir + "/acc.pt");
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
+  EXPECT_LT(worst, 1e-4);
+}
+
+TEST(Trainer, SyntheticLossFallsBelowHalfTheUniformBaseline) {
+  std::string dir = temp_dir("loss");
+  int code;
+  std::string out = train(2, {"--steps", "150", "--batch-size", "8", "--lr", "3e-3", "--loss-log", dir + "/loss"}, &code);
+  ASSERT_EQ(code, 0) << out;
+  std::ifstream in(dir + "/loss");
+  double step, loss, last = 0;
+  while (in >> step >> loss) last = loss;
+  const double uniform = std::log(256.0);
+  RecordProperty("final_loss", std::to_string(last));
+  EXPECT_LT(last, uniform / 2) << "final loss " << last << ", uniform baseline " << uniform << "\n" << out;
+}
+
+TEST(Trainer, BadFlagsNameTheFlag) {
+  auto r = lockstep::run_capture({bin("LOCKSTEP_TRAINER_BIN"), "--steps", "-3"});
+  EXPECT_EQ(r.status.shell_code(), 64);
+  EXPECT_NE(r.output.find("--steps"), std::string::npos) << r.output;
+  r = lockstep::run_capture({bin("LOCKSTEP_TRAINER_BIN"), "--model", "gpt5"});
+  EXPECT_EQ(r.status.shell_code(), 64);
+  EXPECT_NE(r.output.find("valid: tiny, gpt2-124m, mlp"), std::string::npos) << r.output;
+}

@@ -1,0 +1,69 @@
+// DDP: data parallelism with gradient buckets all-reduced while backward is still running.
+//
+// Note [Bucket order]
+// Parameters are grouped into buckets in reverse registration order, which is roughly the
+// order backward produces their gradients: the first bucket small (first_bucket_bytes, so
+// communication starts early), the rest up to bucket_bytes. A hook on each parameter copies
+// its gradient into its bucket's flat buffer; when a bucket is full it is all-reduced at
+// once, asynchronously, but only after every bucket before it has been launched, so every
+// rank issues the same collectives in the same order (Gloo and NCCL match collectives by
+// order; a mismatch would hang or mix up data). collective_log() records the order.
+//
+// Gradient accumulation: with set_sync(false) the hooks do nothing and gradients just
+// accumulate locally; on the synchronising micro-step each hook adds the accumulated local
+// gradient to the incoming one, so one all-reduce covers all micro-steps.
+#pragma once
+
+#include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace lockstep::trainer {
+
+struct CommStats {
+  double comm_s = 0;          // wall time with at least one bucket in flight
+  double exposed_s = 0;       // time finish_step() waited after backward ended
+  double bytes = 0;           // bytes all-reduced
+};
+
+class Ddp {
+ public:
+  Ddp(torch::nn::Module& model, c10::intrusive_ptr<c10d::Backend> pg, int64_t bucket_bytes = 25 << 20,
+      int64_t first_bucket_bytes = 1 << 20, bool overlap = true);
+  void broadcast_parameters();   // rank 0's initial parameters to every rank
+  void set_sync(bool sync) { sync_ = sync; }
+  void begin_backward();         // before loss.backward() of a synchronising micro-step
+  CommStats finish_step();       // after it: waits, averages, writes .grad
+  size_t buckets() const { return buckets_.size(); }
+  const std::vector<std::string>& collective_log() const { return log_; }
+
+ private:
+  struct Bucket {
+    std::vector<size_t> params;    // indices into params_
+    std::vector<int64_t> offsets;  // element offset of each in `flat`
+    torch::Tensor flat;
+    size_t pending = 0;
+    bool launched = false;
+    c10::intrusive_ptr<c10d::Work> work;
+    std::chrono::steady_clock::time_point start, end;
+  };
+  void on_grad(size_t param, const torch::Tensor& grad);
+  void launch_ready();  // in bucket order; Note [Bucket order]
+  void launch(Bucket& b);
+
+  std::vector<torch::Tensor> params_;
+  std::vector<size_t> bucket_of_;
+  std::vector<Bucket> buckets_;
+  size_t next_launch_ = 0;
+  c10::intrusive_ptr<c10d::Backend> pg_;
+  bool sync_ = true, overlap_ = true, in_backward_ = false;
+  std::mutex mu_;
+  std::vector<std::string> log_;
+  std::chrono::steady_clock::time_point backward_start_;
+};
+
+}  // namespace lockstep::trainer

@@ -1,0 +1,105 @@
+#include "model.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace F = torch::nn::functional;
+
+namespace lockstep::trainer {
+
+GptConfig GptConfig::preset(const std::string& name) {
+  GptConfig c;
+  if (name == "tiny") return c;  // 2 layers, 2 heads, width 64, context 64, vocabulary 256
+  if (name == "gpt2-124m") {
+    c.n_layer = 12;
+    c.n_head = 12;
+    c.n_embd = 768;
+    c.block_size = 1024;
+    c.vocab_size = 50257;
+    return c;
+  }
+  throw std::invalid_argument("--model: unknown preset '" + name + "'; valid: tiny, gpt2-124m, mlp");
+}
+
+int64_t GptConfig::parameters() const {
+  int64_t C = n_embd;
+  int64_t per_block = 2 * 2 * C            // ln_1, ln_2 (weight, bias)
+                      + C * 3 * C + 3 * C  // c_attn
+                      + C * C + C          // c_proj
+                      + C * 4 * C + 4 * C  // c_fc
+                      + 4 * C * C + C;     // mlp_proj
+  return vocab_size * C + block_size * C + n_layer * per_block + 2 * C;
+}
+
+BlockImpl::BlockImpl(const GptConfig& c) : n_head(c.n_head) {
+  ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd})));
+  c_attn = register_module("c_attn", torch::nn::Linear(c.n_embd, 3 * c.n_embd));
+  c_proj = register_module("c_proj", torch::nn::Linear(c.n_embd, c.n_embd));
+  ln_2 = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd})));
+  c_fc = register_module("c_fc", torch::nn::Linear(c.n_embd, 4 * c.n_embd));
+  mlp_proj = register_module("mlp_proj", torch::nn::Linear(4 * c.n_embd, c.n_embd));
+}
+
+torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), NH = n_head, HS = C / NH;
+  auto qkv = c_attn(ln_1(x));                         // (B,T,3C)
+  auto parts = qkv.split(C, /*dim=*/2);
+  auto q = parts[0].view({B, T, NH, HS}).transpose(1, 2);  // (B,NH,T,HS)
+  auto k = parts[1].view({B, T, NH, HS}).transpose(1, 2);
+  auto v = parts[2].view({B, T, NH, HS}).transpose(1, 2);
+  auto y = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);  // (B,NH,T,HS)
+  y = y.transpose(1, 2).contiguous().view({B, T, C});  // (B,T,C)
+  auto h = x + c_proj(y);
+  return h + mlp_proj(F::gelu(c_fc(ln_2(h)), F::GELUFuncOptions().approximate("tanh")));
+}
+
+GptImpl::GptImpl(const GptConfig& c) : config(c) {
+  wte = register_module("wte", torch::nn::Embedding(c.vocab_size, c.n_embd));
+  wpe = register_module("wpe", torch::nn::Embedding(c.block_size, c.n_embd));
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.n_layer; ++i) blocks->push_back(Block(c));
+  ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd})));
+  // GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 * n_layer).
+  torch::NoGradGuard no_grad;
+  for (auto& p : named_parameters()) {
+    const std::string& n = p.key();
+    if (n.find("bias") != std::string::npos) p.value().zero_();
+    else if (n.find("ln_") != std::string::npos) p.value().fill_(1.0);
+    else {
+      double std = 0.02;
+      if (n.find("c_proj.weight") != std::string::npos || n.find("mlp_proj.weight") != std::string::npos)
+        std /= std::sqrt(2.0 * static_cast<double>(c.n_layer));
+      p.value().normal_(0.0, std);
+    }
+  }
+}
+
+torch::Tensor GptImpl::forward(const torch::Tensor& idx) {
+  const int64_t T = idx.size(1);
+  TORCH_CHECK(T <= config.block_size, "sequence length ", T, " exceeds the model's context ", config.block_size,
+              " (--seq-len)");
+  auto pos = torch::arange(T, idx.options());
+  auto x = wte(idx) + wpe(pos);  // (B,T,C) + (T,C)
+  for (auto& block : *blocks) x = block->as<Block>()->forward(x);
+  x = ln_f(x);
+  return torch::matmul(x, wte->weight.t());  // (B,T,V), head tied to the embedding
+}
+
+MlpImpl::MlpImpl(int64_t vocab, int64_t width) {
+  emb = register_module("emb", torch::nn::Embedding(vocab, width));
+  fc1 = register_module("fc1", torch::nn::Linear(width, 4 * width));
+  fc2 = register_module("fc2", torch::nn::Linear(4 * width, width));
+  head = register_module("head", torch::nn::Linear(width, vocab));
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& idx) {
+  auto x = emb(idx);                                      // (B,T,W)
+  x = x + fc2(F::gelu(fc1(x)));                           // (B,T,W)
+  return head(x);                                         // (B,T,V)
+}
+
+torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
+  return F::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+}
+
+}  // namespace lockstep::trainer

@@ -1,0 +1,258 @@
+#include "train.hpp"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+
+#include "data.hpp"
+#include "ddp.hpp"
+#include "dist.hpp"
+#include "model.hpp"
+
+namespace lockstep::trainer {
+
+const char* kUsage = R"(usage: lockstep-trainer [flags]
+Trains a GPT-style decoder (or a small MLP) with DDP over the ranks that lockstep-agent (or
+torchrun) started: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT come from the environment.
+  --model NAME          tiny | gpt2-124m | mlp (default tiny)
+  --n-layer, --n-head, --n-embd, --seq-len, --vocab-size N   override the preset
+  --data SRC            synthetic (default) or a file of uint16 token ids (nanoGPT .bin)
+  --examples N          synthetic examples per epoch (default 65536)
+  --batch-size B        sequences per rank per micro-step (default 8)
+  --grad-accum K        micro-steps per optimizer step (default 1)
+  --steps N             optimizer steps (default 200)
+  --lr, --min-lr X      peak and final learning rate, cosine decay after warm-up (1e-3, 1e-4)
+  --warmup-steps N      linear warm-up (default 10)
+  --weight-decay X      AdamW weight decay (default 0.1)
+  --clip X              global gradient-norm clipping, 0 to disable (default 1.0)
+  --seed N              initialisation and data order (default 1337)
+  --strategy S          DDP | FSDP | Auto (default: LOCKSTEP_STRATEGY, else Auto)
+  --backend B           auto | gloo | nccl (default auto: NCCL on CUDA, else Gloo)
+  --bucket-mb N         DDP bucket size (default 25; the first bucket is 1 MB)
+  --no-overlap          all-reduce after backward instead of during it (for comparison)
+  --log-every N         rank 0's progress line every N steps (default 10)
+  --dump-params FILE    save the final parameters (torch::save) for comparison
+)";
+
+namespace {
+
+double number(const std::string& flag, const std::string& v, double min) {
+  char* end = nullptr;
+  double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end || !std::isfinite(x) || x < min)
+    throw std::invalid_argument(flag + ": expected a number >= " + std::to_string(min) + ", got '" + v + "'");
+  return x;
+}
+
+int64_t integer(const std::string& flag, const std::string& v, int64_t min) {
+  double x = number(flag, v, static_cast<double>(min));
+  if (x != std::floor(x)) throw std::invalid_argument(flag + ": expected an integer, got '" + v + "'");
+  return static_cast<int64_t>(x);
+}
+
+// One datagram per step to the agent (docs/metrics.md); silently nothing without an agent.
+class Reporter {
+ public:
+  Reporter() {
+    const char* path = std::getenv("LOCKSTEP_METRICS_SOCKET");
+    if (!path || std::strlen(path) >= sizeof addr_.sun_path) return;
+    fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    addr_.sun_family = AF_UNIX;
+    std::strncpy(addr_.sun_path, path, sizeof addr_.sun_path - 1);
+  }
+  ~Reporter() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  void send(const std::string& line) {
+    if (fd_ >= 0) ::sendto(fd_, line.data(), line.size(), 0, reinterpret_cast<sockaddr*>(&addr_), sizeof addr_);
+  }
+
+ private:
+  int fd_ = -1;
+  sockaddr_un addr_{};
+};
+
+double lr_at(const Options& o, int64_t step) {
+  if (step < o.warmup_steps) return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
+  double progress = static_cast<double>(step - o.warmup_steps) / std::max<int64_t>(1, o.steps - o.warmup_steps);
+  return o.min_lr + 0.5 * (o.lr - o.min_lr) * (1 + std::cos(M_PI * std::min(1.0, progress)));
+}
+
+}  // namespace
+
+Options parse_options(const std::vector<std::string>& args) {
+  Options o;
+  if (const char* s = std::getenv("LOCKSTEP_STRATEGY"); s && *s) o.strategy = s;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string a = args[i], v;
+    auto eq = a.find('=');
+    bool has_value = eq != std::string::npos;
+    if (has_value) { v = a.substr(eq + 1); a = a.substr(0, eq); }
+    auto value = [&]() -> std::string {
+      if (has_value) return v;
+      if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
+      return args[++i];
+    };
+    if (a == "--model") o.model = value();
+    else if (a == "--n-layer") o.n_layer = integer(a, value(), 1);
+    else if (a == "--n-head") o.n_head = integer(a, value(), 1);
+    else if (a == "--n-embd") o.n_embd = integer(a, value(), 1);
+    else if (a == "--seq-len") o.seq_len = integer(a, value(), 1);
+    else if (a == "--vocab-size") o.vocab_size = integer(a, value(), 2);
+    else if (a == "--data") o.data = value();
+    else if (a == "--examples") o.examples = integer(a, value(), 1);
+    else if (a == "--batch-size") o.batch_size = integer(a, value(), 1);
+    else if (a == "--grad-accum") o.grad_accum = static_cast<int>(integer(a, value(), 1));
+    else if (a == "--steps") o.steps = integer(a, value(), 1);
+    else if (a == "--lr") o.lr = number(a, value(), 0);
+    else if (a == "--min-lr") o.min_lr = number(a, value(), 0);
+    else if (a == "--warmup-steps") o.warmup_steps = integer(a, value(), 0);
+    else if (a == "--weight-decay") o.weight_decay = number(a, value(), 0);
+    else if (a == "--clip") o.clip = number(a, value(), 0);
+    else if (a == "--seed") o.seed = static_cast<uint64_t>(integer(a, value(), 0));
+    else if (a == "--strategy") o.strategy = value();
+    else if (a == "--backend") o.backend = value();
+    else if (a == "--bucket-mb") o.bucket_mb = integer(a, value(), 1);
+    else if (a == "--no-overlap") o.overlap = false;
+    else if (a == "--log-every") o.log_every = static_cast<int>(integer(a, value(), 1));
+    else if (a == "--dump-params") o.dump_params = value();
+    else if (a == "--collective-log") o.collective_log = value();
+    else if (a == "--loss-log") o.loss_log = value();
+    else throw std::invalid_argument("unknown flag '" + args[i] + "' (see --help)");
+  }
+  if (o.strategy != "DDP" && o.strategy != "FSDP" && o.strategy != "Auto")
+    throw std::invalid_argument("--strategy (or LOCKSTEP_STRATEGY): expected DDP, FSDP or Auto, got '" + o.strategy + "'");
+  return o;
+}
+
+int run(const Options& o) {
+  torch::Device device = torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+  Dist dist = init_distributed(o.backend, device);
+  if (device.is_cuda()) device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dist.local_rank));
+  const bool chief = dist.rank == 0;
+  if (o.strategy == "FSDP")
+    throw std::invalid_argument("--strategy FSDP is not available in this build yet (issue #5); use DDP or Auto");
+
+  // 1. The model: plain code, no parallelism in it.
+  torch::manual_seed(o.seed);
+  std::shared_ptr<torch::nn::Module> module;
+  std::function<torch::Tensor(const torch::Tensor&)> forward;
+  GptConfig gc = GptConfig::preset(o.model == "mlp" ? "tiny" : o.model);
+  if (o.n_layer > 0) gc.n_layer = o.n_layer;
+  if (o.n_head > 0) gc.n_head = o.n_head;
+  if (o.n_embd > 0) gc.n_embd = o.n_embd;
+  if (o.seq_len > 0) gc.block_size = o.seq_len;
+  if (o.vocab_size > 0) gc.vocab_size = o.vocab_size;
+  if (gc.n_embd % gc.n_head != 0)
+    throw std::invalid_argument("--n-embd " + std::to_string(gc.n_embd) + " must be a multiple of --n-head " +
+                                std::to_string(gc.n_head));
+  if (o.model == "mlp") {
+    Mlp mlp(gc.vocab_size, gc.n_embd);
+    module = mlp.ptr();
+    forward = [mlp](const torch::Tensor& x) mutable { return mlp->forward(x); };
+  } else {
+    Gpt gpt(gc);
+    module = gpt.ptr();
+    forward = [gpt](const torch::Tensor& x) mutable { return gpt->forward(x); };
+  }
+  module->to(device);
+  int64_t n_params = 0;
+  for (const auto& p : module->parameters()) n_params += p.numel();
+
+  // 2. The data.
+  std::unique_ptr<Dataset> data = o.data == "synthetic" ? make_synthetic(gc.vocab_size, gc.block_size, o.examples, o.seed)
+                                                        : make_token_file(o.data, gc.vocab_size, gc.block_size);
+  DistributedSampler sampler(data->size(), o.batch_size * o.grad_accum, dist.rank, dist.world, o.seed);
+
+  // 3. Parallelism: DDP (FSDP and the Auto memory plan arrive with issue #5).
+  std::unique_ptr<Ddp> ddp;
+  if (dist.pg) {
+    ddp = std::make_unique<Ddp>(*module, dist.pg, o.bucket_mb << 20, std::min<int64_t>(1, o.bucket_mb) << 20, o.overlap);
+    ddp->broadcast_parameters();
+  }
+  if (chief)
+    std::cout << "lockstep-trainer: " << o.model << " (" << n_params << " parameters), " << dist.world << " rank(s), "
+              << "backend " << dist.backend << ", strategy DDP" << (o.strategy == "Auto" ? " (Auto: FSDP not built yet)" : "")
+              << (ddp ? ", " + std::to_string(ddp->buckets()) + " bucket(s)" + (o.overlap ? " overlapped with backward" : " after backward") : "")
+              << ", global batch " << o.batch_size * o.grad_accum * dist.world << " x " << gc.block_size << " tokens"
+              << std::endl;
+
+  // 4. The optimizer.
+  torch::optim::AdamW opt(module->parameters(), torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
+  Reporter reporter;
+  std::ofstream loss_log;
+  if (!o.loss_log.empty() && chief) loss_log.open(o.loss_log);
+  const double tokens_per_step = static_cast<double>(o.batch_size * o.grad_accum * gc.block_size);
+  const double flops_per_token = 6.0 * static_cast<double>(n_params);
+  double first_loss = 0;
+
+  for (int64_t step = 0; step < o.steps; ++step) {
+    auto t0 = std::chrono::steady_clock::now();
+    double lr = lr_at(o, step);
+    for (auto& group : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    opt.zero_grad();
+    auto idx = sampler.indices(step);
+    double loss_sum = 0;
+    for (int micro = 0; micro < o.grad_accum; ++micro) {
+      std::vector<int64_t> part(idx.begin() + micro * o.batch_size, idx.begin() + (micro + 1) * o.batch_size);
+      auto [x, y] = make_batch(*data, part);
+      x = x.to(device);
+      y = y.to(device);
+      auto loss = lm_loss(forward(x), y) / static_cast<double>(o.grad_accum);
+      bool last = micro == o.grad_accum - 1;
+      if (ddp) {
+        ddp->set_sync(last);
+        if (last) ddp->begin_backward();
+      }
+      loss.backward();
+      loss_sum += loss.item<double>();
+    }
+    CommStats comm;
+    if (ddp) comm = ddp->finish_step();
+    if (o.clip > 0) torch::nn::utils::clip_grad_norm_(module->parameters(), o.clip);
+    opt.step();
+    double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (step == 0) first_loss = loss_sum;
+    std::ostringstream line;
+    line << "step=" << step + 1 << " step_s=" << step_s << " compute_s=" << std::max(0.0, step_s - comm.exposed_s)
+         << " comm_s=" << comm.comm_s << " exposed_comm_s=" << comm.exposed_s << " comm_s.allreduce=" << comm.comm_s
+         << " comm_bytes.allreduce=" << comm.bytes << " tokens=" << tokens_per_step
+         << " flops=" << flops_per_token * tokens_per_step << " loss=" << loss_sum;
+    reporter.send(line.str());
+    if (loss_log.is_open()) loss_log << step + 1 << " " << std::setprecision(8) << loss_sum << "\n";
+    if (chief && ((step + 1) % o.log_every == 0 || step + 1 == o.steps))
+      std::cout << "step " << std::setw(5) << step + 1 << "/" << o.steps << "  loss " << std::fixed << std::setprecision(4)
+                << loss_sum << "  " << std::setprecision(0) << tokens_per_step * dist.world / step_s << " tok/s  "
+                << std::setprecision(1) << step_s * 1000 << " ms/step  comm " << std::setprecision(0)
+                << (step_s > 0 ? 100 * comm.comm_s / step_s : 0) << "% (exposed "
+                << (step_s > 0 ? 100 * comm.exposed_s / step_s : 0) << "%)" << std::defaultfloat << std::endl;
+  }
+  if (chief)
+    std::cout << std::setprecision(4) << "lockstep-trainer: done; loss at step 1 " << first_loss << ", uniform baseline "
+              << data->uniform_loss() << std::endl;
+  if (!o.dump_params.empty() && chief) {
+    std::vector<torch::Tensor> params;
+    for (const auto& p : module->parameters()) params.push_back(p.detach().cpu());
+    torch::save(params, o.dump_params);
+  }
+  if (!o.collective_log.empty() && ddp) {
+    std::ofstream out(o.collective_log + ".rank-" + std::to_string(dist.rank));
+    for (const auto& l : ddp->collective_log()) out << l << "\n";
+  }
+  if (dist.pg) {  // leave together, so rank 0's store outlives everyone's last use
+    std::vector<at::Tensor> t{torch::zeros({1})};
+    dist.pg->allreduce(t)->wait();
+  }
+  return 0;
+}
+
+}  // namespace lockstep::trainer

@@ -1,0 +1,38 @@
+// The training run: flags, the model, data, parallelism applied in one documented order,
+// the loop, step reports to the agent and the progress line.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lockstep::trainer {
+
+struct Options {
+  std::string model = "tiny";        // tiny | gpt2-124m | mlp
+  int64_t n_layer = -1, n_head = -1, n_embd = -1, seq_len = -1, vocab_size = -1;  // -1: the preset's
+  std::string data = "synthetic";    // synthetic | path to a uint16 .bin token file
+  int64_t examples = 1 << 16;        // synthetic examples per epoch
+  int64_t batch_size = 8;            // per rank, per micro-step
+  int grad_accum = 1;
+  int64_t steps = 200;
+  double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0;
+  int64_t warmup_steps = 10;
+  uint64_t seed = 1337;
+  std::string strategy = "Auto";     // DDP | FSDP | Auto; default from LOCKSTEP_STRATEGY
+  std::string backend = "auto";      // auto | gloo | nccl
+  int64_t bucket_mb = 25;
+  bool overlap = true;               // false: all-reduce only after backward (bench baseline)
+  int log_every = 10;
+  std::string dump_params;           // write the final parameters here (tests)
+  std::string collective_log;        // write the order of collectives here (tests)
+  std::string loss_log;              // write each step's loss here (tests)
+};
+
+// Parses argv; throws std::invalid_argument naming the flag and what is valid.
+Options parse_options(const std::vector<std::string>& args);
+int run(const Options& options);  // the process's exit code
+
+extern const char* kUsage;
+
+}  // namespace lockstep::trainer
