@@ -80,7 +80,8 @@ torch::Tensor GptImpl::forward(const torch::Tensor& idx) {
               " (--seq-len)");
   auto pos = torch::arange(T, idx.options());
   auto x = wte(idx) + wpe(pos);  // (B,T,C) + (T,C)
-  for (auto& block : *blocks) x = block->as<Block>()->forward(x);
+  for (size_t i = 0; i < blocks->size(); ++i)
+    x = run_block ? run_block(i, x) : blocks[i]->as<Block>()->forward(x);
   x = ln_f(x);
   return torch::matmul(x, wte->weight.t());  // (B,T,V), head tied to the embedding
 }

@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <string>
 
 namespace lockstep::trainer {
@@ -32,6 +33,9 @@ TORCH_MODULE(Block);
 struct GptImpl : torch::nn::Module {
   explicit GptImpl(const GptConfig& c);
   torch::Tensor forward(const torch::Tensor& idx);  // idx (B,T) int64 -> logits (B,T,V)
+  // How block i is run on x (B,T,C); by default it is simply called. A parallelism can wrap
+  // it (FSDP gathers the block's parameters around it) without the model knowing.
+  std::function<torch::Tensor(size_t i, const torch::Tensor& x)> run_block;
   GptConfig config;
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   torch::nn::ModuleList blocks;

@@ -16,6 +16,7 @@
 #include "data.hpp"
 #include "ddp.hpp"
 #include "dist.hpp"
+#include "fsdp.hpp"
 #include "model.hpp"
 
 namespace lockstep::trainer {
@@ -127,6 +128,7 @@ Options parse_options(const std::vector<std::string>& args) {
     else if (a == "--dump-params") o.dump_params = value();
     else if (a == "--collective-log") o.collective_log = value();
     else if (a == "--loss-log") o.loss_log = value();
+    else if (a == "--memory-report") o.memory_report = value();
     else throw std::invalid_argument("unknown flag '" + args[i] + "' (see --help)");
   }
   if (o.strategy != "DDP" && o.strategy != "FSDP" && o.strategy != "Auto")
@@ -139,12 +141,13 @@ int run(const Options& o) {
   Dist dist = init_distributed(o.backend, device);
   if (device.is_cuda()) device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dist.local_rank));
   const bool chief = dist.rank == 0;
-  if (o.strategy == "FSDP")
-    throw std::invalid_argument("--strategy FSDP is not available in this build yet (issue #5); use DDP or Auto");
+  if (o.strategy == "FSDP" && o.model == "mlp")
+    throw std::invalid_argument("--strategy FSDP shards transformer blocks; use --strategy DDP for --model mlp");
 
   // 1. The model: plain code, no parallelism in it.
   torch::manual_seed(o.seed);
   std::shared_ptr<torch::nn::Module> module;
+  Gpt gpt_model{nullptr};
   std::function<torch::Tensor(const torch::Tensor&)> forward;
   GptConfig gc = GptConfig::preset(o.model == "mlp" ? "tiny" : o.model);
   if (o.n_layer > 0) gc.n_layer = o.n_layer;
@@ -161,6 +164,7 @@ int run(const Options& o) {
     forward = [mlp](const torch::Tensor& x) mutable { return mlp->forward(x); };
   } else {
     Gpt gpt(gc);
+    gpt_model = gpt;
     module = gpt.ptr();
     forward = [gpt](const torch::Tensor& x) mutable { return gpt->forward(x); };
   }
@@ -173,21 +177,30 @@ int run(const Options& o) {
                                                         : make_token_file(o.data, gc.vocab_size, gc.block_size);
   DistributedSampler sampler(data->size(), o.batch_size * o.grad_accum, dist.rank, dist.world, o.seed);
 
-  // 3. Parallelism: DDP (FSDP and the Auto memory plan arrive with issue #5).
+  // 3. Parallelism, applied from outside the model: FSDP or DDP (the Auto memory plan is
+  // still to come: Auto means DDP for now).
+  const bool use_fsdp = o.strategy == "FSDP" && dist.pg;
+  std::unique_ptr<Fsdp> fsdp;
   std::unique_ptr<Ddp> ddp;
-  if (dist.pg) {
+  if (use_fsdp) {
+    fsdp = std::make_unique<Fsdp>(gpt_model, dist.pg);
+  } else if (dist.pg) {
     ddp = std::make_unique<Ddp>(*module, dist.pg, o.bucket_mb << 20, std::min<int64_t>(1, o.bucket_mb) << 20, o.overlap);
     ddp->broadcast_parameters();
   }
   if (chief)
     std::cout << "lockstep-trainer: " << o.model << " (" << n_params << " parameters), " << dist.world << " rank(s), "
-              << "backend " << dist.backend << ", strategy DDP" << (o.strategy == "Auto" ? " (Auto: FSDP not built yet)" : "")
-              << (ddp ? ", " + std::to_string(ddp->buckets()) + " bucket(s)" + (o.overlap ? " overlapped with backward" : " after backward") : "")
+              << "backend " << dist.backend << ", strategy " << (use_fsdp ? "FSDP" : "DDP")
+              << (o.strategy == "Auto" ? " (Auto: the memory plan is not built yet, so DDP)" : "")
+              << (ddp ? ", " + std::to_string(ddp->buckets()) + " bucket(s)" +
+                            (o.overlap ? " overlapped with backward" : " after backward")
+                      : "")
               << ", global batch " << o.batch_size * o.grad_accum * dist.world << " x " << gc.block_size << " tokens"
               << std::endl;
 
   // 4. The optimizer.
-  torch::optim::AdamW opt(module->parameters(), torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
+  torch::optim::AdamW opt(fsdp ? fsdp->shards() : module->parameters(),
+                          torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
   Reporter reporter;
   std::ofstream loss_log;
   if (!o.loss_log.empty() && chief) loss_log.open(o.loss_log);
@@ -202,6 +215,7 @@ int run(const Options& o) {
     opt.zero_grad();
     auto idx = sampler.indices(step);
     double loss_sum = 0;
+    if (fsdp) fsdp->begin_step();
     for (int micro = 0; micro < o.grad_accum; ++micro) {
       std::vector<int64_t> part(idx.begin() + micro * o.batch_size, idx.begin() + (micro + 1) * o.batch_size);
       auto [x, y] = make_batch(*data, part);
@@ -218,7 +232,11 @@ int run(const Options& o) {
     }
     CommStats comm;
     if (ddp) comm = ddp->finish_step();
-    if (o.clip > 0) torch::nn::utils::clip_grad_norm_(module->parameters(), o.clip);
+    if (fsdp) comm = fsdp->finish_step();
+    if (o.clip > 0) {
+      if (fsdp) fsdp->clip_grad_norm(o.clip);
+      else torch::nn::utils::clip_grad_norm_(module->parameters(), o.clip);
+    }
     opt.step();
     double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (step == 0) first_loss = loss_sum;
@@ -239,14 +257,29 @@ int run(const Options& o) {
   if (chief)
     std::cout << std::setprecision(4) << "lockstep-trainer: done; loss at step 1 " << first_loss << ", uniform baseline "
               << data->uniform_loss() << std::endl;
-  if (!o.dump_params.empty() && chief) {
+  if (!o.dump_params.empty()) {
     std::vector<torch::Tensor> params;
-    for (const auto& p : module->parameters()) params.push_back(p.detach().cpu());
-    torch::save(params, o.dump_params);
+    if (fsdp) params = fsdp->full_parameters();  // a collective: every rank takes part
+    else
+      for (const auto& p : module->parameters()) params.push_back(p.detach().cpu());
+    if (chief) torch::save(params, o.dump_params);
   }
-  if (!o.collective_log.empty() && ddp) {
+  if (fsdp) {
+    auto m = fsdp->memory(opt);
+    double ideal = 16.0 * static_cast<double>(n_params) / dist.world;
+    double padded_ideal = 16.0 * static_cast<double>(m.padded_numel) / dist.world;
+    std::ostringstream report;
+    report << "rank " << dist.rank << " FSDP bytes: parameters " << m.params << ", gradients " << m.grads
+           << ", optimizer " << m.optimizer << ", total " << m.params + m.grads + m.optimizer << "; 16 x params / N = "
+           << ideal << " (" << padded_ideal << " with padding)";
+    if (chief) std::cout << "lockstep-trainer: " << report.str() << std::endl;
+    if (!o.memory_report.empty())
+      std::ofstream(o.memory_report + ".rank-" + std::to_string(dist.rank))
+          << m.params + m.grads + m.optimizer << " " << ideal << " " << padded_ideal << "\n";
+  }
+  if (!o.collective_log.empty() && (ddp || fsdp)) {
     std::ofstream out(o.collective_log + ".rank-" + std::to_string(dist.rank));
-    for (const auto& l : ddp->collective_log()) out << l << "\n";
+    for (const auto& l : ddp ? ddp->collective_log() : fsdp->collective_log()) out << l << "\n";
   }
   if (dist.pg) {  // leave together, so rank 0's store outlives everyone's last use
     std::vector<at::Tensor> t{torch::zeros({1})};

@@ -27,6 +27,7 @@ struct Options {
   std::string dump_params;           // write the final parameters here (tests)
   std::string collective_log;        // write the order of collectives here (tests)
   std::string loss_log;              // write each step's loss here (tests)
+  std::string memory_report;         // FSDP: write this rank's state bytes here (tests)
 };
 
 // Parses argv; throws std::invalid_argument naming the flag and what is valid.

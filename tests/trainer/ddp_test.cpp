@@ -132,3 +132,57 @@ TEST(Trainer, BadFlagsNameTheFlag) {
   EXPECT_EQ(r.status.shell_code(), 64);
   EXPECT_NE(r.output.find("valid: tiny, gpt2-124m, mlp"), std::string::npos) << r.output;
 }
+
+// FSDP (ZeRO-3) on 2 and 4 ranks against one process on the same global batch of 8.
+// Tolerance as for DDP: float32 rounding through 20 AdamW steps, 1e-4 absolute.
+TEST(Fsdp, TwoAndFourRanksMatchOneProcess) {
+  std::string dir = temp_dir("fsdp");
+  std::vector<std::string> common = {"--steps", "20", "--lr", "1e-3", "--warmup-steps", "0", "--seed", "11"};
+  int code;
+  auto one = common;
+  one.insert(one.end(), {"--batch-size", "8", "--dump-params", dir + "/one.pt"});
+  ASSERT_EQ((train(1, one, &code), code), 0);
+  auto a = load(dir + "/one.pt");
+  for (int world : {2, 4}) {
+    SCOPED_TRACE(std::to_string(world) + " ranks");
+    auto args = common;
+    std::string dump = dir + "/fsdp" + std::to_string(world) + ".pt";
+    args.insert(args.end(), {"--strategy", "FSDP", "--batch-size", std::to_string(8 / world), "--dump-params", dump,
+                             "--memory-report", dir + "/mem" + std::to_string(world)});
+    std::string out = train(world, args, &code);
+    ASSERT_EQ(code, 0) << out;
+    EXPECT_NE(out.find("strategy FSDP"), std::string::npos) << out;
+    auto b = load(dump);
+    ASSERT_EQ(a.size(), b.size());
+    double worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(a[i].sizes(), b[i].sizes()) << "parameter " << i;
+      worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
+    }
+    RecordProperty("max_abs_param_diff_" + std::to_string(world), std::to_string(worst));
+    EXPECT_LT(worst, 1e-4) << "FSDP on " << world << " ranks differs from one process by " << worst;
+    // Per-rank parameter, gradient and AdamW state bytes: 16 x params / N, plus padding.
+    for (int r = 0; r < world; ++r) {
+      std::ifstream in(dir + "/mem" + std::to_string(world) + ".rank-" + std::to_string(r));
+      double measured = 0, ideal = 0, padded = 0;
+      ASSERT_TRUE(in >> measured >> ideal >> padded) << "no memory report from rank " << r;
+      EXPECT_LE(measured, padded * 1.10) << "rank " << r;
+      EXPECT_GE(measured, ideal * 0.90) << "rank " << r;
+    }
+  }
+}
+
+TEST(Fsdp, CollectiveOrderIsIdenticalAcrossRanks) {
+  std::string dir = temp_dir("fsdp-order");
+  int code;
+  std::string out = train(3, {"--strategy", "FSDP", "--steps", "3", "--batch-size", "2", "--collective-log", dir + "/c"}, &code);
+  ASSERT_EQ(code, 0) << out;
+  auto read = [](const std::string& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  std::string r0 = read(dir + "/c.rank-0");
+  ASSERT_NE(r0.find("reduce_scatter"), std::string::npos) << r0;
+  EXPECT_EQ(read(dir + "/c.rank-1"), r0);
+  EXPECT_EQ(read(dir + "/c.rank-2"), r0);
+}

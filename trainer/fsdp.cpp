@@ -1,0 +1,282 @@
+#include "fsdp.hpp"
+
+#include <iostream>
+
+namespace lockstep::trainer {
+
+using Clock = std::chrono::steady_clock;
+
+// Which flat collectives the backend has (Gloo's set varies by version): checked on first
+// use, with the fallback said once in the log.
+struct Collectives {
+  c10::intrusive_ptr<c10d::Backend> pg;
+  int world = 1, rank = 0;
+  int flat_gather = -1, flat_scatter = -1;  // -1 unknown, 0 no, 1 yes
+  std::string note;
+  std::vector<std::string> log;
+  double comm_s = 0, bytes = 0;
+
+  void all_gather(torch::Tensor& full, const torch::Tensor& shard) {
+    auto t0 = Clock::now();
+    log.push_back("all_gather numel " + std::to_string(full.numel()));
+    if (flat_gather != 0) {
+      try {
+        pg->_allgather_base(full, const_cast<torch::Tensor&>(shard))->wait();
+        flat_gather = 1;
+      } catch (const c10::Error&) {
+        flat_gather = 0;
+      }
+    }
+    if (flat_gather == 0) {
+      std::vector<std::vector<at::Tensor>> out{full.chunk(world)};
+      std::vector<at::Tensor> in{shard};
+      pg->allgather(out, in)->wait();
+    }
+    comm_s += std::chrono::duration<double>(Clock::now() - t0).count();
+    bytes += static_cast<double>(full.numel() * static_cast<int64_t>(full.element_size()));
+  }
+
+  // Sum over ranks of `full`, this rank's chunk into `shard`.
+  void reduce_scatter(torch::Tensor& shard, torch::Tensor& full) {
+    auto t0 = Clock::now();
+    log.push_back("reduce_scatter numel " + std::to_string(full.numel()));
+    if (flat_scatter != 0) {
+      try {
+        pg->_reduce_scatter_base(shard, full)->wait();
+        flat_scatter = 1;
+      } catch (const c10::Error&) {
+        flat_scatter = 0;
+      }
+    }
+    if (flat_scatter == 0) {  // all-reduce the whole vector and keep our chunk
+      std::vector<at::Tensor> t{full};
+      pg->allreduce(t)->wait();
+      shard.copy_(full.chunk(world)[rank]);
+    }
+    comm_s += std::chrono::duration<double>(Clock::now() - t0).count();
+    bytes += static_cast<double>(full.numel() * static_cast<int64_t>(full.element_size()));
+  }
+
+  std::string describe() const {
+    return std::string("FSDP collectives: all-gather via ") + (flat_gather == 0 ? "allgather into chunks" : "_allgather_base") +
+           ", reduce-scatter via " +
+           (flat_scatter == 0 ? "allreduce + local slice (the backend has no reduce-scatter)" : "_reduce_scatter_base");
+  }
+};
+
+// Note [FSDP units]
+class FsdpUnit {
+ public:
+  FsdpUnit(std::vector<torch::Tensor> params, Collectives* c) : params_(std::move(params)), c_(c) {
+    for (const auto& p : params_) {
+      offsets_.push_back(numel_);
+      shapes_.push_back(p.sizes().vec());
+      numel_ += p.numel();
+    }
+    const int64_t w = c_->world;
+    padded_ = (numel_ + w - 1) / w * w;
+    torch::NoGradGuard no_grad;
+    auto flat = torch::zeros({padded_}, params_.front().options());
+    for (size_t i = 0; i < params_.size(); ++i) flat.narrow(0, offsets_[i], params_[i].numel()).copy_(params_[i].reshape({-1}));
+    shard = flat.chunk(w)[c_->rank].clone().requires_grad_(true);
+    free();
+  }
+
+  torch::Tensor gather() {
+    torch::NoGradGuard no_grad;
+    auto full = torch::empty({padded_}, shard.options().requires_grad(false));
+    c_->all_gather(full, shard.detach());
+    return full;
+  }
+
+  void bind(const torch::Tensor& full) {
+    for (size_t i = 0; i < params_.size(); ++i)
+      params_[i].set_data(full.narrow(0, offsets_[i], numel(i)).view(shapes_[i]));
+  }
+
+  void free() {
+    for (auto& p : params_) p.set_data(torch::empty({0}, p.options().requires_grad(false)));
+  }
+
+  // Gradients (one per parameter, undefined = zero) -> averaged gradient of this rank's shard.
+  torch::Tensor reduce_grads(const std::vector<torch::Tensor>& grads) {
+    torch::NoGradGuard no_grad;
+    auto full = torch::zeros({padded_}, shard.options().requires_grad(false));
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (grads[i].defined()) full.narrow(0, offsets_[i], numel(i)).copy_(grads[i].reshape({-1}));
+    auto out = torch::empty({padded_ / c_->world}, full.options());
+    c_->reduce_scatter(out, full);
+    return out.div_(c_->world);
+  }
+
+  const std::vector<torch::Tensor>& params() const { return params_; }
+  int64_t numel(size_t i) const {
+    int64_t n = 1;
+    for (auto d : shapes_[i]) n *= d;
+    return n;
+  }
+  int64_t padded() const { return padded_; }
+  torch::Tensor shard;
+
+ private:
+  std::vector<torch::Tensor> params_;
+  std::vector<int64_t> offsets_;
+  std::vector<std::vector<int64_t>> shapes_;
+  int64_t numel_ = 0, padded_ = 0;
+  Collectives* c_;
+};
+
+namespace {
+
+// One transformer block under FSDP: gathered for forward, gathered again and recomputed
+// for backward, its gradients reduce-scattered into its shard.
+struct GatheredBlock : torch::autograd::Function<GatheredBlock> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, torch::Tensor shard,
+                               FsdpUnit* unit, BlockImpl* block) {
+    (void)shard;  // an input only so that autograd routes the shard's gradient back to it
+    auto full = unit->gather();
+    unit->bind(full);
+    torch::Tensor y = block->forward(x);
+    unit->free();
+    ctx->save_for_backward({x});
+    ctx->saved_data["unit"] = reinterpret_cast<int64_t>(unit);
+    ctx->saved_data["block"] = reinterpret_cast<int64_t>(block);
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    auto* unit = reinterpret_cast<FsdpUnit*>(ctx->saved_data["unit"].toInt());
+    auto* block = reinterpret_cast<BlockImpl*>(ctx->saved_data["block"].toInt());
+    auto x = ctx->get_saved_variables()[0];
+    auto full = unit->gather();
+    unit->bind(full);
+    torch::autograd::variable_list grads;
+    {
+      torch::AutoGradMode enable(true);
+      auto xd = x.detach().requires_grad_(true);
+      auto y = block->forward(xd);
+      torch::autograd::variable_list inputs{xd};
+      for (const auto& p : unit->params()) inputs.push_back(p);
+      grads = torch::autograd::grad({y}, inputs, {grad_out[0]}, /*retain_graph=*/false, /*create_graph=*/false,
+                                    /*allow_unused=*/true);
+    }
+    std::vector<torch::Tensor> param_grads(grads.begin() + 1, grads.end());
+    auto shard_grad = unit->reduce_grads(param_grads);
+    unit->free();
+    return {grads[0], shard_grad, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+Fsdp::Fsdp(Gpt model, c10::intrusive_ptr<c10d::Backend> pg)
+    : model_(std::move(model)), pg_(std::move(pg)), coll_(std::make_unique<Collectives>()) {
+  Collectives* c = coll_.get();
+  c->pg = pg_;
+  c->world = pg_->getSize();
+  c->rank = pg_->getRank();
+  {  // every rank starts from rank 0's initial parameters
+    torch::NoGradGuard no_grad;
+    for (auto& p : model_->parameters()) {
+      std::vector<at::Tensor> t{p.data()};
+      pg_->broadcast(t)->wait();
+    }
+  }
+  std::vector<torch::Tensor> root_params;
+  for (auto& p : model_->wte->parameters()) root_params.push_back(p);
+  for (auto& p : model_->wpe->parameters()) root_params.push_back(p);
+  for (auto& p : model_->ln_f->parameters()) root_params.push_back(p);
+  root_ = std::make_unique<FsdpUnit>(root_params, c);
+  for (auto& b : *model_->blocks) blocks_.push_back(std::make_unique<FsdpUnit>(b->parameters(), c));
+  model_->run_block = [this](size_t i, const torch::Tensor& x) {
+    return GatheredBlock::apply(x, blocks_[i]->shard, blocks_[i].get(), model_->blocks[i]->as<Block>());
+  };
+}
+
+Fsdp::~Fsdp() { model_->run_block = nullptr; }
+
+std::vector<torch::Tensor> Fsdp::shards() const {
+  std::vector<torch::Tensor> s{root_->shard};
+  for (const auto& b : blocks_) s.push_back(b->shard);
+  return s;
+}
+
+void Fsdp::begin_step() {
+  auto full = root_->gather();
+  root_->bind(full);
+  for (auto& p : root_->params()) {
+    auto& mp = const_cast<torch::Tensor&>(p);
+    if (mp.grad().defined()) mp.mutable_grad() = torch::Tensor();
+  }
+}
+
+CommStats Fsdp::finish_step() {
+  Collectives* c = coll_.get();
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : root_->params()) grads.push_back(p.grad());
+  auto g = root_->reduce_grads(grads);
+  auto& shard = root_->shard;
+  if (shard.grad().defined()) shard.mutable_grad().add_(g);
+  else shard.mutable_grad() = g;
+  for (auto& p : root_->params()) const_cast<torch::Tensor&>(p).mutable_grad() = torch::Tensor();
+  root_->free();
+  if (note_.empty()) {
+    note_ = c->describe();
+    if (c->rank == 0) std::cout << "lockstep-trainer: " << note_ << std::endl;
+  }
+  CommStats s;
+  s.comm_s = c->comm_s;  // FSDP's collectives here are blocking: all of it is exposed
+  s.exposed_s = c->comm_s;
+  s.bytes = c->bytes;
+  c->comm_s = c->bytes = 0;
+  return s;
+}
+
+double Fsdp::clip_grad_norm(double max_norm) {
+  torch::NoGradGuard no_grad;
+  auto sq = torch::zeros({1}, root_->shard.options().requires_grad(false));
+  for (const auto& s : shards())
+    if (s.grad().defined()) sq += s.grad().pow(2).sum();
+  std::vector<at::Tensor> t{sq};
+  pg_->allreduce(t)->wait();
+  double norm = std::sqrt(sq.item<double>());
+  double coef = max_norm / (norm + 1e-6);
+  if (coef < 1.0)
+    for (auto& s : shards())
+      if (s.grad().defined()) s.mutable_grad().mul_(coef);
+  return norm;
+}
+
+Fsdp::Memory Fsdp::memory(const torch::optim::Optimizer& optimizer) const {
+  Memory m;
+  auto bytes = [](const torch::Tensor& t) {
+    return t.defined() ? static_cast<double>(t.numel() * static_cast<int64_t>(t.element_size())) : 0.0;
+  };
+  for (const auto& s : shards()) {
+    m.params += bytes(s);
+    m.grads += bytes(s.grad());
+    auto it = optimizer.state().find(s.unsafeGetTensorImpl());
+    if (it != optimizer.state().end()) {
+      const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+      m.optimizer += bytes(st.exp_avg()) + bytes(st.exp_avg_sq()) + bytes(st.max_exp_avg_sq());
+    }
+  }
+  m.padded_numel = root_->padded();
+  for (const auto& b : blocks_) m.padded_numel += b->padded();
+  return m;
+}
+
+std::vector<torch::Tensor> Fsdp::full_parameters() {
+  std::vector<torch::Tensor> gathered;
+  root_->bind(root_->gather());
+  for (auto& b : blocks_) b->bind(b->gather());
+  for (const auto& p : model_->parameters()) gathered.push_back(p.detach().clone());
+  root_->free();
+  for (auto& b : blocks_) b->free();
+  return gathered;
+}
+
+const std::vector<std::string>& Fsdp::collective_log() const { return coll_->log; }
+
+}  // namespace lockstep::trainer

@@ -1,0 +1,57 @@
+// FSDP (ZeRO-3): every rank keeps 1/N of each unit's parameters, gradients and AdamW state.
+//
+// Note [FSDP units]
+// A unit is a set of parameters flattened into one vector, padded to a multiple of the
+// world size and cut into N equal shards; rank r owns shard r, a leaf tensor the optimizer
+// updates. Each transformer block is a unit; everything else (embeddings, final LayerNorm)
+// is the root unit. The root is gathered for the whole step. A block is gathered
+// (all-gather) just before its forward and freed right after; in backward it is gathered
+// again, its forward recomputed with gradients on, its parameter gradients
+// reduce-scattered into its shard's gradient, and freed (so backward recomputes each
+// block's forward, as activation checkpointing does). Optimizer, weight decay and clipping
+// see only shards, so the result equals DDP's (and one process's) up to float rounding.
+#pragma once
+
+#include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddp.hpp"  // CommStats
+#include "model.hpp"
+
+namespace lockstep::trainer {
+
+class FsdpUnit;
+struct Collectives;
+
+class Fsdp {
+ public:
+  // Shards `model` across `pg`'s ranks; the model's parameters become views into gathered
+  // buffers that exist only while needed.
+  Fsdp(Gpt model, c10::intrusive_ptr<c10d::Backend> pg);
+  ~Fsdp();
+  std::vector<torch::Tensor> shards() const;  // what the optimizer updates
+  void begin_step();                          // gathers the root unit
+  CommStats finish_step();                    // root gradients -> shards; frees the root
+  // Clips by the global gradient norm over all shards (as clip_grad_norm_); returns the norm.
+  double clip_grad_norm(double max_norm);
+  // Bytes this rank holds in parameter shards, their gradients, and `optimizer`'s state.
+  struct Memory { double params = 0, grads = 0, optimizer = 0; int64_t padded_numel = 0; };
+  Memory memory(const torch::optim::Optimizer& optimizer) const;
+  std::vector<torch::Tensor> full_parameters();  // gathered copies, for checks and dumps
+  const std::string& collective_note() const { return note_; }
+  const std::vector<std::string>& collective_log() const;
+
+ private:
+  Gpt model_;
+  c10::intrusive_ptr<c10d::Backend> pg_;
+  std::unique_ptr<Collectives> coll_;
+  std::unique_ptr<FsdpUnit> root_;
+  std::vector<std::unique_ptr<FsdpUnit>> blocks_;
+  std::string note_;
+};
+
+}  // namespace lockstep::trainer
