@@ -13,6 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "checkpoint.hpp"
 #include "data.hpp"
 #include "ddp.hpp"
 #include "dist.hpp"
@@ -41,6 +42,8 @@ torchrun) started: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT come from the e
   --bucket-mb N         DDP bucket size (default 25; the first bucket is 1 MB)
   --no-overlap          all-reduce after backward instead of during it (for comparison)
   --log-every N         rank 0's progress line every N steps (default 10)
+  --checkpoint-dir DIR  checkpoints here, resumed from at start (default: LOCKSTEP_CHECKPOINT_PATH)
+  --checkpoint-every N  steps between checkpoints (default: LOCKSTEP_CHECKPOINT_EVERY, else none)
   --dump-params FILE    save the final parameters (torch::save) for comparison
 )";
 
@@ -93,6 +96,8 @@ double lr_at(const Options& o, int64_t step) {
 Options parse_options(const std::vector<std::string>& args) {
   Options o;
   if (const char* s = std::getenv("LOCKSTEP_STRATEGY"); s && *s) o.strategy = s;
+  if (const char* s = std::getenv("LOCKSTEP_CHECKPOINT_PATH"); s && *s) o.checkpoint_dir = s;
+  if (const char* s = std::getenv("LOCKSTEP_CHECKPOINT_EVERY"); s && *s) o.checkpoint_every = integer("LOCKSTEP_CHECKPOINT_EVERY", s, 1);
   for (size_t i = 0; i < args.size(); ++i) {
     std::string a = args[i], v;
     auto eq = a.find('=');
@@ -129,6 +134,9 @@ Options parse_options(const std::vector<std::string>& args) {
     else if (a == "--collective-log") o.collective_log = value();
     else if (a == "--loss-log") o.loss_log = value();
     else if (a == "--memory-report") o.memory_report = value();
+    else if (a == "--checkpoint-dir") o.checkpoint_dir = value();
+    else if (a == "--checkpoint-every") o.checkpoint_every = integer(a, value(), 1);
+    else if (a == "--exit-after-step") o.exit_after_step = integer(a, value(), 1);
     else throw std::invalid_argument("unknown flag '" + args[i] + "' (see --help)");
   }
   if (o.strategy != "DDP" && o.strategy != "FSDP" && o.strategy != "Auto")
@@ -204,11 +212,22 @@ int run(const Options& o) {
   Reporter reporter;
   std::ofstream loss_log;
   if (!o.loss_log.empty() && chief) loss_log.open(o.loss_log);
+  // 5. Resume from the latest checkpoint, if there is one.
+  CheckpointTarget ckpt{o.checkpoint_dir, dist.rank, dist.world, use_fsdp ? "FSDP" : "DDP", use_fsdp};
+  auto ckpt_tensors = [&] { return fsdp ? fsdp->shards() : module->parameters(); };
+  int64_t start = 0;
+  if (!o.checkpoint_dir.empty()) {
+    auto tensors = ckpt_tensors();
+    if (auto s = load_checkpoint(ckpt, tensors, opt)) {
+      start = *s;
+      if (chief) std::cout << "lockstep-trainer: resumed from " << o.checkpoint_dir << " at step " << start << std::endl;
+    }
+  }
   const double tokens_per_step = static_cast<double>(o.batch_size * o.grad_accum * gc.block_size);
   const double flops_per_token = 6.0 * static_cast<double>(n_params);
   double first_loss = 0;
 
-  for (int64_t step = 0; step < o.steps; ++step) {
+  for (int64_t step = start; step < o.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     double lr = lr_at(o, step);
     for (auto& group : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
@@ -246,7 +265,12 @@ int run(const Options& o) {
          << " comm_bytes.allreduce=" << comm.bytes << " tokens=" << tokens_per_step
          << " flops=" << flops_per_token * tokens_per_step << " loss=" << loss_sum;
     reporter.send(line.str());
-    if (loss_log.is_open()) loss_log << step + 1 << " " << std::setprecision(8) << loss_sum << "\n";
+    if (loss_log.is_open()) loss_log << step + 1 << " " << std::setprecision(8) << loss_sum << std::endl;
+    if (!o.checkpoint_dir.empty() && o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) {
+      save_checkpoint(ckpt, step + 1, ckpt_tensors(), opt, dist.pg);
+      if (chief) std::cout << "lockstep-trainer: checkpoint at step " << step + 1 << " in " << o.checkpoint_dir << std::endl;
+    }
+    if (o.exit_after_step > 0 && step + 1 == o.exit_after_step) std::_Exit(137);  // tests: a crash
     if (chief && ((step + 1) % o.log_every == 0 || step + 1 == o.steps))
       std::cout << "step " << std::setw(5) << step + 1 << "/" << o.steps << "  loss " << std::fixed << std::setprecision(4)
                 << loss_sum << "  " << std::setprecision(0) << tokens_per_step * dist.world / step_s << " tok/s  "

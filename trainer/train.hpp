@@ -28,6 +28,9 @@ struct Options {
   std::string collective_log;        // write the order of collectives here (tests)
   std::string loss_log;              // write each step's loss here (tests)
   std::string memory_report;         // FSDP: write this rank's state bytes here (tests)
+  std::string checkpoint_dir;        // default LOCKSTEP_CHECKPOINT_PATH
+  int64_t checkpoint_every = 0;      // default LOCKSTEP_CHECKPOINT_EVERY
+  int64_t exit_after_step = 0;       // tests: die (exit 137) right after this step
 };
 
 // Parses argv; throws std::invalid_argument naming the flag and what is valid.

@@ -186,3 +186,61 @@ TEST(Fsdp, CollectiveOrderIsIdenticalAcrossRanks) {
   EXPECT_EQ(read(dir + "/c.rank-1"), r0);
   EXPECT_EQ(read(dir + "/c.rank-2"), r0);
 }
+
+namespace {
+std::map<int, double> read_losses(const std::string& path) {
+  std::map<int, double> out;
+  std::ifstream in(path);
+  int step;
+  double loss;
+  while (in >> step >> loss) out[step] = loss;
+  return out;
+}
+}  // namespace
+
+// A run killed (exit 137) after its step-10 checkpoint and started again resumes at step 10
+// and reproduces the uninterrupted run's losses for steps 11-20, for DDP and for FSDP.
+TEST(Checkpoint, AKilledRunResumesWithTheSameLosses) {
+  for (std::string strategy : {"DDP", "FSDP"}) {
+    SCOPED_TRACE(strategy);
+    std::string dir = temp_dir("ckpt-" + strategy);
+    std::vector<std::string> common = {"--strategy", strategy, "--steps", "20", "--batch-size", "4", "--seed", "5",
+                                       "--checkpoint-every", "5"};
+    int code;
+    auto full = common;
+    full.insert(full.end(), {"--checkpoint-dir", dir + "/a", "--loss-log", dir + "/full.loss"});
+    std::string out = train(2, full, &code);
+    ASSERT_EQ(code, 0) << out;
+    auto crashed = common;
+    crashed.insert(crashed.end(), {"--checkpoint-dir", dir + "/b", "--loss-log", dir + "/crashed.loss", "--exit-after-step", "12"});
+    out = train(2, crashed, &code);
+    EXPECT_EQ(code, 137) << out;
+    auto resumed = common;
+    resumed.insert(resumed.end(), {"--checkpoint-dir", dir + "/b", "--loss-log", dir + "/resumed.loss"});
+    out = train(2, resumed, &code);
+    ASSERT_EQ(code, 0) << out;
+    EXPECT_NE(out.find("resumed from " + dir + "/b at step 10"), std::string::npos) << out;
+    auto want = read_losses(dir + "/full.loss"), got = read_losses(dir + "/resumed.loss");
+    ASSERT_EQ(got.size(), 10u) << "expected steps 11-20 only";
+    for (const auto& [step, loss] : got) {
+      ASSERT_TRUE(want.count(step));
+      EXPECT_NEAR(loss, want[step], 1e-6 * std::abs(want[step])) << "step " << step;
+    }
+  }
+}
+
+TEST(Checkpoint, ACorruptCheckpointIsRefusedNamingTheFile) {
+  std::string dir = temp_dir("ckpt-corrupt");
+  int code;
+  std::vector<std::string> args = {"--steps", "4", "--batch-size", "4", "--checkpoint-every", "2", "--checkpoint-dir", dir};
+  ASSERT_EQ((train(1, args, &code), code), 0);
+  {
+    std::fstream f(dir + "/step-4/rank-0.pt", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('\x42');
+  }
+  args[1] = "6";
+  std::string out = train(1, args, &code);
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("step-4/rank-0.pt does not match its checksum"), std::string::npos) << out;
+}
