@@ -13,11 +13,16 @@
 #include <sstream>
 #include <stdexcept>
 
+#ifdef LOCKSTEP_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
+
 #include "checkpoint.hpp"
 #include "data.hpp"
 #include "ddp.hpp"
 #include "dist.hpp"
 #include "fsdp.hpp"
+#include "memory_plan.hpp"
 #include "model.hpp"
 
 namespace lockstep::trainer {
@@ -38,6 +43,7 @@ torchrun) started: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT come from the e
   --clip X              global gradient-norm clipping, 0 to disable (default 1.0)
   --seed N              initialisation and data order (default 1337)
   --strategy S          DDP | FSDP | Auto (default: LOCKSTEP_STRATEGY, else Auto)
+  --memory-per-rank-gb X  memory Auto plans with (default: the GPU's, or RAM / local ranks)
   --backend B           auto | gloo | nccl (default auto: NCCL on CUDA, else Gloo)
   --bucket-mb N         DDP bucket size (default 25; the first bucket is 1 MB)
   --no-overlap          all-reduce after backward instead of during it (for comparison)
@@ -135,6 +141,7 @@ Options parse_options(const std::vector<std::string>& args) {
     else if (a == "--loss-log") o.loss_log = value();
     else if (a == "--memory-report") o.memory_report = value();
     else if (a == "--checkpoint-dir") o.checkpoint_dir = value();
+    else if (a == "--memory-per-rank-gb") o.memory_per_rank_gb = number(a, value(), 0);
     else if (a == "--checkpoint-every") o.checkpoint_every = integer(a, value(), 1);
     else if (a == "--exit-after-step") o.exit_after_step = integer(a, value(), 1);
     else throw std::invalid_argument("unknown flag '" + args[i] + "' (see --help)");
@@ -185,9 +192,29 @@ int run(const Options& o) {
                                                         : make_token_file(o.data, gc.vocab_size, gc.block_size);
   DistributedSampler sampler(data->size(), o.batch_size * o.grad_accum, dist.rank, dist.world, o.seed);
 
-  // 3. Parallelism, applied from outside the model: FSDP or DDP (the Auto memory plan is
-  // still to come: Auto means DDP for now).
-  const bool use_fsdp = o.strategy == "FSDP" && dist.pg;
+  // 3. Parallelism, applied from outside the model: FSDP or DDP; Auto decides from the
+  // memory plan (memory_plan.hpp) whether DDP's full replicas fit each rank.
+  bool want_fsdp = o.strategy == "FSDP";
+  std::string auto_why;
+  if (o.strategy == "Auto" && o.model != "mlp") {
+    double memory = o.memory_per_rank_gb > 0 ? o.memory_per_rank_gb * 1e9 : 0;
+#ifdef LOCKSTEP_WITH_CUDA
+    if (memory == 0 && device.is_cuda()) memory = static_cast<double>(at::cuda::getDeviceProperties(device.index())->totalGlobalMem);
+#endif
+    if (memory == 0) {  // CPU: this machine's memory, shared by the ranks on it
+      int local = 1;
+      if (const char* l = std::getenv("LOCAL_WORLD_SIZE")) local = std::max(1, std::atoi(l));
+      memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE)) / local;
+    }
+    plan::TransformerShape shape{static_cast<double>(gc.n_layer), static_cast<double>(gc.n_embd),
+                                 static_cast<double>(gc.n_head), static_cast<double>(gc.block_size),
+                                 static_cast<double>(o.batch_size)};
+    auto choice = plan::choose(static_cast<double>(n_params), dist.world,
+                               plan::activation_bytes(shape, false, device.is_cuda() ? 2 : 4), memory);
+    want_fsdp = choice.fsdp && dist.world > 1;
+    auto_why = choice.why;
+  }
+  const bool use_fsdp = want_fsdp && dist.pg;
   std::unique_ptr<Fsdp> fsdp;
   std::unique_ptr<Ddp> ddp;
   if (use_fsdp) {
@@ -199,7 +226,7 @@ int run(const Options& o) {
   if (chief)
     std::cout << "lockstep-trainer: " << o.model << " (" << n_params << " parameters), " << dist.world << " rank(s), "
               << "backend " << dist.backend << ", strategy " << (use_fsdp ? "FSDP" : "DDP")
-              << (o.strategy == "Auto" ? " (Auto: the memory plan is not built yet, so DDP)" : "")
+              << (auto_why.empty() ? "" : " (Auto, " + auto_why + ")")
               << (ddp ? ", " + std::to_string(ddp->buckets()) + " bucket(s)" +
                             (o.overlap ? " overlapped with backward" : " after backward")
                       : "")

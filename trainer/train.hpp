@@ -30,7 +30,8 @@ struct Options {
   std::string memory_report;         // FSDP: write this rank's state bytes here (tests)
   std::string checkpoint_dir;        // default LOCKSTEP_CHECKPOINT_PATH
   int64_t checkpoint_every = 0;      // default LOCKSTEP_CHECKPOINT_EVERY
-  int64_t exit_after_step = 0;       // tests: die (exit 137) right after this step
+  int64_t exit_after_step = 0;
+  double memory_per_rank_gb = 0;     // Auto's budget; 0: the GPU's memory, or RAM / local ranks       // tests: die (exit 137) right after this step
 };
 
 // Parses argv; throws std::invalid_argument naming the flag and what is valid.

@@ -244,3 +244,13 @@ TEST(Checkpoint, ACorruptCheckpointIsRefusedNamingTheFile) {
   EXPECT_NE(code, 0);
   EXPECT_NE(out.find("step-4/rank-0.pt does not match its checksum"), std::string::npos) << out;
 }
+
+TEST(Auto, PicksDdpWhenReplicasFitAndFsdpWhenTheyDoNot) {
+  int code;
+  std::string roomy = train(2, {"--steps", "2", "--strategy", "Auto", "--memory-per-rank-gb", "16"}, &code);
+  ASSERT_EQ(code, 0) << roomy;
+  EXPECT_NE(roomy.find("strategy DDP (Auto, DDP: its"), std::string::npos) << roomy;
+  std::string tight = train(2, {"--steps", "2", "--strategy", "Auto", "--memory-per-rank-gb", "0.003"}, &code);
+  ASSERT_EQ(code, 0) << tight;
+  EXPECT_NE(tight.find("strategy FSDP (Auto, FSDP: DDP would need"), std::string::npos) << tight;
+}
