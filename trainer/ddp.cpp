@@ -12,6 +12,12 @@ Ddp::Ddp(torch::nn::Module& model, c10::intrusive_ptr<c10d::Backend> pg, int64_t
   for (auto& p : model.parameters())
     if (p.requires_grad()) params_.push_back(p);
   bucket_of_.resize(params_.size());
+  // A model much smaller than one bucket would get a single bucket and no overlap at all:
+  // cap buckets at a quarter of the gradients (at least 16 KB), the first at half of that.
+  int64_t total_bytes = 0;
+  for (const auto& p : params_) total_bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  bucket_bytes = std::min(bucket_bytes, std::max<int64_t>(total_bytes / 4, 16 << 10));
+  first_bucket_bytes = std::min(first_bucket_bytes, bucket_bytes / 2);
   // Note [Bucket order]: reverse registration order, first bucket smaller.
   Bucket current;
   int64_t bytes = 0, cap = first_bucket_bytes, elems = 0;

@@ -3,7 +3,8 @@
 // Note [Bucket order]
 // Parameters are grouped into buckets in reverse registration order, which is roughly the
 // order backward produces their gradients: the first bucket small (first_bucket_bytes, so
-// communication starts early), the rest up to bucket_bytes. A hook on each parameter copies
+// communication starts early), the rest up to bucket_bytes (25 MB; for a model with less
+// than four buckets' worth of gradients, a quarter of them, so small models overlap too). A hook on each parameter copies
 // its gradient into its bucket's flat buffer; when a bucket is full it is all-reduced at
 // once, asynchronously, but only after every bucket before it has been launched, so every
 // rank issues the same collectives in the same order (Gloo and NCCL match collectives by

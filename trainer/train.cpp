@@ -4,6 +4,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -142,6 +143,7 @@ Options parse_options(const std::vector<std::string>& args) {
     else if (a == "--memory-report") o.memory_report = value();
     else if (a == "--checkpoint-dir") o.checkpoint_dir = value();
     else if (a == "--memory-per-rank-gb") o.memory_per_rank_gb = number(a, value(), 0);
+    else if (a == "--stats-file") o.stats_file = value();
     else if (a == "--checkpoint-every") o.checkpoint_every = integer(a, value(), 1);
     else if (a == "--exit-after-step") o.exit_after_step = integer(a, value(), 1);
     else throw std::invalid_argument("unknown flag '" + args[i] + "' (see --help)");
@@ -253,6 +255,8 @@ int run(const Options& o) {
   const double tokens_per_step = static_cast<double>(o.batch_size * o.grad_accum * gc.block_size);
   const double flops_per_token = 6.0 * static_cast<double>(n_params);
   double first_loss = 0;
+  std::vector<double> step_times;
+  double comm_total = 0, exposed_total = 0;
 
   for (int64_t step = start; step < o.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
@@ -285,7 +289,12 @@ int run(const Options& o) {
     }
     opt.step();
     double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (step == 0) first_loss = loss_sum;
+    if (step == start) first_loss = loss_sum;
+    if (step - start >= 3) {  // steady state, for --stats-file
+      step_times.push_back(step_s);
+      comm_total += comm.comm_s;
+      exposed_total += comm.exposed_s;
+    }
     std::ostringstream line;
     line << "step=" << step + 1 << " step_s=" << step_s << " compute_s=" << std::max(0.0, step_s - comm.exposed_s)
          << " comm_s=" << comm.comm_s << " exposed_comm_s=" << comm.exposed_s << " comm_s.allreduce=" << comm.comm_s
@@ -308,6 +317,11 @@ int run(const Options& o) {
   if (chief)
     std::cout << std::setprecision(4) << "lockstep-trainer: done; loss at step 1 " << first_loss << ", uniform baseline "
               << data->uniform_loss() << std::endl;
+  if (!o.stats_file.empty() && chief && !step_times.empty()) {
+    std::sort(step_times.begin(), step_times.end());
+    std::ofstream(o.stats_file) << "steps " << step_times.size() << "\nstep_s_median " << step_times[step_times.size() / 2]
+                                << "\ncomm_s " << comm_total << "\nexposed_s " << exposed_total << "\n";
+  }
   if (!o.dump_params.empty()) {
     std::vector<torch::Tensor> params;
     if (fsdp) params = fsdp->full_parameters();  // a collective: every rank takes part

@@ -31,7 +31,8 @@ struct Options {
   std::string checkpoint_dir;        // default LOCKSTEP_CHECKPOINT_PATH
   int64_t checkpoint_every = 0;      // default LOCKSTEP_CHECKPOINT_EVERY
   int64_t exit_after_step = 0;
-  double memory_per_rank_gb = 0;     // Auto's budget; 0: the GPU's memory, or RAM / local ranks       // tests: die (exit 137) right after this step
+  double memory_per_rank_gb = 0;
+  std::string stats_file;            // rank 0: median step time and comm totals (bench)     // Auto's budget; 0: the GPU's memory, or RAM / local ranks       // tests: die (exit 137) right after this step
 };
 
 // Parses argv; throws std::invalid_argument naming the flag and what is valid.
