@@ -1,6 +1,7 @@
 #include "fsdp.hpp"
 
 #include <iostream>
+#include <utility>
 
 namespace lockstep::trainer {
 
@@ -34,6 +35,15 @@ struct Collectives {
     }
     comm_s += std::chrono::duration<double>(Clock::now() - t0).count();
     bytes += static_cast<double>(full.numel() * static_cast<int64_t>(full.element_size()));
+  }
+
+  // Starts an all-gather; nullptr when the backend has no flat all-gather (then the caller
+  // gathers synchronously when it needs the parameters).
+  c10::intrusive_ptr<c10d::Work> all_gather_async(torch::Tensor& full, const torch::Tensor& shard) {
+    if (flat_gather != 1) return {};
+    log.push_back("all_gather numel " + std::to_string(full.numel()) + " (prefetch)");
+    bytes += static_cast<double>(full.numel() * static_cast<int64_t>(full.element_size()));
+    return pg->_allgather_base(full, const_cast<torch::Tensor&>(shard));
   }
 
   // Sum over ranks of `full`, this rank's chunk into `shard`.
@@ -84,10 +94,29 @@ class FsdpUnit {
 
   torch::Tensor gather() {
     torch::NoGradGuard no_grad;
+    if (prefetch_work_) {  // started earlier, while the previous unit computed
+      auto t0 = Clock::now();
+      prefetch_work_->wait();
+      c_->comm_s += std::chrono::duration<double>(Clock::now() - t0).count();
+      prefetch_work_.reset();
+      return std::exchange(prefetched_, torch::Tensor());
+    }
     auto full = torch::empty({padded_}, shard.options().requires_grad(false));
     c_->all_gather(full, shard.detach());
     return full;
   }
+
+  // Starts gathering this unit's parameters so they are ready when gather() is called.
+  void prefetch() {
+    if (prefetch_work_) return;
+    torch::NoGradGuard no_grad;
+    prefetched_ = torch::empty({padded_}, shard.options().requires_grad(false));
+    shard_view_ = shard.detach();
+    prefetch_work_ = c_->all_gather_async(prefetched_, shard_view_);
+    if (!prefetch_work_) prefetched_ = torch::Tensor();
+  }
+  FsdpUnit* next = nullptr;  // the unit whose forward follows this one's
+  FsdpUnit* prev = nullptr;
 
   void bind(const torch::Tensor& full) {
     for (size_t i = 0; i < params_.size(); ++i)
@@ -124,6 +153,8 @@ class FsdpUnit {
   std::vector<std::vector<int64_t>> shapes_;
   int64_t numel_ = 0, padded_ = 0;
   Collectives* c_;
+  c10::intrusive_ptr<c10d::Work> prefetch_work_;
+  torch::Tensor prefetched_, shard_view_;
 };
 
 namespace {
@@ -135,6 +166,7 @@ struct GatheredBlock : torch::autograd::Function<GatheredBlock> {
                                FsdpUnit* unit, BlockImpl* block) {
     (void)shard;  // an input only so that autograd routes the shard's gradient back to it
     auto full = unit->gather();
+    if (unit->next) unit->next->prefetch();  // overlaps the next block's gather with this compute
     unit->bind(full);
     torch::Tensor y = block->forward(x);
     unit->free();
@@ -150,6 +182,7 @@ struct GatheredBlock : torch::autograd::Function<GatheredBlock> {
     auto* block = reinterpret_cast<BlockImpl*>(ctx->saved_data["block"].toInt());
     auto x = ctx->get_saved_variables()[0];
     auto full = unit->gather();
+    if (unit->prev) unit->prev->prefetch();  // backward runs the blocks in reverse
     unit->bind(full);
     torch::autograd::variable_list grads;
     {
@@ -189,6 +222,10 @@ Fsdp::Fsdp(Gpt model, c10::intrusive_ptr<c10d::Backend> pg)
   for (auto& p : model_->ln_f->parameters()) root_params.push_back(p);
   root_ = std::make_unique<FsdpUnit>(root_params, c);
   for (auto& b : *model_->blocks) blocks_.push_back(std::make_unique<FsdpUnit>(b->parameters(), c));
+  for (size_t i = 0; i + 1 < blocks_.size(); ++i) {
+    blocks_[i]->next = blocks_[i + 1].get();
+    blocks_[i + 1]->prev = blocks_[i].get();
+  }
   model_->run_block = [this](size_t i, const torch::Tensor& x) {
     return GatheredBlock::apply(x, blocks_[i]->shard, blocks_[i].get(), model_->blocks[i]->as<Block>());
   };

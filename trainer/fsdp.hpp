@@ -8,7 +8,9 @@
 // (all-gather) just before its forward and freed right after; in backward it is gathered
 // again, its forward recomputed with gradients on, its parameter gradients
 // reduce-scattered into its shard's gradient, and freed (so backward recomputes each
-// block's forward, as activation checkpointing does). Optimizer, weight decay and clipping
+// block's forward, as activation checkpointing does). While a block computes, the gather of
+// the block that runs next (the following one in forward, the preceding one in backward) is
+// already in flight (prefetch). Optimizer, weight decay and clipping
 // see only shards, so the result equals DDP's (and one process's) up to float rounding.
 #pragma once
 
