@@ -18,6 +18,8 @@
 #include <ATen/cuda/CUDAContext.h>
 #endif
 
+#include <ATen/autocast_mode.h>
+
 #include "checkpoint.hpp"
 #include "data.hpp"
 #include "ddp.hpp"
@@ -48,6 +50,8 @@ torchrun) started: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT come from the e
   --backend B           auto | gloo | nccl (default auto: NCCL on CUDA, else Gloo)
   --bucket-mb N         DDP bucket size (default 25; the first bucket is 1 MB)
   --no-overlap          all-reduce after backward instead of during it (for comparison)
+  --activation-checkpointing  recompute each block's forward in backward (less memory)
+  --precision P         bf16 (autocast on CUDA; the default) or fp32; CPU always runs fp32
   --log-every N         rank 0's progress line every N steps (default 10)
   --checkpoint-dir DIR  checkpoints here, resumed from at start (default: LOCKSTEP_CHECKPOINT_PATH)
   --checkpoint-every N  steps between checkpoints (default: LOCKSTEP_CHECKPOINT_EVERY, else none)
@@ -55,6 +59,27 @@ torchrun) started: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT come from the e
 )";
 
 namespace {
+
+// Activation checkpointing for one block: forward without keeping activations, recomputed
+// in backward (FSDP's GatheredBlock does the same, with gathering around it).
+struct CheckpointedBlock : torch::autograd::Function<CheckpointedBlock> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, BlockImpl* block) {
+    ctx->save_for_backward({x});
+    ctx->saved_data["block"] = reinterpret_cast<int64_t>(block);
+    return block->forward(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    auto* block = reinterpret_cast<BlockImpl*>(ctx->saved_data["block"].toInt());
+    auto x = ctx->get_saved_variables()[0];
+    torch::AutoGradMode enable(true);
+    auto xd = x.detach().requires_grad_(true);
+    auto y = block->forward(xd);
+    // Parameter gradients accumulate into .grad as usual (and fire DDP's hooks).
+    torch::autograd::backward({y}, {grad_out[0]});
+    return {xd.grad(), torch::Tensor()};
+  }
+};
 
 double number(const std::string& flag, const std::string& v, double min) {
   char* end = nullptr;
@@ -144,6 +169,8 @@ Options parse_options(const std::vector<std::string>& args) {
     else if (a == "--checkpoint-dir") o.checkpoint_dir = value();
     else if (a == "--memory-per-rank-gb") o.memory_per_rank_gb = number(a, value(), 0);
     else if (a == "--stats-file") o.stats_file = value();
+    else if (a == "--activation-checkpointing") o.activation_checkpointing = true;
+    else if (a == "--precision") o.precision = value();
     else if (a == "--checkpoint-every") o.checkpoint_every = integer(a, value(), 1);
     else if (a == "--exit-after-step") o.exit_after_step = integer(a, value(), 1);
     else throw std::invalid_argument("unknown flag '" + args[i] + "' (see --help)");
@@ -186,6 +213,13 @@ int run(const Options& o) {
     forward = [gpt](const torch::Tensor& x) mutable { return gpt->forward(x); };
   }
   module->to(device);
+  if (o.activation_checkpointing && gpt_model && o.strategy != "FSDP")  // FSDP always recomputes
+    gpt_model->run_block = [g = gpt_model.get()](size_t i, const torch::Tensor& x) {  // no self-owning cycle
+      return CheckpointedBlock::apply(x, g->blocks[i]->as<Block>());
+    };
+  const bool bf16 = device.is_cuda() && o.precision == "bf16";
+  if (o.precision != "bf16" && o.precision != "fp32")
+    throw std::invalid_argument("--precision: expected bf16 or fp32, got '" + o.precision + "'");
   int64_t n_params = 0;
   for (const auto& p : module->parameters()) n_params += p.numel();
 
@@ -271,7 +305,17 @@ int run(const Options& o) {
       auto [x, y] = make_batch(*data, part);
       x = x.to(device);
       y = y.to(device);
-      auto loss = lm_loss(forward(x), y) / static_cast<double>(o.grad_accum);
+      torch::Tensor logits;
+      if (bf16) {  // autocast: matmuls in bf16, reductions and the loss in fp32
+        at::autocast::set_autocast_enabled(at::kCUDA, true);
+        at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+        logits = forward(x);
+        at::autocast::set_autocast_enabled(at::kCUDA, false);
+        at::autocast::clear_cache();
+      } else {
+        logits = forward(x);
+      }
+      auto loss = lm_loss(logits.to(torch::kFloat32), y) / static_cast<double>(o.grad_accum);
       bool last = micro == o.grad_accum - 1;
       if (ddp) {
         ddp->set_sync(last);

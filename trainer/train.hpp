@@ -32,6 +32,8 @@ struct Options {
   int64_t checkpoint_every = 0;      // default LOCKSTEP_CHECKPOINT_EVERY
   int64_t exit_after_step = 0;
   double memory_per_rank_gb = 0;
+  bool activation_checkpointing = false;
+  std::string precision = "bf16";    // bf16 autocast on CUDA; CPU runs fp32 regardless
   std::string stats_file;            // rank 0: median step time and comm totals (bench)     // Auto's budget; 0: the GPU's memory, or RAM / local ranks       // tests: die (exit 137) right after this step
 };
 

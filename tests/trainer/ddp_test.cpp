@@ -254,3 +254,20 @@ TEST(Auto, PicksDdpWhenReplicasFitAndFsdpWhenTheyDoNot) {
   ASSERT_EQ(code, 0) << tight;
   EXPECT_NE(tight.find("strategy FSDP (Auto, FSDP: DDP would need"), std::string::npos) << tight;
 }
+
+TEST(Trainer, ActivationCheckpointingChangesMemoryNotResults) {
+  std::string dir = temp_dir("actckpt");
+  std::vector<std::string> common = {"--steps", "10", "--batch-size", "4", "--seed", "9", "--warmup-steps", "0"};
+  int code;
+  auto plain = common;
+  plain.insert(plain.end(), {"--dump-params", dir + "/plain.pt"});
+  ASSERT_EQ((train(2, plain, &code), code), 0);
+  auto ck = common;
+  ck.insert(ck.end(), {"--activation-checkpointing", "--dump-params", dir + "/ck.pt"});
+  std::string out = train(2, ck, &code);
+  ASSERT_EQ(code, 0) << out;
+  auto a = load(dir + "/plain.pt"), b = load(dir + "/ck.pt");
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
+  EXPECT_LT(worst, 1e-5);
+}
