@@ -15,9 +15,6 @@ BUILD_DIR=${LOCKSTEP_BUILD_DIR:-$CACHE/build/$(printf '%s' "$ROOT" | sha256sum |
 
 export GOMODCACHE="$CACHE/go/mod" GOCACHE="$CACHE/go/build" GOTOOLCHAIN=local GOFLAGS=-mod=readonly
 export CCACHE_DIR="$CACHE/ccache"
-# Paths inside the checkout are hashed relative to it, so a fresh clone elsewhere (CI's)
-# reuses the compiled objects of an earlier one.
-export CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=1
 export PATH="$K8S_BIN:$TOOLS_BIN:$PATH"
 
 log() { printf '[lockstep %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
