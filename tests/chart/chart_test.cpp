@@ -1,0 +1,168 @@
+// charts/lockstep against the real kube-apiserver: lint, server-side dry-run of the rendered
+// manifests, a real install, and the operator reconciling a TrainingJob with the chart's
+// ServiceAccount token, which proves the chart's RBAC is enough. And the RBAC is no more
+// than the operator uses.
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "kube_test_support.hpp"
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+using lockstep::run_capture;
+using lockstep::test::control_plane;
+using lockstep::test::kubectl;
+using lockstep::test::read_text;
+using lockstep::test::source_path;
+
+namespace {
+
+lockstep::RunResult helm(std::vector<std::string> args) {
+  args.insert(args.begin(), "helm");
+  std::map<std::string, std::string> env;
+  if (control_plane()) env["KUBECONFIG"] = control_plane()->kubeconfig();
+  env["HELM_CACHE_HOME"] = ::testing::TempDir() + "/helm-cache";
+  env["HELM_CONFIG_HOME"] = ::testing::TempDir() + "/helm-config";
+  env["HELM_DATA_HOME"] = ::testing::TempDir() + "/helm-data";
+  return run_capture(args, env, 120s);
+}
+
+bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 30s) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(100ms);
+  }
+  return pred();
+}
+
+}  // namespace
+
+TEST(Chart, CarriesTheSameCrdAndDashboardsAsTheRepository) {
+  EXPECT_EQ(read_text(source_path("charts/lockstep/crds/lockstep.dev_trainingjobs.yaml")),
+            read_text(source_path("crds/lockstep.dev_trainingjobs.yaml")))
+      << "copy crds/lockstep.dev_trainingjobs.yaml to charts/lockstep/crds/";
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(source_path("dashboards"))) {
+    if (e.path().extension() != ".json") continue;
+    ++n;
+    EXPECT_EQ(read_text(source_path("charts/lockstep/dashboards/" + e.path().filename().string())), read_text(e.path()))
+        << e.path().filename() << " differs in charts/lockstep/dashboards/";
+  }
+  EXPECT_GE(n, 2);
+}
+
+TEST(Chart, LintPasses) {
+  auto r = helm({"lint", source_path("charts/lockstep")});
+  EXPECT_TRUE(r.status.success()) << r.output;
+  EXPECT_NE(r.output.find("0 chart(s) failed"), std::string::npos) << r.output;
+}
+
+TEST(Chart, RenderedManifestsPassServerSideDryRun) {
+  LOCKSTEP_REQUIRE_CONTROL_PLANE();
+  kubectl({"create", "namespace", "dry-run"});
+  kubectl({"create", "namespace", "team-a"});  // the namespaced mode puts its Role there
+  for (std::vector<std::string> set : {std::vector<std::string>{}, {"--set", "watchNamespace=team-a"}}) {
+    std::vector<std::string> args = {"template", "lockstep", source_path("charts/lockstep"), "-n", "dry-run", "--include-crds"};
+    args.insert(args.end(), set.begin(), set.end());
+    auto t = helm(args);
+    ASSERT_TRUE(t.status.success()) << t.output;
+    auto r = kubectl({"apply", "--dry-run=server", "-n", "dry-run", "-f", "-"}, t.output);
+    EXPECT_TRUE(r.status.success()) << lockstep::shell_join(set) << "\n" << r.output;
+  }
+}
+
+// Exactly the (group, resource, verb) triples lockstep-operator's code uses (docs/operator.md).
+TEST(Chart, RbacGrantsOnlyWhatTheOperatorUses) {
+  const std::set<std::string> used = {
+      "lockstep.dev/trainingjobs/list", "lockstep.dev/trainingjobs/watch", "lockstep.dev/trainingjobs/delete",
+      "lockstep.dev/trainingjobs/status/patch",
+      "/pods/list", "/pods/watch", "/pods/create", "/pods/delete",
+      "/services/list", "/services/watch", "/services/create", "/services/delete",
+      "scheduling.x-k8s.io/podgroups/list", "scheduling.x-k8s.io/podgroups/watch",
+      "scheduling.x-k8s.io/podgroups/create", "scheduling.x-k8s.io/podgroups/delete",
+      "/events/create",
+      "coordination.k8s.io/leases/get", "coordination.k8s.io/leases/create", "coordination.k8s.io/leases/update"};
+  auto t = helm({"template", "lockstep", source_path("charts/lockstep"), "-n", "lockstep-system"});
+  ASSERT_TRUE(t.status.success()) << t.output;
+  std::set<std::string> granted;
+  for (const auto& doc : YAML::LoadAll(t.output)) {
+    if (!doc || !doc["kind"]) continue;
+    std::string kind = doc["kind"].as<std::string>();
+    if (kind != "ClusterRole" && kind != "Role") continue;
+    for (const auto& rule : doc["rules"])
+      for (const auto& g : rule["apiGroups"])
+        for (const auto& r : rule["resources"])
+          for (const auto& v : rule["verbs"]) {
+            std::string verb = v.as<std::string>();
+            EXPECT_NE(verb, "*") << "wildcard verb";
+            EXPECT_NE(r.as<std::string>(), "secrets") << "the operator never reads Secrets";
+            granted.insert(g.as<std::string>() + "/" + r.as<std::string>() + "/" + verb);
+          }
+  }
+  for (const auto& g : granted) EXPECT_TRUE(used.count(g)) << "the chart grants " << g << ", which the operator does not use";
+  for (const auto& u : used) EXPECT_TRUE(granted.count(u)) << "the chart lacks " << u << ", which the operator needs";
+}
+
+TEST(Chart, InstallsAndItsServiceAccountCanRunTheOperator) {
+  LOCKSTEP_REQUIRE_CONTROL_PLANE();
+  for (const char* f : {"tests/crds/podgroup.yaml"}) ASSERT_TRUE(kubectl({"apply", "-f", source_path(f)}).status.success());
+  auto r = helm({"install", "lockstep", source_path("charts/lockstep"), "-n", "lockstep-system", "--create-namespace"});
+  ASSERT_TRUE(r.status.success()) << r.output;
+  EXPECT_NE(r.output.find("lockstep-operator"), std::string::npos) << "NOTES.txt: " << r.output;
+  for (std::vector<std::string> obj : {std::vector<std::string>{"deployment", "lockstep-operator"},
+                                       {"serviceaccount", "lockstep-operator"}, {"service", "lockstep-operator"},
+                                       {"configmap", "lockstep-dashboards"}, {"role", "lockstep-operator-leader-election"},
+                                       {"rolebinding", "lockstep-operator-leader-election"}}) {
+    auto g = kubectl({"get", "-n", "lockstep-system", obj[0], obj[1]});
+    EXPECT_TRUE(g.status.success()) << obj[0] << " " << obj[1] << ": " << g.output;
+  }
+  EXPECT_TRUE(kubectl({"get", "clusterrole", "lockstep-operator"}).status.success());
+  EXPECT_TRUE(kubectl({"get", "crd", "trainingjobs.lockstep.dev"}).status.success());
+  auto dep = kubectl({"get", "deployment", "lockstep-operator", "-n", "lockstep-system", "-o",
+                      "jsonpath={.spec.template.spec.containers[0].securityContext.readOnlyRootFilesystem} "
+                      "{.spec.template.spec.securityContext.runAsNonRoot}"});
+  EXPECT_EQ(dep.output, "true true");
+
+  // The chart's ServiceAccount, as the operator would see it in its pod.
+  auto token = kubectl({"create", "token", "lockstep-operator", "-n", "lockstep-system"});
+  ASSERT_TRUE(token.status.success()) << token.output;
+  std::string tok = token.output;
+  while (!tok.empty() && (tok.back() == '\n' || tok.back() == ' ')) tok.pop_back();
+  std::string kc = ::testing::TempDir() + "/sa-kubeconfig";
+  std::ofstream(kc) << "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: "
+                    << control_plane()->server() << "\n    certificate-authority: " << control_plane()->ca_file()
+                    << "\nusers:\n- name: sa\n  user:\n    token: " << tok
+                    << "\ncontexts:\n- name: sa\n  context: {cluster: c, user: sa}\ncurrent-context: sa\n";
+  auto whoami = run_capture({"kubectl", "--kubeconfig", kc, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"});
+  EXPECT_EQ(whoami.output, "system:serviceaccount:lockstep-system:lockstep-operator");
+
+  std::string log = ::testing::TempDir() + "/chart-operator.log";
+  lockstep::SpawnOptions so;
+  const char* bin = std::getenv("LOCKSTEP_OPERATOR_BIN");
+  so.argv = {bin ? bin : "lockstep-operator", "--kubeconfig", kc, "--leader-election-namespace", "lockstep-system",
+             "--http-port", "0"};
+  so.output_path = log;
+  auto op = lockstep::Process::spawn(so);
+  kubectl({"create", "namespace", "chart-job"});
+  ASSERT_TRUE(kubectl({"apply", "-n", "chart-job", "-f", source_path("examples/ddp.yaml")}).status.success());
+  EXPECT_TRUE(eventually([&] {
+    auto p = kubectl({"get", "pods", "-n", "chart-job", "-l", "lockstep.dev/job-name=tiny-ddp", "-o", "name"});
+    return std::count(p.output.begin(), p.output.end(), '\n') == 2;
+  })) << read_text(log);
+  EXPECT_TRUE(eventually([&] {
+    return kubectl({"get", "tj", "tiny-ddp", "-n", "chart-job", "-o", "jsonpath={.status.phase}"}).output == "Pending";
+  })) << read_text(log);
+  EXPECT_TRUE(kubectl({"get", "podgroup", "tiny-ddp", "-n", "chart-job"}).status.success());
+  op.terminate(10s);
+  std::string text = read_text(log);
+  EXPECT_EQ(text.find("forbidden"), std::string::npos) << text;
+  EXPECT_NE(text.find("became leader"), std::string::npos) << text;
+}
+
+int main(int argc, char** argv) { return lockstep::test::run_tests_with_control_plane(argc, argv); }
