@@ -72,7 +72,7 @@ TEST(Chart, RenderedManifestsPassServerSideDryRun) {
     args.insert(args.end(), set.begin(), set.end());
     auto t = helm(args);
     ASSERT_TRUE(t.status.success()) << t.output;
-    auto r = kubectl({"apply", "--dry-run=server", "-n", "dry-run", "-f", "-"}, t.output);
+    auto r = kubectl({"apply", "--dry-run=server", "-f", "-"}, t.output);  // every object names its namespace
     EXPECT_TRUE(r.status.success()) << lockstep::shell_join(set) << "\n" << r.output;
   }
 }
