@@ -1,0 +1,153 @@
+// Every query of every Grafana panel, against a real Prometheus (Debian's) scraping a real
+// local training run (two agents x two trainer ranks) and a real operator: each must return
+// at least one series. GPU series exist only on a GPU machine; elsewhere their queries must
+// still be valid PromQL and are reported as SKIPPED.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "kube_test_support.hpp"
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+using lockstep::Process;
+using lockstep::run_capture;
+using lockstep::test::control_plane;
+using lockstep::test::kubectl;
+using lockstep::test::read_text;
+using lockstep::test::source_path;
+
+namespace {
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v ? v : fallback;
+}
+
+json prom_query(int port, const std::string& expr) {
+  auto r = run_capture({"curl", "-s", "--get", "--data-urlencode", "query=" + expr,
+                        "http://127.0.0.1:" + std::to_string(port) + "/api/v1/query"}, {}, 20s);
+  auto j = json::parse(r.output, nullptr, false);
+  return j.is_discarded() ? json{{"status", "error"}, {"error", r.output}} : j;
+}
+
+// Grafana's variables and label_values() in PromQL Prometheus can run.
+std::string fill(std::string expr) {
+  const std::vector<std::pair<std::string, std::string>> vars = {
+      {"$__rate_interval", "15s"}, {"$namespace", "obs"}, {"$trainingjob", "e2e"}, {"$rank", ".*"}, {"$peak_tflops", "989"}};
+  for (const auto& [k, v] : vars)
+    for (size_t pos; (pos = expr.find(k)) != std::string::npos;) expr.replace(pos, k.size(), v);
+  std::smatch m;
+  if (std::regex_match(expr, m, std::regex(R"(label_values\((.*),\s*(\w+)\))"))) return "count by (" + m[2].str() + ") (" + m[1].str() + ")";
+  if (std::regex_match(expr, m, std::regex(R"(label_values\((\w+)\))"))) return "count(" + m[1].str() + ")";
+  return expr;
+}
+
+}  // namespace
+
+TEST(Dashboards, EveryPanelQueryReturnsDataFromARealTrainingRun) {
+  LOCKSTEP_REQUIRE_CONTROL_PLANE();
+  if (::system("command -v prometheus >/dev/null 2>&1") != 0) {
+    if (lockstep::test::require_all()) FAIL() << "prometheus not found (scripts/setup.sh installs it)";
+    GTEST_SKIP() << "SKIPPED: prometheus not found";
+  }
+  std::string dir = ::testing::TempDir() + "/obs-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+
+  // An operator with something to reconcile, for the operator dashboard.
+  for (const char* f : {"crds/lockstep.dev_trainingjobs.yaml", "tests/crds/podgroup.yaml"})
+    ASSERT_TRUE(kubectl({"apply", "-f", source_path(f)}).status.success());
+  kubectl({"wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"});
+  int op_port = lockstep::free_loopback_port();
+  lockstep::SpawnOptions op_opts;
+  op_opts.argv = {env_or("LOCKSTEP_OPERATOR_BIN", "lockstep-operator"), "--kubeconfig", control_plane()->kubeconfig(),
+                  "--http-address", "127.0.0.1", "--http-port", std::to_string(op_port), "--leader-elect=false"};
+  op_opts.output_path = dir + "/operator.log";
+  auto op = Process::spawn(op_opts);
+  ASSERT_TRUE(kubectl({"apply", "-f", source_path("examples/ddp.yaml")}).status.success());
+
+  // Training: two agents (nodes) of two trainer ranks each, labelled trainingjob=e2e, namespace=obs.
+  int master = lockstep::free_loopback_port();
+  std::vector<int> agent_ports;
+  std::vector<Process> agents;
+  for (int node = 0; node < 2; ++node) {
+    agent_ports.push_back(lockstep::free_loopback_port());
+    lockstep::SpawnOptions so;
+    so.argv = {env_or("LOCKSTEP_AGENT_BIN", "lockstep-agent"), "--metrics-address", "127.0.0.1", "--",
+               env_or("LOCKSTEP_TRAINER_BIN", "lockstep-trainer"), "--steps", "100000", "--batch-size", "4",
+               "--log-every", "100"};
+    so.env = {{"LOCKSTEP_JOB_NAME", "e2e"}, {"LOCKSTEP_JOB_NAMESPACE", "obs"}, {"LOCKSTEP_NNODES", "2"},
+              {"LOCKSTEP_NODE_RANK", std::to_string(node)}, {"LOCKSTEP_NPROC_PER_NODE", "2"},
+              {"LOCKSTEP_MASTER_ADDR", "127.0.0.1"}, {"LOCKSTEP_MASTER_PORT", std::to_string(master)},
+              {"LOCKSTEP_METRICS_PORT", std::to_string(agent_ports.back())}, {"GLOO_SOCKET_IFNAME", "lo"}};
+    so.output_path = dir + "/agent-" + std::to_string(node) + ".log";
+    agents.push_back(Process::spawn(so));
+  }
+
+  // Prometheus, scraping every second.
+  int prom_port = lockstep::free_loopback_port();
+  std::ofstream(dir + "/prometheus.yml")
+      << "global: {scrape_interval: 1s, evaluation_interval: 1s}\nscrape_configs:\n"
+      << "- job_name: lockstep-agents\n  static_configs:\n  - targets: ['127.0.0.1:" << agent_ports[0] << "', '127.0.0.1:"
+      << agent_ports[1] << "']\n"
+      << "- job_name: lockstep-operator\n  static_configs:\n  - targets: ['127.0.0.1:" << op_port << "']\n";
+  lockstep::SpawnOptions ps;
+  ps.argv = {"prometheus", "--config.file=" + dir + "/prometheus.yml", "--storage.tsdb.path=" + dir + "/tsdb",
+             "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)};
+  ps.output_path = dir + "/prometheus.log";
+  ps.new_process_group = true;
+  auto prom = Process::spawn(ps);
+
+  // Let it scrape a stretch of training: enough samples for the rate() windows.
+  bool training = false;
+  for (int i = 0; i < 60 && !training; ++i) {
+    std::this_thread::sleep_for(1s);
+    auto r = prom_query(prom_port, "sum(lockstep_steps_total{trainingjob=\"e2e\"})");
+    training = r["status"] == "success" && !r["data"]["result"].empty() &&
+               std::stod(r["data"]["result"][0]["value"][1].get<std::string>()) > 50;
+  }
+  ASSERT_TRUE(training) << "no training steps reached Prometheus\n" << read_text(dir + "/agent-0.log").substr(0, 3000)
+                        << read_text(dir + "/prometheus.log").substr(0, 2000);
+  std::this_thread::sleep_for(16s);  // a full 15 s rate window of samples
+  const bool gpu = ::system("command -v nvidia-smi >/dev/null 2>&1") == 0;
+
+  int checked = 0, skipped = 0;
+  for (const char* name : {"dashboards/lockstep-training.json", "dashboards/lockstep-operator.json"}) {
+    json dash = json::parse(read_text(source_path(name)));
+    EXPECT_EQ(dash["schemaVersion"], 39) << name;
+    std::vector<std::pair<std::string, std::string>> queries;  // (what, expr)
+    for (const auto& v : dash["templating"]["list"])
+      if (v.value("type", "") == "query") queries.emplace_back("variable " + v["name"].get<std::string>(), v["query"]["query"]);
+    for (const auto& p : dash["panels"])
+      for (const auto& t : p["targets"]) queries.emplace_back("panel '" + p["title"].get<std::string>() + "'", t["expr"]);
+    for (const auto& [what, expr] : queries) {
+      SCOPED_TRACE(std::string(name) + ": " + what + ": " + expr);
+      auto r = prom_query(prom_port, fill(expr));
+      ASSERT_EQ(r["status"], "success") << r.dump();
+      bool empty = r["data"]["result"].empty();
+      if (empty && !gpu && expr.find("lockstep_gpu_") != std::string::npos) {
+        std::cout << "SKIPPED (no GPU here): " << name << ": " << what << ": " << expr << "\n";
+        ++skipped;
+        continue;
+      }
+      EXPECT_FALSE(empty) << "no series for " << fill(expr);
+      ++checked;
+    }
+  }
+  RecordProperty("queries_checked", checked);
+  std::cout << checked << " queries returned data; " << skipped << " GPU queries skipped (no GPU)\n";
+  EXPECT_GE(checked, 15);
+
+  for (auto& a : agents) a.signal(SIGTERM);
+  for (auto& a : agents) a.wait_for(30s);
+  prom.terminate(10s);
+  op.terminate(10s);
+}
+
+int main(int argc, char** argv) { return lockstep::test::run_tests_with_control_plane(argc, argv); }
