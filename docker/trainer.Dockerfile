@@ -1,0 +1,19 @@
+# The training image: an official PyTorch CUDA image plus lockstep-agent (the pod's
+# entrypoint) and lockstep-trainer, built against that image's own PyTorch (CUDA, NCCL).
+#   docker build -f docker/trainer.Dockerfile -t lockstep/trainer:0.1.0-cuda .
+# PYTORCH_IMAGE must carry PyTorch 2.11 (the version Lockstep pins) and CUDA.
+ARG PYTORCH_IMAGE=pytorch/pytorch:2.11.0-cuda13.0-cudnn9-devel
+FROM ${PYTORCH_IMAGE}
+RUN apt-get update && apt-get install -y --no-install-recommends \
+      build-essential cmake ninja-build libgloo-dev prometheus-cpp-dev \
+ && rm -rf /var/lib/apt/lists/*
+COPY . /src
+RUN cmake -S /src -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOCKSTEP_BUILD_TESTS=OFF \
+      -DLOCKSTEP_BUILD_OPERATOR=OFF \
+      -DCMAKE_PREFIX_PATH="$(python -c 'import torch; print(torch.utils.cmake_prefix_path)')" \
+ && cmake --build /build --target lockstep-agent lockstep-trainer \
+ && cmake --install /build --prefix /usr/local \
+ && rm -rf /build /src
+# The operator runs `lockstep-agent -- <trainer command>` as the container's command.
+RUN useradd --uid 1000 --create-home lockstep
+USER 1000
