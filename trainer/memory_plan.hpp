@@ -36,6 +36,15 @@ inline StateBytes model_states(double params, int ranks, Sharding s) {
   return {};
 }
 
+// Parameters of the GPT decoder in trainer/model.hpp: embeddings (the head is tied to the
+// token embedding), per block two LayerNorms, attention (qkv and projection) and the MLP,
+// and the final LayerNorm.
+inline double gpt_parameters(double layers, double width, double vocab, double context) {
+  const double c = width;
+  const double block = 2 * 2 * c + (c * 3 * c + 3 * c) + (c * c + c) + (c * 4 * c + 4 * c) + (4 * c * c + c);
+  return vocab * c + context * c + layers * block + 2 * c;
+}
+
 struct TransformerShape {
   double layers = 0, width = 0, heads = 1, seq = 0, micro_batch = 1;
 };

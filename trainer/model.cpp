@@ -1,5 +1,7 @@
 #include "model.hpp"
 
+#include "memory_plan.hpp"
+
 #include <cmath>
 #include <stdexcept>
 
@@ -22,13 +24,8 @@ GptConfig GptConfig::preset(const std::string& name) {
 }
 
 int64_t GptConfig::parameters() const {
-  int64_t C = n_embd;
-  int64_t per_block = 2 * 2 * C            // ln_1, ln_2 (weight, bias)
-                      + C * 3 * C + 3 * C  // c_attn
-                      + C * C + C          // c_proj
-                      + C * 4 * C + 4 * C  // c_fc
-                      + 4 * C * C + C;     // mlp_proj
-  return vocab_size * C + block_size * C + n_layer * per_block + 2 * C;
+  return static_cast<int64_t>(plan::gpt_parameters(static_cast<double>(n_layer), static_cast<double>(n_embd),
+                                                   static_cast<double>(vocab_size), static_cast<double>(block_size)));
 }
 
 BlockImpl::BlockImpl(const GptConfig& c) : n_head(c.n_head) {

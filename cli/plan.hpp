@@ -1,0 +1,12 @@
+// `lockstep plan`: per-GPU memory of a model under DDP, ZeRO-1, ZeRO-2 and FSDP (ZeRO-3), and
+// the strategy the trainer's Auto would pick (the same code: trainer/memory_plan.hpp).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace lockstep::cli {
+
+int plan_command(const std::vector<std::string>& args);  // exit code
+
+}  // namespace lockstep::cli

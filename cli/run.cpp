@@ -1,0 +1,206 @@
+#include "run.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <regex>
+#include <sstream>
+
+#include "lockstep/contract.hpp"
+#include "lockstep/process.hpp"
+#include "reconcile/job.hpp"
+#include "reconcile/manifests.hpp"
+#include "validate.hpp"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace lockstep::cli {
+namespace {
+
+// Where lockstep-agent and lockstep-trainer are: beside this binary (installed), or in the
+// build tree's agent/ and trainer/ directories.
+std::string tool_path() {
+  fs::path self = fs::read_symlink("/proc/self/exe").parent_path();
+  std::string path;
+  for (const fs::path& d : {self, self.parent_path() / "agent", self.parent_path() / "trainer"})
+    if (fs::exists(d / "lockstep-agent") || fs::exists(d / "lockstep-trainer")) path += d.string() + ":";
+  const char* env = std::getenv("PATH");
+  return path + (env ? env : "/usr/bin:/bin");
+}
+
+std::string fmt_duration(double s) {
+  std::ostringstream o;
+  if (s >= 3600) o << static_cast<int>(s / 3600) << "h" << static_cast<int>(std::fmod(s, 3600) / 60) << "m";
+  else if (s >= 60) o << static_cast<int>(s / 60) << "m" << static_cast<int>(std::fmod(s, 60)) << "s";
+  else o << static_cast<int>(s + 0.5) << "s";
+  return o.str();
+}
+
+}  // namespace
+
+int run_command(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] == "--help") {
+    std::cout << "usage: lockstep run FILE.yaml\n  Runs the TrainingJob locally: spec.nodes agents on loopback, "
+                 "each launching spec.procsPerNode workers.\n";
+    return args.empty() ? 2 : 0;
+  }
+  const std::string file = args[0];
+  json job;
+  try {
+    job = load_yaml_file(file);
+  } catch (const InputError& e) {
+    std::cerr << "lockstep run: " << e.what() << "\n";
+    return e.exit_code;
+  }
+  auto errors = validate_trainingjob(job);
+  if (!errors.empty()) {
+    for (const auto& e : errors) std::cerr << file << ": " << e << "\n";
+    std::cerr << "lockstep run: " << file << " is not a valid TrainingJob (" << errors.size() << " error(s))\n";
+    return 1;
+  }
+  // The operator's view of the job; locally the "pods" are process trees on this machine.
+  const std::string name = job["metadata"]["name"];
+  job["metadata"]["namespace"] = job["metadata"].value("namespace", "default");
+  job["metadata"]["uid"] = "local-" + std::to_string(::getpid());
+  auto view = reconcile::JobView::from_json(job);
+  const int nodes = view.nodes;
+  const std::string run_dir = (fs::current_path() / "lockstep-runs" / name).string();
+  fs::create_directories(run_dir);
+  const int master_port = free_loopback_port();
+  int total_steps = 0;
+  for (const auto& a : view.args)
+    if (a.rfind("--steps=", 0) == 0) total_steps = std::atoi(a.c_str() + 8);
+
+  // Stop signals are taken synchronously so Ctrl-C runs the normal shutdown below.
+  sigset_t stop;
+  sigemptyset(&stop);
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop, s);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+
+  std::vector<Process> agents;
+  std::vector<int> metrics_ports;
+  int out_fd = -1;
+  const std::string path = tool_path();
+  for (int i = 0; i < nodes; ++i) {
+    json pod = reconcile::pod_manifest(view, i, 0);
+    json ctr;
+    for (const auto& c : pod["spec"]["containers"])
+      if (c.value("name", "") == contract::kTrainerContainer || ctr.is_null()) ctr = c;
+    SpawnOptions so;
+    for (const auto& a : ctr["command"]) so.argv.push_back(a);
+    for (const auto& e : ctr["env"]) so.env[e["name"]] = e.value("value", "");
+    // Loopback instead of the pod DNS names, and ports that are free here.
+    metrics_ports.push_back(free_loopback_port());
+    for (const char* k : {contract::kMasterAddr, contract::kPetMasterAddr}) so.env[k] = "127.0.0.1";
+    for (const char* k : {contract::kMasterPort, contract::kPetMasterPort}) so.env[k] = std::to_string(master_port);
+    so.env[contract::kMetricsPort] = std::to_string(metrics_ports.back());
+    if (so.env.count(contract::kCheckpointPath))  // the pod path, under this run's directory
+      so.env[contract::kCheckpointPath] = run_dir + "/checkpoint" + so.env[contract::kCheckpointPath];
+    so.env["GLOO_SOCKET_IFNAME"] = "lo";
+    so.env["PATH"] = path;
+    so.new_process_group = true;
+    so.argv.insert(so.argv.begin() + 1, {"--metrics-address", "127.0.0.1"});
+    if (i == 0) {
+      int p[2];
+      if (::pipe2(p, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+      so.output_fd = p[1];
+      agents.push_back(Process::spawn(so));
+      ::close(p[1]);
+      out_fd = p[0];
+    } else {
+      so.output_path = run_dir + "/node-" + std::to_string(i) + ".log";
+      fs::remove(so.output_path);
+      agents.push_back(Process::spawn(so));
+    }
+  }
+  std::cout << "lockstep run: " << name << ": " << nodes << " node(s) x " << view.procs_per_node << " worker(s), strategy "
+            << view.strategy << "; logs in " << run_dir << std::endl;
+
+  // Node 0's output: the trainer's progress lines become one live line.
+  const bool tty = ::isatty(STDOUT_FILENO);
+  static const std::regex progress(R"(\[rank 0\] step\s+(\d+)/(\d+)\s+loss ([0-9.]+)\s+(\d+) tok/s\s+([0-9.]+) ms/step\s+comm (\d+)%.*)");
+  std::ofstream node0_log(run_dir + "/node-0.log");
+  std::string partial, last_status;
+  double first_loss = -1, last_loss = -1;
+  int last_step = 0;
+  auto start = Clock::now();
+  int interrupted = 0;
+  char buf[8192];
+  while (out_fd >= 0) {
+    pollfd pfd{out_fd, POLLIN, 0};
+    ::poll(&pfd, 1, 200);
+    timespec zero{0, 0};
+    if (int sig = sigtimedwait(&stop, nullptr, &zero); sig > 0 && !interrupted) {
+      interrupted = sig;
+      std::cout << (tty ? "\n" : "") << "lockstep run: " << strsignal(sig) << ": stopping " << nodes << " node(s)..." << std::endl;
+      for (auto& a : agents) a.signal(SIGTERM);
+    }
+    if (!(pfd.revents & (POLLIN | POLLHUP))) continue;
+    ssize_t n = ::read(out_fd, buf, sizeof buf);
+    if (n <= 0) break;
+    partial.append(buf, static_cast<size_t>(n));
+    for (size_t pos; (pos = partial.find('\n')) != std::string::npos;) {
+      std::string line = partial.substr(0, pos);
+      partial.erase(0, pos + 1);
+      node0_log << line << "\n";
+      std::smatch m;
+      if (std::regex_match(line, m, progress)) {
+        last_step = std::stoi(m[1]);
+        total_steps = std::stoi(m[2]);
+        last_loss = std::stod(m[3]);
+        if (first_loss < 0) first_loss = last_loss;
+        double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+        double eta = last_step > 0 ? elapsed / last_step * (total_steps - last_step) : 0;
+        std::ostringstream s;
+        s << "step " << last_step << "/" << total_steps << "  loss " << m[3] << "  " << m[4] << " tok/s  " << m[5]
+          << " ms/step  comm " << m[6] << "%  ETA " << fmt_duration(eta);
+        last_status = s.str();
+        if (tty) std::cout << "\r\033[K" << last_status << std::flush;
+        else std::cout << last_status << std::endl;  // a file or pipe: a line each report
+      } else if (line.find("[rank") == 0 || line.find("lockstep-agent:") != std::string::npos ||
+                 line.find("ERROR") != std::string::npos || line.find("error") != std::string::npos) {
+        std::cout << (tty && !last_status.empty() ? "\r\033[K" : "") << line << "\n";
+        if (tty && !last_status.empty()) std::cout << last_status << std::flush;
+      }
+    }
+  }
+  if (out_fd >= 0) ::close(out_fd);
+  if (tty && !last_status.empty()) std::cout << "\n";
+  // Everyone ends: node 0 has; the rest follow (their peers are gone) or are stopped.
+  int code = 0;
+  std::string culprit;
+  for (int i = 0; i < nodes; ++i) {
+    auto st = agents[i].wait_for(std::chrono::seconds(interrupted ? 40 : 120));
+    if (!st) {
+      agents[i].terminate(std::chrono::seconds(30));
+      st = agents[i].try_wait();
+    }
+    if (st && !st->success() && code == 0) {
+      code = st->shell_code();
+      culprit = "node " + std::to_string(i) + " " + st->describe();
+    }
+  }
+  double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  std::cout << "\nlockstep run: " << name << " ";
+  if (interrupted) std::cout << "stopped by " << strsignal(interrupted) << " after " << fmt_duration(elapsed);
+  else if (code == 0) std::cout << "finished: " << last_step << " steps in " << fmt_duration(elapsed);
+  else std::cout << "FAILED: " << culprit;
+  if (first_loss >= 0) std::cout << "; loss " << first_loss << " -> " << last_loss;
+  std::cout << "\n  metrics were served while it ran at";
+  for (int p : metrics_ports) std::cout << " http://127.0.0.1:" << p << "/metrics";
+  std::cout << "\n  logs: " << run_dir << "/node-*.log" << std::endl;
+  return interrupted ? 128 + interrupted : code;
+}
+
+}  // namespace lockstep::cli

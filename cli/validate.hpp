@@ -1,0 +1,32 @@
+// TrainingJob validation without a cluster: the CRD's own OpenAPI schema (embedded at build
+// time from crds/), applied with the API server's rules and messages: defaults first, then
+// types, required fields, enums, bounds, lengths, patterns, unknown fields (as kubectl's
+// strict validation), and the CRD's CEL rules. `lockstep validate` and `lockstep run` use it;
+// tests/crd/invalid/ checks that it rejects what the API server rejects, with the same words.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace lockstep::cli {
+
+// A file that cannot be read (exit 3) or parsed as YAML (exit 4); what() says where.
+struct InputError : std::runtime_error {
+  InputError(const std::string& what, int code) : std::runtime_error(what), exit_code(code) {}
+  int exit_code;
+};
+
+// Reads one YAML document into JSON (quoted scalars stay strings).
+nlohmann::json load_yaml_file(const std::string& path);
+nlohmann::json yaml_to_json_text(const std::string& text, const std::string& name);
+
+// Validates `job` in place (defaults are filled in); returns the errors, empty when valid.
+std::vector<std::string> validate_trainingjob(nlohmann::json& job);
+
+// The CEL rules of the CRD this build knows how to check (a test compares with the CRD).
+std::vector<std::string> known_cel_rules();
+
+}  // namespace lockstep::cli

@@ -1,0 +1,184 @@
+// The lockstep command line: validate with the cluster's rules, plan against the ZeRO paper,
+// and run TrainingJobs locally to completion (DDP and FSDP), or interrupted with nothing left.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <yaml-cpp/yaml.h>
+
+#include <dirent.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "lockstep/process.hpp"
+#include "validate.hpp"
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string cli() {
+  const char* v = std::getenv("LOCKSTEP_CLI_BIN");
+  return v ? v : "lockstep";
+}
+std::string src(const std::string& rel) { return std::string(LOCKSTEP_SOURCE_DIR) + "/" + rel; }
+std::string read(const std::string& p) {
+  std::ifstream in(p);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+lockstep::RunResult lockstep_cmd(std::vector<std::string> args, const std::string& cwd = "",
+                                 std::chrono::seconds timeout = 60s) {
+  args.insert(args.begin(), cli());
+  if (!cwd.empty()) args = {"/bin/sh", "-c", "cd '" + cwd + "' && exec \"$0\" \"$@\"", args[0]};
+  if (!cwd.empty())
+    for (size_t i = 1; i < args.size(); ++i) {}
+  return lockstep::run_capture(args, {}, timeout);
+}
+
+std::set<pid_t> descendants(pid_t root) {
+  std::map<pid_t, pid_t> parent;
+  DIR* d = ::opendir("/proc");
+  while (dirent* e = ::readdir(d)) {
+    pid_t pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    std::string stat = read("/proc/" + std::to_string(pid) + "/stat");
+    auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    std::string state;
+    pid_t ppid;
+    rest >> state >> ppid;
+    if (state != "Z") parent[pid] = ppid;
+  }
+  ::closedir(d);
+  std::set<pid_t> out{root};
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (auto [pid, pp] : parent)
+      if (out.count(pp) && out.insert(pid).second) grew = true;
+  }
+  out.erase(root);
+  return out;
+}
+
+bool running(pid_t pid) {
+  std::string stat = read("/proc/" + std::to_string(pid) + "/stat");
+  auto close = stat.rfind(')');
+  return !stat.empty() && close != std::string::npos && stat.substr(close + 2, 1) != "Z";
+}
+
+}  // namespace
+
+TEST(Validate, AcceptsEveryExample) {
+  for (const auto& e : fs::directory_iterator(src("examples"))) {
+    if (e.path().extension() != ".yaml") continue;
+    auto r = lockstep_cmd({"validate", e.path().string()});
+    EXPECT_EQ(r.status.shell_code(), 0) << e.path() << ": " << r.output;
+    EXPECT_NE(r.output.find("valid TrainingJob"), std::string::npos) << r.output;
+  }
+}
+
+// The same corpus crd_test sends to the real API server, with the same expected words.
+TEST(Validate, RejectsWhatTheApiServerRejectsWithTheSameMessages) {
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(src("tests/crd/invalid"))) {
+    SCOPED_TRACE(e.path().filename().string());
+    std::string text = read(e.path().string());
+    auto r = lockstep_cmd({"validate", e.path().string()});
+    EXPECT_EQ(r.status.shell_code(), 1) << r.output;
+    static const std::regex expect_line("# expect: (.*)");
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), expect_line); it != std::sregex_iterator(); ++it)
+      EXPECT_NE(r.output.find((*it)[1].str()), std::string::npos) << "lacks '" << (*it)[1] << "':\n" << r.output;
+    ++n;
+  }
+  EXPECT_GE(n, 10);
+}
+
+TEST(Validate, KnowsEveryCelRuleOfTheCrd) {
+  std::set<std::string> in_crd;
+  std::function<void(const YAML::Node&)> walk = [&](const YAML::Node& n) {
+    if (n.IsMap()) {
+      if (n["x-kubernetes-validations"])
+        for (const auto& v : n["x-kubernetes-validations"]) in_crd.insert(v["rule"].as<std::string>());
+      for (const auto& kv : n) walk(kv.second);
+    } else if (n.IsSequence()) {
+      for (const auto& x : n) walk(x);
+    }
+  };
+  walk(YAML::LoadFile(src("crds/lockstep.dev_trainingjobs.yaml")));
+  auto known = lockstep::cli::known_cel_rules();
+  std::set<std::string> known_set(known.begin(), known.end());
+  EXPECT_EQ(in_crd, known_set) << "a CEL rule in the CRD has no counterpart in cli/validate.cpp, or the reverse";
+}
+
+TEST(Validate, InputErrorsHaveTheirOwnExitCodes) {
+  auto missing = lockstep_cmd({"validate", "/nonexistent/job.yaml"});
+  EXPECT_EQ(missing.status.shell_code(), 3);
+  EXPECT_NE(missing.output.find("cannot read"), std::string::npos) << missing.output;
+  std::string bad = ::testing::TempDir() + "/bad-syntax.yaml";
+  std::ofstream(bad) << "apiVersion: lockstep.dev/v1alpha1\nkind: TrainingJob\nspec:\n  nodes: [1, 2\n";
+  auto syntax = lockstep_cmd({"validate", bad});
+  EXPECT_EQ(syntax.status.shell_code(), 4);
+  EXPECT_TRUE(std::regex_search(syntax.output, std::regex(R"(bad-syntax\.yaml:\d+:\d+: YAML syntax error)"))) << syntax.output;
+}
+
+// ZeRO (Rajbhandari et al. 2020): 7.5B parameters on 64 GPUs, mixed-precision Adam.
+TEST(Plan, PrintsThePublishedZeroFigures) {
+  auto r = lockstep_cmd({"plan", "--params", "7.5B", "--gpus", "64"});
+  ASSERT_EQ(r.status.shell_code(), 0) << r.output;
+  for (auto [row, states] : std::vector<std::pair<std::string, std::string>>{
+           {"DDP", "120.0 GB"}, {"ZeRO-1", "31.4 GB"}, {"ZeRO-2", "16.6 GB"}, {"FSDP (ZeRO-3)", "1.9 GB"}})
+    EXPECT_TRUE(std::regex_search(r.output, std::regex(std::regex_replace(row, std::regex(R"([()])"), R"(\$&)") +
+                                                       R"(\s+\S+ GB\s+\S+ GB\s+\S+ GB\s+)" + std::regex_replace(states, std::regex(R"(\.)"), R"(\.)"))))
+        << row << " should show " << states << " of model states:\n" << r.output;
+  EXPECT_NE(r.output.find("recommended: FSDP"), std::string::npos) << r.output;
+  auto small = lockstep_cmd({"plan", "--model", "gpt2-124m", "--gpus", "8", "--gpu-memory-gb", "80"});
+  EXPECT_NE(small.output.find("recommended: DDP"), std::string::npos) << small.output;
+}
+
+TEST(Run, TwoNodesOfTwoWorkersFinishDdpAndFsdpJobs) {
+  for (const char* example : {"examples/ddp.yaml", "examples/fsdp.yaml"}) {
+    SCOPED_TRACE(example);
+    std::string dir = ::testing::TempDir() + "/run-" + std::to_string(::getpid());
+    fs::create_directories(dir);
+    auto r = lockstep::run_capture({"/bin/sh", "-c", "cd '" + dir + "' && exec '" + cli() + "' run '" + src(example) + "'"}, {},
+                                   300s);
+    EXPECT_EQ(r.status.shell_code(), 0) << r.output;
+    EXPECT_NE(r.output.find("finished: 200 steps"), std::string::npos) << r.output;
+    EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(step 200/200  loss [0-9.]+ .* ETA 0s)"))) << r.output;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.output, m, std::regex(R"(; loss ([0-9.]+) -> ([0-9.]+))"))) << r.output;
+    EXPECT_LT(std::stod(m[2]), std::stod(m[1]) / 2) << "the loss should fall";
+    EXPECT_NE(r.output.find("metrics were served while it ran at http://127.0.0.1:"), std::string::npos) << r.output;
+  }
+}
+
+TEST(Run, CtrlCStopsEveryProcess) {
+  std::string dir = ::testing::TempDir() + "/run-int-" + std::to_string(::getpid());
+  fs::create_directories(dir);
+  lockstep::SpawnOptions so;
+  so.argv = {cli(), "run", src("examples/ddp.yaml")};
+  so.cwd = dir;
+  so.output_path = dir + "/out.log";
+  auto p = lockstep::Process::spawn(so);
+  std::set<pid_t> tree;
+  for (int i = 0; i < 200; ++i) {  // wait until training is under way
+    std::this_thread::sleep_for(100ms);
+    if (read(dir + "/out.log").find("step 20/") != std::string::npos) break;
+  }
+  tree = descendants(p.pid());
+  ASSERT_GE(tree.size(), 6u) << "2 agents and 4 workers expected:\n" << read(dir + "/out.log");
+  p.signal(SIGINT);
+  auto st = p.wait_for(60s);
+  ASSERT_TRUE(st.has_value()) << read(dir + "/out.log");
+  EXPECT_EQ(st->shell_code(), 130) << read(dir + "/out.log");
+  EXPECT_NE(read(dir + "/out.log").find("stopped by Interrupt"), std::string::npos) << read(dir + "/out.log");
+  for (pid_t pid : tree) {
+    for (int i = 0; i < 50 && running(pid); ++i) std::this_thread::sleep_for(100ms);
+    EXPECT_FALSE(running(pid)) << "pid " << pid << " left behind";
+  }
+}
