@@ -4,8 +4,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <dirent.h>
-
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -14,10 +12,13 @@
 
 #include "lockstep/contract.hpp"
 #include "lockstep/process.hpp"
+#include "test_util.hpp"
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 using lockstep::Process;
+using lockstep::test::descendants;
+using lockstep::test::eventually;
 
 namespace {
 
@@ -28,10 +29,6 @@ std::string bin(const char* var, const char* fallback) {
 std::string agent_bin() { return bin("LOCKSTEP_AGENT_BIN", "lockstep-agent"); }
 std::string worker_bin() { return bin("LOCKSTEP_TEST_WORKER_BIN", "lockstep-test-worker"); }
 
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 std::string temp_dir(const std::string& name) {
   std::string d = ::testing::TempDir() + "/agent-" + name + "-" + std::to_string(::getpid());
@@ -45,7 +42,7 @@ struct Agent {
   Process proc;
   std::string log;
   int metrics_port = 0;
-  std::string output() const { return read(log); }
+  std::string output() const { return lockstep::test::read_file(log); }
   std::optional<lockstep::ExitStatus> wait(std::chrono::seconds t) { return proc.wait_for(t); }
 };
 
@@ -77,48 +74,8 @@ std::string scrape(int port) {
   return r.output;
 }
 
-bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 20s) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(50ms);
-  }
-  return pred();
-}
 
-// Every process descended from `root`, found through /proc.
-std::set<pid_t> descendants(pid_t root) {
-  std::map<pid_t, pid_t> parent;
-  DIR* d = ::opendir("/proc");
-  while (dirent* e = ::readdir(d)) {
-    pid_t pid = std::atoi(e->d_name);
-    if (pid <= 0) continue;
-    std::string stat = read("/proc/" + std::to_string(pid) + "/stat");
-    auto close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(stat.substr(close + 2));
-    std::string state;
-    pid_t ppid;
-    rest >> state >> ppid;
-    if (state != "Z") parent[pid] = ppid;
-  }
-  ::closedir(d);
-  std::set<pid_t> out{root};
-  for (bool grew = true; grew;) {
-    grew = false;
-    for (auto [pid, pp] : parent)
-      if (out.count(pp) && out.insert(pid).second) grew = true;
-  }
-  out.erase(root);
-  return out;
-}
 
-bool running(pid_t pid) {
-  std::string stat = read("/proc/" + std::to_string(pid) + "/stat");
-  if (stat.empty()) return false;
-  auto close = stat.rfind(')');
-  return close != std::string::npos && stat.substr(close + 2, 1) != "Z";
-}
 
 std::map<std::string, std::string> parse_env(const std::string& text) {
   std::map<std::string, std::string> env;
@@ -142,7 +99,7 @@ TEST(Agent, TwoNodesOfTwoWorkersAgreeOnAGlooAllReduce) {
   EXPECT_EQ(s0->shell_code(), 0) << a0.output();
   EXPECT_EQ(s1->shell_code(), 0) << a1.output();
   for (int r = 0; r < 4; ++r)  // 1 + 2 + 3 + 4
-    EXPECT_EQ(read(dir + "/sum.rank-" + std::to_string(r)), "10\n") << "rank " << r;
+    EXPECT_EQ(lockstep::test::read_file(dir + "/sum.rank-" + std::to_string(r)), "10\n") << "rank " << r;
   // Output is passed through with a rank prefix.
   EXPECT_NE(a1.output().find("[rank 3] rank 3 of 4: all-reduce sum 10"), std::string::npos) << a1.output();
 }
@@ -157,7 +114,7 @@ TEST(Agent, EveryWorkerGetsTorchrunsEnvironment) {
   std::set<std::string> sockets;
   for (int rank = 0; rank < 4; ++rank) {
     SCOPED_TRACE("rank " + std::to_string(rank));
-    auto env = parse_env(read(dir + "/rank-" + std::to_string(rank) + ".env"));
+    auto env = parse_env(lockstep::test::read_file(dir + "/rank-" + std::to_string(rank) + ".env"));
     int node = rank / 2, local = rank % 2;
     std::map<std::string, std::string> want = {
         {"RANK", std::to_string(rank)}, {"LOCAL_RANK", std::to_string(local)}, {"WORLD_SIZE", "4"},
@@ -196,7 +153,7 @@ TEST(Agent, APythonProgramSeesWhatTorchrunWouldGiveIt) {
   auto p = Process::spawn(so);
   auto pst = p.wait_for(60s);
   ASSERT_TRUE(pst.has_value());
-  EXPECT_EQ(pst->shell_code(), 0) << read(dir + "/pet.log");
+  EXPECT_EQ(pst->shell_code(), 0) << lockstep::test::read_file(dir + "/pet.log");
 }
 
 TEST(Agent, AWorkerExitCodeIsTheAgentsAndThePeerNodeStopsToo) {
@@ -231,7 +188,7 @@ TEST(Agent, SigtermStopsEveryProcessWithinTheGracePeriod) {
   ASSERT_TRUE(st.has_value()) << a.output();
   EXPECT_EQ(st->shell_code(), 128 + SIGTERM) << a.output();
   EXPECT_LT(took, 5s) << "grace period is 1 s";
-  for (pid_t p : tree) EXPECT_TRUE(eventually([&] { return !running(p); }, 3s)) << "pid " << p << " left behind";
+  for (pid_t p : tree) EXPECT_TRUE(eventually([&] { return !lockstep::test::is_running(p); }, 3s)) << "pid " << p << " left behind";
   EXPECT_NE(a.output().find("did not stop within the grace period; sending SIGKILL"), std::string::npos) << a.output();
 }
 

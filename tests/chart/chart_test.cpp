@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "kube_test_support.hpp"
+#include "test_util.hpp"
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
@@ -18,6 +19,7 @@ using lockstep::run_capture;
 using lockstep::test::control_plane;
 using lockstep::test::kubectl;
 using lockstep::test::read_text;
+using lockstep::test::eventually;
 using lockstep::test::source_path;
 
 namespace {
@@ -32,14 +34,6 @@ lockstep::RunResult helm(std::vector<std::string> args) {
   return run_capture(args, env, 120s);
 }
 
-bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 30s) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(100ms);
-  }
-  return pred();
-}
 
 }  // namespace
 

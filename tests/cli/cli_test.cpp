@@ -4,8 +4,6 @@
 #include <signal.h>
 #include <yaml-cpp/yaml.h>
 
-#include <dirent.h>
-
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -13,6 +11,7 @@
 #include <thread>
 
 #include "lockstep/process.hpp"
+#include "test_util.hpp"
 #include "validate.hpp"
 
 using namespace std::chrono_literals;
@@ -25,51 +24,13 @@ std::string cli() {
   return v ? v : "lockstep";
 }
 std::string src(const std::string& rel) { return std::string(LOCKSTEP_SOURCE_DIR) + "/" + rel; }
-std::string read(const std::string& p) {
-  std::ifstream in(p);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
-lockstep::RunResult lockstep_cmd(std::vector<std::string> args, const std::string& cwd = "",
-                                 std::chrono::seconds timeout = 60s) {
+lockstep::RunResult lockstep_cmd(std::vector<std::string> args, std::chrono::seconds timeout = 60s) {
   args.insert(args.begin(), cli());
-  if (!cwd.empty()) args = {"/bin/sh", "-c", "cd '" + cwd + "' && exec \"$0\" \"$@\"", args[0]};
-  if (!cwd.empty())
-    for (size_t i = 1; i < args.size(); ++i) {}
   return lockstep::run_capture(args, {}, timeout);
 }
 
-std::set<pid_t> descendants(pid_t root) {
-  std::map<pid_t, pid_t> parent;
-  DIR* d = ::opendir("/proc");
-  while (dirent* e = ::readdir(d)) {
-    pid_t pid = std::atoi(e->d_name);
-    if (pid <= 0) continue;
-    std::string stat = read("/proc/" + std::to_string(pid) + "/stat");
-    auto close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(stat.substr(close + 2));
-    std::string state;
-    pid_t ppid;
-    rest >> state >> ppid;
-    if (state != "Z") parent[pid] = ppid;
-  }
-  ::closedir(d);
-  std::set<pid_t> out{root};
-  for (bool grew = true; grew;) {
-    grew = false;
-    for (auto [pid, pp] : parent)
-      if (out.count(pp) && out.insert(pid).second) grew = true;
-  }
-  out.erase(root);
-  return out;
-}
 
-bool running(pid_t pid) {
-  std::string stat = read("/proc/" + std::to_string(pid) + "/stat");
-  auto close = stat.rfind(')');
-  return !stat.empty() && close != std::string::npos && stat.substr(close + 2, 1) != "Z";
-}
 
 }  // namespace
 
@@ -87,7 +48,7 @@ TEST(Validate, RejectsWhatTheApiServerRejectsWithTheSameMessages) {
   int n = 0;
   for (const auto& e : fs::directory_iterator(src("tests/crd/invalid"))) {
     SCOPED_TRACE(e.path().filename().string());
-    std::string text = read(e.path().string());
+    std::string text = lockstep::test::read_file(e.path().string());
     auto r = lockstep_cmd({"validate", e.path().string()});
     EXPECT_EQ(r.status.shell_code(), 1) << r.output;
     static const std::regex expect_line("# expect: (.*)");
@@ -168,17 +129,17 @@ TEST(Run, CtrlCStopsEveryProcess) {
   std::set<pid_t> tree;
   for (int i = 0; i < 200; ++i) {  // wait until training is under way
     std::this_thread::sleep_for(100ms);
-    if (read(dir + "/out.log").find("step 20/") != std::string::npos) break;
+    if (lockstep::test::read_file(dir + "/out.log").find("step 20/") != std::string::npos) break;
   }
-  tree = descendants(p.pid());
-  ASSERT_GE(tree.size(), 6u) << "2 agents and 4 workers expected:\n" << read(dir + "/out.log");
+  tree = lockstep::test::descendants(p.pid());
+  ASSERT_GE(tree.size(), 6u) << "2 agents and 4 workers expected:\n" << lockstep::test::read_file(dir + "/out.log");
   p.signal(SIGINT);
   auto st = p.wait_for(60s);
-  ASSERT_TRUE(st.has_value()) << read(dir + "/out.log");
-  EXPECT_EQ(st->shell_code(), 130) << read(dir + "/out.log");
-  EXPECT_NE(read(dir + "/out.log").find("stopped by Interrupt"), std::string::npos) << read(dir + "/out.log");
+  ASSERT_TRUE(st.has_value()) << lockstep::test::read_file(dir + "/out.log");
+  EXPECT_EQ(st->shell_code(), 130) << lockstep::test::read_file(dir + "/out.log");
+  EXPECT_NE(lockstep::test::read_file(dir + "/out.log").find("stopped by Interrupt"), std::string::npos) << lockstep::test::read_file(dir + "/out.log");
   for (pid_t pid : tree) {
-    for (int i = 0; i < 50 && running(pid); ++i) std::this_thread::sleep_for(100ms);
-    EXPECT_FALSE(running(pid)) << "pid " << pid << " left behind";
+    for (int i = 0; i < 50 && lockstep::test::is_running(pid); ++i) std::this_thread::sleep_for(100ms);
+    EXPECT_FALSE(lockstep::test::is_running(pid)) << "pid " << pid << " left behind";
   }
 }

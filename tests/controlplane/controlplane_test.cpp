@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "control_plane.hpp"
+#include "test_util.hpp"
 
 using namespace std::chrono_literals;
 using lockstep::run_capture;
@@ -30,12 +31,7 @@ bool require_all() {
     GTEST_SKIP() << "SKIPPED: " << e.what();                                 \
   }
 
-bool gone(pid_t pid) {
-  // Gone, or a zombie waiting for init to reap it: either way, not running.
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string p, comm, state;
-  return !(stat >> p >> comm >> state) || state == "Z";
-}
+bool gone(pid_t pid) { return !lockstep::test::is_running(pid); }
 
 bool wait_gone(pid_t pid, std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;

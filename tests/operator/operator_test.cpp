@@ -14,6 +14,7 @@
 #include "kube/resource.hpp"
 #include "kube_test_support.hpp"
 #include "lockstep/contract.hpp"
+#include "test_util.hpp"
 
 using namespace std::chrono_literals;
 using json = nlohmann::json;
@@ -23,6 +24,7 @@ namespace res = lockstep::kube::resources;
 using lockstep::test::control_plane;
 using lockstep::test::create_namespace;
 using lockstep::test::kubectl;
+using lockstep::test::eventually;
 using lockstep::test::source_path;
 
 namespace {
@@ -32,14 +34,6 @@ std::string operator_bin() {
   return v ? v : "lockstep-operator";
 }
 
-bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 20s) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(50ms);
-  }
-  return pred();
-}
 
 // A lockstep-operator process with its log in a file.
 class OperatorProcess {

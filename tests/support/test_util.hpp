@@ -1,0 +1,77 @@
+// Small helpers the process-level test suites share: polling, reading files, and finding
+// every process a test started (to prove none is left behind).
+#pragma once
+
+#include <dirent.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+
+namespace lockstep::test {
+
+// Polls `pred` every 50 ms until it holds or `timeout` passes; returns its last answer.
+inline bool eventually(const std::function<bool()>& pred,
+                       std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return pred();
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The state letter of /proc/PID/stat ('R', 'S', 'Z', ...), or 0 when there is no such process.
+inline char process_state(pid_t pid) {
+  std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  auto close = stat.rfind(')');
+  return close == std::string::npos || close + 2 >= stat.size() ? 0 : stat[close + 2];
+}
+
+// Running, as opposed to gone or a zombie waiting to be reaped.
+inline bool is_running(pid_t pid) {
+  char s = process_state(pid);
+  return s != 0 && s != 'Z';
+}
+
+// Every live process descended from `root`, found through /proc.
+inline std::set<pid_t> descendants(pid_t root) {
+  std::map<pid_t, pid_t> parent;
+  if (DIR* d = ::opendir("/proc")) {
+    while (dirent* e = ::readdir(d)) {
+      pid_t pid = std::atoi(e->d_name);
+      if (pid <= 0) continue;
+      std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+      auto close = stat.rfind(')');
+      if (close == std::string::npos) continue;
+      std::istringstream rest(stat.substr(close + 2));
+      std::string state;
+      pid_t ppid = 0;
+      rest >> state >> ppid;
+      if (state != "Z") parent[pid] = ppid;
+    }
+    ::closedir(d);
+  }
+  std::set<pid_t> out{root};
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (auto [pid, pp] : parent)
+      if (out.count(pp) && out.insert(pid).second) grew = true;
+  }
+  out.erase(root);
+  return out;
+}
+
+}  // namespace lockstep::test
