@@ -227,8 +227,9 @@ TEST(Agent, MetricsCarryStepCommAndWorkerSeriesWithTheirLabels) {
     EXPECT_NE(m.find(series), std::string::npos) << series << "\n" << m;
   EXPECT_FALSE(std::regex_search(m, std::regex(R"([{,]job=")"))) << "a label named job is renamed by Prometheus";
   // No GPU here: the GPU series are absent, not zero, and the log says why once.
-  if (a.output().find("no NVIDIA GPU") != std::string::npos)
+  if (a.output().find("no NVIDIA GPU") != std::string::npos) {
     EXPECT_EQ(m.find("lockstep_gpu_"), std::string::npos) << m;
+  }
   a.proc.signal(SIGTERM);
   a.wait(20s);
 }

@@ -417,7 +417,9 @@ TEST_F(OperatorTest, OperatorRestartedMidJobCreatesNoDuplicates) {
   for (const auto& p : after) {
     names.insert(p["metadata"]["name"]);
     auto it = before.find(p["metadata"]["name"]);
-    if (it != before.end()) EXPECT_EQ(it->second, p["metadata"]["uid"]) << "pod recreated after the restart";
+    if (it != before.end()) {
+      EXPECT_EQ(it->second, p["metadata"]["uid"]) << "pod recreated after the restart";
+    }
   }
   EXPECT_EQ(names.size(), 8u);
   EXPECT_EQ(op2->log().find("already exists"), std::string::npos) << op2->log();

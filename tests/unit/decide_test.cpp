@@ -198,7 +198,9 @@ TEST(Decide, ExitCodePolicyTellsBugsFromKills) {
                  Case{lockstep::contract::kExitRendezvous, true}, Case{128, true}, Case{137, true}, Case{143, true}}) {
     auto d = decide(observed(j, {pod(0, "Failed", 0, c.code), pod(1, "Running")}));
     EXPECT_EQ(d.status.phase, c.retried ? "Restarting" : "Failed") << "exit code " << c.code;
-    if (!c.retried) EXPECT_EQ(cond(d, "Failed")->reason, "NonRetryableExitCode");
+    if (!c.retried) {
+      EXPECT_EQ(cond(d, "Failed")->reason, "NonRetryableExitCode");
+    }
   }
 }
 
