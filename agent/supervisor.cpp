@@ -130,7 +130,7 @@ void Supervisor::print_line(Worker& w, const std::string& line) {
   if (w.tail.size() > 20) w.tail.pop_front();
 }
 
-void Supervisor::pump_output(bool drain) {
+void Supervisor::pump_output() {
   char buf[8192];
   for (auto& w : workers_) {
     if (w.out_fd < 0) continue;
@@ -153,7 +153,6 @@ void Supervisor::pump_output(bool drain) {
       }
       break;
     }
-    (void)drain;
   }
   std::cout.flush();
 }
@@ -173,7 +172,7 @@ void Supervisor::stop_group() {
         all = false;
       }
     }
-    pump_output(false);
+    pump_output();
     if (all) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -187,7 +186,7 @@ void Supervisor::stop_group() {
   // A killed group leader's children may still hold the pipe; a whole group was signalled,
   // so give them a moment, then read what is left.
   for (int i = 0; i < 10; ++i) {
-    pump_output(true);
+    pump_output();
     bool open = false;
     for (auto& w : workers_) open |= w.out_fd >= 0;
     if (!open) break;
@@ -219,7 +218,7 @@ int Supervisor::run() {
     const Worker* failed = nullptr;
     int done = 0;
     while (true) {
-      pump_output(false);
+      pump_output();
       if (int sig = wait_for_event(std::chrono::milliseconds(20))) {
         LOCKSTEP_LOG(Info, "agent", strsignal(sig) << ": stopping the workers (grace period "
                                                    << cfg_.grace_period.count() / 1000.0 << " s)");

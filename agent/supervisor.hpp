@@ -42,7 +42,7 @@ class Supervisor {
   bool wait_for_master();
   void start_group(int local_restarts);
   void stop_group();
-  void pump_output(bool drain);
+  void pump_output();
   void print_line(Worker& w, const std::string& line);
   int finish(int code, const std::string& why, const Worker* culprit);
 

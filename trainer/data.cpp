@@ -108,13 +108,21 @@ DistributedSampler::DistributedSampler(int64_t n, int64_t batch_per_rank, int ra
                              std::to_string(batch_ * world_) + " (--batch-size x world size)");
 }
 
+const std::vector<int64_t>& DistributedSampler::permutation(int64_t epoch) const {
+  if (epoch != perm_epoch_) {
+    perm_.resize(static_cast<size_t>(n_));
+    std::iota(perm_.begin(), perm_.end(), 0);
+    std::mt19937_64 rng(mix(seed_ ^ mix(static_cast<uint64_t>(epoch) + 1)));
+    std::shuffle(perm_.begin(), perm_.end(), rng);
+    perm_epoch_ = epoch;
+  }
+  return perm_;
+}
+
 std::vector<int64_t> DistributedSampler::indices(int64_t step) const {
   // Note [Global batch order]
   const int64_t epoch = step / steps_per_epoch_, in_epoch = step % steps_per_epoch_;
-  std::vector<int64_t> perm(static_cast<size_t>(n_));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::mt19937_64 rng(mix(seed_ ^ mix(static_cast<uint64_t>(epoch) + 1)));
-  std::shuffle(perm.begin(), perm.end(), rng);
+  const auto& perm = permutation(epoch);
   const int64_t start = in_epoch * batch_ * world_ + rank_ * batch_;
   return std::vector<int64_t>(perm.begin() + start, perm.begin() + start + batch_);
 }

@@ -43,9 +43,12 @@ class DistributedSampler {
   std::vector<int64_t> indices(int64_t step) const;
 
  private:
+  const std::vector<int64_t>& permutation(int64_t epoch) const;  // computed once per epoch
   int64_t n_, batch_, steps_per_epoch_;
   int rank_, world_;
   uint64_t seed_;
+  mutable int64_t perm_epoch_ = -1;
+  mutable std::vector<int64_t> perm_;
 };
 
 // Stacks examples into (inputs (B,T), targets (B,T)).

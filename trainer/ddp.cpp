@@ -98,7 +98,6 @@ void Ddp::launch_ready() {
 CommStats Ddp::finish_step() {
   CommStats s;
   if (!pg_ || !sync_) return s;
-  auto backward_end = Clock::now();
   {
     std::lock_guard<std::mutex> lock(mu_);
     in_backward_ = false;
@@ -118,7 +117,6 @@ CommStats Ddp::finish_step() {
   }
   for (auto& b : buckets_) b.work->wait();
   auto done = Clock::now();
-  s.exposed_s = std::chrono::duration<double>(done - backward_end).count();
   // Union of the buckets' in-flight intervals.
   std::vector<std::pair<Clock::time_point, Clock::time_point>> spans;
   // A completion callback may still be running when wait() returns: then count up to now.

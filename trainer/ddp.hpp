@@ -27,7 +27,6 @@ namespace lockstep::trainer {
 
 struct CommStats {
   double comm_s = 0;          // wall time with at least one bucket in flight
-  double exposed_s = 0;       // time finish_step() waited after backward ended
   double bytes = 0;           // bytes all-reduced
 };
 

@@ -263,8 +263,7 @@ CommStats Fsdp::finish_step() {
     if (c->rank == 0) std::cout << "lockstep-trainer: " << note_ << std::endl;
   }
   CommStats s;
-  s.comm_s = c->comm_s;  // FSDP's collectives here are blocking: all of it is exposed
-  s.exposed_s = c->comm_s;
+  s.comm_s = c->comm_s;
   s.bytes = c->bytes;
   c->comm_s = c->bytes = 0;
   return s;

@@ -20,18 +20,14 @@
 
 #include "lockstep/flags.hpp"
 #include "lockstep/process.hpp"
+#include "bench_util.hpp"
+
+namespace bench = lockstep::bench;
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-long rss_kb(pid_t pid, const char* field) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind(field, 0) == 0) return std::stol(line.substr(std::string(field).size()));
-  return -1;
-}
 
 // GET /metrics over a plain socket; the body size, or -1.
 long scrape(int port) {
@@ -48,26 +44,6 @@ long scrape(int port) {
   for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) total += n;
   ::close(fd);
   return total;
-}
-
-double pct(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
-}
-
-// The process's own CPU seconds (user + system), children excluded.
-double own_cpu_seconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), {});
-  auto close = stat.rfind(')');
-  if (close == std::string::npos) return -1;
-  std::istringstream fields(stat.substr(close + 2));
-  std::string f;
-  double ticks = 0;
-  for (int i = 3; i <= 15 && fields >> f; ++i)
-    if (i >= 14) ticks += std::stod(f);
-  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 struct Run {
@@ -93,8 +69,8 @@ Run run_once(bool metrics, int nproc, int steps, int matmuls) {
   auto agent = lockstep::Process::spawn(so);
   auto next_scrape = Clock::now() + 1s;
   while (agent.running()) {
-    r.peak_rss_kb = std::max(r.peak_rss_kb, rss_kb(agent.pid(), "VmHWM:"));
-    double cpu = own_cpu_seconds(agent.pid());
+    r.peak_rss_kb = std::max(r.peak_rss_kb, bench::status_kb(agent.pid(), "VmHWM:"));
+    double cpu = bench::cpu_seconds(agent.pid());
     if (cpu >= 0) r.agent_cpu = cpu;
     if (metrics && Clock::now() >= next_scrape) {
       auto s0 = Clock::now();
@@ -146,26 +122,26 @@ int main(int argc, char** argv) {
     std::cout << std::fixed << std::setprecision(3) << "  round " << r << ": metrics on " << a.seconds
               << " s, off " << b.seconds << " s, ratio " << a.seconds / b.seconds << std::endl;
   }
-  double m_on = pct(on, 0.5), m_off = pct(off, 0.5);
+  double m_on = bench::percentile(on, 0.5), m_off = bench::percentile(off, 0.5);
   double step_ms = m_off / steps * 1000;
   double overhead = m_on / m_off - 1;
   // The agent's own CPU against the workers' (nproc cores busy for the run): a direct
   // measure that wall-clock noise on a shared machine cannot hide.
-  double cpu_share = pct(agent_cpu_on, 0.5) / (nproc * m_on);
+  double cpu_share = bench::percentile(agent_cpu_on, 0.5) / (nproc * m_on);
   std::cout << std::setprecision(3) << "\nresults (median of " << rounds << " rounds; " << std::thread::hardware_concurrency()
             << " cores)\n"
             << "  step time without metrics:   " << step_ms << " ms\n"
             << "  run time, metrics on / off:  " << m_on << " s / " << m_off << " s = " << m_on / m_off
             << "  -> " << std::setprecision(2) << overhead * 100 << "% (target < 1%: see the agent's own CPU below)\n"
-            << "  wall-clock ratio range:      " << std::setprecision(3) << *std::min_element(on.begin(), on.end()) / pct(off, 0.5)
-            << " .. " << *std::max_element(on.begin(), on.end()) / pct(off, 0.5) << " (run-to-run noise on this machine)\n"
-            << "  agent's own CPU:             " << std::setprecision(3) << pct(agent_cpu_on, 0.5) << " s with metrics, "
-            << pct(agent_cpu_off, 0.5) << " s without, over a " << m_on << " s run = " << std::setprecision(3)
+            << "  wall-clock ratio range:      " << std::setprecision(3) << *std::min_element(on.begin(), on.end()) / bench::percentile(off, 0.5)
+            << " .. " << *std::max_element(on.begin(), on.end()) / bench::percentile(off, 0.5) << " (run-to-run noise on this machine)\n"
+            << "  agent's own CPU:             " << std::setprecision(3) << bench::percentile(agent_cpu_on, 0.5) << " s with metrics, "
+            << bench::percentile(agent_cpu_off, 0.5) << " s without, over a " << m_on << " s run = " << std::setprecision(3)
             << cpu_share * 100 << "% of the workers' CPU (" << std::setprecision(1)
-            << pct(agent_cpu_on, 0.5) / (steps * nproc) * 1e6 << " us per worker step)\n"
+            << bench::percentile(agent_cpu_on, 0.5) / (steps * nproc) * 1e6 << " us per worker step)\n"
             << "  agent peak RSS (VmHWM):      " << std::setprecision(1) << rss / 1024.0 << " MB (target <= 20)\n"
-            << "  /metrics scrape latency:     p50 " << std::setprecision(2) << pct(scrape_ms, 0.5) << " ms, p99 "
-            << pct(scrape_ms, 0.99) << " ms (" << scrape_ms.size() << " scrapes)\n";
+            << "  /metrics scrape latency:     p50 " << std::setprecision(2) << bench::percentile(scrape_ms, 0.5) << " ms, p99 "
+            << bench::percentile(scrape_ms, 0.99) << " ms (" << scrape_ms.size() << " scrapes)\n";
   bool pass = cpu_share < 0.01 && rss <= 20 * 1024;
   std::cout << (pass ? "targets met\n" : "targets NOT met\n");
   return 0;

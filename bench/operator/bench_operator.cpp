@@ -25,6 +25,9 @@
 #include "lockstep/flags.hpp"
 #include "reconcile/job.hpp"
 #include "reconcile/manifests.hpp"
+#include "bench_util.hpp"
+
+namespace bench = lockstep::bench;
 
 using namespace std::chrono_literals;
 using json = nlohmann::json;
@@ -32,13 +35,6 @@ using Clock = std::chrono::steady_clock;
 namespace res = lockstep::kube::resources;
 
 namespace {
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
-  return v[i];
-}
 
 // Quantile of a Prometheus histogram in text format, interpolated within its bucket.
 double histogram_quantile(const std::string& metrics, const std::string& name, double q) {
@@ -65,33 +61,11 @@ double histogram_quantile(const std::string& metrics, const std::string& name, d
   return prev_bound;
 }
 
-// CPU seconds (user + system) a process has used so far.
-double cpu_seconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), {});
-  std::istringstream fields(stat.substr(stat.rfind(')') + 2));
-  std::string f;
-  double ticks = 0;
-  for (int i = 3; i <= 15 && fields >> f; ++i)
-    if (i == 14 || i == 15) ticks += std::stod(f);
-  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
 std::string memory_breakdown(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string out;
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("RssAnon:", 0) == 0 || line.rfind("RssFile:", 0) == 0)
-      out += line.substr(0, line.find(':')) + " " + std::to_string(std::stol(line.substr(line.find(':') + 1)) / 1024) +
-             " MB" + "; ";
+  for (const char* field : {"RssAnon", "RssFile"})
+    out += std::string(field) + " " + std::to_string(bench::status_kb(pid, std::string(field) + ":") / 1024) + " MB; ";
   return out;
-}
-
-long peak_rss_kb(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
-  return -1;
 }
 
 // Runs `total` tasks on `threads` threads; task(i) for i in [0, total).
@@ -232,7 +206,7 @@ int main(int argc, char** argv) {
     double raw_s;
     {
       PodCounter seen(config, raw_ns, nodes);
-      double api0 = cpu_seconds(cp->apiserver_pid()), self0 = cpu_seconds(getpid());
+      double api0 = bench::cpu_seconds(cp->apiserver_pid()), self0 = bench::cpu_seconds(getpid());
       auto t_raw = Clock::now();
       parallel(total, concurrency, [&](int i) {
         json pod = lockstep::reconcile::pod_manifest(view, i, 0);
@@ -245,8 +219,8 @@ int main(int argc, char** argv) {
       auto last = seen.wait(total - raw_errors, 60s, [] { return true; });
       raw_s = std::chrono::duration<double>(last - t_raw).count();
       raw_seen = seen.total();
-      api_cpu_raw.push_back(cpu_seconds(cp->apiserver_pid()) - api0);
-      client_cpu.push_back(cpu_seconds(getpid()) - self0);
+      api_cpu_raw.push_back(bench::cpu_seconds(cp->apiserver_pid()) - api0);
+      client_cpu.push_back(bench::cpu_seconds(getpid()) - self0);
     }
     raw_rates.push_back(raw_seen / raw_s);
 
@@ -254,7 +228,7 @@ int main(int argc, char** argv) {
     PodCounter counter(config, op_ns, nodes);
     std::map<std::string, Clock::time_point> applied;
     std::mutex applied_mu;
-    double api1 = cpu_seconds(cp->apiserver_pid()), op1 = cpu_seconds(op.pid());
+    double api1 = bench::cpu_seconds(cp->apiserver_pid()), op1 = bench::cpu_seconds(op.pid());
     auto t_op = Clock::now();
     parallel(jobs, concurrency, [&](int i) {
       json tj = job_obj;
@@ -271,8 +245,8 @@ int main(int argc, char** argv) {
     });
     auto last = counter.wait(total, 300s, [&] { return op.running(); });
     double op_s = std::chrono::duration<double>(last - t_op).count();
-    api_cpu_op.push_back(cpu_seconds(cp->apiserver_pid()) - api1);
-    op_cpu.push_back(cpu_seconds(op.pid()) - op1);
+    api_cpu_op.push_back(bench::cpu_seconds(cp->apiserver_pid()) - api1);
+    op_cpu.push_back(bench::cpu_seconds(op.pid()) - op1);
     complete &= counter.total() == total;
     op_rates.push_back(counter.total() / op_s);
     ratios.push_back(op_rates.back() / raw_rates.back());
@@ -285,7 +259,7 @@ int main(int argc, char** argv) {
 
   auto metrics = lockstep::run_capture({"curl", "-s", "http://127.0.0.1:" + std::to_string(http_port) + "/metrics"}, {}, 10s).output;
 
-  long rss_kb = peak_rss_kb(op.pid());
+  long rss_kb = bench::status_kb(op.pid(), "VmHWM:");
   std::string breakdown = memory_breakdown(op.pid());
   op.terminate(10s);  // it would otherwise act on the objects below
 
@@ -296,9 +270,9 @@ int main(int argc, char** argv) {
   lockstep::run_capture({"kubectl", "create", "namespace", "costs"}, env);
   const int n = 200;
   auto cost = [&](const std::function<void(int)>& request) {
-    double api0 = cpu_seconds(cp->apiserver_pid());
+    double api0 = bench::cpu_seconds(cp->apiserver_pid());
     parallel(n, concurrency, request);
-    return (cpu_seconds(cp->apiserver_pid()) - api0) / n * 1000;  // ms per request
+    return (bench::cpu_seconds(cp->apiserver_pid()) - api0) / n * 1000;  // ms per request
   };
   json tj = job_obj;
   tj["apiVersion"] = "lockstep.dev/v1alpha1";
@@ -334,26 +308,26 @@ int main(int argc, char** argv) {
   double per_job = nodes * c_pod + c_job + c_svc + c_pg + c_status + c_event;
   double ceiling = nodes * c_pod / per_job;
 
-  double ratio = percentile(ratios, 0.5);
+  double ratio = bench::percentile(ratios, 0.5);
   std::string hist = "lockstep_operator_reconcile_duration_seconds";
   std::cout << std::fixed << std::setprecision(3) << "\nresults: median of " << rounds << " rounds (" << jobs << " jobs x " << nodes
             << " pods; kube-apiserver v1.34.4 on loopback; " << std::thread::hardware_concurrency() << " cores)\n"
-            << "  raw pod creates:              " << std::setprecision(0) << percentile(raw_rates, 0.5)
+            << "  raw pod creates:              " << std::setprecision(0) << bench::percentile(raw_rates, 0.5)
             << " pods/s (" << concurrency << " clients)\n"
-            << "  operator, first apply -> all pods: " << std::setprecision(2) << total / percentile(op_rates, 0.5)
-            << " s, " << std::setprecision(0) << percentile(op_rates, 0.5) << " pods/s\n"
+            << "  operator, first apply -> all pods: " << std::setprecision(2) << total / bench::percentile(op_rates, 0.5)
+            << " s, " << std::setprecision(0) << bench::percentile(op_rates, 0.5) << " pods/s\n"
             << "  ratio operator/raw:           " << std::setprecision(2) << ratio << " (rounds: " << [&] {
                  std::ostringstream o;
                  for (size_t i = 0; i < ratios.size(); ++i) o << (i ? ", " : "") << std::setprecision(2) << ratios[i];
                  return o.str();
                }() << "; target >= 0.70)\n"
-            << "  job apply -> all its pods:    p50 " << std::setprecision(3) << percentile(job_latency, 0.5)
-            << " s, p99 " << percentile(job_latency, 0.99) << " s\n"
+            << "  job apply -> all its pods:    p50 " << std::setprecision(3) << bench::percentile(job_latency, 0.5)
+            << " s, p99 " << bench::percentile(job_latency, 0.99) << " s\n"
             << "  reconcile duration:           p50 " << histogram_quantile(metrics, hist, 0.5) * 1000 << " ms, p99 "
             << histogram_quantile(metrics, hist, 0.99) * 1000 << " ms\n"
-            << "  CPU seconds per round:        apiserver " << std::setprecision(2) << percentile(api_cpu_raw, 0.5)
-            << " (raw) vs " << percentile(api_cpu_op, 0.5) << " (operator); operator " << percentile(op_cpu, 0.5)
-            << "; raw client " << percentile(client_cpu, 0.5) << "\n"
+            << "  CPU seconds per round:        apiserver " << std::setprecision(2) << bench::percentile(api_cpu_raw, 0.5)
+            << " (raw) vs " << bench::percentile(api_cpu_op, 0.5) << " (operator); operator " << bench::percentile(op_cpu, 0.5)
+            << "; raw client " << bench::percentile(client_cpu, 0.5) << "\n"
             << "  API-server CPU per request:   pod " << std::setprecision(2) << c_pod << " ms, TrainingJob " << c_job
             << ", Service " << c_svc << ", PodGroup " << c_pg << ", status patch " << c_status << ", Event " << c_event
             << "\n  ratio ceiling from those:     " << nodes << " pods / (" << nodes

@@ -15,6 +15,9 @@
 
 #include "lockstep/flags.hpp"
 #include "lockstep/process.hpp"
+#include "bench_util.hpp"
+
+namespace bench = lockstep::bench;
 
 using namespace std::chrono_literals;
 
@@ -36,11 +39,6 @@ std::map<std::string, double> run(int nproc, const std::vector<std::string>& ext
   double v;
   while (in >> k >> v) out[k] = v;
   return out;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace
@@ -84,12 +82,12 @@ int main(int argc, char** argv) {
   }
   std::cout << std::fixed << std::setprecision(3) << "\nresults (medians of " << rounds << " rounds; "
             << std::thread::hardware_concurrency() << " cores)\n"
-            << "  step time, 2-rank DDP / 1 rank at the same per-rank batch: " << median(two_step) / median(one_step)
-            << " (" << median(two_step) * 1000 << " ms vs " << median(one_step) * 1000 << " ms)\n"
-            << std::setprecision(1) << "  communication hidden behind backward: " << median(hidden_on) * 100
-            << "% with bucketed overlap vs " << median(hidden_off) * 100 << "% all-reducing after backward (target >= 60%)\n"
-            << "  communication time / step time (2 ranks): " << median(comm_share_on) * 100 << "%\n"
-            << (median(hidden_on) >= 0.6 ? "target met\n" : "target NOT met\n");
+            << "  step time, 2-rank DDP / 1 rank at the same per-rank batch: " << bench::percentile(two_step, 0.5) / bench::percentile(one_step, 0.5)
+            << " (" << bench::percentile(two_step, 0.5) * 1000 << " ms vs " << bench::percentile(one_step, 0.5) * 1000 << " ms)\n"
+            << std::setprecision(1) << "  communication hidden behind backward: " << bench::percentile(hidden_on, 0.5) * 100
+            << "% with bucketed overlap vs " << bench::percentile(hidden_off, 0.5) * 100 << "% all-reducing after backward (target >= 60%)\n"
+            << "  communication time / step time (2 ranks): " << bench::percentile(comm_share_on, 0.5) * 100 << "%\n"
+            << (bench::percentile(hidden_on, 0.5) >= 0.6 ? "target met\n" : "target NOT met\n");
   std::remove(stats.c_str());
   return 0;
 }

@@ -142,13 +142,9 @@ Process Process::spawn(const SpawnOptions& o) {
     out_fd = ::open(o.output_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (out_fd < 0) throw std::runtime_error("cannot open " + o.output_path + ": " + errno_text(errno));
   }
-  if (out_fd < 0 && o.output_fd >= 0) {
-    pid_t pid = fork_exec(o, -1, o.output_fd);
-    return Process(pid, o.new_process_group);
-  }
   pid_t pid;
   try {
-    pid = fork_exec(o, -1, out_fd);
+    pid = fork_exec(o, -1, out_fd >= 0 ? out_fd : o.output_fd);
   } catch (...) {
     if (out_fd >= 0) ::close(out_fd);
     throw;

@@ -9,18 +9,15 @@
 #include <thread>
 
 #include "control_plane.hpp"
+#include "kube_test_support.hpp"
 #include "test_util.hpp"
 
 using namespace std::chrono_literals;
 using lockstep::run_capture;
 using lockstep::test::ControlPlane;
+using lockstep::test::require_all;
 
 namespace {
-
-bool require_all() {
-  const char* v = std::getenv("LOCKSTEP_REQUIRE_ALL");
-  return v && std::string(v) == "1";
-}
 
 #define START_OR_SKIP(var, ...)                                              \
   std::unique_ptr<ControlPlane> var;                                         \

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "lockstep/process.hpp"
+#include "test_util.hpp"
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
@@ -84,10 +85,7 @@ TEST(Ddp, EveryRankIssuesTheSameCollectivesInTheSameOrder) {
   std::string out = train(3, {"--steps", "5", "--batch-size", "2", "--n-layer", "4", "--bucket-mb", "1",
                               "--collective-log", dir + "/c"}, &code);
   ASSERT_EQ(code, 0) << out;
-  auto read = [](const std::string& p) {
-    std::ifstream in(p);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
+  auto read = lockstep::test::read_file;
   std::string r0 = read(dir + "/c.rank-0");
   ASSERT_FALSE(r0.empty());
   EXPECT_EQ(read(dir + "/c.rank-1"), r0);
@@ -177,10 +175,7 @@ TEST(Fsdp, CollectiveOrderIsIdenticalAcrossRanks) {
   int code;
   std::string out = train(3, {"--strategy", "FSDP", "--steps", "3", "--batch-size", "2", "--collective-log", dir + "/c"}, &code);
   ASSERT_EQ(code, 0) << out;
-  auto read = [](const std::string& p) {
-    std::ifstream in(p);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
+  auto read = lockstep::test::read_file;
   std::string r0 = read(dir + "/c.rank-0");
   ASSERT_NE(r0.find("reduce_scatter"), std::string::npos) << r0;
   EXPECT_EQ(read(dir + "/c.rank-1"), r0);
