@@ -1,13 +1,35 @@
 # Provides lockstep::torch, the one way the trainer links LibTorch.
 #
-# Two sources, chosen by scripts/build.sh:
-#  * LOCKSTEP_LIBTORCH_DIR: the headers and CPU libraries unpacked from the pinned PyPI torch
-#    wheel (scripts/setup.sh). Only libtorch_cpu and libc10 are linked; no CUDA library is.
-#  * otherwise find_package(Torch): a GPU machine's installed PyTorch, via CMAKE_PREFIX_PATH
-#    (python3 -c 'import torch; print(torch.utils.cmake_prefix_path)'), CUDA and NCCL included.
+# LOCKSTEP_LIBTORCH_DIR is a torch package directory (include/ and lib/), one of:
+#  * the headers and CPU libraries scripts/setup.sh unpacks from the pinned PyPI torch wheel;
+#  * an installed PyTorch's own package directory (scripts/build.sh passes
+#    `python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))'` on a GPU machine),
+#    whose lib/ also holds libtorch_cuda.so and whose CUDA, cuDNN and NCCL libraries sit beside
+#    it in the nvidia-* wheels (site-packages/nvidia/...).
+# find_package(Torch) is deliberately not used: a pip-installed CUDA PyTorch carries no CUDA
+# toolkit (nvcc), and its TorchConfig.cmake stops with "Your installed Caffe2 version uses CUDA
+# but I cannot find the CUDA libraries". Everything the trainer compiles against is in the wheels.
+#
+# LOCKSTEP_TORCH_CUDA: AUTO (CUDA and NCCL when lib/ has libtorch_cuda.so), ON or OFF.
 # The torch wheel ships no gloo headers, which c10d/ProcessGroupGloo.hpp includes; Debian's
 # libgloo-dev provides them (docs/dependencies.md says why that is safe).
-set(LOCKSTEP_LIBTORCH_DIR "" CACHE PATH "LibTorch from the torch wheel, CPU libraries only")
+set(LOCKSTEP_LIBTORCH_DIR "" CACHE PATH "torch package directory: include/ and lib/ (scripts/build.sh sets it)")
+set(LOCKSTEP_TORCH_CUDA AUTO CACHE STRING "link LibTorch's CUDA libraries and NCCL: AUTO, ON or OFF")
+set_property(CACHE LOCKSTEP_TORCH_CUDA PROPERTY STRINGS AUTO ON OFF)
+set(LOCKSTEP_CUDA_HEADERS_DIR "" CACHE PATH "extra CUDA headers (crt/, nv/) where the runtime wheel lacks them (scripts/setup.sh)")
+set(LOCKSTEP_TORCH_CXX11_ABI 1 CACHE STRING "_GLIBCXX_USE_CXX11_ABI the torch libraries were built with (torch._C._GLIBCXX_USE_CXX11_ABI)")
+
+if(NOT LOCKSTEP_LIBTORCH_DIR)
+  message(FATAL_ERROR "LOCKSTEP_LIBTORCH_DIR is not set: build with scripts/build.sh, or pass "
+                      "-DLOCKSTEP_LIBTORCH_DIR=<torch package directory with include/ and lib/>")
+endif()
+set(_lt ${LOCKSTEP_LIBTORCH_DIR})
+foreach(_f include/torch/csrc/api/include/torch/torch.h lib/libtorch_cpu.so lib/libc10.so)
+  if(NOT EXISTS ${_lt}/${_f})
+    message(FATAL_ERROR "LOCKSTEP_LIBTORCH_DIR=${_lt} has no ${_f}: run scripts/setup.sh, or point it "
+                        "at an installed PyTorch's package directory")
+  endif()
+endforeach()
 
 find_path(LOCKSTEP_GLOO_INCLUDE_DIR gloo/algorithm.h
   DOC "gloo headers (Debian: libgloo-dev), needed by c10d/ProcessGroupGloo.hpp")
@@ -18,34 +40,54 @@ endif()
 
 add_library(lockstep_torch INTERFACE)
 add_library(lockstep::torch ALIAS lockstep_torch)
+target_include_directories(lockstep_torch SYSTEM INTERFACE
+  ${_lt}/include ${_lt}/include/torch/csrc/api/include ${LOCKSTEP_GLOO_INCLUDE_DIR})
+target_compile_definitions(lockstep_torch INTERFACE
+  USE_DISTRIBUTED USE_C10D_GLOO _GLIBCXX_USE_CXX11_ABI=${LOCKSTEP_TORCH_CXX11_ABI})
 
-if(LOCKSTEP_LIBTORCH_DIR)
-  set(_lt ${LOCKSTEP_LIBTORCH_DIR})
-  foreach(_f include/torch/csrc/api/include/torch/torch.h lib/libtorch_cpu.so lib/libc10.so)
-    if(NOT EXISTS ${_lt}/${_f})
-      message(FATAL_ERROR "LOCKSTEP_LIBTORCH_DIR=${_lt} has no ${_f}; run scripts/setup.sh")
+set(_cuda OFF)
+if(LOCKSTEP_TORCH_CUDA STREQUAL "AUTO")
+  if(EXISTS ${_lt}/lib/libtorch_cuda.so AND EXISTS ${_lt}/lib/libc10_cuda.so)
+    set(_cuda ON)
+  endif()
+elseif(LOCKSTEP_TORCH_CUDA)
+  if(NOT EXISTS ${_lt}/lib/libtorch_cuda.so)
+    message(FATAL_ERROR "LOCKSTEP_TORCH_CUDA=ON but ${_lt}/lib has no libtorch_cuda.so (a CPU-only LibTorch)")
+  endif()
+  set(_cuda ON)
+endif()
+
+if(_cuda)
+  # CUDA runtime and NCCL headers: from the nvidia-* wheels beside torch (CUDA 13: nvidia/cu13;
+  # CUDA 12: nvidia/cuda_runtime), else a CUDA toolkit.
+  file(GLOB _wheel_includes ${_lt}/../nvidia/*/include)
+  find_path(LOCKSTEP_CUDA_INCLUDE_DIR cuda_runtime_api.h
+    HINTS ${_wheel_includes} $ENV{CUDA_HOME}/include /usr/local/cuda/include
+    DOC "CUDA runtime headers (the nvidia-cuda-runtime wheel, or a CUDA toolkit)")
+  find_path(LOCKSTEP_NCCL_INCLUDE_DIR nccl.h
+    HINTS ${_lt}/../nvidia/nccl/include ${_wheel_includes} $ENV{CUDA_HOME}/include /usr/local/cuda/include
+    DOC "NCCL headers (the nvidia-nccl wheel, or libnccl-dev)")
+  # CUDA 13's runtime headers include crt/host_config.h and <nv/target>, which its runtime wheel
+  # lacks (they are in the nvidia-cuda-crt and nvidia-cuda-cccl wheels, and in a toolkit);
+  # scripts/setup.sh unpacks those two pinned wheels into LOCKSTEP_CUDA_HEADERS_DIR when needed.
+  set(_hints ${LOCKSTEP_CUDA_INCLUDE_DIR} ${LOCKSTEP_CUDA_HEADERS_DIR} ${_wheel_includes} $ENV{CUDA_HOME}/include /usr/local/cuda/include)
+  find_path(LOCKSTEP_CUDA_CRT_INCLUDE_DIR crt/host_config.h HINTS ${_hints}
+    DOC "CUDA's crt/ headers (the nvidia-cuda-crt wheel, or a CUDA toolkit)")
+  find_path(LOCKSTEP_CUDA_CCCL_INCLUDE_DIR nv/target HINTS ${_hints}
+    DOC "CUDA's CCCL headers, <nv/target> (the nvidia-cuda-cccl wheel, or a CUDA toolkit)")
+  foreach(_v LOCKSTEP_CUDA_INCLUDE_DIR LOCKSTEP_NCCL_INCLUDE_DIR LOCKSTEP_CUDA_CRT_INCLUDE_DIR LOCKSTEP_CUDA_CCCL_INCLUDE_DIR)
+    if(NOT ${_v})
+      message(FATAL_ERROR "${_v}: not found beside ${_lt} (site-packages/nvidia/*/include), in CUDA_HOME or "
+                          "/usr/local/cuda; install PyTorch's nvidia-* wheels, or set ${_v}")
     endif()
   endforeach()
   target_include_directories(lockstep_torch SYSTEM INTERFACE
-    ${_lt}/include ${_lt}/include/torch/csrc/api/include ${LOCKSTEP_GLOO_INCLUDE_DIR})
-  target_link_libraries(lockstep_torch INTERFACE
-    ${_lt}/lib/libtorch_cpu.so ${_lt}/lib/libc10.so Threads::Threads)
-  target_compile_definitions(lockstep_torch INTERFACE
-    USE_DISTRIBUTED USE_C10D_GLOO _GLIBCXX_USE_CXX11_ABI=1)
-  set(LOCKSTEP_TORCH_CUDA OFF)
-  set(LOCKSTEP_TORCH_SOURCE "torch wheel, CPU libraries (${_lt})")
-else()
-  find_package(Torch REQUIRED)
-  target_include_directories(lockstep_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS} ${LOCKSTEP_GLOO_INCLUDE_DIR})
-  target_link_libraries(lockstep_torch INTERFACE ${TORCH_LIBRARIES})
-  target_compile_options(lockstep_torch INTERFACE ${TORCH_CXX_FLAGS})
-  target_compile_definitions(lockstep_torch INTERFACE USE_DISTRIBUTED USE_C10D_GLOO)
-  if(TARGET torch_cuda OR CUDA_FOUND OR CAFFE2_USE_CUDA)
-    target_compile_definitions(lockstep_torch INTERFACE USE_C10D_NCCL LOCKSTEP_WITH_CUDA)
-    set(LOCKSTEP_TORCH_CUDA ON)
-  else()
-    set(LOCKSTEP_TORCH_CUDA OFF)
-  endif()
-  set(LOCKSTEP_TORCH_SOURCE "installed PyTorch (${Torch_DIR})")
+    ${LOCKSTEP_CUDA_INCLUDE_DIR} ${LOCKSTEP_CUDA_CRT_INCLUDE_DIR} ${LOCKSTEP_CUDA_CCCL_INCLUDE_DIR} ${LOCKSTEP_NCCL_INCLUDE_DIR})
+  target_compile_definitions(lockstep_torch INTERFACE USE_C10D_NCCL LOCKSTEP_WITH_CUDA)
+  # libtorch_cuda registers CUDA with the dispatcher when loaded, so it is linked even where no
+  # symbol of it is referenced; its own RPATH finds the nvidia-* libraries.
+  target_link_libraries(lockstep_torch INTERFACE -Wl,--no-as-needed ${_lt}/lib/libtorch_cuda.so ${_lt}/lib/libc10_cuda.so)
 endif()
-message(STATUS "LibTorch: ${LOCKSTEP_TORCH_SOURCE}; CUDA: ${LOCKSTEP_TORCH_CUDA}")
+target_link_libraries(lockstep_torch INTERFACE ${_lt}/lib/libtorch_cpu.so ${_lt}/lib/libc10.so Threads::Threads)
+set(LOCKSTEP_TORCH_WITH_CUDA ${_cuda})
+message(STATUS "LibTorch: ${_lt}; CUDA and NCCL: ${_cuda}")

@@ -10,7 +10,8 @@ RUN apt-get update && apt-get install -y --no-install-recommends \
 COPY . /src
 RUN cmake -S /src -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOCKSTEP_BUILD_TESTS=OFF \
       -DLOCKSTEP_BUILD_OPERATOR=OFF \
-      -DCMAKE_PREFIX_PATH="$(python -c 'import torch; print(torch.utils.cmake_prefix_path)')" \
+      -DLOCKSTEP_LIBTORCH_DIR="$(python -c 'import torch, os; print(os.path.dirname(torch.__file__))')" \
+      -DLOCKSTEP_TORCH_CXX11_ABI="$(python -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')" \
  && cmake --build /build --target lockstep-agent lockstep-trainer \
  && cmake --install /build --prefix /usr/local \
  && rm -rf /build /src

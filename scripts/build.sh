@@ -9,20 +9,16 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
 torch_args=()
-mode=${LOCKSTEP_TORCH:-auto}
-if [[ $mode == auto ]]; then
-  mode=wheel
-  if command -v nvidia-smi >/dev/null 2>&1 &&
-     python3 -c 'import torch, sys; sys.exit(0 if torch.version.cuda else 1)' 2>/dev/null; then
-    mode=system
-  fi
-fi
+mode=$(torch_mode)
 case $mode in
-  system) torch_args=(-DLOCKSTEP_LIBTORCH_DIR= "-DCMAKE_PREFIX_PATH=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')")
-          log "build: LibTorch from the installed PyTorch ($(python3 -c 'import torch; print(torch.__version__)'))" ;;
+  system) pkg=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))') ||
+            die "LOCKSTEP_TORCH=system: python3 cannot import torch"
+          abi=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
+          torch_args=("-DLOCKSTEP_LIBTORCH_DIR=$pkg" "-DLOCKSTEP_TORCH_CXX11_ABI=$abi" -DLOCKSTEP_TORCH_CUDA=AUTO)
+          [[ -d $CUDA_HEADERS_DIR/include ]] && torch_args+=("-DLOCKSTEP_CUDA_HEADERS_DIR=$CUDA_HEADERS_DIR/include")
+          log "build: LibTorch from the installed PyTorch $(python3 -c 'import torch; print(torch.__version__)') in $pkg" ;;
   wheel)  [[ -f $LIBTORCH_DIR/.complete ]] || die "LibTorch not found in $LIBTORCH_DIR; run scripts/setup.sh"
-          torch_args=("-DLOCKSTEP_LIBTORCH_DIR=$LIBTORCH_DIR") ;;
-  *)      die "LOCKSTEP_TORCH must be auto, wheel or system, not '$mode'" ;;
+          torch_args=("-DLOCKSTEP_LIBTORCH_DIR=$LIBTORCH_DIR" -DLOCKSTEP_TORCH_CXX11_ABI=1 -DLOCKSTEP_TORCH_CUDA=OFF) ;;
 esac
 
 launcher=()

