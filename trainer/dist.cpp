@@ -1,9 +1,13 @@
 #include "dist.hpp"
 
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef USE_C10D_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+#ifdef LOCKSTEP_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
 #endif
 
 #include <cstdlib>
@@ -30,15 +34,19 @@ Dist init_distributed(const std::string& backend, const torch::Device& device) {
   d.local_rank = env_int("LOCAL_RANK", 0);
   if (d.world < 1 || d.rank >= d.world)
     throw std::runtime_error("RANK=" + std::to_string(d.rank) + " must be below WORLD_SIZE=" + std::to_string(d.world));
-  if (d.world == 1) return d;
-  const char* addr = std::getenv("MASTER_ADDR");
-  if (!addr || !*addr) throw std::runtime_error("MASTER_ADDR is not set; run under lockstep-agent or torchrun");
-  c10d::TCPStoreOptions opts;
-  opts.port = static_cast<uint16_t>(env_int("MASTER_PORT", 29500));
-  opts.isServer = d.rank == 0;
-  opts.numWorkers = d.world;
-  opts.timeout = std::chrono::seconds(env_int("LOCKSTEP_RENDEZVOUS_TIMEOUT_S", 300));
-  d.store = c10::make_intrusive<c10d::TCPStore>(addr, opts);
+  if (d.world == 1 && backend == "auto") return d;
+  if (d.world == 1) {
+    d.store = c10::make_intrusive<c10d::HashStore>();
+  } else {
+    const char* addr = std::getenv("MASTER_ADDR");
+    if (!addr || !*addr) throw std::runtime_error("MASTER_ADDR is not set; run under lockstep-agent or torchrun");
+    c10d::TCPStoreOptions opts;
+    opts.port = static_cast<uint16_t>(env_int("MASTER_PORT", 29500));
+    opts.isServer = d.rank == 0;
+    opts.numWorkers = d.world;
+    opts.timeout = std::chrono::seconds(env_int("LOCKSTEP_RENDEZVOUS_TIMEOUT_S", 300));
+    d.store = c10::make_intrusive<c10d::TCPStore>(addr, opts);
+  }
 
   std::string which = backend == "auto" ? (device.is_cuda() ? "nccl" : "gloo") : backend;
   if (which == "gloo") {
@@ -49,6 +57,8 @@ Dist init_distributed(const std::string& backend, const torch::Device& device) {
                                : c10d::ProcessGroupGloo::createDefaultDevice());
     d.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(d.store, d.rank, d.world, o);
   } else if (which == "nccl") {
+    if (!device.is_cuda())
+      throw std::invalid_argument("--backend nccl needs a CUDA device, and this rank runs on the CPU (--device, or no GPU visible)");
 #ifdef USE_C10D_NCCL
     auto o = c10d::ProcessGroupNCCL::Options::create();
     d.pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(d.store, d.rank, d.world, o);
@@ -60,6 +70,38 @@ Dist init_distributed(const std::string& backend, const torch::Device& device) {
   }
   d.backend = which;
   return d;
+}
+
+torch::Device choose_device(const std::string& want) {
+  const int local_rank = env_int("LOCAL_RANK", 0);
+  if (want == "cpu") return torch::Device(torch::kCPU);
+  const bool is_auto = want == "auto";
+  if (!is_auto && want != "cuda" && want.rfind("cuda:", 0) != 0)
+    throw std::invalid_argument("--device: expected auto, cpu, cuda or cuda:N, got '" + want + "'");
+  const int64_t count = torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
+  if (count == 0) {
+    if (is_auto) return torch::Device(torch::kCPU);
+#ifdef LOCKSTEP_WITH_CUDA
+    throw std::invalid_argument("--device " + want + ": no CUDA device is visible to this process");
+#else
+    throw std::invalid_argument("--device " + want + ": this build has no CUDA (build against a CUDA PyTorch)");
+#endif
+  }
+  int64_t index = local_rank;
+  if (want.size() > 5) {
+    char* end = nullptr;
+    index = std::strtol(want.c_str() + 5, &end, 10);
+    if (*end || index < 0) throw std::invalid_argument("--device: '" + want + "' is not cuda:N with N a device number");
+  }
+  if (index >= count)
+    throw std::invalid_argument((want.size() > 5 ? "--device " + want : "LOCAL_RANK=" + std::to_string(local_rank)) +
+                                " but this process sees " + std::to_string(count) +
+                                " CUDA device(s): run at most one worker per GPU (procsPerNode), or --device cpu");
+  torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+#ifdef LOCKSTEP_WITH_CUDA
+  c10::cuda::set_device(device.index());
+#endif
+  return device;
 }
 
 }  // namespace lockstep::trainer

@@ -17,8 +17,15 @@ struct Dist {
   c10::intrusive_ptr<c10d::Backend> pg;  // null when world == 1
 };
 
-// backend: auto (NCCL for a CUDA device, else Gloo), gloo or nccl. Throws std::runtime_error
+// backend: auto (NCCL for a CUDA device, else Gloo), gloo or nccl. With auto a single process
+// has no process group; a backend named explicitly gets one even for one rank (an in-process
+// store then), so its collectives can be exercised on one GPU. Throws std::runtime_error
 // naming the variable or flag at fault.
 Dist init_distributed(const std::string& backend, const torch::Device& device);
+
+// --device: auto (CUDA device LOCAL_RANK when CUDA is available, else the CPU), cpu, cuda
+// (device LOCAL_RANK) or cuda:N. Makes a CUDA device the current one. Throws
+// std::invalid_argument naming the flag, or LOCAL_RANK, and what is valid.
+torch::Device choose_device(const std::string& device);
 
 }  // namespace lockstep::trainer

@@ -1,5 +1,7 @@
 #include "fsdp.hpp"
 
+#include "optim.hpp"
+
 #include <iostream>
 #include <utility>
 
@@ -269,19 +271,13 @@ CommStats Fsdp::finish_step() {
   return s;
 }
 
-double Fsdp::clip_grad_norm(double max_norm) {
-  torch::NoGradGuard no_grad;
-  auto sq = torch::zeros({1}, root_->shard.options().requires_grad(false));
-  for (const auto& s : shards())
-    if (s.grad().defined()) sq += s.grad().pow(2).sum();
+torch::Tensor Fsdp::clip_grad_norm(double max_norm) {
+  const auto local = shards();
+  auto sq = grad_norm_squared(local);  // this rank's shards; their sum over ranks is the whole
   std::vector<at::Tensor> t{sq};
   pg_->allreduce(t)->wait();
-  double norm = std::sqrt(sq.item<double>());
-  double coef = max_norm / (norm + 1e-6);
-  if (coef < 1.0)
-    for (auto& s : shards())
-      if (s.grad().defined()) s.mutable_grad().mul_(coef);
-  return norm;
+  scale_grads_to_norm(local, sq, max_norm);
+  return sq.sqrt();
 }
 
 Fsdp::Memory Fsdp::memory(const torch::optim::Optimizer& optimizer) const {

@@ -38,8 +38,9 @@ class Fsdp {
   std::vector<torch::Tensor> shards() const;  // what the optimizer updates
   void begin_step();                          // gathers the root unit
   CommStats finish_step();                    // root gradients -> shards; frees the root
-  // Clips by the global gradient norm over all shards (as clip_grad_norm_); returns the norm.
-  double clip_grad_norm(double max_norm);
+  // Clips by the global gradient norm over all shards (as clip_grad_norm_), an all-reduce of
+  // one float and no host synchronisation; returns the norm before clipping.
+  torch::Tensor clip_grad_norm(double max_norm);
   // Bytes this rank holds in parameter shards, their gradients, and `optimizer`'s state.
   struct Memory { double params = 0, grads = 0, optimizer = 0; int64_t padded_numel = 0; };
   Memory memory(const torch::optim::Optimizer& optimizer) const;

@@ -29,6 +29,7 @@
 #include "ddp.hpp"
 #include "dist.hpp"
 #include "fsdp.hpp"
+#include "optim.hpp"
 #include "memory_plan.hpp"
 #include "model.hpp"
 
@@ -51,7 +52,10 @@ torchrun) started: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT come from the e
   --seed N              initialisation and data order (default 1337)
   --strategy S          DDP | FSDP | Auto (default: LOCKSTEP_STRATEGY, else Auto)
   --memory-per-rank-gb X  memory Auto plans with (default: the GPU's, or RAM / local ranks)
-  --backend B           auto | gloo | nccl (default auto: NCCL on CUDA, else Gloo)
+  --device D            auto | cpu | cuda | cuda:N (default auto: GPU LOCAL_RANK if CUDA is
+                        available, else the CPU)
+  --backend B           auto | gloo | nccl (default auto: NCCL on CUDA, else Gloo). Named
+                        explicitly, the process group is made even for one rank
   --bucket-mb N         DDP bucket size (default 25; the first bucket is 1 MB)
   --no-overlap          all-reduce after backward instead of during it (for comparison)
   --activation-checkpointing  recompute each block's forward in backward (less memory)
@@ -188,6 +192,7 @@ Options parse_options(const std::vector<std::string>& args) {
     else if (a == "--seed") o.seed = static_cast<uint64_t>(integer(a, value(), 0));
     else if (a == "--strategy") o.strategy = value();
     else if (a == "--backend") o.backend = value();
+    else if (a == "--device") o.device = value();
     else if (a == "--bucket-mb") o.bucket_mb = integer(a, value(), 1);
     else if (a == "--no-overlap") o.overlap = false;
     else if (a == "--log-every") o.log_every = static_cast<int>(integer(a, value(), 1));
@@ -210,9 +215,8 @@ Options parse_options(const std::vector<std::string>& args) {
 }
 
 int run(const Options& o) {
-  torch::Device device = torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+  const torch::Device device = choose_device(o.device);
   Dist dist = init_distributed(o.backend, device);
-  if (device.is_cuda()) device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dist.local_rank));
   const bool chief = dist.rank == 0;
   if (o.strategy == "FSDP" && o.model == "mlp")
     throw std::invalid_argument("--strategy FSDP shards transformer blocks; use --strategy DDP for --model mlp");
@@ -299,7 +303,7 @@ int run(const Options& o) {
               << std::endl;
 
   // 4. The optimizer.
-  torch::optim::AdamW opt(fsdp ? fsdp->shards() : module->parameters(),
+  FusedAdamW opt(fsdp ? fsdp->shards() : module->parameters(),
                           torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
   Reporter reporter;
   std::ofstream loss_log;
@@ -361,7 +365,7 @@ int run(const Options& o) {
     timer.mark(2);
     if (o.clip > 0) {
       if (fsdp) fsdp->clip_grad_norm(o.clip);
-      else torch::nn::utils::clip_grad_norm_(module->parameters(), o.clip);
+      else clip_grad_norm(module->parameters(), o.clip);
     }
     opt.step();
     timer.mark(3);

@@ -30,11 +30,12 @@ struct Options {
   std::string memory_report;         // FSDP: write this rank's state bytes here (tests)
   std::string checkpoint_dir;        // default LOCKSTEP_CHECKPOINT_PATH
   int64_t checkpoint_every = 0;      // default LOCKSTEP_CHECKPOINT_EVERY
-  int64_t exit_after_step = 0;
-  double memory_per_rank_gb = 0;
+  int64_t exit_after_step = 0;       // tests: die (exit 137) right after this step
+  double memory_per_rank_gb = 0;     // Auto's budget; 0: the GPU's memory, or RAM / local ranks
   bool activation_checkpointing = false;
   std::string precision = "bf16";    // bf16 autocast on CUDA; CPU runs fp32 regardless
-  std::string stats_file;            // rank 0: median step time and comm totals (bench)     // Auto's budget; 0: the GPU's memory, or RAM / local ranks       // tests: die (exit 137) right after this step
+  std::string stats_file;            // rank 0: median step time and comm totals (bench)
+  std::string device = "auto";       // auto | cpu | cuda | cuda:N
 };
 
 // Parses argv; throws std::invalid_argument naming the flag and what is valid.

@@ -26,7 +26,7 @@ namespace {
 std::map<std::string, double> run(int nproc, const std::vector<std::string>& extra, const std::string& stats) {
   std::vector<std::string> argv = {LOCKSTEP_AGENT_BIN, "--nproc-per-node", std::to_string(nproc), "--master-port",
                                    std::to_string(lockstep::free_loopback_port()), "--no-metrics", "--",
-                                   LOCKSTEP_TRAINER_BIN, "--stats-file", stats};
+                                   LOCKSTEP_TRAINER_BIN, "--device", "cpu", "--stats-file", stats};
   argv.insert(argv.end(), extra.begin(), extra.end());
   auto r = lockstep::run_capture(argv, {{"GLOO_SOCKET_IFNAME", "lo"}, {"MASTER_ADDR", "127.0.0.1"}}, 600s);
   if (!r.status.success()) {

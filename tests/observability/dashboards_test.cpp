@@ -80,7 +80,7 @@ TEST(Dashboards, EveryPanelQueryReturnsDataFromARealTrainingRun) {
     agent_ports.push_back(lockstep::free_loopback_port());
     lockstep::SpawnOptions so;
     so.argv = {env_or("LOCKSTEP_AGENT_BIN", "lockstep-agent"), "--metrics-address", "127.0.0.1", "--",
-               env_or("LOCKSTEP_TRAINER_BIN", "lockstep-trainer"), "--steps", "100000", "--batch-size", "4",
+               env_or("LOCKSTEP_TRAINER_BIN", "lockstep-trainer"), "--device", "cpu", "--steps", "100000", "--batch-size", "4",
                "--log-every", "100"};
     so.env = {{"LOCKSTEP_JOB_NAME", "e2e"}, {"LOCKSTEP_JOB_NAMESPACE", "obs"}, {"LOCKSTEP_NNODES", "2"},
               {"LOCKSTEP_NODE_RANK", std::to_string(node)}, {"LOCKSTEP_NPROC_PER_NODE", "2"},

@@ -2,8 +2,13 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <sstream>
 
 #include "lockstep/process.hpp"
 #include "test_util.hpp"
@@ -25,11 +30,12 @@ std::string temp_dir(const std::string& name) {
   return d;
 }
 
-// Runs the trainer on `nproc` local ranks under the agent; returns the agent's output.
-std::string train(int nproc, std::vector<std::string> args, int* code) {
+// Runs the trainer on `nproc` local ranks under the agent; returns the agent's output. The CPU
+// and Gloo unless `device` says otherwise, also on a GPU machine.
+std::string train(int nproc, std::vector<std::string> args, int* code, const std::string& device = "cpu") {
   std::vector<std::string> argv = {bin("LOCKSTEP_AGENT_BIN"), "--nproc-per-node", std::to_string(nproc),
                                    "--master-port", std::to_string(lockstep::free_loopback_port()), "--no-metrics",
-                                   "--", bin("LOCKSTEP_TRAINER_BIN")};
+                                   "--", bin("LOCKSTEP_TRAINER_BIN"), "--device", device};
   argv.insert(argv.end(), args.begin(), args.end());
   auto r = lockstep::run_capture(argv, {{"GLOO_SOCKET_IFNAME", "lo"}, {"MASTER_ADDR", "127.0.0.1"}}, 300s);
   *code = r.status.shell_code();
@@ -40,6 +46,52 @@ std::vector<torch::Tensor> load(const std::string& path) {
   std::vector<torch::Tensor> t;
   torch::load(t, path);
   return t;
+}
+
+double max_abs_diff(const std::string& a_path, const std::string& b_path) {
+  auto a = load(a_path), b = load(b_path);
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    if (a[i].sizes() != b[i].sizes()) {
+      ADD_FAILURE() << "parameter " << i << " has shape " << a[i].sizes() << " in " << a_path << " and "
+                    << b[i].sizes() << " in " << b_path;
+      return INFINITY;
+    }
+    worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
+  }
+  return worst;
+}
+
+double last_loss(const std::string& loss_log) {
+  std::ifstream in(loss_log);
+  double step, loss, last = -1;
+  while (in >> step >> loss) last = loss;
+  return last;
+}
+
+// Why the GPU tier cannot run here, or "" where it can: the trainer must be built against a
+// CUDA PyTorch (scripts/build.sh does so on a GPU machine) and see a GPU.
+std::string gpu_unavailable() {
+  auto r = lockstep::run_capture({bin("LOCKSTEP_TRAINER_BIN"), "--version"});
+  if (r.output.find("nccl") == std::string::npos)
+    return "SKIPPED: no GPU build: lockstep-trainer was built against the CPU LibTorch (on a GPU machine with a "
+           "CUDA PyTorch, scripts/build.sh builds with CUDA and NCCL)";
+  if (r.output.find("cuda available") == std::string::npos)
+    return "SKIPPED: no GPU visible to this CUDA build (torch::cuda::is_available() is false)";
+  return "";
+}
+#define REQUIRE_GPU()                                             \
+  if (const std::string why = gpu_unavailable(); !why.empty()) \
+  GTEST_SKIP() << why
+
+int visible_gpus() {
+  auto r = lockstep::run_capture({"nvidia-smi", "-L"});
+  int n = 0;
+  std::istringstream lines(r.output);
+  for (std::string l; std::getline(lines, l);) n += l.rfind("GPU ", 0) == 0;
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v && *v) n = std::min<int>(n, 1 + static_cast<int>(std::count(v, v + std::strlen(v), ',')));
+  return n;
 }
 
 }  // namespace
@@ -59,10 +111,7 @@ TEST(Ddp, TwoRanksMatchOneProcessOnTheSameGlobalBatch) {
                          "--collective-log", dir + "/collectives"});
   std::string out2 = train(2, two, &code);
   ASSERT_EQ(code, 0) << out2;
-  auto a = load(dir + "/one.pt"), b = load(dir + "/two.pt");
-  ASSERT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
+  const double worst = max_abs_diff(dir + "/one.pt", dir + "/two.pt");
   RecordProperty("max_abs_param_diff", std::to_string(worst));
   EXPECT_LT(worst, 1e-4) << "parameters of 2-rank DDP and 1 process differ by " << worst;
   // And the parameters did move: the comparison is not between two untouched models.
@@ -72,9 +121,7 @@ TEST(Ddp, TwoRanksMatchOneProcessOnTheSameGlobalBatch) {
   zero.insert(zero.end(), {"--batch-size", "8", "--lr", "0", "--dump-params", init_dir + "/init.pt"});
   std::string out0 = train(1, zero, &code);
   ASSERT_EQ(code, 0) << out0;
-  auto init = load(init_dir + "/init.pt");
-  double moved = 0;
-  for (size_t i = 0; i < a.size(); ++i) moved = std::max(moved, (a[i] - init[i]).abs().max().item<double>());
+  const double moved = max_abs_diff(dir + "/one.pt", init_dir + "/init.pt");
   EXPECT_GT(moved, 100 * worst) << "training barely changed the parameters";
 }
 
@@ -103,10 +150,7 @@ TEST(Ddp, GradientAccumulationMatchesOneBigBatch) {
   acc.insert(acc.end(), {"--batch-size", "2", "--grad-accum", "2", "--dump-params", dir + "/acc.pt"});
   std::string out = train(2, acc, &code);
   ASSERT_EQ(code, 0) << out;
-  auto a = load(dir + "/big.pt"), b = load(dir + "/acc.pt");
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
-  EXPECT_LT(worst, 1e-4);
+  EXPECT_LT(max_abs_diff(dir + "/big.pt", dir + "/acc.pt"), 1e-4);
 }
 
 TEST(Trainer, SyntheticLossFallsBelowHalfTheUniformBaseline) {
@@ -114,11 +158,9 @@ TEST(Trainer, SyntheticLossFallsBelowHalfTheUniformBaseline) {
   int code;
   std::string out = train(2, {"--steps", "150", "--batch-size", "8", "--lr", "3e-3", "--loss-log", dir + "/loss"}, &code);
   ASSERT_EQ(code, 0) << out;
-  std::ifstream in(dir + "/loss");
-  double step, loss, last = 0;
-  while (in >> step >> loss) last = loss;
-  const double uniform = std::log(256.0);
+  const double last = last_loss(dir + "/loss"), uniform = std::log(256.0);
   RecordProperty("final_loss", std::to_string(last));
+  EXPECT_GT(last, 0) << out;
   EXPECT_LT(last, uniform / 2) << "final loss " << last << ", uniform baseline " << uniform << "\n" << out;
 }
 
@@ -140,7 +182,6 @@ TEST(Fsdp, TwoAndFourRanksMatchOneProcess) {
   auto one = common;
   one.insert(one.end(), {"--batch-size", "8", "--dump-params", dir + "/one.pt"});
   ASSERT_EQ((train(1, one, &code), code), 0);
-  auto a = load(dir + "/one.pt");
   for (int world : {2, 4}) {
     SCOPED_TRACE(std::to_string(world) + " ranks");
     auto args = common;
@@ -150,13 +191,7 @@ TEST(Fsdp, TwoAndFourRanksMatchOneProcess) {
     std::string out = train(world, args, &code);
     ASSERT_EQ(code, 0) << out;
     EXPECT_NE(out.find("strategy FSDP"), std::string::npos) << out;
-    auto b = load(dump);
-    ASSERT_EQ(a.size(), b.size());
-    double worst = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      ASSERT_EQ(a[i].sizes(), b[i].sizes()) << "parameter " << i;
-      worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
-    }
+    const double worst = max_abs_diff(dir + "/one.pt", dump);
     RecordProperty("max_abs_param_diff_" + std::to_string(world), std::to_string(worst));
     EXPECT_LT(worst, 1e-4) << "FSDP on " << world << " ranks differs from one process by " << worst;
     // Per-rank parameter, gradient and AdamW state bytes: 16 x params / N, plus padding.
@@ -261,8 +296,75 @@ TEST(Trainer, ActivationCheckpointingChangesMemoryNotResults) {
   ck.insert(ck.end(), {"--activation-checkpointing", "--dump-params", dir + "/ck.pt"});
   std::string out = train(2, ck, &code);
   ASSERT_EQ(code, 0) << out;
-  auto a = load(dir + "/plain.pt"), b = load(dir + "/ck.pt");
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
-  EXPECT_LT(worst, 1e-5);
+  EXPECT_LT(max_abs_diff(dir + "/plain.pt", dir + "/ck.pt"), 1e-5);
+}
+
+// ---- The GPU tier (ctest entry trainer_gpu_test): NCCL, bf16 autocast and CUDA-event timing.
+// One GPU is enough: a backend named explicitly makes a real one-rank NCCL process group, so
+// DDP's bucketed all-reduces and FSDP's all-gather / reduce-scatter all go through NCCL.
+
+TEST(TrainerGpu, NcclBf16LearnsTheSyntheticTask) {
+  REQUIRE_GPU();
+  std::string dir = temp_dir("gpu-learn");
+  int code;
+  std::string out = train(1, {"--backend", "nccl", "--precision", "bf16", "--steps", "150", "--batch-size", "8",
+                              "--lr", "3e-3", "--log-every", "50", "--loss-log", dir + "/loss"}, &code, "cuda");
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("backend nccl, strategy DDP"), std::string::npos) << out;
+  // The step phases are timed with CUDA events: the progress line carries a communication share.
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(ms/step  comm \d+%)"))) << out;
+  const double last = last_loss(dir + "/loss"), uniform = std::log(256.0);
+  RecordProperty("final_loss", std::to_string(last));
+  EXPECT_GT(last, 0);
+  EXPECT_LT(last, uniform / 2) << out;
+}
+
+// FSDP through NCCL's flat collectives against plain training (no process group) on the same
+// GPU, in fp32 so the only differences are rounding: the 1e-4 tolerance of the CPU tests.
+TEST(TrainerGpu, FsdpOnNcclMatchesPlainTraining) {
+  REQUIRE_GPU();
+  std::string dir = temp_dir("gpu-fsdp");
+  std::vector<std::string> common = {"--steps", "20", "--lr", "1e-3", "--warmup-steps", "0", "--seed", "13",
+                                     "--batch-size", "8", "--precision", "fp32"};
+  int code;
+  auto plain = common;
+  plain.insert(plain.end(), {"--dump-params", dir + "/plain.pt"});
+  std::string out1 = train(1, plain, &code, "cuda");
+  ASSERT_EQ(code, 0) << out1;
+  auto fsdp = common;
+  fsdp.insert(fsdp.end(), {"--backend", "nccl", "--strategy", "FSDP", "--dump-params", dir + "/fsdp.pt"});
+  std::string out2 = train(1, fsdp, &code, "cuda");
+  ASSERT_EQ(code, 0) << out2;
+  EXPECT_NE(out2.find("backend nccl, strategy FSDP"), std::string::npos) << out2;
+  const double worst = max_abs_diff(dir + "/plain.pt", dir + "/fsdp.pt");
+  RecordProperty("max_abs_param_diff", std::to_string(worst));
+  EXPECT_LT(worst, 1e-4) << out2;
+}
+
+// The real preset in bf16 with NCCL: runs, and reports a throughput.
+TEST(TrainerGpu, Gpt2PresetTrainsInBf16) {
+  REQUIRE_GPU();
+  int code;
+  std::string out = train(1, {"--model", "gpt2-124m", "--backend", "nccl", "--steps", "8", "--batch-size", "8",
+                              "--log-every", "4"}, &code, "cuda");
+  ASSERT_EQ(code, 0) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(step +8/8  loss ([0-9.]+)  (\d+) tok/s)"))) << out;
+  RecordProperty("tokens_per_s", m[2].str());
+  EXPECT_GT(std::stod(m[2]), 0);
+  EXPECT_LT(std::stod(m[1]), 11.5) << "loss after 8 steps should be below ln(50257) = 10.8 plus noise\n" << out;
+}
+
+// More workers on a node than GPUs: the extra rank stops with a usage error naming LOCAL_RANK.
+TEST(TrainerGpu, MoreWorkersThanGpusNamesLocalRank) {
+  REQUIRE_GPU();
+  const int gpus = visible_gpus();
+  ASSERT_GT(gpus, 0);
+  int code;
+  std::string out = train(gpus + 1, {"--steps", "1"}, &code, "cuda");
+  EXPECT_EQ(code, 64) << out;
+  EXPECT_NE(out.find("LOCAL_RANK=" + std::to_string(gpus) + " but this process sees " + std::to_string(gpus) +
+                     " CUDA device(s)"),
+            std::string::npos)
+      << out;
 }
