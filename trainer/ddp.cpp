@@ -1,5 +1,7 @@
 #include "ddp.hpp"
 
+#include "dist.hpp"
+
 #include <algorithm>
 
 namespace lockstep::trainer {
@@ -93,6 +95,13 @@ void Ddp::launch(Bucket& b) {
 
 void Ddp::launch_ready() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(buckets_[next_launch_++]);
+}
+
+double Ddp::device_comm_seconds() {
+  if (buckets_.empty() || !buckets_.front().flat.is_cuda()) return -1;
+  DeviceCommTimer timer;
+  for (const auto& b : buckets_) timer.add(b.work);
+  return timer.seconds();
 }
 
 CommStats Ddp::finish_step() {

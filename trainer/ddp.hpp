@@ -38,6 +38,9 @@ class Ddp {
   void set_sync(bool sync) { sync_ = sync; }
   void begin_backward();         // before loss.backward() of a synchronising micro-step
   CommStats finish_step();       // after it: waits, averages, writes .grad
+  // The step's all-reduce time on the GPU (DeviceCommTimer), once the step has finished on
+  // the device; -1 on the CPU, where finish_step's wall-clock figure is the measure.
+  double device_comm_seconds();
   size_t buckets() const { return buckets_.size(); }
   const std::vector<std::string>& collective_log() const { return log_; }
 

@@ -62,6 +62,7 @@ Dist init_distributed(const std::string& backend, const torch::Device& device) {
 #ifdef USE_C10D_NCCL
     auto o = c10d::ProcessGroupNCCL::Options::create();
     d.pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(d.store, d.rank, d.world, o);
+    d.pg->enableCollectivesTiming();  // CUDA events around each collective (DeviceCommTimer)
 #else
     throw std::runtime_error("--backend nccl: this build has no NCCL (build against a CUDA PyTorch)");
 #endif
@@ -70,6 +71,17 @@ Dist init_distributed(const std::string& backend, const torch::Device& device) {
   }
   d.backend = which;
   return d;
+}
+
+double DeviceCommTimer::seconds() {
+  double total = 0;
+  try {
+    for (const auto& w : works_) total += static_cast<double>(w->getDuration()) / 1000.0;  // milliseconds
+  } catch (const c10::Error&) {
+    total = -1;
+  }
+  works_.clear();
+  return total;
 }
 
 torch::Device choose_device(const std::string& want) {

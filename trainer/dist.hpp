@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <string>
 
@@ -22,6 +23,23 @@ struct Dist {
 // store then), so its collectives can be exercised on one GPU. Throws std::runtime_error
 // naming the variable or flag at fault.
 Dist init_distributed(const std::string& backend, const torch::Device& device);
+
+// Communication time on the device. With NCCL a collective runs on the GPU's NCCL stream after
+// the host has moved on (wait() only orders streams), so host clocks see none of it; the
+// process group then times each collective with CUDA events (enableCollectivesTiming, set by
+// init_distributed), and a step's communication is the sum of its collectives' durations:
+// one NCCL stream runs them one after another, so the sum is that stream's busy time. Call
+// seconds() only once the step's work has finished on the device. Gloo (CPU) collectives
+// finish on the host, where the callers' wall-clock intervals are exact.
+class DeviceCommTimer {
+ public:
+  void add(const c10::intrusive_ptr<c10d::Work>& work) { if (work) works_.push_back(work); }
+  // The summed durations, and forgets them; -1 when the backend did not time them.
+  double seconds();
+
+ private:
+  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
+};
 
 // --device: auto (CUDA device LOCAL_RANK when CUDA is available, else the CPU), cpu, cuda
 // (device LOCAL_RANK) or cuda:N. Makes a CUDA device the current one. Throws

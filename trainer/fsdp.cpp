@@ -1,5 +1,6 @@
 #include "fsdp.hpp"
 
+#include "dist.hpp"
 #include "optim.hpp"
 
 #include <iostream>
@@ -18,13 +19,20 @@ struct Collectives {
   std::string note;
   std::vector<std::string> log;
   double comm_s = 0, bytes = 0;
+  bool on_gpu = false;     // then `device` times the collectives (host time sees none of it)
+  DeviceCommTimer device;
+
+  c10::intrusive_ptr<c10d::Work> timed(c10::intrusive_ptr<c10d::Work> w) {
+    if (on_gpu) device.add(w);
+    return w;
+  }
 
   void all_gather(torch::Tensor& full, const torch::Tensor& shard) {
     auto t0 = Clock::now();
     log.push_back("all_gather numel " + std::to_string(full.numel()));
     if (flat_gather != 0) {
       try {
-        pg->_allgather_base(full, const_cast<torch::Tensor&>(shard))->wait();
+        timed(pg->_allgather_base(full, const_cast<torch::Tensor&>(shard)))->wait();
         flat_gather = 1;
       } catch (const c10::Error&) {
         flat_gather = 0;
@@ -33,7 +41,7 @@ struct Collectives {
     if (flat_gather == 0) {
       std::vector<std::vector<at::Tensor>> out{full.chunk(world)};
       std::vector<at::Tensor> in{shard};
-      pg->allgather(out, in)->wait();
+      timed(pg->allgather(out, in))->wait();
     }
     comm_s += std::chrono::duration<double>(Clock::now() - t0).count();
     bytes += static_cast<double>(full.numel() * static_cast<int64_t>(full.element_size()));
@@ -45,7 +53,7 @@ struct Collectives {
     if (flat_gather != 1) return {};
     log.push_back("all_gather numel " + std::to_string(full.numel()) + " (prefetch)");
     bytes += static_cast<double>(full.numel() * static_cast<int64_t>(full.element_size()));
-    return pg->_allgather_base(full, const_cast<torch::Tensor&>(shard));
+    return timed(pg->_allgather_base(full, const_cast<torch::Tensor&>(shard)));
   }
 
   // Sum over ranks of `full`, this rank's chunk into `shard`.
@@ -54,7 +62,7 @@ struct Collectives {
     log.push_back("reduce_scatter numel " + std::to_string(full.numel()));
     if (flat_scatter != 0) {
       try {
-        pg->_reduce_scatter_base(shard, full)->wait();
+        timed(pg->_reduce_scatter_base(shard, full))->wait();
         flat_scatter = 1;
       } catch (const c10::Error&) {
         flat_scatter = 0;
@@ -62,7 +70,7 @@ struct Collectives {
     }
     if (flat_scatter == 0) {  // all-reduce the whole vector and keep our chunk
       std::vector<at::Tensor> t{full};
-      pg->allreduce(t)->wait();
+      timed(pg->allreduce(t))->wait();
       shard.copy_(full.chunk(world)[rank]);
     }
     comm_s += std::chrono::duration<double>(Clock::now() - t0).count();
@@ -211,6 +219,7 @@ Fsdp::Fsdp(Gpt model, c10::intrusive_ptr<c10d::Backend> pg)
   c->pg = pg_;
   c->world = pg_->getSize();
   c->rank = pg_->getRank();
+  c->on_gpu = model_->parameters().front().is_cuda();
   {  // every rank starts from rank 0's initial parameters
     torch::NoGradGuard no_grad;
     for (auto& p : model_->parameters()) {
@@ -270,6 +279,8 @@ CommStats Fsdp::finish_step() {
   c->comm_s = c->bytes = 0;
   return s;
 }
+
+double Fsdp::device_comm_seconds() { return coll_->on_gpu ? coll_->device.seconds() : -1; }
 
 torch::Tensor Fsdp::clip_grad_norm(double max_norm) {
   const auto local = shards();

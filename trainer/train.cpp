@@ -369,7 +369,11 @@ int run(const Options& o) {
     }
     opt.step();
     timer.mark(3);
-    const double step_s = timer.seconds(0, 3);
+    const double step_s = timer.seconds(0, 3);  // on a GPU: waits for the step to finish there
+    if (device.is_cuda()) {  // the collectives' own time on the GPU, where host clocks see none
+      const double on_device = ddp ? ddp->device_comm_seconds() : fsdp ? fsdp->device_comm_seconds() : -1;
+      if (on_device >= 0) comm.comm_s = on_device;
+    }
     const double waited_s = timer.seconds(1, 2);  // exposed communication, on the device's clock
     if (step == start) first_loss = loss_sum;
     if (step - start >= 3) {  // steady state, for --stats-file
