@@ -18,16 +18,13 @@ using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 using lockstep::Process;
 using lockstep::test::descendants;
+using lockstep::test::env_or;
 using lockstep::test::eventually;
 
 namespace {
 
-std::string bin(const char* var, const char* fallback) {
-  const char* v = std::getenv(var);
-  return v ? v : fallback;
-}
-std::string agent_bin() { return bin("LOCKSTEP_AGENT_BIN", "lockstep-agent"); }
-std::string worker_bin() { return bin("LOCKSTEP_TEST_WORKER_BIN", "lockstep-test-worker"); }
+std::string agent_bin() { return env_or("LOCKSTEP_AGENT_BIN", "lockstep-agent"); }
+std::string worker_bin() { return env_or("LOCKSTEP_TEST_WORKER_BIN", "lockstep-test-worker"); }
 
 
 std::string temp_dir(const std::string& name) {

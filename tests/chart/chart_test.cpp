@@ -138,8 +138,7 @@ TEST(Chart, InstallsAndItsServiceAccountCanRunTheOperator) {
 
   std::string log = ::testing::TempDir() + "/chart-operator.log";
   lockstep::SpawnOptions so;
-  const char* bin = std::getenv("LOCKSTEP_OPERATOR_BIN");
-  so.argv = {bin ? bin : "lockstep-operator", "--kubeconfig", kc, "--leader-election-namespace", "lockstep-system",
+  so.argv = {lockstep::test::env_or("LOCKSTEP_OPERATOR_BIN", "lockstep-operator"), "--kubeconfig", kc, "--leader-election-namespace", "lockstep-system",
              "--http-port", "0"};
   so.output_path = log;
   auto op = lockstep::Process::spawn(so);

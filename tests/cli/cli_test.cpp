@@ -19,10 +19,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string cli() {
-  const char* v = std::getenv("LOCKSTEP_CLI_BIN");
-  return v ? v : "lockstep";
-}
+std::string cli() { return lockstep::test::env_or("LOCKSTEP_CLI_BIN", "lockstep"); }
 std::string src(const std::string& rel) { return std::string(LOCKSTEP_SOURCE_DIR) + "/" + rel; }
 
 lockstep::RunResult lockstep_cmd(std::vector<std::string> args, std::chrono::seconds timeout = 60s) {

@@ -1,5 +1,7 @@
 #include "control_plane.hpp"
 
+#include "test_util.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -21,11 +23,6 @@ using namespace std::chrono_literals;
 
 namespace lockstep::test {
 namespace {
-
-std::string env_or(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : fallback;
-}
 
 std::string random_hex(size_t bytes) {
   std::ifstream in("/dev/urandom", std::ios::binary);

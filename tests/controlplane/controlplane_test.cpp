@@ -51,10 +51,7 @@ std::vector<pid_t> wait_for_pids(const std::string& file, std::chrono::seconds t
   return {};
 }
 
-std::string cli() {
-  const char* v = std::getenv("LOCKSTEP_CONTROLPLANE_CLI");
-  return v ? v : "lockstep-controlplane";
-}
+std::string cli() { return lockstep::test::env_or("LOCKSTEP_CONTROLPLANE_CLI", "lockstep-controlplane"); }
 
 lockstep::RunResult kubectl(const ControlPlane& cp, std::vector<std::string> args) {
   args.insert(args.begin(), "kubectl");

@@ -12,22 +12,19 @@
 #include <thread>
 
 #include "kube_test_support.hpp"
+#include "test_util.hpp"
 
 using namespace std::chrono_literals;
 using json = nlohmann::json;
 using lockstep::Process;
 using lockstep::run_capture;
 using lockstep::test::control_plane;
+using lockstep::test::env_or;
 using lockstep::test::kubectl;
 using lockstep::test::read_text;
 using lockstep::test::source_path;
 
 namespace {
-
-std::string env_or(const char* name, const char* fallback) {
-  const char* v = std::getenv(name);
-  return v ? v : fallback;
-}
 
 json prom_query(int port, const std::string& expr) {
   auto r = run_capture({"curl", "-s", "--get", "--data-urlencode", "query=" + expr,

@@ -29,10 +29,7 @@ using lockstep::test::source_path;
 
 namespace {
 
-std::string operator_bin() {
-  const char* v = std::getenv("LOCKSTEP_OPERATOR_BIN");
-  return v ? v : "lockstep-operator";
-}
+std::string operator_bin() { return lockstep::test::env_or("LOCKSTEP_OPERATOR_BIN", "lockstep-operator"); }
 
 
 // A lockstep-operator process with its log in a file.

@@ -17,6 +17,13 @@
 
 namespace lockstep::test {
 
+// The environment variable `name` when set and not empty, else `fallback`: the test binaries
+// find the programs under test through variables ctest sets (tests/CMakeLists.txt).
+inline std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
 // Polls `pred` every 50 ms until it holds or `timeout` passes; returns its last answer.
 inline bool eventually(const std::function<bool()>& pred,
                        std::chrono::milliseconds timeout = std::chrono::seconds(20)) {

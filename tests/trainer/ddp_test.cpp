@@ -18,10 +18,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string bin(const char* var) {
-  const char* v = std::getenv(var);
-  return v ? v : "";
-}
+std::string agent_bin() { return lockstep::test::env_or("LOCKSTEP_AGENT_BIN", "lockstep-agent"); }
+std::string trainer_bin() { return lockstep::test::env_or("LOCKSTEP_TRAINER_BIN", "lockstep-trainer"); }
 
 std::string temp_dir(const std::string& name) {
   std::string d = ::testing::TempDir() + "/ddp-" + name + "-" + std::to_string(::getpid());
@@ -33,9 +31,9 @@ std::string temp_dir(const std::string& name) {
 // Runs the trainer on `nproc` local ranks under the agent; returns the agent's output. The CPU
 // and Gloo unless `device` says otherwise, also on a GPU machine.
 std::string train(int nproc, std::vector<std::string> args, int* code, const std::string& device = "cpu") {
-  std::vector<std::string> argv = {bin("LOCKSTEP_AGENT_BIN"), "--nproc-per-node", std::to_string(nproc),
+  std::vector<std::string> argv = {agent_bin(), "--nproc-per-node", std::to_string(nproc),
                                    "--master-port", std::to_string(lockstep::free_loopback_port()), "--no-metrics",
-                                   "--", bin("LOCKSTEP_TRAINER_BIN"), "--device", device};
+                                   "--", trainer_bin(), "--device", device};
   argv.insert(argv.end(), args.begin(), args.end());
   auto r = lockstep::run_capture(argv, {{"GLOO_SOCKET_IFNAME", "lo"}, {"MASTER_ADDR", "127.0.0.1"}}, 300s);
   *code = r.status.shell_code();
@@ -73,7 +71,7 @@ double last_loss(const std::string& loss_log) {
 // Why the GPU tier cannot run here, or "" where it can: the trainer must be built against a
 // CUDA PyTorch (scripts/build.sh does so on a GPU machine) and see a GPU.
 std::string gpu_unavailable() {
-  auto r = lockstep::run_capture({bin("LOCKSTEP_TRAINER_BIN"), "--version"});
+  auto r = lockstep::run_capture({trainer_bin(), "--version"});
   if (r.output.find("nccl") == std::string::npos)
     return "SKIPPED: no GPU build: lockstep-trainer was built against the CPU LibTorch (on a GPU machine with a "
            "CUDA PyTorch, scripts/build.sh builds with CUDA and NCCL)";
@@ -165,10 +163,10 @@ TEST(Trainer, SyntheticLossFallsBelowHalfTheUniformBaseline) {
 }
 
 TEST(Trainer, BadFlagsNameTheFlag) {
-  auto r = lockstep::run_capture({bin("LOCKSTEP_TRAINER_BIN"), "--steps", "-3"});
+  auto r = lockstep::run_capture({trainer_bin(), "--steps", "-3"});
   EXPECT_EQ(r.status.shell_code(), 64);
   EXPECT_NE(r.output.find("--steps"), std::string::npos) << r.output;
-  r = lockstep::run_capture({bin("LOCKSTEP_TRAINER_BIN"), "--model", "gpt5"});
+  r = lockstep::run_capture({trainer_bin(), "--model", "gpt5"});
   EXPECT_EQ(r.status.shell_code(), 64);
   EXPECT_NE(r.output.find("valid: tiny, gpt2-124m, mlp"), std::string::npos) << r.output;
 }
