@@ -11,12 +11,10 @@ source "$(dirname "$0")/common.sh"
 torch_args=()
 mode=$(torch_mode)
 case $mode in
-  system) pkg=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))') ||
-            die "LOCKSTEP_TORCH=system: python3 cannot import torch"
-          abi=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
-          torch_args=("-DLOCKSTEP_LIBTORCH_DIR=$pkg" "-DLOCKSTEP_TORCH_CXX11_ABI=$abi" -DLOCKSTEP_TORCH_CUDA=AUTO)
+  system) read_installed_torch
+          torch_args=("-DLOCKSTEP_LIBTORCH_DIR=$TORCH_PKG" "-DLOCKSTEP_TORCH_CXX11_ABI=$TORCH_ABI" -DLOCKSTEP_TORCH_CUDA=AUTO)
           [[ -d $CUDA_HEADERS_DIR/include ]] && torch_args+=("-DLOCKSTEP_CUDA_HEADERS_DIR=$CUDA_HEADERS_DIR/include")
-          log "build: LibTorch from the installed PyTorch $(python3 -c 'import torch; print(torch.__version__)') in $pkg" ;;
+          log "build: LibTorch from the installed PyTorch $TORCH_INSTALLED in $TORCH_PKG" ;;
   wheel)  [[ -f $LIBTORCH_DIR/.complete ]] || die "LibTorch not found in $LIBTORCH_DIR; run scripts/setup.sh"
           torch_args=("-DLOCKSTEP_LIBTORCH_DIR=$LIBTORCH_DIR" -DLOCKSTEP_TORCH_CXX11_ABI=1 -DLOCKSTEP_TORCH_CUDA=OFF) ;;
 esac

@@ -33,6 +33,16 @@ torch_mode() {
   case $mode in wheel|system) echo "$mode" ;; *) die "LOCKSTEP_TORCH must be auto, wheel or system, not '$mode'" ;; esac
 }
 
+# read_installed_torch: what python3's PyTorch is, in one import (importing torch takes
+# seconds): TORCH_ABI (_GLIBCXX_USE_CXX11_ABI), TORCH_INSTALLED (its version), TORCH_CUDA (its
+# CUDA version, or "none") and TORCH_PKG (its package directory, last: it may hold spaces).
+read_installed_torch() {
+  local info
+  info=$(python3 -c 'import torch, os; print(int(torch._C._GLIBCXX_USE_CXX11_ABI), torch.__version__, torch.version.cuda or "none", os.path.dirname(torch.__file__))') ||
+    die "LOCKSTEP_TORCH=system: python3 cannot import torch"
+  read -r TORCH_ABI TORCH_INSTALLED TORCH_CUDA TORCH_PKG <<< "$info"
+}
+
 log() { printf '[lockstep %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 die() { printf '[lockstep] error: %s\n' "$*" >&2; exit 1; }
 

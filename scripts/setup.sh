@@ -55,15 +55,14 @@ if [[ $(torch_mode) == system ]]; then
   # A GPU machine: the build uses the installed CUDA PyTorch (scripts/build.sh). CUDA 13's
   # runtime headers need crt/ and <nv/target>, which its runtime wheel lacks; add them from
   # the two pinned header wheels unless a toolkit or the installed wheels already have them.
-  pkg=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')
-  cuda=$(python3 -c 'import torch; print(torch.version.cuda or "")')
-  log "LibTorch: the installed PyTorch $(python3 -c 'import torch; print(torch.__version__)') (CUDA $cuda) in $pkg"
-  have() { compgen -G "$pkg/../nvidia/*/include/$1" >/dev/null || [[ -e /usr/local/cuda/include/$1 || -e ${CUDA_HOME:-/nonexistent}/include/$1 ]]; }
+  read_installed_torch
+  log "LibTorch: the installed PyTorch $TORCH_INSTALLED (CUDA $TORCH_CUDA) in $TORCH_PKG"
+  have() { compgen -G "$TORCH_PKG/../nvidia/*/include/$1" >/dev/null || [[ -e /usr/local/cuda/include/$1 || -e ${CUDA_HOME:-/nonexistent}/include/$1 ]]; }
   if have crt/host_config.h && have nv/target; then
     log "CUDA headers: complete beside the installed PyTorch"
   elif [[ -d $CUDA_HEADERS_DIR/include/crt && -d $CUDA_HEADERS_DIR/include/nv ]]; then
     log "CUDA headers: crt/ and nv/ cached in $CUDA_HEADERS_DIR"
-  elif [[ $cuda == 13.0* ]]; then
+  elif [[ $TORCH_CUDA == 13.0* ]]; then
     fetch_wheel "nvidia-cuda-crt==$CUDA_CRT_VERSION" "$CUDA_CRT_WHEEL" "$CUDA_CRT_WHEEL_SHA256"
     fetch_wheel "nvidia-cuda-cccl==$CUDA_CCCL_VERSION" "$CUDA_CCCL_WHEEL" "$CUDA_CCCL_WHEEL_SHA256"
     tmp=$(mktemp -d "$CACHE/cuda-headers.XXXXXX")
@@ -72,7 +71,7 @@ if [[ $(torch_mode) == system ]]; then
     rm -rf "$CUDA_HEADERS_DIR"; mkdir -p "$CUDA_HEADERS_DIR"; mv "$tmp/nvidia/cu13/include" "$CUDA_HEADERS_DIR/include"; rm -rf "$tmp"
     log "CUDA headers: crt/ and nv/ ready in $CUDA_HEADERS_DIR"
   else
-    die "the installed PyTorch uses CUDA $cuda, and its CUDA headers lack crt/host_config.h or nv/target; install the CUDA $cuda toolkit headers (CUDA_HOME), or build the CPU way with LOCKSTEP_TORCH=wheel"
+    die "the installed PyTorch uses CUDA $TORCH_CUDA, and its CUDA headers lack crt/host_config.h or nv/target; install the CUDA $TORCH_CUDA toolkit headers (CUDA_HOME), or build the CPU way with LOCKSTEP_TORCH=wheel"
   fi
 elif [[ -f "$LIBTORCH_DIR/.complete" ]]; then
   log "LibTorch $TORCH_VERSION: cached in $LIBTORCH_DIR"
