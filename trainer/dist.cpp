@@ -87,8 +87,8 @@ double DeviceCommTimer::seconds() {
 torch::Device choose_device(const std::string& want) {
   const int local_rank = env_int("LOCAL_RANK", 0);
   if (want == "cpu") return torch::Device(torch::kCPU);
-  const bool is_auto = want == "auto";
-  if (!is_auto && want != "cuda" && want.rfind("cuda:", 0) != 0)
+  const bool is_auto = want == "auto", numbered = want.rfind("cuda:", 0) == 0;
+  if (!is_auto && want != "cuda" && !numbered)
     throw std::invalid_argument("--device: expected auto, cpu, cuda or cuda:N, got '" + want + "'");
   const int64_t count = torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
   if (count == 0) {
@@ -100,13 +100,13 @@ torch::Device choose_device(const std::string& want) {
 #endif
   }
   int64_t index = local_rank;
-  if (want.size() > 5) {
+  if (numbered) {
     char* end = nullptr;
     index = std::strtol(want.c_str() + 5, &end, 10);
-    if (*end || index < 0) throw std::invalid_argument("--device: '" + want + "' is not cuda:N with N a device number");
+    if (end == want.c_str() + 5 || *end || index < 0) throw std::invalid_argument("--device: '" + want + "' is not cuda:N with N a device number");
   }
   if (index >= count)
-    throw std::invalid_argument((want.size() > 5 ? "--device " + want : "LOCAL_RANK=" + std::to_string(local_rank)) +
+    throw std::invalid_argument((numbered ? "--device " + want : "LOCAL_RANK=" + std::to_string(local_rank)) +
                                 " but this process sees " + std::to_string(count) +
                                 " CUDA device(s): run at most one worker per GPU (procsPerNode), or --device cpu");
   torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));

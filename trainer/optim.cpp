@@ -40,11 +40,9 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
         it = state_.emplace(key, std::move(st)).first;
       }
       auto& st = static_cast<torch::optim::AdamWParamState&>(*it->second);
-      auto& [count, tensor] = step_tensors_[key];
-      if (!tensor.defined()) tensor = torch::zeros({}, p.options().dtype(torch::kFloat32));
-      if (count != st.step()) tensor.fill_(static_cast<double>(st.step()));  // new, or after load()
+      auto& tensor = step_tensors_[key];
+      if (!tensor.defined()) tensor = torch::full({}, static_cast<double>(st.step()), p.options().dtype(torch::kFloat32));
       st.step(st.step() + 1);
-      count = st.step();
       params.push_back(p);
       grads.push_back(p.grad());
       exp_avgs.push_back(st.exp_avg());
@@ -58,6 +56,11 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
                       /*amsgrad=*/false, /*maximize=*/false);
   }
   return loss;
+}
+
+void FusedAdamW::load(torch::serialize::InputArchive& archive) {
+  torch::optim::AdamW::load(archive);
+  step_tensors_.clear();  // the loaded state's step counts replace them
 }
 
 torch::Tensor grad_norm_squared(const std::vector<torch::Tensor>& params) {

@@ -7,7 +7,6 @@
 #include <torch/torch.h>
 
 #include <unordered_map>
-#include <utility>
 #include <vector>
 
 namespace lockstep::trainer {
@@ -20,11 +19,12 @@ class FusedAdamW : public torch::optim::AdamW {
  public:
   using torch::optim::AdamW::AdamW;
   torch::Tensor step(LossClosure closure = nullptr) override;
+  void load(torch::serialize::InputArchive& archive) override;
 
  private:
-  // The step count as the device tensor the kernel reads, with the count it holds; rebuilt
-  // from AdamWParamState::step() when they differ (after load()).
-  std::unordered_map<void*, std::pair<int64_t, torch::Tensor>> step_tensors_;
+  // Each parameter's step count as the device tensor the kernel reads, kept in step with
+  // AdamWParamState::step(); made from it when missing (first step, or after load()).
+  std::unordered_map<void*, torch::Tensor> step_tensors_;
 };
 
 // Gradient clipping by the global L2 norm, as clip_grad_norm_ does, with no host

@@ -67,8 +67,9 @@ TEST(FusedAdamW, MatchesLibtorchAdamW) {
   EXPECT_LT((sa.exp_avg_sq() - sb.exp_avg_sq()).abs().max().item<double>(), 1e-9);
 }
 
-// Saved after 10 steps and loaded into a new optimizer, the next 10 steps are those of the
-// uninterrupted optimizer (the step counts the kernel reads are rebuilt from the state).
+// Saved after 10 steps and loaded into an optimizer that had already stepped on its own, the
+// next 10 steps are those of the uninterrupted optimizer (the step counts the kernel reads
+// are rebuilt from the loaded state, not kept from before).
 TEST(FusedAdamW, ResumesFromSavedState) {
   auto a = make_params(2), b = clone(a);
   auto options = torch::optim::AdamWOptions(1e-2).weight_decay(0.1);
@@ -83,8 +84,15 @@ TEST(FusedAdamW, ResumesFromSavedState) {
     straight.save(out);
     out.save_to(saved);
   }
-  b = clone(a);
   FusedAdamW resumed(b, options);
+  for (int step = 0; step < 3; ++step) {
+    set_grads(b, 50 + step);
+    resumed.step();
+  }
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < a.size(); ++i) b[i].copy_(a[i]);
+  }
   torch::serialize::InputArchive in;
   in.load_from(saved);
   resumed.load(in);
