@@ -42,6 +42,10 @@ inline constexpr const char* kTrainerContainer = "trainer";
 // These two are in 1..127 but retryable: the operator's ExitCode policy restarts on them.
 inline constexpr int kExitStall = 75;        // no step reported in time: a hung collective or dead peer
 inline constexpr int kExitRendezvous = 76;   // the master address never resolved / rendezvous timed out
+// The trainer's own: a collective failed because a peer is gone (its connection closed, NCCL
+// reported a remote error, a collective timed out). A consequence of another rank's failure,
+// never its cause: retryable, and the operator judges the job by the failure that came first.
+inline constexpr int kExitCollective = 77;
 inline constexpr int kExitUsage = 64;        // bad flags or environment (permanent)
 
 }  // namespace lockstep::contract
