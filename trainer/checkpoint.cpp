@@ -32,12 +32,6 @@ void write_atomically(const std::string& path, W write) {
   fsync_path(fs::path(path).parent_path().string());
 }
 
-void barrier(const c10::intrusive_ptr<c10d::Backend>& pg) {
-  if (!pg) return;
-  std::vector<at::Tensor> t{torch::zeros({1})};
-  pg->allreduce(t)->wait();
-}
-
 std::string file_name(int rank) { return "rank-" + std::to_string(rank) + ".pt"; }
 
 }  // namespace
@@ -58,10 +52,10 @@ uint64_t fnv1a_file(const std::string& path) {
 }
 
 void save_checkpoint(const CheckpointTarget& t, int64_t step, const std::vector<torch::Tensor>& tensors,
-                     torch::optim::Optimizer& optimizer, const c10::intrusive_ptr<c10d::Backend>& pg) {
+                     torch::optim::Optimizer& optimizer, const Dist& dist) {
   std::string step_dir = t.dir + "/step-" + std::to_string(step);
   if (t.rank == 0) fs::create_directories(step_dir);
-  barrier(pg);
+  barrier(dist);
   if (t.sharded || t.rank == 0) {
     std::string path = step_dir + "/" + file_name(t.rank);
     write_atomically(path, [&](const std::string& tmp) {
@@ -75,7 +69,7 @@ void save_checkpoint(const CheckpointTarget& t, int64_t step, const std::vector<
     });
     std::ofstream(path + ".sum") << fs::file_size(path) << " " << fnv1a_file(path) << "\n";
   }
-  barrier(pg);  // every rank's file is complete
+  barrier(dist);  // every rank's file is complete
   if (t.rank == 0) {
     write_atomically(step_dir + "/MANIFEST", [&](const std::string& tmp) {
       std::ofstream m(tmp);
@@ -89,7 +83,7 @@ void save_checkpoint(const CheckpointTarget& t, int64_t step, const std::vector<
     });
     write_atomically(t.dir + "/LATEST", [&](const std::string& tmp) { std::ofstream(tmp) << "step-" << step << "\n"; });
   }
-  barrier(pg);
+  barrier(dist);
 }
 
 std::optional<int64_t> load_checkpoint(const CheckpointTarget& t, std::vector<torch::Tensor>& tensors,

@@ -12,7 +12,7 @@
 #pragma once
 
 #include <torch/torch.h>
-#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include "dist.hpp"
 
 #include <optional>
 #include <string>
@@ -27,9 +27,9 @@ struct CheckpointTarget {
   bool sharded = false;          // every rank writes (FSDP) or rank 0 only (DDP)
 };
 
-// A collective when `pg` is set: every rank calls it at the same step.
+// A collective when `dist` has a process group: every rank calls it at the same step.
 void save_checkpoint(const CheckpointTarget& t, int64_t step, const std::vector<torch::Tensor>& tensors,
-                     torch::optim::Optimizer& optimizer, const c10::intrusive_ptr<c10d::Backend>& pg);
+                     torch::optim::Optimizer& optimizer, const Dist& dist);
 
 // The step to resume from (tensors and optimizer loaded), or nullopt when there is no
 // checkpoint. Throws std::runtime_error naming the file when one is corrupt or does not fit.

@@ -29,6 +29,7 @@ int env_int(const char* name, int fallback) {
 
 Dist init_distributed(const std::string& backend, const torch::Device& device) {
   Dist d;
+  d.device = device;
   d.rank = env_int("RANK", 0);
   d.world = env_int("WORLD_SIZE", 1);
   d.local_rank = env_int("LOCAL_RANK", 0);
@@ -71,6 +72,12 @@ Dist init_distributed(const std::string& backend, const torch::Device& device) {
   }
   d.backend = which;
   return d;
+}
+
+void barrier(const Dist& d) {
+  if (!d.pg) return;
+  std::vector<at::Tensor> t{torch::zeros({1}, torch::TensorOptions().device(d.device))};
+  d.pg->allreduce(t)->wait();
 }
 
 double DeviceCommTimer::seconds() {

@@ -14,6 +14,9 @@ namespace lockstep::trainer {
 struct Dist {
   int rank = 0, world = 1, local_rank = 0;
   std::string backend = "none";  // gloo, nccl, or none for a single process
+  // Where this rank trains, and so where every tensor handed to `pg` must live: NCCL rejects
+  // host tensors ("Tensors must be CUDA and dense"). Note [Collective device]
+  torch::Device device{torch::kCPU};
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::Backend> pg;  // null when world == 1
 };
@@ -23,6 +26,11 @@ struct Dist {
 // store then), so its collectives can be exercised on one GPU. Throws std::runtime_error
 // naming the variable or flag at fault.
 Dist init_distributed(const std::string& backend, const torch::Device& device);
+
+// Note [Collective device]: every collective the trainer issues outside DDP and FSDP (barriers,
+// the last "leave together") goes through these, which build their tensor on `d.device`.
+// A no-op without a process group.
+void barrier(const Dist& d);
 
 // Communication time on the device. With NCCL a collective runs on the GPU's NCCL stream after
 // the host has moved on (wait() only orders streams), so host clocks see none of it; the

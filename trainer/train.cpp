@@ -389,7 +389,7 @@ int run(const Options& o) {
     reporter.send(line.str());
     if (loss_log.is_open()) loss_log << step + 1 << " " << std::setprecision(8) << loss_sum << std::endl;
     if (!o.checkpoint_dir.empty() && o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) {
-      save_checkpoint(ckpt, step + 1, ckpt_tensors(), opt, dist.pg);
+      save_checkpoint(ckpt, step + 1, ckpt_tensors(), opt, dist);
       if (chief) std::cout << "lockstep-trainer: checkpoint at step " << step + 1 << " in " << o.checkpoint_dir << std::endl;
     }
     if (o.exit_after_step > 0 && step + 1 == o.exit_after_step) std::_Exit(137);  // tests: a crash
@@ -432,10 +432,7 @@ int run(const Options& o) {
     std::ofstream out(o.collective_log + ".rank-" + std::to_string(dist.rank));
     for (const auto& l : ddp ? ddp->collective_log() : fsdp->collective_log()) out << l << "\n";
   }
-  if (dist.pg) {  // leave together, so rank 0's store outlives everyone's last use
-    std::vector<at::Tensor> t{torch::zeros({1})};
-    dist.pg->allreduce(t)->wait();
-  }
+  barrier(dist);  // leave together, so rank 0's store outlives everyone's last use
   return 0;
 }
 
