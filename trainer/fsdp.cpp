@@ -2,6 +2,7 @@
 
 #include "dist.hpp"
 #include "optim.hpp"
+#include "recompute.hpp"
 
 #include <iostream>
 #include <utility>
@@ -181,6 +182,7 @@ struct GatheredBlock : torch::autograd::Function<GatheredBlock> {
     torch::Tensor y = block->forward(x);
     unit->free();
     ctx->save_for_backward({x});
+    AutocastState::current().save(ctx);
     ctx->saved_data["unit"] = reinterpret_cast<int64_t>(unit);
     ctx->saved_data["block"] = reinterpret_cast<int64_t>(block);
     return y;
@@ -198,7 +200,11 @@ struct GatheredBlock : torch::autograd::Function<GatheredBlock> {
     {
       torch::AutoGradMode enable(true);
       auto xd = x.detach().requires_grad_(true);
-      auto y = block->forward(xd);
+      torch::Tensor y;
+      {
+        AutocastScope autocast(AutocastState::load(ctx));  // Note [Autocast in recomputation]
+        y = block->forward(xd);
+      }
       torch::autograd::variable_list inputs{xd};
       for (const auto& p : unit->params()) inputs.push_back(p);
       grads = torch::autograd::grad({y}, inputs, {grad_out[0]}, /*retain_graph=*/false, /*create_graph=*/false,

@@ -25,6 +25,7 @@
 #include <array>
 
 #include "checkpoint.hpp"
+#include "recompute.hpp"
 #include "data.hpp"
 #include "ddp.hpp"
 #include "dist.hpp"
@@ -67,27 +68,6 @@ torchrun) started: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT come from the e
 )";
 
 namespace {
-
-// Activation checkpointing for one block: forward without keeping activations, recomputed
-// in backward (FSDP's GatheredBlock does the same, with gathering around it).
-struct CheckpointedBlock : torch::autograd::Function<CheckpointedBlock> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, BlockImpl* block) {
-    ctx->save_for_backward({x});
-    ctx->saved_data["block"] = reinterpret_cast<int64_t>(block);
-    return block->forward(x);
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grad_out) {
-    auto* block = reinterpret_cast<BlockImpl*>(ctx->saved_data["block"].toInt());
-    auto x = ctx->get_saved_variables()[0];
-    torch::AutoGradMode enable(true);
-    auto xd = x.detach().requires_grad_(true);
-    auto y = block->forward(xd);
-    // Parameter gradients accumulate into .grad as usual (and fire DDP's hooks).
-    torch::autograd::backward({y}, {grad_out[0]});
-    return {xd.grad(), torch::Tensor()};
-  }
-};
 
 // Step phases on the device's own clock: CUDA events on a GPU (kernels run asynchronously,
 // so host time would mis-attribute them), the wall clock on CPU. Marks: 0 step start,
