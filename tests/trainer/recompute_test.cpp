@@ -84,7 +84,7 @@ torch::Tensor batch(int64_t seed) {
   return torch::randint(0, 128, {4, 33});
 }
 
-std::vector<torch::Tensor> unit_params(const Gpt& g, int unit) {
+std::vector<torch::Tensor> unit_params(Gpt& g, int unit) {
   if (unit == 0) {
     std::vector<torch::Tensor> ps;
     for (auto* m : std::vector<torch::nn::Module*>{g->wte.get(), g->wpe.get(), g->ln_f.get()})
