@@ -281,6 +281,9 @@ int run(const Options& o) {
                       : "")
               << ", global batch " << o.batch_size * o.grad_accum * dist.world << " x " << gc.block_size << " tokens"
               << std::endl;
+  if (chief)  // what the step times below are measured with (the GPU tests check it)
+    std::cout << "lockstep-trainer: step phases timed with " << (device.is_cuda() ? "CUDA events" : "the host clock")
+              << std::endl;
 
   // 4. The optimizer.
   FusedAdamW opt(fsdp ? fsdp->shards() : module->parameters(),
@@ -300,7 +303,13 @@ int run(const Options& o) {
     }
   }
   const double tokens_per_step = static_cast<double>(o.batch_size * o.grad_accum * gc.block_size);
-  const double flops_per_token = 6.0 * static_cast<double>(n_params);
+  // Model FLOPs per token, the count MFU divides (docs/trainer.md, as PaLM's appendix B and
+  // nanoGPT's estimate_mfu): 6 x the parameters less the position table (a lookup, no matmul;
+  // the tied head counts the token table once) plus attention's 12 x layers x context x width.
+  const double flops_per_token =
+      gpt_model ? 6.0 * static_cast<double>(n_params - gc.block_size * gc.n_embd) +
+                      12.0 * static_cast<double>(gc.n_layer * gc.block_size * gc.n_embd)
+                : 6.0 * static_cast<double>(n_params);
   double first_loss = 0;
   std::vector<double> step_times;
   double comm_total = 0, exposed_total = 0;
@@ -390,9 +399,11 @@ int run(const Options& o) {
   }
   if (!o.dump_params.empty()) {
     std::vector<torch::Tensor> params;
-    if (fsdp) params = fsdp->full_parameters();  // a collective: every rank takes part
-    else
+    if (fsdp) {
+      for (const auto& p : fsdp->full_parameters()) params.push_back(p.cpu());  // a collective: every rank takes part
+    } else {
       for (const auto& p : module->parameters()) params.push_back(p.detach().cpu());
+    }
     if (chief) torch::save(params, o.dump_params);
   }
   if (fsdp) {
