@@ -12,8 +12,10 @@
 #include <regex>
 #include <sstream>
 
+#include "../../trainer/memory_plan.hpp"
 #include "lockstep/process.hpp"
 #include "test_util.hpp"
+#include "trainer_test_util.hpp"
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
@@ -194,7 +196,9 @@ TEST(Fsdp, TwoAndFourRanksMatchOneProcess) {
     const double worst = max_abs_diff(dir + "/one.pt", dump);
     RecordProperty("max_abs_param_diff_" + std::to_string(world), std::to_string(worst));
     EXPECT_LT(worst, 1e-4) << "FSDP on " << world << " ranks differs from one process by " << worst;
-    // Per-rank parameter, gradient and AdamW state bytes: 16 x params / N, plus padding.
+    // Per-rank parameter, gradient and AdamW state bytes: 16 x params / N, plus padding. This is
+    // the trainer's own accounting of its shards; the memory the kernel sees is checked against
+    // the plan by Memory.FsdpPeakResidentMemoryFallsAsThePlanSays (reference_test.cpp).
     for (int r = 0; r < world; ++r) {
       std::ifstream in(dir + "/mem" + std::to_string(world) + ".rank-" + std::to_string(r));
       double measured = 0, ideal = 0, padded = 0;
@@ -297,6 +301,30 @@ TEST(Trainer, ActivationCheckpointingChangesMemoryNotResults) {
   std::string out = train(2, ck, &code);
   ASSERT_EQ(code, 0) << out;
   EXPECT_LT(max_abs_diff(dir + "/plain.pt", dir + "/ck.pt"), 1e-5);
+
+  // Memory: the kernel's peak RSS of one rank (wait4's ru_maxrss) on a shape whose
+  // activations dwarf its 1.6M parameters. The plan (memory_plan.hpp, Korthikanti et al.)
+  // puts the activations it saves at hundreds of MB in fp32; the rank must keep at least a
+  // quarter of that off its peak (CPU attention keeps no T x T scores, so the real saving is
+  // below the plan's 16-bit GPU count).
+  lockstep::plan::TransformerShape shape{8, 128, 4, 256, 8};
+  std::vector<std::string> big = {trainer_bin(), "--device", "cpu", "--n-layer", "8", "--n-embd", "128", "--n-head", "4",
+                                  "--seq-len", "256", "--batch-size", "8", "--steps", "2", "--strategy", "DDP"};
+  // A fixed mmap threshold: freed tensors leave RSS (Memory.FsdpPeakResidentMemoryFallsAsThePlanSays).
+  const std::map<std::string, std::string> one_rank = {
+      {"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"}, {"MALLOC_MMAP_THRESHOLD_", "65536"}};
+  auto without = lockstep::test::run_measured(big, one_rank, dir + "/plain.out");
+  ASSERT_EQ(without.code, 0) << without.output;
+  big.push_back("--activation-checkpointing");
+  auto with = lockstep::test::run_measured(big, one_rank, dir + "/ck.out");
+  ASSERT_EQ(with.code, 0) << with.output;
+  const double saved = (static_cast<double>(without.peak_rss_kb) - static_cast<double>(with.peak_rss_kb)) * 1024;
+  const double planned = lockstep::plan::activation_bytes(shape, false, 4) - lockstep::plan::activation_bytes(shape, true, 4);
+  RecordProperty("peak_rss_mb_plain", std::to_string(without.peak_rss_kb / 1024));
+  RecordProperty("peak_rss_mb_checkpointing", std::to_string(with.peak_rss_kb / 1024));
+  std::cout << "peak RSS: " << without.peak_rss_kb / 1024 << " MB plain, " << with.peak_rss_kb / 1024
+            << " MB with activation checkpointing; saved " << saved / 1e6 << " MB, planned " << planned / 1e6 << " MB\n";
+  EXPECT_GT(saved, 0.25 * planned) << "activation checkpointing did not lower the peak memory";
 }
 
 // ---- The GPU tier (ctest entry trainer_gpu_test): NCCL, bf16 autocast and CUDA-event timing.
@@ -311,8 +339,8 @@ TEST(TrainerGpu, NcclBf16LearnsTheSyntheticTask) {
                               "--lr", "3e-3", "--log-every", "50", "--loss-log", dir + "/loss"}, &code, "cuda");
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("backend nccl, strategy DDP"), std::string::npos) << out;
-  // The step phases are timed with CUDA events: the progress line carries a communication share.
-  EXPECT_TRUE(std::regex_search(out, std::regex(R"(ms/step  comm \d+%)"))) << out;
+  // The step phases are timed with CUDA events (their figures: TrainerGpu.Gpt2PresetTrainsInBf16).
+  EXPECT_NE(out.find("step phases timed with CUDA events"), std::string::npos) << out;
   const double last = last_loss(dir + "/loss"), uniform = std::log(256.0);
   RecordProperty("final_loss", std::to_string(last));
   EXPECT_GT(last, 0);
@@ -341,17 +369,48 @@ TEST(TrainerGpu, FsdpOnNcclMatchesPlainTraining) {
   EXPECT_LT(worst, 1e-4) << out2;
 }
 
-// The real preset in bf16 with NCCL: runs, and reports a throughput.
+// The real preset in bf16 with NCCL, run alone with a stand-in for the agent's metrics
+// socket, so every step's figures can be checked. What CUDA-event timing gives and host
+// clocks cannot: the NCCL all-reduce kernels' own device time (comm_s) is positive and
+// inside the step's device time, the exposed wait lies inside the step, compute + exposed
+// make up the step, and all steps together fit in the process's wall time. (Host clocks
+// around asynchronous launches would see a step of launches, and no collective time at all.)
 TEST(TrainerGpu, Gpt2PresetTrainsInBf16) {
   REQUIRE_GPU();
-  int code;
-  std::string out = train(1, {"--model", "gpt2-124m", "--backend", "nccl", "--steps", "8", "--batch-size", "8",
-                              "--log-every", "4"}, &code, "cuda");
-  ASSERT_EQ(code, 0) << out;
+  std::string dir = temp_dir("gpu-gpt2");
+  lockstep::test::DatagramSink sink(dir + "/metrics.sock");
+  const auto start = std::chrono::steady_clock::now();
+  auto r = lockstep::run_capture({trainer_bin(), "--device", "cuda", "--model", "gpt2-124m", "--backend", "nccl",
+                                  "--steps", "8", "--batch-size", "8", "--log-every", "4"},
+                                 {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"},
+                                  {"LOCKSTEP_METRICS_SOCKET", dir + "/metrics.sock"}},
+                                 300s);
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string& out = r.output;
+  ASSERT_EQ(r.status.shell_code(), 0) << out;
+  EXPECT_NE(out.find("step phases timed with CUDA events"), std::string::npos) << out;
+  auto steps = sink.drain();
+  ASSERT_EQ(steps.size(), 8u) << out;
+  double total_step_s = 0;
+  for (const auto& s : steps) {
+    SCOPED_TRACE("step " + s.at("step"));
+    const double step_s = std::stod(s.at("step_s")), comm_s = std::stod(s.at("comm_s")),
+                 exposed = std::stod(s.at("exposed_comm_s")), compute = std::stod(s.at("compute_s"));
+    total_step_s += step_s;
+    EXPECT_GT(step_s, 0);
+    EXPECT_GT(comm_s, 0) << "no device time for the NCCL all-reduces";
+    EXPECT_LT(comm_s, step_s);
+    EXPECT_GE(exposed, 0);
+    EXPECT_LE(exposed, step_s);
+    EXPECT_NEAR(compute + exposed, step_s, 1e-3 * step_s);
+  }
+  EXPECT_LT(total_step_s, wall_s) << "the steps claim more time than the process ran";
   std::smatch m;
   ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(step +8/8  loss ([0-9.]+)  (\d+) tok/s)"))) << out;
   RecordProperty("tokens_per_s", m[2].str());
-  EXPECT_GT(std::stod(m[2]), 0);
+  // The progress line's rate is the step-8 datagram's tokens over its CUDA-event step time.
+  const double rate = std::stod(steps.back().at("tokens")) / std::stod(steps.back().at("step_s"));
+  EXPECT_NEAR(std::stod(m[2]), rate, 0.01 * rate + 1) << out;
   EXPECT_LT(std::stod(m[1]), 11.5) << "loss after 8 steps should be below ln(50257) = 10.8 plus noise\n" << out;
 }
 
@@ -377,10 +436,13 @@ TEST(TrainerGpu, NcclCheckpointsAndResumes) {
   EXPECT_NE(out2.find("checkpoint at step 30"), std::string::npos) << out2;
 }
 
-// Note [Autocast in recomputation]: FSDP recomputes every block in backward, and activation
-// checkpointing recomputes when asked. In bf16 both must compute the gradients of the bf16
-// forward, so they match plain bf16 training to within run-to-run noise of the GPU kernels;
-// recomputing in fp32 instead made them differ by bf16 rounding in every step's gradients.
+// Note [Autocast in recomputation]: activation checkpointing and FSDP recompute blocks in
+// backward, and in bf16 must compute the gradients of the bf16 forward. Checkpointing does
+// exactly what plain training does (measured on an H100: bitwise equal after 20 steps, as is a
+// rerun), so any difference is the bug. FSDP also sums the clipping norm and steps AdamW over
+// flat shards, whose float rounding differs, and bf16 activations amplify that over 20 steps
+// (0.0046 measured): its exact check is the CPU test AutocastRecompute.FsdpKeepsTheForwardsPrecision,
+// here only a bound far below what training in the wrong precision would drift to.
 TEST(TrainerGpu, RecomputationKeepsBf16) {
   REQUIRE_GPU();
   std::string dir = temp_dir("gpu-recompute");
@@ -407,8 +469,8 @@ TEST(TrainerGpu, RecomputationKeepsBf16) {
   RecordProperty("ckpt_diff", std::to_string(ckpt));
   std::cout << "bf16 max |param diff| after 20 steps: rerun " << noise << ", FSDP " << fsdp
             << ", activation checkpointing " << ckpt << std::endl;
-  EXPECT_LT(fsdp, 2e-3);
-  EXPECT_LT(ckpt, 2e-3);
+  EXPECT_LT(ckpt, std::max(1e-6, 10 * noise));
+  EXPECT_LT(fsdp, 2e-2);
 }
 
 // More workers on a node than GPUs: the extra rank stops with a usage error naming LOCAL_RANK.
