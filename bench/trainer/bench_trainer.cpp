@@ -1,8 +1,12 @@
 // bench/trainer: DDP on CPU with Gloo, under lockstep-agent, in the same run:
 //  1. step time of 2-rank DDP against 1 rank at the same per-rank batch (scaling cost);
-//  2. the share of communication hidden behind backward: buckets all-reduced during
-//     backward against the same buckets all-reduced after it (--no-overlap).
-// Target (issue #5): at least 60% of communication hidden on the tiny preset.
+//  2. what overlapping communication with backward saves: buckets all-reduced during backward
+//     against the same buckets all-reduced after it (--no-overlap).
+// Target (issue #5): at least 60% of communication hidden on the tiny preset, judged on the
+// saving (step without overlap - step with overlap) / communication time without overlap.
+// The ratio 1 - exposed / communication is printed beside it but judges nothing: overlap
+// stretches the collectives (they share the cores with backward), which grows its own
+// denominator and flatters it (issue 11, item 12).
 #include <unistd.h>
 
 #include <algorithm>
@@ -64,7 +68,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> common = {"--model", model, "--steps", steps, "--batch-size", batch, "--log-every", "1000"};
   std::cout << "bench/trainer: " << model << ", " << steps << " steps, batch " << batch << " per rank, Gloo on CPU, "
             << rounds << " rounds" << std::endl;
-  std::vector<double> one_step, two_step, hidden_on, hidden_off, comm_share_on;
+  std::cout << "  flags (every run): lockstep-agent --nproc-per-node N --no-metrics -- lockstep-trainer --device cpu";
+  for (const auto& a : common) std::cout << " " << a;
+  std::cout << "; the baseline adds --no-overlap" << std::endl;
+  std::vector<double> one_step, two_step, off_step, saving, comm_off, hidden_on, hidden_off, comm_share_on;
   for (int r = 1; r <= rounds; ++r) {
     auto one = run(1, common, stats);
     auto on = run(2, common, stats);
@@ -73,21 +80,36 @@ int main(int argc, char** argv) {
     auto off = run(2, off_args, stats);
     one_step.push_back(one["step_s_median"]);
     two_step.push_back(on["step_s_median"]);
+    off_step.push_back(off["step_s_median"]);
+    // Without overlap nothing hides the collectives, so their time per step is what overlap
+    // could at best save; the step-time difference is what it did save.
+    comm_off.push_back(off["comm_s"] / off["steps"]);
+    saving.push_back((off_step.back() - two_step.back()) / comm_off.back());
     hidden_on.push_back(1 - on["exposed_s"] / on["comm_s"]);
     hidden_off.push_back(1 - off["exposed_s"] / off["comm_s"]);
     comm_share_on.push_back(on["comm_s"] / (on["steps"] * on["step_s_median"]));
     std::cout << std::fixed << std::setprecision(2) << "  round " << r << ": step 1 rank " << one["step_s_median"] * 1000
-              << " ms, 2 ranks " << on["step_s_median"] * 1000 << " ms (no overlap " << off["step_s_median"] * 1000
-              << " ms); hidden " << hidden_on.back() * 100 << "% vs " << hidden_off.back() * 100 << "%" << std::endl;
+              << " ms, 2 ranks " << two_step.back() * 1000 << " ms, 2 ranks no overlap " << off_step.back() * 1000
+              << " ms, communication without overlap " << comm_off.back() * 1000 << " ms/step; saving "
+              << saving.back() * 100 << "%; 1 - exposed/comm " << hidden_on.back() * 100 << "% (no overlap "
+              << hidden_off.back() * 100 << "%), comm/step " << comm_share_on.back() * 100 << "%" << std::endl;
   }
+  const double med_saving = bench::percentile(saving, 0.5);
   std::cout << std::fixed << std::setprecision(3) << "\nresults (medians of " << rounds << " rounds; "
             << std::thread::hardware_concurrency() << " cores)\n"
             << "  step time, 2-rank DDP / 1 rank at the same per-rank batch: " << bench::percentile(two_step, 0.5) / bench::percentile(one_step, 0.5)
             << " (" << bench::percentile(two_step, 0.5) * 1000 << " ms vs " << bench::percentile(one_step, 0.5) * 1000 << " ms)\n"
-            << std::setprecision(1) << "  communication hidden behind backward: " << bench::percentile(hidden_on, 0.5) * 100
-            << "% with bucketed overlap vs " << bench::percentile(hidden_off, 0.5) * 100 << "% all-reducing after backward (target >= 60%)\n"
-            << "  communication time / step time (2 ranks): " << bench::percentile(comm_share_on, 0.5) * 100 << "%\n"
-            << (bench::percentile(hidden_on, 0.5) >= 0.6 ? "target met\n" : "target NOT met\n");
+            << "  step time with overlap / without: " << bench::percentile(two_step, 0.5) * 1000 << " ms vs "
+            << bench::percentile(off_step, 0.5) * 1000 << " ms; communication without overlap "
+            << bench::percentile(comm_off, 0.5) * 1000 << " ms/step\n"
+            << std::setprecision(1) << "  saving, (step without overlap - step with) / communication without overlap: "
+            << med_saving * 100 << "% (rounds " << bench::percentile(saving, 0) * 100 << ".."
+            << bench::percentile(saving, 1) * 100 << "%; target >= 60%)\n"
+            << "  1 - exposed / communication (not judged: its denominator grows with overlap): "
+            << bench::percentile(hidden_on, 0.5) * 100 << "% with overlap vs " << bench::percentile(hidden_off, 0.5) * 100
+            << "% without\n"
+            << "  communication time / step time (2 ranks, overlap): " << bench::percentile(comm_share_on, 0.5) * 100 << "%\n"
+            << (med_saving >= 0.6 ? "target met (on the saving)\n" : "target NOT met (on the saving)\n");
   std::remove(stats.c_str());
   return 0;
 }
