@@ -83,8 +83,10 @@ class Gpt(nn.Module):
 
 
 def flops_per_token(c, n_params):
-    """6 x (matmul parameters) + attention's 12 x layers x sequence x width (PaLM's count): the
-    position embedding is a lookup, the tied embedding counts once, as the output projection."""
+    """6 x (parameters - position table) + attention's 12 x layers x context x width (PaLM's
+    count, appendix B; nanoGPT's estimate_mfu): the position embedding is a lookup, the tied
+    embedding counts once, as the output projection. The trainer's step datagrams report the
+    same count (`flops`, trainer/train.cpp), which the dashboard's MFU divides: docs/trainer.md."""
     return 6 * (n_params - c["block_size"] * c["n_embd"]) + 12 * c["n_layer"] * c["block_size"] * c["n_embd"]
 
 
