@@ -1,4 +1,5 @@
-# lockstep-operator: a small, non-root runtime image.
+# lockstep-operator: a small, non-root runtime image. Only the operator is built, so only its
+# install component is installed (tests/images/images_test.cpp replays these lines).
 #   docker build -f docker/operator.Dockerfile -t lockstep/operator:0.1.0 .
 FROM debian:bookworm AS build
 RUN apt-get update && apt-get install -y --no-install-recommends \
@@ -8,7 +9,7 @@ COPY . /src
 RUN cmake -S /src -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOCKSTEP_BUILD_TESTS=OFF \
       -DLOCKSTEP_BUILD_AGENT=OFF -DLOCKSTEP_BUILD_TRAINER=OFF \
  && cmake --build /build --target lockstep-operator \
- && cmake --install /build --prefix /out
+ && cmake --install /build --component operator --prefix /out
 
 FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends \

@@ -1,0 +1,176 @@
+// The container images' build and install steps, without Docker. Each docker/*.Dockerfile
+// configures a build, builds some targets (`cmake --build /build --target ...`) and installs
+// some components (`cmake --install /build --component C --prefix P`). An image fails to
+// build when it installs something it did not build ("file INSTALL cannot find ..."), and is
+// useless when it builds something it never installs or copies a path the install did not
+// produce. This suite reads the Dockerfiles' own command lines, replays every install against
+// this build tree into a temporary prefix, and checks: exactly the built targets are
+// installed, each runs (`--version`) with every shared library found (ldd), and each path a
+// later stage COPYs from the build stage exists.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "lockstep/process.hpp"
+#include "test_util.hpp"
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Install {
+  std::string component;  // empty: every component
+  std::string prefix;
+};
+
+struct Recipe {
+  std::set<std::string> targets;     // cmake --build ... --target A B
+  std::vector<Install> installs;     // cmake --install ... [--component C] --prefix P
+  std::vector<std::string> copies;   // COPY --from=build SRC DST: SRC
+};
+
+std::vector<std::string> words(const std::string& s) {
+  std::istringstream in(s);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+// The build and install commands of a Dockerfile: continuation lines joined, each RUN split
+// at `&&` and `;`.
+Recipe parse_dockerfile(const std::string& text) {
+  std::string joined = std::regex_replace(text, std::regex(R"(\\\n)"), " ");
+  Recipe r;
+  std::istringstream lines(joined);
+  for (std::string line; std::getline(lines, line);) {
+    auto w = words(line);
+    if (w.size() >= 3 && w[0] == "COPY" && w[1] == "--from=build") r.copies.push_back(w[2]);
+    if (w.empty() || w[0] != "RUN") continue;
+    std::string body = line.substr(line.find("RUN") + 3);
+    static const std::regex separator("&&|;");
+    for (const auto& cmd : std::vector<std::string>(std::sregex_token_iterator(body.begin(), body.end(), separator, -1),
+                                                    std::sregex_token_iterator())) {
+      auto a = words(cmd);
+      if (a.size() < 2 || a[0] != "cmake") continue;
+      if (a[1] == "--build") {
+        for (size_t i = 2; i < a.size(); ++i)
+          if (a[i] == "--target")
+            for (size_t j = i + 1; j < a.size() && a[j].rfind("-", 0) != 0; ++j) r.targets.insert(a[j]);
+      } else if (a[1] == "--install") {
+        Install in;
+        for (size_t i = 2; i + 1 < a.size(); ++i) {
+          if (a[i] == "--component") in.component = a[i + 1];
+          if (a[i] == "--prefix") in.prefix = a[i + 1];
+        }
+        r.installs.push_back(in);
+      }
+    }
+  }
+  return r;
+}
+
+std::string build_dir() { return lockstep::test::env_or("LOCKSTEP_BUILD_DIR", ""); }
+std::string cmake() { return lockstep::test::env_or("LOCKSTEP_CMAKE", "cmake"); }
+
+// Replays `recipe`'s installs into `root` (each prefix P becomes root/P); returns the problems.
+std::vector<std::string> replay(const Recipe& recipe, const std::string& root) {
+  std::vector<std::string> problems;
+  if (recipe.targets.empty()) problems.push_back("no `cmake --build ... --target` line");
+  if (recipe.installs.empty()) problems.push_back("no `cmake --install` line");
+  std::set<std::string> installed;
+  for (const auto& in : recipe.installs) {
+    if (in.prefix.empty()) {
+      problems.push_back("a `cmake --install` without --prefix");
+      continue;
+    }
+    std::vector<std::string> argv = {cmake(), "--install", build_dir(), "--prefix", root + in.prefix};
+    if (!in.component.empty()) argv.insert(argv.end(), {"--component", in.component});
+    auto r = lockstep::run_capture(argv, {}, 120s);
+    if (!r.status.success()) {
+      problems.push_back(lockstep::shell_join(argv) + " failed: " + r.output);
+      continue;
+    }
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(root + in.prefix + "/bin", ec)) installed.insert(e.path().filename());
+  }
+  for (const auto& name : installed)
+    if (!recipe.targets.count(name))
+      problems.push_back("installs " + name + ", which it does not build (`cmake --build --target` lacks it): in the image "
+                         "`cmake --install` stops with \"file INSTALL cannot find\"; install by --component");
+  for (const auto& t : recipe.targets)
+    if (!installed.count(t)) problems.push_back("builds " + t + " but installs no bin/" + t);
+  for (const auto& c : recipe.copies)
+    if (!fs::exists(root + c)) problems.push_back("COPY --from=build " + c + ": the install produced no such file");
+  return problems;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += "  " + s + "\n";
+  return out;
+}
+
+class Images : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Images, InstallTreeHasExactlyTheBuiltBinariesAndTheyRun) {
+  if (build_dir().empty()) GTEST_SKIP() << "SKIPPED: LOCKSTEP_BUILD_DIR is not set (ctest sets it)";
+  const std::string dockerfile = std::string(LOCKSTEP_SOURCE_DIR) + "/docker/" + GetParam();
+  auto recipe = parse_dockerfile(lockstep::test::read_file(dockerfile));
+  const std::string root = ::testing::TempDir() + "/images-" + std::to_string(::getpid()) + "/" + GetParam();
+  fs::remove_all(root);
+  auto problems = replay(recipe, root);
+  ASSERT_TRUE(problems.empty()) << dockerfile << ":\n" << join(problems);
+  for (const auto& in : recipe.installs) {
+    for (const auto& e : fs::directory_iterator(root + in.prefix + "/bin")) {
+      const std::string bin = e.path().string();
+      SCOPED_TRACE(bin);
+      auto version = lockstep::run_capture({bin, "--version"}, {}, 60s);
+      EXPECT_EQ(version.status.shell_code(), 0) << version.output;
+      EXPECT_NE(version.output.find("0."), std::string::npos) << version.output;
+      // The installed RPATH (CMAKE_INSTALL_RPATH_USE_LINK_PATH) must still find every library.
+      auto ldd = lockstep::run_capture({"ldd", bin}, {}, 60s);
+      EXPECT_EQ(ldd.status.shell_code(), 0) << ldd.output;
+      EXPECT_EQ(ldd.output.find("not found"), std::string::npos) << ldd.output;
+    }
+  }
+  if (!HasFailure()) fs::remove_all(root);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dockerfiles, Images, ::testing::Values("operator.Dockerfile", "trainer.Dockerfile"),
+                         [](const auto& info) { return std::regex_replace(info.param, std::regex("[^A-Za-z0-9]"), "_"); });
+
+// Every Dockerfile in docker/ is covered by the suite above.
+TEST(Images, EveryDockerfileIsChecked) {
+  std::set<std::string> found;
+  for (const auto& e : fs::directory_iterator(std::string(LOCKSTEP_SOURCE_DIR) + "/docker"))
+    if (e.path().extension() == ".Dockerfile") found.insert(e.path().filename());
+  EXPECT_EQ(found, (std::set<std::string>{"operator.Dockerfile", "trainer.Dockerfile"}));
+}
+
+// The check can fail: the operator recipe as it was (build one target, install everything)
+// is caught, with the message the image build would have stopped on in mind.
+TEST(Images, CatchesARecipeThatInstallsWhatItDidNotBuild) {
+  if (build_dir().empty()) GTEST_SKIP() << "SKIPPED: LOCKSTEP_BUILD_DIR is not set (ctest sets it)";
+  auto recipe = parse_dockerfile(
+      "FROM debian:bookworm AS build\n"
+      "RUN cmake -S /src -B /build -G Ninja -DLOCKSTEP_BUILD_TESTS=OFF \\\n"
+      " && cmake --build /build --target lockstep-operator \\\n"
+      " && cmake --install /build --prefix /out\n"
+      "FROM debian:bookworm-slim\n"
+      "COPY --from=build /out/bin/lockstep-operator /usr/local/bin/lockstep-operator\n");
+  EXPECT_EQ(recipe.targets, (std::set<std::string>{"lockstep-operator"}));
+  ASSERT_EQ(recipe.installs.size(), 1u);
+  EXPECT_EQ(recipe.installs[0].component, "");
+  const std::string root = ::testing::TempDir() + "/images-old-" + std::to_string(::getpid());
+  fs::remove_all(root);
+  auto problems = replay(recipe, root);
+  EXPECT_NE(join(problems).find("installs lockstep, which it does not build"), std::string::npos) << join(problems);
+  fs::remove_all(root);
+}
+
+}  // namespace
