@@ -3,12 +3,17 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <thread>
 
 #include "lockstep/process.hpp"
+#include "test_util.hpp"
 
 using namespace std::chrono_literals;
 using lockstep::Process;
@@ -20,6 +25,26 @@ SpawnOptions sh(const std::string& script) {
   SpawnOptions o;
   o.argv = {"/bin/sh", "-c", script};
   return o;
+}
+// A file the child creates (atomically, by rename) once its set-up, such as a trap, is done:
+// the test waits for that instead of guessing how long the shell takes to start.
+std::string ready_file(const std::string& name) {
+  std::string path = ::testing::TempDir() + "/" + name + "-" + std::to_string(::getpid()) + ".ready";
+  ::unlink(path.c_str());
+  return path;
+}
+std::string signal_ready(const std::string& path) { return "echo ok > " + path + ".tmp && mv " + path + ".tmp " + path; }
+bool wait_ready(const std::string& path) {
+  return lockstep::test::eventually([&] { return ::access(path.c_str(), F_OK) == 0; }, 20s);
+}
+// The pid a child wrote to `path` (atomically), or 0 if it did not within 20 s.
+pid_t wait_pid_file(const std::string& path) {
+  pid_t pid = 0;
+  lockstep::test::eventually([&] {
+    std::ifstream(path) >> pid;
+    return pid > 0;
+  }, 20s);
+  return pid;
 }
 }  // namespace
 
@@ -53,8 +78,9 @@ TEST(Process, UnknownProgramIsAClearError) {
 
 TEST(Process, TerminateEscalatesToKillAfterGrace) {
   // The child ignores SIGTERM, so only SIGKILL after the grace period ends it.
-  auto p = Process::spawn(sh("trap '' TERM; while :; do sleep 0.05; done"));
-  std::this_thread::sleep_for(100ms);
+  auto ready = ready_file("ignores-term");
+  auto p = Process::spawn(sh("trap '' TERM; " + signal_ready(ready) + "; while :; do sleep 0.05; done"));
+  ASSERT_TRUE(wait_ready(ready)) << "the child never installed its trap";
   auto t0 = std::chrono::steady_clock::now();
   auto st = p.terminate(300ms);
   auto took = std::chrono::steady_clock::now() - t0;
@@ -64,26 +90,24 @@ TEST(Process, TerminateEscalatesToKillAfterGrace) {
 }
 
 TEST(Process, TerminateIsGracefulWhenTheChildHonoursSigterm) {
-  auto p = Process::spawn(sh("trap 'exit 7' TERM; while :; do sleep 0.05; done"));
-  std::this_thread::sleep_for(100ms);
+  auto ready = ready_file("honours-term");
+  auto p = Process::spawn(sh("trap 'exit 7' TERM; " + signal_ready(ready) + "; while :; do sleep 0.05; done"));
+  ASSERT_TRUE(wait_ready(ready)) << "the child never installed its trap";
   auto st = p.terminate(5s);
   EXPECT_EQ(st.code, 7);
 }
 
 TEST(Process, ProcessGroupSignalReachesGrandchildren) {
   std::string pidfile = ::testing::TempDir() + "/grandchild.pid";
-  auto o = sh("sleep 30 & echo $! > " + pidfile + "; wait");
+  ::unlink(pidfile.c_str());
+  auto o = sh("sleep 30 & echo $! > " + pidfile + ".tmp && mv " + pidfile + ".tmp " + pidfile + "; wait");
   o.new_process_group = true;
   auto p = Process::spawn(o);
-  pid_t grandchild = 0;
-  for (int i = 0; i < 100 && grandchild == 0; ++i) {
-    std::this_thread::sleep_for(20ms);
-    std::ifstream(pidfile) >> grandchild;
-  }
+  pid_t grandchild = wait_pid_file(pidfile);
   ASSERT_GT(grandchild, 0);
   p.terminate(2s);
-  for (int i = 0; i < 100 && alive(grandchild); ++i) std::this_thread::sleep_for(20ms);
-  EXPECT_FALSE(alive(grandchild)) << "grandchild " << grandchild << " outlived its group";
+  // Killed, it is re-parented to init (or a subreaper) and may linger as a zombie briefly.
+  EXPECT_TRUE(lockstep::test::eventually([&] { return !lockstep::test::is_running(grandchild); }, 5s)) << "grandchild " << grandchild << " outlived its group";
 }
 
 TEST(Process, DestructorKillsARunningChild) {
@@ -100,6 +124,7 @@ TEST(Process, ChildDiesWithItsParent) {
   // A middle process spawns a long sleeper through lockstep::Process and is then SIGKILLed:
   // the sleeper must die too (PR_SET_PDEATHSIG), though nobody ran a destructor.
   std::string pidfile = ::testing::TempDir() + "/orphan.pid";
+  ::unlink(pidfile.c_str());  // a previous run's pid must not be taken for this one's
   pid_t middle = ::fork();
   ASSERT_GE(middle, 0);
   if (middle == 0) {
@@ -107,24 +132,13 @@ TEST(Process, ChildDiesWithItsParent) {
     ::pause();
     ::_exit(0);
   }
-  pid_t sleeper = 0;
-  for (int i = 0; i < 200 && sleeper == 0; ++i) {
-    std::this_thread::sleep_for(20ms);
-    std::ifstream(pidfile) >> sleeper;
-  }
+  pid_t sleeper = wait_pid_file(pidfile);
   ASSERT_GT(sleeper, 0);
   ::kill(middle, SIGKILL);
   int st;
   ::waitpid(middle, &st, 0);
   // The sleeper is re-parented and killed; it may linger as a zombie of init briefly.
-  bool gone = false;
-  for (int i = 0; i < 100 && !gone; ++i) {
-    std::ifstream stat("/proc/" + std::to_string(sleeper) + "/stat");
-    std::string pid, comm, state;
-    gone = !(stat >> pid >> comm >> state) || state == "Z";
-    if (!gone) std::this_thread::sleep_for(20ms);
-  }
-  EXPECT_TRUE(gone) << "child " << sleeper << " outlived its SIGKILLed parent";
+  EXPECT_TRUE(lockstep::test::eventually([&] { return !lockstep::test::is_running(sleeper); }, 5s)) << "child " << sleeper << " outlived its SIGKILLed parent";
 }
 
 TEST(RunCapture, CapturesOutputStdinAndExitCode) {
@@ -150,8 +164,18 @@ TEST(RunCapture, TimesOutAndKills) {
 
 TEST(FreeLoopbackPort, IsBindable) {
   int port = lockstep::free_loopback_port();
-  EXPECT_GT(port, 0);
-  EXPECT_LT(port, 65536);
+  ASSERT_GT(port, 0);
+  ASSERT_LT(port, 65536);
+  // Its promise is that a server can bind it next: do so, on the address the agents use.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << "port " << port << ": " << std::strerror(errno);
+  EXPECT_EQ(::listen(fd, 1), 0) << std::strerror(errno);
+  ::close(fd);
 }
 
 TEST(ShellJoin, QuotesWhatNeedsIt) {
