@@ -1,0 +1,156 @@
+// The agent on a real GPU (the GPU tier, agent_gpu_test): a torchrun-style PyTorch program on
+// NCCL, and the GPU series of /metrics during training, scraped by a real Prometheus that runs
+// every GPU query of the training dashboard. Elsewhere each case says SKIPPED and why.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <thread>
+
+#include "lockstep/process.hpp"
+#include "test_util.hpp"
+
+using namespace std::chrono_literals;
+using lockstep::Process;
+using lockstep::test::env_or;
+using lockstep::test::read_file;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+bool have(const std::string& cmd) { return ::system(("command -v " + cmd + " >/dev/null 2>&1").c_str()) == 0; }
+
+#define REQUIRE_NVIDIA_GPU()                                                                               \
+  if (!have("nvidia-smi") || ::system("nvidia-smi -L >/dev/null 2>&1") != 0)                                \
+  GTEST_SKIP() << "SKIPPED: no GPU here (nvidia-smi finds none); runs on a GPU machine"
+
+std::string temp_dir(const std::string& name) {
+  std::string d = ::testing::TempDir() + "/agent-gpu-" + name + "-" + std::to_string(::getpid());
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// One node of a one-node job: the agent with the operator's environment, its output in a file.
+Process start_agent(const std::string& log, int metrics_port, std::vector<std::string> command) {
+  lockstep::SpawnOptions so;
+  so.argv = {env_or("LOCKSTEP_AGENT_BIN", "lockstep-agent"), "--metrics-address", "127.0.0.1", "--"};
+  so.argv.insert(so.argv.end(), command.begin(), command.end());
+  so.env = {{"LOCKSTEP_JOB_NAME", "gpu"}, {"LOCKSTEP_JOB_NAMESPACE", "ns"}, {"LOCKSTEP_JOB_UID", "uid-gpu"},
+            {"LOCKSTEP_NNODES", "1"}, {"LOCKSTEP_NODE_RANK", "0"}, {"LOCKSTEP_NPROC_PER_NODE", "1"},
+            {"LOCKSTEP_MASTER_ADDR", "127.0.0.1"}, {"LOCKSTEP_MASTER_PORT", std::to_string(lockstep::free_loopback_port())},
+            {"LOCKSTEP_RESTART_ATTEMPT", "0"}, {"LOCKSTEP_METRICS_PORT", std::to_string(metrics_port)}};
+  so.output_path = log;
+  so.new_process_group = true;
+  return Process::spawn(so);
+}
+
+std::string http_get(const std::string& url) {
+  return lockstep::run_capture({"curl", "-s", "--max-time", "5", url}, {}, 10s).output;
+}
+
+// The value of the first series `name{...gpu="0"...}` in a scrape, or -1.
+double gpu_series(const std::string& scrape, const std::string& name) {
+  std::smatch m;
+  std::regex re(name + R"(\{[^}]*gpu="0"[^}]*\} ([0-9.eE+-]+))");
+  return std::regex_search(scrape, m, re) ? std::stod(m[1]) : -1;
+}
+
+TEST(AgentGpu, TorchrunStyleNcclProgramTrainsUnderTheAgent) {
+  REQUIRE_NVIDIA_GPU();
+  if (::system("python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null") != 0)
+    GTEST_SKIP() << "SKIPPED: no GPU PyTorch: python3 cannot import a torch that sees a CUDA device";
+  std::string dir = temp_dir("torchrun");
+  std::string script = std::string(LOCKSTEP_SOURCE_DIR) + "/tests/agent/torchrun_ddp_nccl.py";
+  auto agent = start_agent(dir + "/agent.log", lockstep::free_loopback_port(), {"python3", script, "1", "1"});
+  auto st = agent.wait_for(180s);
+  ASSERT_TRUE(st.has_value()) << read_file(dir + "/agent.log");
+  std::string out = read_file(dir + "/agent.log");
+  EXPECT_EQ(st->shell_code(), 0) << out;
+  EXPECT_NE(out.find("torchrun-ddp rank 0/1 ok"), std::string::npos) << out;
+}
+
+// GPU series while lockstep-trainer trains gpt2-124m on the GPU: present, with values a busy
+// GPU has, and every GPU query of the training dashboard returns data from a real Prometheus.
+TEST(AgentGpu, GpuSeriesDuringTrainingReachPrometheusAndTheDashboard) {
+  REQUIRE_NVIDIA_GPU();
+  std::string trainer = env_or("LOCKSTEP_TRAINER_BIN", "");
+  if (trainer.empty()) GTEST_SKIP() << "SKIPPED: LOCKSTEP_TRAINER_BIN not set";
+  std::string prometheus = env_or("LOCKSTEP_PROMETHEUS_BIN", "prometheus");
+  if (!have(prometheus)) GTEST_SKIP() << "SKIPPED: prometheus not found (LOCKSTEP_PROMETHEUS_BIN)";
+  std::string dir = temp_dir("series");
+  const int metrics_port = lockstep::free_loopback_port();
+  auto agent = start_agent(dir + "/agent.log", metrics_port,
+                           {trainer, "--device", "cuda", "--model", "gpt2-124m", "--batch-size", "16", "--steps", "400",
+                            "--log-every", "50"});
+  const int prom_port = lockstep::free_loopback_port();
+  std::ofstream(dir + "/prometheus.yml")
+      << "global: {scrape_interval: 1s, evaluation_interval: 1s}\nscrape_configs:\n"
+      << "- job_name: lockstep-agents\n  static_configs:\n  - targets: ['127.0.0.1:" << metrics_port << "']\n";
+  lockstep::SpawnOptions ps;
+  ps.argv = {prometheus, "--config.file=" + dir + "/prometheus.yml", "--storage.tsdb.path=" + dir + "/tsdb",
+             "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)};
+  ps.output_path = dir + "/prometheus.log";
+  ps.new_process_group = true;
+  auto prom = Process::spawn(ps);
+
+  // Scrape the agent while it trains: the busiest reading of each series.
+  double util = -1, mem = -1, power = -1, temp = -1;
+  int steps_seen = 0;
+  for (int i = 0; i < 40; ++i) {
+    std::this_thread::sleep_for(1s);
+    std::string m = http_get("http://127.0.0.1:" + std::to_string(metrics_port) + "/metrics");
+    util = std::max(util, gpu_series(m, "lockstep_gpu_utilization_ratio"));
+    mem = std::max(mem, gpu_series(m, "lockstep_gpu_memory_used_bytes"));
+    power = std::max(power, gpu_series(m, "lockstep_gpu_power_watts"));
+    temp = std::max(temp, gpu_series(m, "lockstep_gpu_temperature_celsius"));
+    if (m.find("lockstep_steps_total{") != std::string::npos) ++steps_seen;
+    if (steps_seen > 20 && util > 0.5) break;
+  }
+  RecordProperty("max_utilization", std::to_string(util));
+  RecordProperty("max_memory_bytes", std::to_string(mem));
+  RecordProperty("max_power_watts", std::to_string(power));
+  std::cout << "GPU while training: utilization " << util << ", memory " << mem / (1 << 30) << " GiB, power " << power
+            << " W, temperature " << temp << " C" << std::endl;
+  EXPECT_GT(steps_seen, 0) << read_file(dir + "/agent.log");
+  EXPECT_GT(util, 0.5) << "gpt2-124m training keeps the GPU busy; utilization is a ratio in [0, 1]";
+  EXPECT_LE(util, 1.0);
+  EXPECT_GT(mem, 2.0 * (1 << 30)) << "the trainer holds GBs on the GPU";
+  EXPECT_GT(power, 100) << "a training H100/H200 draws well over 100 W";
+  EXPECT_GT(temp, 15);
+  EXPECT_LT(temp, 100);
+
+  // Every GPU query of the training dashboard, through Prometheus.
+  std::this_thread::sleep_for(16s);  // a full rate() window of samples
+  json dash = json::parse(read_file(std::string(LOCKSTEP_SOURCE_DIR) + "/dashboards/lockstep-training.json"));
+  int checked = 0;
+  for (const auto& p : dash["panels"])
+    for (const auto& t : p.value("targets", json::array())) {
+      std::string expr = t.value("expr", "");
+      if (expr.find("lockstep_gpu_") == std::string::npos) continue;
+      // The dashboard's variables, for this one job.
+      for (auto [var, val] : std::map<std::string, std::string>{{"$namespace", "ns"}, {"$trainingjob", "gpu"}, {"$rank", ".*"},
+                                                                {"$__rate_interval", "15s"}, {"$peak_tflops", "989"}})
+        for (size_t at; (at = expr.find(var)) != std::string::npos;) expr.replace(at, var.size(), val);
+      std::string body = lockstep::run_capture({"curl", "-s", "--max-time", "5", "--data-urlencode", "query=" + expr,
+                                                "http://127.0.0.1:" + std::to_string(prom_port) + "/api/v1/query"},
+                                               {}, 10s).output;
+      SCOPED_TRACE("panel '" + p.value("title", "") + "': " + expr);
+      json r = json::parse(body, nullptr, false);
+      ASSERT_FALSE(r.is_discarded()) << body;
+      EXPECT_EQ(r["status"], "success") << body;
+      EXPECT_FALSE(r["data"]["result"].empty()) << "no data: " << body;
+      ++checked;
+    }
+  std::cout << checked << " GPU queries of the training dashboard returned data" << std::endl;
+  EXPECT_GE(checked, 2);
+  agent.signal(SIGTERM);
+  agent.wait_for(30s);
+  prom.terminate(10s);
+}
+
+}  // namespace
