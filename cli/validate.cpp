@@ -1,8 +1,11 @@
 #include "validate.hpp"
 
+#include <yaml-cpp/depthguard.h>  // YAML::DeepRecursion (not included by yaml.h in 0.7)
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -12,38 +15,123 @@
 #include "crd_text.hpp"
 
 using json = nlohmann::json;
+namespace fs = std::filesystem;
 
 namespace lockstep::cli {
 namespace {
 
-json to_json(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Null: return nullptr;
-    case YAML::NodeType::Sequence: {
-      json a = json::array();
-      for (const auto& x : n) a.push_back(to_json(x));
-      return a;
-    }
-    case YAML::NodeType::Map: {
-      json o = json::object();
-      for (const auto& kv : n) o[kv.first.as<std::string>()] = to_json(kv.second);
-      return o;
-    }
-    case YAML::NodeType::Scalar: {
-      const std::string& s = n.Scalar();
-      if (n.Tag() == "!") return s;  // quoted: always a string
-      if (s == "true" || s == "True" || s == "TRUE") return true;
-      if (s == "false" || s == "False" || s == "FALSE") return false;
-      if (s == "null" || s == "~" || s.empty()) return nullptr;
-      static const std::regex integer(R"([-+]?[0-9]+)"), number(R"([-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?)");
-      if (std::regex_match(s, integer)) {
-        try { return std::stoll(s); } catch (...) {}
-      }
-      if (std::regex_match(s, number)) return std::stod(s);
-      return s;
-    }
-    default: return nullptr;
+// Plain (unquoted) scalars that YAML 1.2's core schema reads as numbers. Hand-written rather
+// than std::regex, whose recursive matcher overflows the stack on a long enough scalar.
+bool is_integer(const std::string& s) {
+  size_t i = (!s.empty() && (s[0] == '-' || s[0] == '+')) ? 1 : 0;
+  if (i == s.size()) return false;
+  for (; i < s.size(); ++i)
+    if (s[i] < '0' || s[i] > '9') return false;
+  return true;
+}
+bool is_number(const std::string& s) {  // [-+]?(digits[.digits*]|.digits)([eE][-+]?digits)?
+  size_t i = (!s.empty() && (s[0] == '-' || s[0] == '+')) ? 1 : 0;
+  auto digits = [&] {
+    size_t start = i;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+    return i - start;
+  };
+  size_t whole = digits(), frac = 0;
+  if (i < s.size() && s[i] == '.') {
+    ++i;
+    frac = digits();
   }
+  if (whole == 0 && frac == 0) return false;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
+    if (digits() == 0) return false;
+  }
+  return i == s.size();
+}
+
+// YAML to JSON within YamlLimits. yaml-cpp shares one node among an anchor and its aliases,
+// so a document can be a cycle (`a: &a [*a]`) or expand exponentially ("billion laughs")
+// while being a few bytes long: the walk counts values and depth and recognises an ancestor.
+class Converter {
+ public:
+  explicit Converter(const std::string& name) : name_(name) {}
+
+  json convert(const YAML::Node& n) {
+    if (++values_ > YamlLimits::kMaxValues)
+      fail("the document expands to more than " + std::to_string(YamlLimits::kMaxValues) +
+           " values (aliases repeating a large anchor?); a TrainingJob needs a few hundred");
+    if (ancestors_.size() >= YamlLimits::kMaxDepth)
+      fail("the document nests deeper than " + std::to_string(YamlLimits::kMaxDepth) + " levels; a TrainingJob needs about 20");
+    for (const auto& a : ancestors_)
+      if (a.is(n)) fail("an alias refers to a node that contains it (a recursive anchor such as `a: &a [*a]`)", n);
+    switch (n.Type()) {
+      case YAML::NodeType::Sequence: {
+        ancestors_.push_back(n);
+        json a = json::array();
+        for (const auto& x : n) a.push_back(convert(x));
+        ancestors_.pop_back();
+        return a;
+      }
+      case YAML::NodeType::Map: {
+        ancestors_.push_back(n);
+        json o = json::object();
+        for (const auto& kv : n) {
+          if (!kv.first.IsScalar()) fail("a mapping key is a sequence or mapping; keys must be strings", kv.first);
+          o[kv.first.Scalar()] = convert(kv.second);
+        }
+        ancestors_.pop_back();
+        return o;
+      }
+      case YAML::NodeType::Scalar: {
+        const std::string& s = n.Scalar();
+        if (n.Tag() == "!") return s;  // quoted: always a string
+        if (s == "true" || s == "True" || s == "TRUE") return true;
+        if (s == "false" || s == "False" || s == "FALSE") return false;
+        if (s == "null" || s == "~" || s.empty()) return nullptr;
+        if (is_integer(s)) {
+          try { return std::stoll(s); } catch (const std::out_of_range&) {}
+        }
+        if (is_number(s)) {
+          try { return std::stod(s); } catch (const std::out_of_range&) {}
+        }
+        return s;
+      }
+      default: return nullptr;
+    }
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what, const YAML::Node& at = YAML::Node()) {
+    std::string where = name_;
+    if (at.IsDefined() && at.Mark().line >= 0)
+      where += ":" + std::to_string(at.Mark().line + 1) + ":" + std::to_string(at.Mark().column + 1);
+    throw InputError(where + ": YAML too complex: " + what, 4);
+  }
+
+  const std::string& name_;
+  size_t values_ = 0;
+  std::vector<YAML::Node> ancestors_;
+};
+
+// The byte offset of the first invalid UTF-8 sequence, or npos.
+size_t invalid_utf8_at(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (len == 0 || i + len > s.size()) return i;
+    uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1f) : len == 3 ? (c & 0x0f) : (c & 0x07);
+    for (size_t k = 1; k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc >> 6) != 0x2) return i;
+      cp = (cp << 6) | (cc & 0x3f);
+    }
+    static const uint32_t min_for_len[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_for_len[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return i;  // overlong, range, surrogate
+    i += len;
+  }
+  return std::string::npos;
 }
 
 std::string show(const json& v) { return v.is_string() ? "\"" + v.get<std::string>() + "\"" : v.dump(); }
@@ -68,7 +156,7 @@ const std::map<std::string, Rule>& cel_rules() {
        [](const json& self) {
          std::string name = self.value("metadata", json::object()).value("name", "");
          static const std::regex dns1035("^[a-z]([-a-z0-9]*[a-z0-9])?$");
-         return std::regex_match(name, dns1035) && name.size() <= 50;
+         return name.size() <= 50 && std::regex_match(name, dns1035);  // short first: std::regex recurses per character
        }},
       {"!has(self.strategy) || self.strategy != 'FSDP' || self.nodes * self.procsPerNode >= 2",
        [](const json& self) {
@@ -132,7 +220,10 @@ void check(const json& schema, const json& v, const std::string& path, std::vect
       errors.push_back(where + ": Invalid value: " + show(v) + ": " + where + " in body should be at least " + schema["minLength"].dump() + " chars long");
     if (schema.contains("maxLength") && s.size() > schema["maxLength"].get<size_t>())
       errors.push_back(where + ": Too long: may not be longer than " + schema["maxLength"].dump());
-    if (schema.contains("pattern") && !std::regex_search(s, std::regex(schema["pattern"].get<std::string>())))
+    // std::regex recurses per character: a string past its maxLength (already an error) is
+    // not matched, so a megabyte-long value cannot overflow the stack.
+    const bool too_long = schema.contains("maxLength") && s.size() > schema["maxLength"].get<size_t>();
+    if (schema.contains("pattern") && !too_long && !std::regex_search(s, std::regex(schema["pattern"].get<std::string>())))
       errors.push_back(where + ": Invalid value: " + show(v) + ": " + where + " in body should match '" + schema["pattern"].get<std::string>() + "'");
   }
   if (v.is_array()) {
@@ -164,7 +255,15 @@ void check(const json& schema, const json& v, const std::string& path, std::vect
       errors.push_back(where + ": lockstep validate does not know the CEL rule '" + text + "' (update cli/validate.cpp)");
       continue;
     }
-    if (!it->second(v)) {
+    bool holds = true;
+    try {
+      holds = it->second(v);
+    } catch (const json::exception&) {
+      // A field of the wrong type (reported above): the API server does not evaluate CEL on
+      // an object that fails its schema either.
+      continue;
+    }
+    if (!holds) {
       std::string field = where;
       if (rule.contains("fieldPath")) field = path + rule["fieldPath"].get<std::string>();
       errors.push_back(field + ": Invalid value: \"object\": " + message);
@@ -183,30 +282,58 @@ const json& crd_schema() {
 }  // namespace
 
 json yaml_to_json_text(const std::string& text, const std::string& name) {
+  if (text.size() > YamlLimits::kMaxBytes)
+    throw InputError(name + ": larger than " + std::to_string(YamlLimits::kMaxBytes) +
+                         " bytes, the most a TrainingJob may be (the API server's request limit)", 4);
+  if (size_t at = invalid_utf8_at(text); at != std::string::npos) {
+    size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
+    throw InputError(name + ":" + std::to_string(line) + ": not valid UTF-8 at byte " + std::to_string(at) +
+                         " (a binary file?); YAML manifests must be UTF-8 text", 4);
+  }
+  YAML::Node root;
   try {
-    return to_json(YAML::Load(text));
+    root = YAML::Load(text);
+  } catch (const YAML::DeepRecursion& e) {
+    throw InputError(name + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
+                         ": YAML too complex: nested deeper than the parser's limit of " + std::to_string(e.depth()) +
+                         " levels", 4);
   } catch (const YAML::Exception& e) {
     throw InputError(name + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
                          ": YAML syntax error: " + e.msg, 4);
   }
+  try {
+    return Converter(name).convert(root);
+  } catch (const YAML::Exception& e) {  // yaml-cpp's own errors while walking the document
+    throw InputError(name + ": YAML error: " + e.msg, 4);
+  }
 }
 
 json load_yaml_file(const std::string& path) {
-  std::ifstream in(path);
+  if (std::error_code ec; fs::is_directory(path, ec)) throw InputError(path + ": is a directory, not a YAML file", 3);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot read the file (does it exist?)", 3);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return yaml_to_json_text(ss.str(), path);
+  // Read at most one byte past the limit, so /dev/zero or a huge file is refused, not slurped.
+  std::string text(YamlLimits::kMaxBytes + 1, '\0');
+  in.read(&text[0], static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (in.bad()) throw InputError(path + ": cannot read the file", 3);
+  return yaml_to_json_text(text, path);
 }
 
 std::vector<std::string> validate_trainingjob(json& job) {
   std::vector<std::string> errors;
   if (!job.is_object()) return {"the document is not a YAML mapping: expected a TrainingJob"};
-  if (job.value("apiVersion", "") != "lockstep.dev/v1alpha1" || job.value("kind", "") != "TrainingJob")
-    errors.push_back("apiVersion/kind: expected lockstep.dev/v1alpha1 TrainingJob, got " + job.value("apiVersion", "(none)") +
-                     " " + job.value("kind", "(none)"));
-  if (!job.contains("metadata") || !job["metadata"].contains("name"))
+  // json::value() throws when the key is there with another type (`apiVersion:` is null).
+  auto text_of = [&](const char* key) {
+    return !job.contains(key) ? std::string("(none)") : job[key].is_string() ? job[key].get<std::string>() : job[key].dump();
+  };
+  if (text_of("apiVersion") != "lockstep.dev/v1alpha1" || text_of("kind") != "TrainingJob")
+    errors.push_back("apiVersion/kind: expected lockstep.dev/v1alpha1 TrainingJob, got " + text_of("apiVersion") + " " +
+                     text_of("kind"));
+  if (!job.contains("metadata") || !job["metadata"].is_object() || !job["metadata"].contains("name"))
     errors.push_back("metadata.name: Required value");
+  else if (!job["metadata"]["name"].is_string())
+    errors.push_back("metadata.name: Invalid value: " + job["metadata"]["name"].dump() + ": must be a string");
   apply_defaults(crd_schema(), job);
   check(crd_schema(), job, "", errors);
   return errors;

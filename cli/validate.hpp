@@ -19,7 +19,16 @@ struct InputError : std::runtime_error {
   int exit_code;
 };
 
-// Reads one YAML document into JSON (quoted scalars stay strings).
+// Bounds on a YAML document, so hostile input fails with an error naming the bound instead of
+// exhausting the stack or memory (an alias can make a few bytes expand without limit).
+struct YamlLimits {
+  static constexpr size_t kMaxBytes = 3 * 1024 * 1024;  // the API server's request body limit
+  static constexpr size_t kMaxDepth = 100;              // nesting, aliases expanded
+  static constexpr size_t kMaxValues = 100000;          // values, aliases expanded
+};
+
+// Reads one YAML document into JSON (quoted scalars stay strings). Throws InputError (exit 4)
+// for a syntax error, invalid UTF-8, a recursive alias or a document past YamlLimits.
 nlohmann::json load_yaml_file(const std::string& path);
 nlohmann::json yaml_to_json_text(const std::string& text, const std::string& name);
 

@@ -65,7 +65,9 @@ std::string pem(const YAML::Node& node, const std::string& field, const std::str
 
 }  // namespace
 
-RestConfig RestConfig::from_kubeconfig(const std::string& path, const std::string& context_name) {
+// A function-try-block: a field of the wrong shape (a list where a name belongs, a scalar
+// document) makes yaml-cpp throw from any lookup below; it becomes a ConfigError naming the file.
+RestConfig RestConfig::from_kubeconfig(const std::string& path, const std::string& context_name) try {
   YAML::Node root;
   try {
     root = YAML::LoadFile(path);
@@ -107,6 +109,9 @@ RestConfig RestConfig::from_kubeconfig(const std::string& path, const std::strin
     }
   }
   return c;
+} catch (const YAML::Exception& e) {
+  throw ConfigError("kubeconfig '" + path + "' line " + std::to_string(e.mark.line + 1) + ": " + e.msg +
+                    " (expected the kubeconfig format: clusters, contexts and users lists of named entries)");
 }
 
 RestConfig RestConfig::in_cluster(const std::string& sa_dir) {

@@ -1,0 +1,348 @@
+// Hostile input for every parser of untrusted files on the CLI and operator side: the CLI's
+// YAML (lockstep validate, run, plan --file) and the operator's kubeconfig and token files.
+// Each input must end in a result or in the parser's own error type with a message; never a
+// crash (a crash kills this binary, which ctest reports as a failure), a hang or another
+// exception. The corpus: recursive aliases, billion laughs, deep nesting (100k), huge scalars,
+// binary, invalid UTF-8, every truncation of real files, and seeded random mutations of them.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "kube/rest_config.hpp"
+#include "lockstep/process.hpp"
+#include "test_util.hpp"
+#include "validate.hpp"
+
+namespace fs = std::filesystem;
+using lockstep::cli::InputError;
+using lockstep::cli::YamlLimits;
+
+namespace {
+
+std::string src(const std::string& rel) { return std::string(LOCKSTEP_SOURCE_DIR) + "/" + rel; }
+
+std::string billion_laughs(int levels, int width) {
+  std::string s = "l0: &l0 [\"lol\"]\n";
+  for (int i = 1; i <= levels; ++i) {
+    s += "l" + std::to_string(i) + ": &l" + std::to_string(i) + " [";
+    for (int k = 0; k < width; ++k) s += (k ? ", *l" : "*l") + std::to_string(i - 1);
+    s += "]\n";
+  }
+  return s;
+}
+
+std::string block_mapping_depth(int depth) {
+  std::string s;
+  for (int i = 0; i < depth; ++i) s += std::string(static_cast<size_t>(i), ' ') + "k:\n";
+  return s;
+}
+
+// A TrainingJob around `spec_extra` (YAML flow text inserted into spec) and `name`.
+std::string job(const std::string& name, const std::string& spec_extra) {
+  return "apiVersion: lockstep.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: " + name +
+         "}\nspec: {nodes: 1, procsPerNode: 2, template: {spec: {containers: [{name: trainer, image: i}]}}, " + spec_extra +
+         "}\n";
+}
+
+// The hostile YAML corpus: a name for the failure message, and the text.
+std::vector<std::pair<std::string, std::string>> yaml_corpus() {
+  std::vector<std::pair<std::string, std::string>> c = {
+      {"self-referential alias", "a: &a [*a]\n"},
+      {"self-referential mapping", "&a {b: *a}\n"},
+      {"mutually recursive", "a: &a {b: &b {c: *a, d: *b}}\n"},
+      {"recursive alias inside a job", job("x", "template: &t {spec: {containers: [*t]}}")},
+      {"alias as a mapping key", "a: &a {x: 1}\n? *a\n: 2\n"},
+      {"undefined alias", "a: *nope\n"},
+      {"billion laughs", billion_laughs(9, 9)},
+      {"billion laughs, wide", billion_laughs(4, 200)},
+      {"flow sequences 100k deep", std::string(100000, '[') + std::string(100000, ']')},
+      {"flow mappings 100k deep", [] {
+         std::string s;
+         for (int i = 0; i < 100000; ++i) s += "{a: ";
+         return s + "1" + std::string(100000, '}');
+       }()},
+      {"unclosed 100k deep", std::string(100000, '[')},
+      {"block sequences 100k deep", [] {
+         std::string s;
+         for (int i = 0; i < 100000; ++i) s += "- ";
+         return s + "x\n";
+       }()},
+      {"block mappings 1500 deep", block_mapping_depth(1500)},
+      {"nesting past the converter's limit", std::string(YamlLimits::kMaxDepth + 20, '[') +
+                                                 std::string(YamlLimits::kMaxDepth + 20, ']')},
+      {"scalar just under the size limit", "a: " + std::string(YamlLimits::kMaxBytes - 10, 'x')},
+      {"scalar over the size limit", "a: " + std::string(YamlLimits::kMaxBytes, 'x')},
+      {"a million digits as spec.nodes", job("x", "nodes2: 0") + "x: " + std::string(1000000, '7') + "\n"},
+      {"a megabyte of digits in a number field", "spec: {nodes: " + std::string(1000000, '9') + "}\n"},
+      {"a megabyte name (regex-checked)", job(std::string(1000000, 'a'), "")},
+      {"a megabyte queue (pattern-checked)", job("x", "scheduling: {queue: " + std::string(1000000, 'q') + "}")},
+      {"a megabyte exponent", "a: 1e" + std::string(1000000, '9') + "\n"},
+      {"float overflow", job("x", "nodes: 1e999999")},
+      {"integer overflow", job("x", "nodes: 99999999999999999999999999")},
+      {"metadata.name a number", job("12", "")},
+      {"metadata a list", "apiVersion: lockstep.dev/v1alpha1\nkind: TrainingJob\nmetadata: [1]\nspec: {nodes: 1}\n"},
+      {"spec a scalar", "apiVersion: lockstep.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: x}\nspec: 3\n"},
+      {"wrong types everywhere", job("x", "strategy: [1], trainer: 7, metrics: {port: x}, masterPort: {}, "
+                                           "checkpoint: {path: 3}, runPolicy: [], scheduling: {gang: yes}")},
+      {"binary: every byte value", [] {
+         std::string s;
+         for (int r = 0; r < 16; ++r)
+           for (int b = 0; b < 256; ++b) s.push_back(static_cast<char>(b));
+         return s;
+       }()},
+      {"NUL bytes in a scalar", std::string("a: b\0c\nd: e\n", 12)},
+      {"only NUL bytes", std::string(4096, '\0')},
+      {"invalid UTF-8: lone continuation byte", "a: \x80\n"},
+      {"invalid UTF-8: overlong slash", "a: \xc0\xaf\n"},
+      {"invalid UTF-8: surrogate", "a: \xed\xa0\x80\n"},
+      {"invalid UTF-8: beyond U+10FFFF", "a: \xf4\x90\x80\x80\n"},
+      {"invalid UTF-8: truncated sequence at the end", "a: \xe2\x82"},
+      {"UTF-16 with a BOM", std::string("\xff\xfe" "a\0:\0 \0b\0", 10)},
+      {"UTF-8 BOM and valid text", "\xef\xbb\xbf" + job("x", "")},
+      {"tabs for indentation", "a:\n\tb: 1\n"},
+      {"complex key", "? [a, b]\n: c\n"},
+      {"many documents", "a: 1\n---\nb: 2\n---\n" + std::string(10000, '-')},
+      {"tags", "!!binary a: !!map {b: !!seq [1]}\n"},
+      {"empty", ""},
+      {"only a comment", "# nothing\n"},
+  };
+  return c;
+}
+
+// One YAML input through everything the CLI does with a file: parse, then validate.
+// Returns an empty string when the contract held, else what went wrong.
+std::string yaml_contract(const std::string& name, const std::string& text) {
+  try {
+    auto doc = lockstep::cli::yaml_to_json_text(text, "input.yaml");
+    auto errors = lockstep::cli::validate_trainingjob(doc);
+    for (const auto& e : errors)
+      if (e.empty()) return name + ": an empty validation error";
+    return "";
+  } catch (const InputError& e) {
+    std::string what = e.what();
+    if (what.find("input.yaml") != 0) return name + ": the error does not start with the file name: " + what;
+    if (e.exit_code != 4) return name + ": exit code " + std::to_string(e.exit_code) + " for bad YAML (expected 4): " + what;
+    return "";
+  } catch (const std::exception& e) {
+    return name + ": escaped as a " + typeid(e).name() + ", not an InputError: " + e.what();
+  }
+}
+
+std::string example(const std::string& file) { return lockstep::test::read_file(src("examples/" + file)); }
+
+// Seeded mutations: byte flips, deletions, insertions of YAML punctuation and duplications.
+std::string mutate(std::string s, std::mt19937& rng) {
+  static const std::string punct = "[]{}:&*!|>-?#,'\"\n\t %@`\\";
+  std::uniform_int_distribution<int> op(0, 4), byte(0, 255);
+  const int n = 1 + static_cast<int>(rng() % 8);
+  for (int i = 0; i < n && !s.empty(); ++i) {
+    size_t at = rng() % s.size();
+    switch (op(rng)) {
+      case 0: s[at] = static_cast<char>(byte(rng)); break;
+      case 1: s.erase(at, 1 + rng() % 16); break;
+      case 2: s.insert(at, 1, punct[rng() % punct.size()]); break;
+      case 3: s.insert(at, "&a "); s.insert(rng() % s.size(), "*a "); break;
+      case 4: s.insert(at, s.substr(rng() % s.size(), 1 + rng() % 64)); break;
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST(FuzzYaml, HostileCorpusEndsInAResultOrAClearError) {
+  for (const auto& [name, text] : yaml_corpus()) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(yaml_contract(name, text), "");
+  }
+}
+
+// The limits are named in the errors, so a user knows which bound was hit.
+TEST(FuzzYaml, ErrorsNameTheLimit) {
+  auto message = [](const std::string& text) -> std::string {
+    try {
+      lockstep::cli::yaml_to_json_text(text, "f.yaml");
+      return "(no error)";
+    } catch (const InputError& e) {
+      return e.what();
+    }
+  };
+  EXPECT_NE(message("a: &a [*a]\n").find("alias refers to a node that contains it"), std::string::npos) << message("a: &a [*a]\n");
+  EXPECT_NE(message(billion_laughs(9, 9)).find("more than " + std::to_string(YamlLimits::kMaxValues) + " values"),
+            std::string::npos);
+  std::string deep = std::string(YamlLimits::kMaxDepth + 20, '[') + std::string(YamlLimits::kMaxDepth + 20, ']');
+  EXPECT_NE(message(deep).find("deeper than " + std::to_string(YamlLimits::kMaxDepth) + " levels"), std::string::npos)
+      << message(deep);
+  std::string deeper = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_NE(message(deeper).find("deeper than the parser's limit"), std::string::npos) << message(deeper);
+  EXPECT_NE(message(std::string(YamlLimits::kMaxBytes + 1, 'x')).find("larger than " + std::to_string(YamlLimits::kMaxBytes)),
+            std::string::npos);
+  EXPECT_NE(message("a: b\n\xff\n").find("f.yaml:2: not valid UTF-8 at byte 5"), std::string::npos) << message("a: b\n\xff\n");
+  // A few anchors used a few times each are fine: the limits are far above any real job.
+  EXPECT_EQ(message("base: &b {cpu: 2}\nx: *b\ny: *b\nz: [*b, *b]\n"), "(no error)");
+  EXPECT_EQ(message(example("fsdp.yaml")), "(no error)");
+}
+
+TEST(FuzzYaml, EveryTruncationOfEveryExample) {
+  for (const char* file : {"ddp.yaml", "fsdp.yaml", "gpu.yaml"}) {
+    const std::string text = example(file);
+    ASSERT_FALSE(text.empty()) << file;
+    for (size_t n = 0; n < text.size(); ++n) {
+      auto problem = yaml_contract(std::string(file) + " cut at byte " + std::to_string(n), text.substr(0, n));
+      EXPECT_EQ(problem, "");
+      if (!problem.empty()) break;  // one report per file is enough
+    }
+  }
+}
+
+TEST(FuzzYaml, SeededRandomMutationsOfTheExamples) {
+  std::mt19937 rng(20240611);  // fixed: a failure reproduces
+  const std::vector<std::string> seeds = {example("ddp.yaml"), example("fsdp.yaml"), example("gpu.yaml")};
+  int failures = 0;
+  for (int i = 0; i < 3000 && failures < 5; ++i) {
+    std::string text = mutate(seeds[static_cast<size_t>(i) % seeds.size()], rng);
+    auto problem = yaml_contract("mutation " + std::to_string(i), text);
+    if (!problem.empty()) {
+      ++failures;
+      ADD_FAILURE() << problem << "\ninput:\n" << text;
+    }
+  }
+}
+
+// The same inputs through the binary users run: an exit code and a message, never a signal.
+TEST(FuzzYaml, LockstepValidateExitsWithACodeNotASignal) {
+  const std::string cli = lockstep::test::env_or("LOCKSTEP_CLI_BIN", "");
+  if (cli.empty()) GTEST_SKIP() << "SKIPPED: LOCKSTEP_CLI_BIN is not set (ctest sets it)";
+  const std::string dir = ::testing::TempDir() + "/fuzz-cli-" + std::to_string(::getpid());
+  fs::create_directories(dir);
+  int i = 0;
+  for (const auto& [name, text] : yaml_corpus()) {
+    SCOPED_TRACE(name);
+    const std::string path = dir + "/" + std::to_string(i++) + ".yaml";
+    std::ofstream(path, std::ios::binary) << text;
+    auto r = lockstep::run_capture({cli, "validate", path}, {}, std::chrono::seconds(60));
+    EXPECT_FALSE(r.timed_out);
+    EXPECT_EQ(r.status.signal, 0) << r.status.describe();
+    EXPECT_TRUE(r.status.code == 0 || r.status.code == 1 || r.status.code == 4)
+        << r.status.describe() << ": " << r.output.substr(0, 400);
+    EXPECT_NE(r.output.find(path), std::string::npos) << "the message should name the file: " << r.output.substr(0, 400);
+  }
+  fs::remove_all(dir);
+}
+
+// kubeconfig (operator/kube/rest_config.cpp): hostile files end in a RestConfig or a ConfigError.
+namespace {
+
+const char* kKubeconfig = R"(apiVersion: v1
+kind: Config
+current-context: c
+clusters:
+- name: k
+  cluster:
+    server: https://127.0.0.1:6443/
+    certificate-authority-data: Y2E=
+    insecure-skip-tls-verify: false
+contexts:
+- name: c
+  context: {cluster: k, user: u, namespace: ns}
+users:
+- name: u
+  user: {token: abc}
+)";
+
+std::string kubeconfig_contract(const std::string& name, const std::string& text, const std::string& dir) {
+  const std::string path = dir + "/kubeconfig";
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+  try {
+    auto c = lockstep::kube::RestConfig::from_kubeconfig(path);
+    (void)c.bearer_token();
+    return "";
+  } catch (const lockstep::kube::ConfigError& e) {
+    return std::string(e.what()).empty() ? name + ": an empty ConfigError" : "";
+  } catch (const std::exception& e) {
+    return name + ": escaped as a " + typeid(e).name() + ", not a ConfigError: " + e.what();
+  }
+}
+
+}  // namespace
+
+TEST(FuzzKubeconfig, HostileCorpusEndsInAConfigOrAConfigError) {
+  const std::string dir = ::testing::TempDir() + "/fuzz-kube-" + std::to_string(::getpid());
+  fs::create_directories(dir);
+  ASSERT_EQ(kubeconfig_contract("the valid one", kKubeconfig, dir), "");
+  std::vector<std::pair<std::string, std::string>> corpus = {
+      {"recursive alias", "clusters: &a [*a]\ncontexts: &b [{name: c, context: *b}]\ncurrent-context: c\n"},
+      {"recursive context", "current-context: c\ncontexts: &x [{name: c, context: {cluster: *x}}]\n"},
+      {"billion laughs", billion_laughs(9, 9) + "current-context: c\n"},
+      {"100k deep", std::string(100000, '[') + std::string(100000, ']')},
+      {"a scalar document", "just a string\n"},
+      {"a list document", "- a\n- b\n"},
+      {"clusters a mapping", "current-context: c\ncontexts: [{name: c, context: {cluster: k}}]\nclusters: {k: 1}\n"},
+      {"names that are lists", "current-context: [c]\ncontexts: [{name: [c]}]\n"},
+      {"server a list", "current-context: c\ncontexts: [{name: c, context: {cluster: k}}]\n"
+                        "clusters: [{name: k, cluster: {server: [1]}}]\n"},
+      {"bad base64", "current-context: c\ncontexts: [{name: c, context: {cluster: k}}]\n"
+                     "clusters: [{name: k, cluster: {server: s, certificate-authority-data: \"%%%\"}}]\n"},
+      {"insecure not a bool", "current-context: c\ncontexts: [{name: c, context: {cluster: k}}]\n"
+                              "clusters: [{name: k, cluster: {server: s, insecure-skip-tls-verify: maybe}}]\n"},
+      {"certificate file is a directory", "current-context: c\ncontexts: [{name: c, context: {cluster: k}}]\n"
+                                          "clusters: [{name: k, cluster: {server: s, certificate-authority: /}}]\n"},
+      {"huge scalar", "current-context: " + std::string(4 * 1024 * 1024, 'c') + "\n"},
+      {"binary", std::string("\x00\xff\xfe\x01[{", 6) + std::string(1000, '\x80')},
+      {"invalid UTF-8", "current-context: \xc0\xaf\n"},
+      {"empty", ""},
+  };
+  for (const auto& [name, text] : corpus) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(kubeconfig_contract(name, text, dir), "");
+  }
+  const std::string valid = kKubeconfig;
+  for (size_t n = 0; n < valid.size(); ++n) {
+    auto problem = kubeconfig_contract("cut at byte " + std::to_string(n), valid.substr(0, n), dir);
+    EXPECT_EQ(problem, "");
+    if (!problem.empty()) break;
+  }
+  std::mt19937 rng(7);
+  int failures = 0;
+  for (int i = 0; i < 2000 && failures < 5; ++i) {
+    std::string text = mutate(valid, rng);
+    auto problem = kubeconfig_contract("mutation " + std::to_string(i), text, dir);
+    if (!problem.empty()) {
+      ++failures;
+      ADD_FAILURE() << problem << "\ninput:\n" << text;
+    }
+  }
+  fs::remove_all(dir);
+}
+
+// Token files (a kubeconfig's tokenFile, the service account's token): read as bytes, so
+// anything ends in a token or a ConfigError.
+TEST(FuzzKubeconfig, HostileTokenFiles) {
+  const std::string dir = ::testing::TempDir() + "/fuzz-token-" + std::to_string(::getpid());
+  fs::create_directories(dir);
+  lockstep::kube::RestConfig c;
+  c.token_file = dir + "/token";
+  for (const auto& [name, bytes] : std::vector<std::pair<std::string, std::string>>{
+           {"binary", std::string("\x00\x01\xff\n", 4)},
+           {"invalid UTF-8", "\xc0\xaf\xed\xa0\x80"},
+           {"only newlines", std::string(1000, '\n')},
+           {"empty", ""},
+           {"a megabyte", std::string(1 << 20, 't')}}) {
+    SCOPED_TRACE(name);
+    std::ofstream(c.token_file, std::ios::binary | std::ios::trunc) << bytes;
+    EXPECT_NO_THROW((void)c.bearer_token());
+  }
+  fs::remove(c.token_file);
+  EXPECT_THROW((void)c.bearer_token(), lockstep::kube::ConfigError) << "a missing token file";
+  fs::create_directories(c.token_file);  // a directory where the file should be
+  try {
+    std::string t = c.bearer_token();
+    EXPECT_TRUE(t.empty()) << "a directory read as a token";
+  } catch (const lockstep::kube::ConfigError&) {
+  }
+  fs::remove_all(dir);
+}
