@@ -18,9 +18,19 @@ const char* kUsage = R"(usage: lockstep COMMAND [ARGS]
   --version, --help
 )";
 
+const char* kValidateUsage = R"(usage: lockstep validate FILE.yaml
+  Checks a TrainingJob with the rules of the CRD this lockstep was built with (types, required
+  fields, enums, bounds, patterns, unknown fields, CEL rules), in the API server's words.
+  Exit 0 valid, 1 invalid, 3 unreadable file, 4 not YAML (docs/exit-codes.md).
+)";
+
 int validate_command(const std::vector<std::string>& args) {
+  if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {
+    std::cout << kValidateUsage;
+    return 0;
+  }
   if (args.size() != 1) {
-    std::cerr << "usage: lockstep validate FILE.yaml\n";
+    std::cerr << kValidateUsage;
     return 2;
   }
   try {

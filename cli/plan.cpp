@@ -11,14 +11,52 @@
 namespace lockstep::cli {
 namespace {
 
+const char* kPlanUsage = R"(usage: lockstep plan [--model tiny|gpt2-124m | --params N | --file JOB.yaml] [--gpus N]
+                     [--gpu-memory-gb G] [--seq-len S] [--micro-batch B] [--activation-checkpointing]
+  Per-GPU memory of the model states (and activations, for a known model) under DDP, ZeRO-1,
+  ZeRO-2 and FSDP, and the strategy the trainer's Auto would pick.
+  --model NAME              tiny or gpt2-124m (default gpt2-124m)
+  --params N                a parameter count instead of a model, such as 124M, 7.5B or 1.3e9
+  --file JOB.yaml           the model, batch and GPU count of a TrainingJob
+  --gpus N                  data-parallel GPUs, a whole number >= 1 (default 8)
+  --gpu-memory-gb G         memory per GPU in GB, > 0 (default 80)
+  --seq-len S               sequence length in tokens, a whole number >= 1 (default: the model's)
+  --micro-batch B           sequences per GPU per step, a whole number >= 1 (default 1)
+  --activation-checkpointing  activations recomputed in backward
+)";
+
+// Each flag's own words: what it is and what is valid, as every user-facing error must say.
 double parse_count(const std::string& flag, const std::string& v) {  // 124M, 7.5B, 1.3e9
   char* end = nullptr;
   double x = std::strtod(v.c_str(), &end);
   std::string unit = end ? end : "";
   double mult = unit.empty() ? 1 : unit == "K" || unit == "k" ? 1e3 : unit == "M" ? 1e6 : unit == "B" || unit == "G" ? 1e9 : unit == "T" ? 1e12 : -1;
-  if (end == v.c_str() || mult < 0 || !(x > 0))
-    throw std::invalid_argument(flag + ": expected a positive number such as 124M, 7.5B or 1.3e9, got '" + v + "'");
+  if (v.empty() || end == v.c_str() || mult < 0 || !(x > 0) || !std::isfinite(x * mult))
+    throw std::invalid_argument(flag + ": expected a positive parameter count such as 124M, 7.5B or 1.3e9, got '" + v + "'");
   return x * mult;
+}
+
+// A whole number >= 1 (GPUs, tokens, sequences); `what` names the unit in the message.
+double parse_whole(const std::string& flag, const std::string& v, const std::string& what) {
+  size_t used = 0;
+  long long x = 0;
+  try {
+    x = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (v.empty() || used != v.size() || x < 1 || x > 1000000000)
+    throw std::invalid_argument(flag + ": expected a whole number of " + what + ", at least 1, got '" + v + "'");
+  return static_cast<double>(x);
+}
+
+double parse_gb(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || end != v.c_str() + v.size() || !(x > 0) || !std::isfinite(x))
+    throw std::invalid_argument(flag + ": expected the memory of one GPU in GB, a number > 0 such as 80 or 40.5, got '" +
+                                v + "'");
+  return x;
 }
 
 std::string gb(double bytes) {
@@ -37,17 +75,21 @@ int plan_command(const std::vector<std::string>& args) {
   try {
     for (size_t i = 0; i < args.size(); ++i) {
       auto next = [&]() -> std::string {
-        if (i + 1 >= args.size()) throw std::invalid_argument(args[i] + " needs a value");
+        if (i + 1 >= args.size()) throw std::invalid_argument(args[i] + " needs a value (lockstep plan --help lists each flag)");
         return args[++i];
       };
       const std::string& a = args[i];
+      if (a == "--help" || a == "-h") {
+        std::cout << kPlanUsage;
+        return 0;
+      }
       if (a == "--model") { model = next(); model_given = true; }
       else if (a == "--params") params = parse_count(a, next());
       else if (a == "--file") file = next();
-      else if (a == "--gpus") gpus = parse_count(a, next());
-      else if (a == "--gpu-memory-gb") memory_gb = parse_count(a, next());
-      else if (a == "--seq-len") seq = parse_count(a, next());
-      else if (a == "--micro-batch") micro = parse_count(a, next());
+      else if (a == "--gpus") gpus = parse_whole(a, next(), "GPUs");
+      else if (a == "--gpu-memory-gb") memory_gb = parse_gb(a, next());
+      else if (a == "--seq-len") seq = parse_whole(a, next(), "tokens");
+      else if (a == "--micro-batch") micro = parse_whole(a, next(), "sequences per GPU");
       else if (a == "--activation-checkpointing") checkpointing = true;
       else throw std::invalid_argument("unknown flag '" + a + "' (see lockstep plan --help)");
     }
@@ -68,7 +110,14 @@ int plan_command(const std::vector<std::string>& args) {
     for (const auto& a : spec.value("trainer", nlohmann::json::object()).value("args", nlohmann::json::array())) {
       std::string s = a;
       if (s.rfind("--model=", 0) == 0) model = s.substr(8);
-      if (s.rfind("--batch-size=", 0) == 0) micro = std::stod(s.substr(13));
+      if (s.rfind("--batch-size=", 0) == 0) {
+        try {
+          micro = parse_whole("spec.trainer.args --batch-size", s.substr(13), "sequences per GPU");
+        } catch (const std::invalid_argument& e) {
+          std::cerr << file << ": " << e.what() << "\n";
+          return 1;
+        }
+      }
     }
   }
   plan::TransformerShape shape;

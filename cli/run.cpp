@@ -47,12 +47,47 @@ std::string fmt_duration(double s) {
   return o.str();
 }
 
+// Where the pod path `path` lives, judged as the cluster would: the volume mounted at the
+// longest mountPath containing it. Anything but an emptyDir (a persistentVolumeClaim,
+// hostPath, nfs, csi, ...) is taken to be storage every pod of the job shares; an emptyDir,
+// or no volume at all (the container's own filesystem), is each pod's own.
+struct Storage {
+  bool shared = false;
+  std::string why;  // for the start-up line
+};
+
+Storage storage_of(const json& pod_spec, const json& container, const std::string& path) {
+  std::string volume, mount;
+  for (const auto& m : container.value("volumeMounts", json::array())) {
+    std::string mp = m.value("mountPath", "");
+    while (mp.size() > 1 && mp.back() == '/') mp.pop_back();
+    const bool contains = path == mp || (path.rfind(mp == "/" ? mp : mp + "/", 0) == 0);
+    if (contains && mp.size() >= mount.size()) {
+      mount = mp;
+      volume = m.value("name", "");
+    }
+  }
+  if (volume.empty())
+    return {false, "no volume is mounted at " + path + ", so each pod writes to its own container filesystem"};
+  for (const auto& v : pod_spec.value("volumes", json::array())) {
+    if (v.value("name", "") != volume) continue;
+    std::string kind = "a volume";
+    for (const auto& [k, _] : v.items())
+      if (k != "name") kind = k;
+    if (kind == "emptyDir") return {false, "volume '" + volume + "' is an emptyDir, which each pod has its own of"};
+    return {true, "volume '" + volume + "' is a " + kind + ", which every pod shares"};
+  }
+  return {false, "volume '" + volume + "' is not among the template's volumes"};
+}
+
 }  // namespace
 
 int run_command(const std::vector<std::string>& args) {
-  if (args.empty() || args[0] == "--help") {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::cout << "usage: lockstep run FILE.yaml\n  Runs the TrainingJob locally: spec.nodes agents on loopback, "
-                 "each launching spec.procsPerNode workers.\n";
+                 "each launching spec.procsPerNode workers.\n  Checkpoints go under ./lockstep-runs/JOB/: one directory "
+                 "per node (node-N/PATH) unless the checkpoint path\n  is on a volume every pod shares (anything but an "
+                 "emptyDir), then one for all (shared/PATH).\n";
     return args.empty() ? 2 : 0;
   }
   const std::string file = args[0];
@@ -92,6 +127,7 @@ int run_command(const std::vector<std::string>& args) {
   std::vector<int> metrics_ports;
   int out_fd = -1;
   const std::string path = tool_path();
+  std::string checkpoint_note;
   for (int i = 0; i < nodes; ++i) {
     json pod = reconcile::pod_manifest(view, i, 0);
     json ctr;
@@ -105,8 +141,18 @@ int run_command(const std::vector<std::string>& args) {
     for (const char* k : {contract::kMasterAddr, contract::kPetMasterAddr}) so.env[k] = "127.0.0.1";
     for (const char* k : {contract::kMasterPort, contract::kPetMasterPort}) so.env[k] = std::to_string(master_port);
     so.env[contract::kMetricsPort] = std::to_string(metrics_ports.back());
-    if (so.env.count(contract::kCheckpointPath))  // the pod path, under this run's directory
-      so.env[contract::kCheckpointPath] = run_dir + "/checkpoint" + so.env[contract::kCheckpointPath];
+    // The pod path, under this run's directory: as on the cluster, each node gets its own
+    // directory unless the path is on a volume every pod shares, so a job that needs shared
+    // storage and lacks it fails here as it would there.
+    if (so.env.count(contract::kCheckpointPath)) {
+      const std::string pod_path = so.env[contract::kCheckpointPath];
+      const Storage st = storage_of(pod["spec"], ctr, pod_path);
+      const std::string dir = run_dir + (st.shared ? "/shared" : "/node-" + std::to_string(i)) + pod_path;
+      so.env[contract::kCheckpointPath] = dir;
+      if (i == 0)
+        checkpoint_note = st.shared ? "checkpoints in " + dir + " for every node (" + st.why + ")"
+                                    : "checkpoints in " + run_dir + "/node-N" + pod_path + ", one per node (" + st.why + ")";
+    }
     so.env["GLOO_SOCKET_IFNAME"] = "lo";
     so.env["PATH"] = path;
     so.new_process_group = true;
@@ -126,6 +172,7 @@ int run_command(const std::vector<std::string>& args) {
   }
   std::cout << "lockstep run: " << name << ": " << nodes << " node(s) x " << view.procs_per_node << " worker(s), strategy "
             << view.strategy << "; logs in " << run_dir << std::endl;
+  if (!checkpoint_note.empty()) std::cout << "lockstep run: " << checkpoint_note << std::endl;
 
   // Node 0's output: the trainer's progress lines become one live line.
   const bool tty = ::isatty(STDOUT_FILENO);

@@ -140,3 +140,136 @@ TEST(Run, CtrlCStopsEveryProcess) {
     EXPECT_FALSE(lockstep::test::is_running(pid)) << "pid " << pid << " left behind";
   }
 }
+
+// `lockstep COMMAND --help` prints that command's usage and succeeds, for every command.
+TEST(Help, EveryCommandPrintsItsUsageAndExitsZero) {
+  for (const char* cmd : {"run", "validate", "plan"}) {
+    SCOPED_TRACE(cmd);
+    for (const char* flag : {"--help", "-h"}) {
+      auto r = lockstep_cmd({cmd, flag});
+      EXPECT_EQ(r.status.shell_code(), 0) << r.output;
+      EXPECT_NE(r.output.find(std::string("usage: lockstep ") + cmd), std::string::npos) << r.output;
+    }
+  }
+  auto plan = lockstep_cmd({"plan", "--help"});
+  for (const char* flag : {"--model", "--params", "--file", "--gpus", "--gpu-memory-gb", "--seq-len", "--micro-batch",
+                           "--activation-checkpointing"})
+    EXPECT_NE(plan.output.find(flag), std::string::npos) << "plan --help should list " << flag << ":\n" << plan.output;
+}
+
+// Each flag's error names that flag and what it accepts, not another flag's format.
+TEST(Plan, EachFlagHasItsOwnMessage) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string expect;
+  };
+  for (const auto& c : std::vector<Case>{
+           {{"--gpus", "0"}, "--gpus: expected a whole number of GPUs, at least 1, got '0'"},
+           {{"--gpus", "2.5"}, "--gpus: expected a whole number of GPUs"},
+           {{"--gpu-memory-gb", "-1"}, "--gpu-memory-gb: expected the memory of one GPU in GB, a number > 0 such as 80"},
+           {{"--seq-len", "x"}, "--seq-len: expected a whole number of tokens, at least 1, got 'x'"},
+           {{"--micro-batch", "0"}, "--micro-batch: expected a whole number of sequences per GPU, at least 1"},
+           {{"--params", "lots"}, "--params: expected a positive parameter count such as 124M, 7.5B or 1.3e9"},
+           {{"--gpus"}, "--gpus needs a value"},
+       }) {
+    SCOPED_TRACE(c.args[0]);
+    std::vector<std::string> args = {"plan"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    auto r = lockstep_cmd(args);
+    EXPECT_EQ(r.status.shell_code(), 2) << r.output;
+    EXPECT_NE(r.output.find(c.expect), std::string::npos) << r.output;
+    if (c.args[0] != "--params") EXPECT_EQ(r.output.find("124M"), std::string::npos) << "another flag's message:\n" << r.output;
+  }
+}
+
+// Found by trying: a self-referential alias made `lockstep validate` die with SIGSEGV.
+TEST(Validate, RecursiveAliasIsAnErrorNotACrash) {
+  std::string f = ::testing::TempDir() + "/recursive-alias.yaml";
+  std::ofstream(f) << "a: &a [*a]\n";
+  auto r = lockstep_cmd({"validate", f});
+  EXPECT_EQ(r.status.signal, 0) << r.status.describe();
+  EXPECT_EQ(r.status.shell_code(), 4) << r.output;
+  EXPECT_NE(r.output.find("recursive-alias.yaml:1:4: YAML too complex: an alias refers to a node that contains it"),
+            std::string::npos)
+      << r.output;
+}
+
+namespace {
+
+// A 2x2 job whose workers only record, in the checkpoint directory they are given, that they
+// saw it: the directory layout `lockstep run` gives, without training.
+std::string checkpoint_probe_job(const std::string& volume) {
+  return R"(apiVersion: lockstep.dev/v1alpha1
+kind: TrainingJob
+metadata:
+  name: ckpt-probe
+spec:
+  nodes: 2
+  procsPerNode: 2
+  template:
+    spec:
+      containers:
+      - name: trainer
+        image: lockstep/trainer:0.1.0
+        volumeMounts:
+        - {name: ckpt, mountPath: /ckpt}
+      volumes:
+      - name: ckpt
+        )" + volume + R"(
+  trainer:
+    command: [/bin/sh, -c, 'mkdir -p "$LOCKSTEP_CHECKPOINT_PATH" && touch "$LOCKSTEP_CHECKPOINT_PATH/rank-$RANK"']
+  checkpoint:
+    path: /ckpt/run
+    everySteps: 10
+)";
+}
+
+std::set<std::string> files_under(const std::string& dir) {
+  std::set<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(dir, ec))
+    if (e.is_regular_file()) out.insert(fs::relative(e.path(), dir).string());
+  return out;
+}
+
+lockstep::RunResult run_in(const std::string& dir, const std::string& job_file) {
+  return lockstep::run_capture({"/bin/sh", "-c", "cd '" + dir + "' && exec '" + cli() + "' run '" + job_file + "'"}, {}, 120s);
+}
+
+}  // namespace
+
+// As on a cluster, where each pod's emptyDir is its own: one checkpoint directory per node,
+// so a job that needs shared storage and lacks it fails locally as it would there.
+TEST(Run, EmptyDirCheckpointsGetOneDirectoryPerNode) {
+  std::string dir = ::testing::TempDir() + "/run-emptydir-" + std::to_string(::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir + "/job.yaml") << checkpoint_probe_job("emptyDir: {}");
+  auto r = run_in(dir, dir + "/job.yaml");
+  ASSERT_EQ(r.status.shell_code(), 0) << r.output;
+  EXPECT_NE(r.output.find("one per node (volume 'ckpt' is an emptyDir"), std::string::npos) << r.output;
+  const std::string runs = dir + "/lockstep-runs/ckpt-probe";
+  EXPECT_EQ(files_under(runs + "/node-0"), (std::set<std::string>{"ckpt/run/rank-0", "ckpt/run/rank-1"})) << r.output;
+  EXPECT_EQ(files_under(runs + "/node-1"), (std::set<std::string>{"ckpt/run/rank-2", "ckpt/run/rank-3"})) << r.output;
+  EXPECT_FALSE(fs::exists(runs + "/shared"));
+}
+
+// A persistentVolumeClaim (or hostPath, nfs, csi: anything but an emptyDir) is what every pod
+// shares: one directory for all nodes.
+TEST(Run, PersistentVolumeCheckpointsAreSharedByEveryNode) {
+  for (const char* volume : {"persistentVolumeClaim: {claimName: ckpt}", "nfs: {server: nfs.example, path: /ckpt}"}) {
+    SCOPED_TRACE(volume);
+    std::string dir = ::testing::TempDir() + "/run-shared-" + std::to_string(::getpid());
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir + "/job.yaml") << checkpoint_probe_job(volume);
+    auto r = run_in(dir, dir + "/job.yaml");
+    ASSERT_EQ(r.status.shell_code(), 0) << r.output;
+    EXPECT_NE(r.output.find("for every node (volume 'ckpt' is a"), std::string::npos) << r.output;
+    const std::string runs = dir + "/lockstep-runs/ckpt-probe";
+    EXPECT_EQ(files_under(runs + "/shared"),
+              (std::set<std::string>{"ckpt/run/rank-0", "ckpt/run/rank-1", "ckpt/run/rank-2", "ckpt/run/rank-3"}))
+        << r.output;
+    EXPECT_FALSE(fs::exists(runs + "/node-0")) << r.output;
+  }
+}
