@@ -12,7 +12,7 @@
 #
 # LOCKSTEP_TORCH_CUDA: AUTO (CUDA and NCCL when lib/ has libtorch_cuda.so), ON or OFF.
 # The torch wheel ships no gloo headers, which c10d/ProcessGroupGloo.hpp includes; Debian's
-# libgloo-dev provides them (docs/dependencies.md says why that is safe).
+# libgloo-dev provides them (docs/development.md, "LibTorch", says why that is safe).
 set(LOCKSTEP_LIBTORCH_DIR "" CACHE PATH "torch package directory: include/ and lib/ (scripts/build.sh sets it)")
 set(LOCKSTEP_TORCH_CUDA AUTO CACHE STRING "link LibTorch's CUDA libraries and NCCL: AUTO, ON or OFF")
 set_property(CACHE LOCKSTEP_TORCH_CUDA PROPERTY STRINGS AUTO ON OFF)
