@@ -196,6 +196,7 @@ ExitStatus Process::wait() {
 }
 
 std::optional<ExitStatus> Process::wait_for(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) return status_.value_or(ExitStatus{});  // never started: it has "ended"
   auto deadline = std::chrono::steady_clock::now() + timeout;
   auto step = std::chrono::milliseconds(1);
   while (true) {
@@ -213,6 +214,7 @@ void Process::signal(int sig) {
 }
 
 ExitStatus Process::terminate(std::chrono::milliseconds grace) {
+  if (pid_ <= 0) return status_.value_or(ExitStatus{});  // never started: nothing to wait out
   if (auto s = try_wait()) return *s;
   signal(SIGTERM);
   if (auto s = wait_for(grace)) return *s;

@@ -39,9 +39,12 @@ bool wait_gone(pid_t pid, std::chrono::milliseconds timeout) {
   return true;
 }
 
-std::vector<pid_t> wait_for_pids(const std::string& file, std::chrono::seconds timeout) {
+// The two pids the CLI writes once etcd and the apiserver are up; empty if it exits first
+// (a missing etcd: the test then skips at once instead of waiting out the timeout).
+std::vector<pid_t> wait_for_pids(const std::string& file, std::chrono::seconds timeout, lockstep::Process& cli_proc) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
+    if (!lockstep::test::is_running(cli_proc.pid())) break;
     std::ifstream in(file);
     std::vector<pid_t> pids;
     for (pid_t p; in >> p;) pids.push_back(p);
@@ -139,7 +142,7 @@ std::pair<lockstep::Process, std::vector<pid_t>> start_cli(const std::string& di
   so.output_path = dir + ".log";
   so.die_with_parent = false;  // this test kills it on purpose and checks what is left
   auto proc = lockstep::Process::spawn(so);
-  auto pids = wait_for_pids(dir + "/pids", 120s);
+  auto pids = wait_for_pids(dir + "/pids", 120s, proc);
   return {std::move(proc), pids};
 }
 

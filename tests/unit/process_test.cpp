@@ -110,6 +110,16 @@ TEST(Process, ProcessGroupSignalReachesGrandchildren) {
   EXPECT_TRUE(lockstep::test::eventually([&] { return !lockstep::test::is_running(grandchild); }, 5s)) << "grandchild " << grandchild << " outlived its group";
 }
 
+// A Process that was never started (a control plane whose etcd is missing stops both of
+// its never-started servers) has nothing to wait for: it used to sit out the whole grace.
+TEST(Process, TerminateOfANeverStartedProcessReturnsAtOnce) {
+  Process p;
+  auto t0 = std::chrono::steady_clock::now();
+  p.terminate(3s);
+  EXPECT_TRUE(p.wait_for(3s).has_value());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+}
+
 TEST(Process, DestructorKillsARunningChild) {
   pid_t pid;
   {
