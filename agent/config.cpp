@@ -23,8 +23,15 @@ variables (set by the operator), else torchrun's PET_* variables, else these fla
   --run-id ID                TORCHELASTIC_RUN_ID (default: LOCKSTEP_JOB_UID, else the job name)
   --metrics-port PORT        LOCKSTEP_METRICS_PORT (default 9400; 0 disables /metrics)
   --metrics-address ADDR     address for /metrics (default 0.0.0.0)
-  --no-metrics               no metrics socket and no /metrics at all
-  --stall-timeout D          no step for this long after the first one is a stall (default 5m; 0 off)
+  --no-metrics               no /metrics and no GPU series; the step sockets stay for stall
+                             detection unless --stall-timeout is 0
+  --stall-timeout D          LOCKSTEP_STALL_TIMEOUT: no step for this long after a rank's last
+                             one is a stall (default 5m; 0 turns stall detection off entirely)
+  --first-step-timeout D     LOCKSTEP_FIRST_STEP_TIMEOUT: no first step within this long of a
+                             worker's start is a stall: a hang in rendezvous or the first
+                             collective (default 30m; 0 off, for programs that report no steps)
+  --metrics-linger D         after a stall, keep serving /metrics this long so the stall is
+                             scraped; a stop signal cuts it short (default 30s, at most 10m)
   --rendezvous-timeout D     wait this long for the master address to resolve (default 10m)
   --grace-period D           SIGTERM to SIGKILL for workers (default 25s)
   --log-dir DIR              worker output to DIR/rank-N.log instead of prefixed lines
@@ -58,6 +65,17 @@ bool lookup(const std::map<std::string, std::string>& env, std::initializer_list
   return false;
 }
 
+std::chrono::milliseconds env_duration(const std::map<std::string, std::string>& env, const char* name,
+                                       std::chrono::milliseconds fallback) {
+  std::string v, from;
+  if (!lookup(env, {name}, v, from)) return fallback;
+  try {
+    return flags::to_duration(from, v);
+  } catch (const flags::FlagError& e) {
+    throw ConfigError(e.what());
+  }
+}
+
 int env_int(const std::map<std::string, std::string>& env, std::initializer_list<const char*> names, int fallback,
             int min, int max) {
   std::string v, from;
@@ -80,6 +98,10 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
   cfg.master_port = env_int(env, {c::kMasterPort, c::kPetMasterPort}, 29500, 1, 65535);
   cfg.restart_attempt = env_int(env, {c::kRestartAttempt}, 0, 0, 1000000);
   cfg.metrics_port = env_int(env, {c::kMetricsPort}, 9400, 0, 65535);
+  // Durations also from the environment: the operator starts `lockstep-agent -- COMMAND` with
+  // no flags, so a pod's env is how a job changes them.
+  cfg.stall_timeout = env_duration(env, "LOCKSTEP_STALL_TIMEOUT", cfg.stall_timeout);
+  cfg.first_step_timeout = env_duration(env, "LOCKSTEP_FIRST_STEP_TIMEOUT", cfg.first_step_timeout);
   if (lookup(env, {c::kMasterAddr, c::kPetMasterAddr}, v, from)) cfg.master_addr = v;
   if (lookup(env, {c::kJobName}, v, from)) cfg.job_name = v;
   if (lookup(env, {c::kJobNamespace}, v, from)) cfg.job_namespace = v;
@@ -109,6 +131,8 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
       else if (match(argc, argv.data(), i, "--metrics-port", v)) cfg.metrics_port = to_int("--metrics-port", v, 0, 65535);
       else if (match(argc, argv.data(), i, "--metrics-address", v)) cfg.metrics_address = v;
       else if (match(argc, argv.data(), i, "--stall-timeout", v)) cfg.stall_timeout = to_duration("--stall-timeout", v);
+      else if (match(argc, argv.data(), i, "--first-step-timeout", v)) cfg.first_step_timeout = to_duration("--first-step-timeout", v);
+      else if (match(argc, argv.data(), i, "--metrics-linger", v)) cfg.metrics_linger = to_duration("--metrics-linger", v);
       else if (match(argc, argv.data(), i, "--rendezvous-timeout", v)) cfg.rendezvous_timeout = to_duration("--rendezvous-timeout", v);
       else if (match(argc, argv.data(), i, "--grace-period", v)) cfg.grace_period = to_duration("--grace-period", v);
       else if (match(argc, argv.data(), i, "--log-dir", v)) cfg.log_dir = v;
@@ -129,6 +153,10 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
   if (cfg.max_restarts > 0 && cfg.nnodes > 1)
     throw ConfigError("--max-restarts restarts workers locally, which only works for single-node jobs (nnodes is " +
                       std::to_string(cfg.nnodes) + "); multi-node jobs are restarted as a gang by the operator");
+  if (cfg.metrics_linger > std::chrono::minutes(10))
+    throw ConfigError("--metrics-linger must be at most 10m (it delays the agent's exit after a stall), got " +
+                      std::to_string(cfg.metrics_linger.count() / 1000) + "s");
+  if (!cfg.metrics) cfg.metrics_port = 0;  // --no-metrics: never an HTTP endpoint
   if (cfg.master_addr.empty()) throw ConfigError("the master address (LOCKSTEP_MASTER_ADDR or --master-addr) is empty");
   return cfg;
 }

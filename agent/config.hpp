@@ -28,14 +28,29 @@ struct Config {
   std::string job_name, job_namespace;
   int metrics_port = 9400;        // 0: no /metrics
   std::string metrics_address = "0.0.0.0";
-  bool metrics = true;            // false: no socket, no exporter (for overhead baselines)
-  std::chrono::milliseconds stall_timeout{std::chrono::minutes(5)};   // 0: off
+  // false: no /metrics and no GPU series. The step sockets stay while stall detection is on,
+  // since it needs the step reports; with --stall-timeout 0 too there is nothing at all
+  // (bench/agent's baseline).
+  bool metrics = true;
+  // Between steps: once a rank has reported, no step for this long is a stall. 0: stall
+  // detection off altogether (the first-step check too).
+  std::chrono::milliseconds stall_timeout{std::chrono::minutes(5)};
+  // Before the first step: a rank that reports no step within this long of its start is
+  // stuck in rendezvous or its first collective. 0: off (a program that never reports steps).
+  std::chrono::milliseconds first_step_timeout{std::chrono::minutes(30)};
+  // After a stall, /metrics keeps serving this long so a scrape sees lockstep_stalls_total;
+  // a stop signal cuts it short.
+  std::chrono::milliseconds metrics_linger{std::chrono::seconds(30)};
   std::chrono::milliseconds rendezvous_timeout{std::chrono::minutes(10)};
   std::chrono::milliseconds grace_period{std::chrono::seconds(25)};
   std::string log_dir;            // per-rank files instead of prefixed passthrough
   std::vector<std::string> command{"lockstep-trainer"};
 
   int world_size() const { return nnodes * nproc_per_node; }
+  bool stall_detection() const { return stall_timeout.count() > 0; }
+  bool first_step_detection() const { return stall_detection() && first_step_timeout.count() > 0; }
+  // The step sockets exist for /metrics or for stall detection.
+  bool step_sockets() const { return metrics || stall_detection(); }
 };
 
 // Builds the configuration from `env` (usually the process environment) and argv.

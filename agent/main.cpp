@@ -31,16 +31,21 @@ int main(int argc, char** argv) {
   Supervisor::block_signals();  // before any thread: stop signals are taken synchronously
   mallopt(M_ARENA_MAX, 2);
 
-  // One datagram socket per local rank, in a private directory that goes with the agent.
+  // A private directory that goes with the agent: one datagram socket per local rank (for
+  // /metrics and stall detection) and each rank's TORCHELASTIC_ERROR_FILE.
   std::string tmp = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
   std::string dir = tmp + "/lockstep-agent-XXXXXX";
-  if (cfg.metrics && !::mkdtemp(dir.data())) {
-    std::cerr << "lockstep-agent: cannot create a directory under " << tmp << " (TMPDIR) for the metrics sockets\n";
+  if (!::mkdtemp(dir.data())) {
+    std::cerr << "lockstep-agent: cannot create a directory under " << tmp
+              << " (TMPDIR) for the metrics sockets and error files\n";
     return lockstep::contract::kExitUsage;
   }
   std::unique_ptr<Metrics> metrics;
   std::unique_ptr<GpuMonitor> gpus;
-  if (cfg.metrics) {
+  if (!cfg.metrics && cfg.stall_detection())
+    LOCKSTEP_LOG(Info, "agent", "--no-metrics: no /metrics, but the step reports are still watched for stalls "
+                                "(--stall-timeout 0 turns that off too)");
+  if (cfg.step_sockets()) {
     try {
       metrics = std::make_unique<Metrics>(cfg, dir);
     } catch (const std::exception& e) {
@@ -48,7 +53,7 @@ int main(int argc, char** argv) {
       std::filesystem::remove_all(dir);
       return lockstep::contract::kExitUsage;
     }
-    gpus = std::make_unique<GpuMonitor>(*metrics, cfg);
+    if (cfg.metrics) gpus = std::make_unique<GpuMonitor>(*metrics, cfg);
     if (!metrics->endpoint().empty())
       LOCKSTEP_LOG(Info, "agent", "serving /metrics on " << metrics->endpoint());
   }
@@ -64,7 +69,7 @@ int main(int argc, char** argv) {
   }
   // Nothing is left to flush but our own streams: skip the exporter's slow shutdown (its
   // web server takes ~2 s to stop), and let the sockets go with the directory.
-  if (cfg.metrics) std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(dir);
   std::fflush(nullptr);
   ::_exit(code);
 }

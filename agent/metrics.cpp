@@ -76,6 +76,12 @@ Metrics::Metrics(const Config& cfg, const std::string& socket_dir)
                  .Help("Stalls detected: no step reported within the stall timeout")
                  .Register(*registry_)
                  .Add(base_);
+  BuildGauge()
+      .Name("lockstep_restart_attempt")
+      .Help("The operator's gang restart attempt this pod belongs to (LOCKSTEP_RESTART_ATTEMPT; 0: the first run)")
+      .Register(*registry_)
+      .Add(base_)
+      .Set(cfg.restart_attempt);
   const Histogram::BucketBoundaries buckets{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
   ranks_.resize(cfg.nproc_per_node);
   for (int i = 0; i < cfg.nproc_per_node; ++i) {
@@ -132,11 +138,24 @@ std::vector<RankProgress> Metrics::progress() const {
 
 void Metrics::reset_progress() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& r : ranks_) r.progress.last_step = -1;
+  auto now = std::chrono::steady_clock::now();
+  for (auto& r : ranks_) {
+    r.progress.last_step = -1;
+    r.progress.last_time = now;  // the first-step window counts from here
+  }
 }
 
 void Metrics::record(int local_rank, const StepReport& s) {
   Rank& r = ranks_[local_rank];
+  // Admit each collective name once, up to kMaxOps; the rest are dropped and counted.
+  bool dropped = false;
+  auto admitted = [&](const std::string& op) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ops_.count(op)) return true;
+    if (ops_.size() >= kMaxOps) { dropped = true; return false; }
+    ops_.insert(op);
+    return true;
+  };
   if (s.step_s) r.step_duration->Observe(*s.step_s);
   if (s.compute_s) r.compute->Increment(*s.compute_s);
   if (s.exposed_comm_s) r.exposed->Increment(*s.exposed_comm_s);
@@ -150,15 +169,18 @@ void Metrics::record(int local_rank, const StepReport& s) {
     comm_seconds_->Add(labels).Increment(*s.comm_s);
   }
   for (const auto& [op, v] : s.comm_s_by_op) {
+    if (!admitted(op)) continue;
     auto labels = r.labels;
     labels["op"] = op;
     comm_seconds_->Add(labels).Increment(v);
   }
   for (const auto& [op, v] : s.comm_bytes_by_op) {
+    if (!admitted(op)) continue;
     auto labels = r.labels;
     labels["op"] = op;
     comm_bytes_->Add(labels).Increment(v);
   }
+  if (dropped) r.malformed->Increment();
   r.last_step_ts->Set(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
   std::lock_guard<std::mutex> lock(mu_);
   r.progress.last_step = s.step;
@@ -168,7 +190,9 @@ void Metrics::record(int local_rank, const StepReport& s) {
 void Metrics::receive_loop() {
   std::vector<pollfd> fds;
   for (const auto& r : ranks_) fds.push_back({r.fd, POLLIN, 0});
-  char buf[4096];
+  // One byte more than the largest valid report, so that MSG_TRUNC tells a longer datagram
+  // (up to 64 KB on a Unix socket) from one that fits; a truncated one is never parsed.
+  char buf[kMaxReportBytes + 1];
   std::vector<bool> warned(ranks_.size(), false);
   while (!stop_) {
     int n = ::poll(fds.data(), fds.size(), 200);
@@ -176,10 +200,13 @@ void Metrics::receive_loop() {
     for (size_t i = 0; i < fds.size(); ++i) {
       if (!(fds[i].revents & POLLIN)) continue;
       ssize_t len;
-      while ((len = ::recv(fds[i].fd, buf, sizeof buf - 1, 0)) > 0) {
-        std::string line(buf, static_cast<size_t>(len));
+      while ((len = ::recv(fds[i].fd, buf, sizeof buf, MSG_TRUNC)) >= 0) {  // 0: an empty datagram, malformed too
         std::string error;
-        auto report = parse_step_report(line, &error);
+        std::optional<StepReport> report;
+        if (static_cast<size_t>(len) > kMaxReportBytes)
+          error = "datagram of " + std::to_string(len) + " bytes exceeds the " + std::to_string(kMaxReportBytes) + "-byte limit";
+        else
+          report = parse_step_report(std::string(buf, static_cast<size_t>(len)), &error);
         if (!report) {
           ranks_[i].malformed->Increment();
           if (!warned[i]) {  // once per rank: a broken sender must not flood the log

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,13 +27,15 @@ namespace lockstep::agent {
 struct RankProgress {
   int rank = 0;
   long long last_step = -1;                           // -1: no step yet
-  std::chrono::steady_clock::time_point last_time{};  // when the last step arrived
+  std::chrono::steady_clock::time_point last_time{};  // when the last step arrived, else when the worker started
 };
 
 class Metrics {
  public:
   // Binds one datagram socket per local rank under `socket_dir`, and serves /metrics on
   // cfg.metrics_port unless it is 0. Throws std::runtime_error naming what failed.
+  // Series: DESIGN.md and docs/metrics.md; lockstep_restart_attempt is cfg.restart_attempt,
+  // the operator's gang restart this pod belongs to.
   Metrics(const Config& cfg, const std::string& socket_dir);
   ~Metrics();
 
@@ -41,12 +44,15 @@ class Metrics {
   void count_restart();
   void count_stall();
   std::vector<RankProgress> progress() const;
-  void reset_progress();  // a new worker group starts from nothing
+  void reset_progress();  // a new worker group starts now, from nothing
   std::string endpoint() const { return endpoint_; }
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
   prometheus::Labels base_labels() const { return base_; }
 
   void record(int local_rank, const StepReport& r);  // exposed for tests
+  // Collective names beyond this many (per agent) are dropped and counted as malformed: each
+  // is a label value, and a broken sender must not grow the registry without end.
+  static constexpr size_t kMaxOps = 32;
 
  private:
   struct Rank {
@@ -68,6 +74,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* comm_bytes_;
   prometheus::Counter* restarts_;
   prometheus::Counter* stalls_;
+  std::set<std::string> ops_;  // collective names seen, bounded by kMaxOps
   std::vector<Rank> ranks_;
   mutable std::mutex mu_;
   std::atomic<bool> stop_{false};

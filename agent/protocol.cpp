@@ -3,29 +3,88 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
-#include <sstream>
 
 namespace lockstep::agent {
+namespace {
+
+// A token as it may appear in a log line: bounded, printable ASCII only, since a report
+// is untrusted bytes (binary, invalid UTF-8, control characters).
+std::string quote(const std::string& token) {
+  std::string out;
+  for (size_t i = 0; i < token.size() && i < 40; ++i) {
+    unsigned char c = static_cast<unsigned char>(token[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      static const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  if (token.size() > 40) out += "...";
+  return "'" + out + "'";
+}
+
+// Keys are names: ASCII letters, digits, '_' and '.', so unknown ones can be ignored safely.
+bool valid_key(const std::string& key) {
+  if (key.empty() || key.size() > 64) return false;
+  for (char c : key)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.')) return false;
+  return true;
+}
+
+bool valid_op(const std::string& op) {
+  if (op.empty() || op.size() > kMaxOpNameLength) return false;
+  for (char c : op)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  return true;
+}
+
+}  // namespace
 
 std::optional<StepReport> parse_step_report(const std::string& line, std::string* error) {
   auto fail = [&](const std::string& why) -> std::optional<StepReport> {
     if (error) *error = why;
     return std::nullopt;
   };
+  if (line.size() > kMaxReportBytes)
+    return fail("report of " + std::to_string(line.size()) + " bytes exceeds the " + std::to_string(kMaxReportBytes) +
+                "-byte limit");
   StepReport r;
-  std::istringstream in(line);
-  std::string token;
-  while (in >> token) {
+  std::map<std::string, bool> seen;
+  size_t pos = 0;
+  // Tokens are separated by spaces, tabs or line ends; a trailing newline is allowed.
+  auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  while (pos < line.size()) {
+    while (pos < line.size() && is_space(line[pos])) ++pos;
+    if (pos == line.size()) break;
+    size_t end = pos;
+    while (end < line.size() && !is_space(line[end])) ++end;
+    std::string token = line.substr(pos, end - pos);
+    pos = end;
     auto eq = token.find('=');
-    if (eq == std::string::npos || eq == 0) return fail("'" + token + "' is not key=value");
+    if (eq == std::string::npos || eq == 0) return fail(quote(token) + " is not key=value");
     std::string key = token.substr(0, eq), text = token.substr(eq + 1);
-    char* end = nullptr;
+    if (!valid_key(key)) return fail("key " + quote(key) + " is not a name of up to 64 characters of A-Z, a-z, 0-9, _ and .");
+    if (seen.count(key)) return fail("key " + quote(key) + " appears twice");
+    seen[key] = true;
+    // strtod also reads inf, nan and hex; the whole value must be consumed (a NUL byte
+    // would otherwise end it early) and finite and within bounds.
+    char* endp = nullptr;
     errno = 0;
-    double v = std::strtod(text.c_str(), &end);
-    if (text.empty() || *end || errno || !std::isfinite(v)) return fail("value of '" + key + "' is not a number");
+    double v = std::strtod(text.c_str(), &endp);
+    if (text.empty() || endp != text.c_str() + text.size() || errno || !std::isfinite(v))
+      return fail("value of " + quote(key) + " is not a number (finite)");
+    if (std::fabs(v) > kMaxReportValue) return fail("value of " + quote(key) + " is out of range");
+    if (v < 0 && key != "loss") return fail("value of " + quote(key) + " is negative");
     if (key == "step") {
-      if (v < 0 || v != std::floor(v)) return fail("step must be a non-negative integer");
-      r.step = static_cast<long long>(v);
+      // Digits only, below 2^53 (where a double stops holding every integer): no cast of a
+      // huge double, and the same step for every reader of the series.
+      if (text.size() > 16 || text.find_first_not_of("0123456789") != std::string::npos ||
+          std::strtoll(text.c_str(), nullptr, 10) >= (1LL << 53))
+        return fail("step must be a non-negative integer below 2^53");
+      r.step = std::strtoll(text.c_str(), nullptr, 10);
     } else if (key == "step_s") r.step_s = v;
     else if (key == "compute_s") r.compute_s = v;
     else if (key == "comm_s") r.comm_s = v;
@@ -34,10 +93,15 @@ std::optional<StepReport> parse_step_report(const std::string& line, std::string
     else if (key == "flops") r.flops = v;
     else if (key == "loss") r.loss = v;
     else if (key == "mem_bytes") r.mem_bytes = v;
-    else if (key.rfind("comm_s.", 0) == 0 && key.size() > 7) r.comm_s_by_op[key.substr(7)] = v;
-    else if (key.rfind("comm_bytes.", 0) == 0 && key.size() > 11) r.comm_bytes_by_op[key.substr(11)] = v;
+    else if (key.rfind("comm_s.", 0) == 0 || key.rfind("comm_bytes.", 0) == 0) {
+      // The op becomes a label value: a bounded name, so a broken sender cannot mint
+      // series without end.
+      bool bytes = key[5] == 'b';
+      std::string op = key.substr(bytes ? 11 : 7);
+      if (!valid_op(op)) return fail("collective name in " + quote(key) + " must be 1-" + std::to_string(kMaxOpNameLength) + " characters of a-z, 0-9 and _");
+      (bytes ? r.comm_bytes_by_op : r.comm_s_by_op)[op] = v;
+    }
     // other keys: ignored (forward compatible)
-    if (v < 0 && key != "loss") return fail("value of '" + key + "' is negative");
   }
   if (r.step < 0) return fail("no step=N");
   return r;

@@ -4,7 +4,9 @@
 //   flops=4.1e13 loss=2.93 mem_bytes=812345344
 // Per-collective figures may follow as comm_s.<op>=SECONDS and comm_bytes.<op>=BYTES
 // (op: allreduce, allgather, reduce_scatter, broadcast, ...). Unknown keys are ignored, so
-// senders can add fields; a line with no valid step is malformed.
+// senders can add fields; a line with no valid step is malformed, and so is one with a key
+// given twice or not a name ([A-Za-z0-9_.]{1,64}), a value that is not a finite number within +-kMaxReportValue (negative only
+// for loss), an op name outside [a-z0-9_]{1,32}, or more than kMaxReportBytes bytes.
 #pragma once
 
 #include <map>
@@ -12,6 +14,10 @@
 #include <string>
 
 namespace lockstep::agent {
+
+inline constexpr size_t kMaxReportBytes = 4096;
+inline constexpr double kMaxReportValue = 1e30;
+inline constexpr size_t kMaxOpNameLength = 32;
 
 struct StepReport {
   long long step = -1;

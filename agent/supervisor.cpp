@@ -2,12 +2,17 @@
 
 #include <fcntl.h>
 #include <netdb.h>
+#include <dirent.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "lockstep/contract.hpp"
 #include "lockstep/log.hpp"
@@ -39,6 +44,30 @@ int pending_stop_signal() {
   timespec zero{0, 0};
   int sig = sigtimedwait(&s, nullptr, &zero);
   return sig > 0 ? sig : 0;
+}
+
+// The processes whose parent is this one, from /proc: the workers and the orphans adopted
+// (Note [The agent as init]).
+std::vector<pid_t> own_children() {
+  std::vector<pid_t> out;
+  const pid_t self = ::getpid();
+  DIR* d = ::opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    pid_t pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    auto close = stat.rfind(')');  // the command name may hold spaces and parentheses
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 1));
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == self) out.push_back(pid);
+  }
+  ::closedir(d);
+  return out;
 }
 
 }  // namespace
@@ -94,7 +123,9 @@ void Supervisor::start_group(int local_restarts) {
     w.rank = cfg_.node_rank * cfg_.nproc_per_node + i;
     SpawnOptions so;
     so.argv = cfg_.command;
-    so.env = worker_env(cfg_, i, local_restarts, metrics_ ? metrics_->socket_path(i) : "", inherited);
+    std::string errors = error_file(i);
+    if (!errors.empty()) ::unlink(errors.c_str());  // only this attempt's error counts
+    so.env = worker_env(cfg_, i, local_restarts, metrics_ ? metrics_->socket_path(i) : "", inherited, errors);
     so.new_process_group = true;
     int pipe_fds[2] = {-1, -1};
     if (!cfg_.log_dir.empty()) {
@@ -157,41 +188,86 @@ void Supervisor::pump_output() {
   std::cout.flush();
 }
 
-void Supervisor::stop_group() {
+std::string Supervisor::error_file(int local_rank) const {
+  return metrics_dir_.empty() ? "" : metrics_dir_ + "/rank-" + std::to_string(local_rank) + "-error.json";
+}
+
+void Supervisor::reap_orphans() {
+  while (true) {
+    siginfo_t info{};
+    // Peek first (WNOWAIT): a worker's status belongs to its Process, collected by run().
+    if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return;
+    for (auto& w : workers_)
+      if (!w.exited && w.process.pid() == info.si_pid) return;
+    int st;
+    ::waitpid(info.si_pid, &st, WNOHANG);
+  }
+}
+
+void Supervisor::signal_everything(int sig, std::set<pid_t>* already) {
+  // Each worker's whole group, even once its leader has exited: its children may live on in
+  // it. (A group id is not reused while a member is left, so this reaches no stranger.)
   for (auto& w : workers_)
-    if (!w.exited) w.process.signal(SIGTERM);
-  auto deadline = std::chrono::steady_clock::now() + cfg_.grace_period;
-  while (std::chrono::steady_clock::now() < deadline) {
-    bool all = true;
+    if (w.process.pid() > 0 && (!already || already->insert(w.process.pid()).second)) ::kill(-w.process.pid(), sig);
+  for (pid_t p : own_children()) {
+    bool worker = false;
+    for (auto& w : workers_) worker |= w.process.pid() == p;
+    if (worker || (already && !already->insert(p).second)) continue;
+    ::kill(p, sig);
+    if (::getpgid(p) == p) ::kill(-p, sig);  // one that made its own group (setsid) takes it along
+  }
+}
+
+bool Supervisor::descendants_left() {
+  for (auto& w : workers_) {
+    if (!w.exited) return true;
+    if (w.process.pid() > 0 && ::kill(-w.process.pid(), 0) == 0) return true;  // its group lives on
+  }
+  return !own_children().empty();
+}
+
+void Supervisor::stop_group() {
+  auto collect = [&] {
     for (auto& w : workers_) {
       if (w.exited) continue;
       if (auto st = w.process.try_wait()) {
         w.exited = true;
         w.status = *st;
-      } else {
-        all = false;
       }
     }
+    reap_orphans();
+  };
+  // SIGTERM to everything below us; processes adopted later (when their parent dies) get
+  // theirs as they appear. What is left at the end of the grace period gets SIGKILL.
+  std::set<pid_t> termed;
+  signal_everything(SIGTERM, &termed);
+  auto deadline = std::chrono::steady_clock::now() + cfg_.grace_period;
+  while (std::chrono::steady_clock::now() < deadline) {
+    collect();
     pump_output();
-    if (all) break;
+    if (!descendants_left()) break;
+    signal_everything(SIGTERM, &termed);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  for (auto& w : workers_)
+    if (!w.exited)
+      LOCKSTEP_LOG(Warn, "agent", "rank " << w.rank << " did not stop within the grace period; sending SIGKILL");
+  // SIGKILL cannot be ignored, but each kill may orphan more processes to us: repeat until
+  // nothing is left (bounded: a process in uninterruptible sleep may take its time).
+  auto kill_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (descendants_left() && std::chrono::steady_clock::now() < kill_deadline) {
+    signal_everything(SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    collect();
+  }
+  if (descendants_left()) LOCKSTEP_LOG(Warn, "agent", "some worker processes survived SIGKILL for 10 s (uninterruptible sleep?)");
   for (auto& w : workers_) {
     if (w.exited) continue;
-    LOCKSTEP_LOG(Warn, "agent", "rank " << w.rank << " did not stop within the grace period; sending SIGKILL");
-    w.process.signal(SIGKILL);
     w.status = w.process.wait();
     w.exited = true;
   }
-  // A killed group leader's children may still hold the pipe; a whole group was signalled,
-  // so give them a moment, then read what is left.
-  for (int i = 0; i < 10; ++i) {
-    pump_output();
-    bool open = false;
-    for (auto& w : workers_) open |= w.out_fd >= 0;
-    if (!open) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  // Whatever held the pipes is gone now: read what is left.
+  pump_output();
   for (auto& w : workers_) {
     if (w.out_fd >= 0) { ::close(w.out_fd); w.out_fd = -1; }
     if (metrics_) metrics_->set_worker_up(w.local_rank, false);
@@ -206,11 +282,65 @@ int Supervisor::finish(int code, const std::string& why, const Worker* culprit) 
     std::cerr << "last lines of rank " << culprit->rank << ":\n";
     for (const auto& l : culprit->tail) std::cerr << "  | " << l << "\n";
   }
+  // What torch.distributed.elastic's @record wrote (TORCHELASTIC_ERROR_FILE), as torchrun
+  // shows it: the exception and its traceback, bounded.
+  if (culprit) {
+    std::ifstream f(error_file(culprit->local_rank));
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (!text.empty()) {
+      if (text.size() > 4000) text = text.substr(0, 4000) + "...";
+      std::cerr << "error file of rank " << culprit->rank << " (TORCHELASTIC_ERROR_FILE):\n  " << text << "\n";
+    }
+  }
   std::cerr.flush();
   return code;
 }
 
+std::string Supervisor::check_stall() {
+  if (!metrics_ || !cfg_.stall_detection()) return "";
+  auto now = std::chrono::steady_clock::now();
+  std::string quiet, never;
+  auto progress = metrics_->progress();
+  for (size_t i = 0; i < progress.size() && i < workers_.size(); ++i) {
+    const auto& p = progress[i];
+    if (workers_[i].exited) continue;  // finished ranks report no more steps, rightly
+    if (p.last_step >= 0 && now - p.last_time > cfg_.stall_timeout)
+      quiet += (quiet.empty() ? "" : ", ") + std::to_string(p.rank) + " (last step " + std::to_string(p.last_step) + ")";
+    else if (p.last_step < 0 && cfg_.first_step_detection() && now - p.last_time > cfg_.first_step_timeout)
+      never += (never.empty() ? "" : ", ") + std::to_string(p.rank);
+  }
+  if (!quiet.empty())
+    LOCKSTEP_LOG(Error, "agent", "stall: no step for " << cfg_.stall_timeout.count() / 1000.0 << " s from rank(s) " << quiet
+                                 << "; a hung collective or a dead peer (--stall-timeout)");
+  if (!never.empty())
+    LOCKSTEP_LOG(Error, "agent", "stall: no first step within " << cfg_.first_step_timeout.count() / 1000.0
+                                 << " s of the start from rank(s) " << never
+                                 << "; a hang in rendezvous or the first collective (--first-step-timeout, "
+                                    "LOCKSTEP_FIRST_STEP_TIMEOUT; 0 for a program that reports no steps)");
+  if (quiet.empty()) return never.empty() ? "" : never + " (no first step)";
+  return never.empty() ? quiet : quiet + ", " + never + " (no first step)";
+}
+
+void Supervisor::linger_after_stall() {
+  if (!metrics_ || metrics_->endpoint().empty() || cfg_.metrics_linger.count() <= 0) return;
+  LOCKSTEP_LOG(Info, "agent", "keeping /metrics on " << metrics_->endpoint() << " up for "
+                              << cfg_.metrics_linger.count() / 1000.0
+                              << " s so the stall is scraped (--metrics-linger; SIGTERM ends it)");
+  auto deadline = std::chrono::steady_clock::now() + cfg_.metrics_linger;
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return;
+    if (int sig = wait_for_event(std::min(left, std::chrono::milliseconds(200)))) {
+      LOCKSTEP_LOG(Info, "agent", strsignal(sig) << ": leaving now");
+      return;
+    }
+    reap_orphans();
+  }
+}
+
 int Supervisor::run() {
+  // Note [The agent as init]: orphans below us come to us even when we are not PID 1.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   if (!wait_for_master()) return contract::kExitRendezvous;
   for (int local_restarts = 0;; ++local_restarts) {
     if (metrics_) metrics_->reset_progress();
@@ -236,21 +366,13 @@ int Supervisor::run() {
         }
       }
       if (failed || done == cfg_.nproc_per_node) break;
-      // Stall: a rank that has reported steps has gone quiet for too long.
-      if (metrics_ && cfg_.stall_timeout.count() > 0) {
-        auto now = std::chrono::steady_clock::now();
-        std::string stuck;
-        for (const auto& p : metrics_->progress())
-          if (p.last_step >= 0 && now - p.last_time > cfg_.stall_timeout)
-            stuck += (stuck.empty() ? "" : ", ") + std::to_string(p.rank) + " (last step " + std::to_string(p.last_step) + ")";
-        if (!stuck.empty()) {
-          LOCKSTEP_LOG(Error, "agent", "stall: no step for " << cfg_.stall_timeout.count() / 1000.0
-                                       << " s from rank(s) " << stuck
-                                       << "; a hung collective or a dead peer (--stall-timeout)");
-          metrics_->count_stall();
-          stop_group();
-          return finish(contract::kExitStall, "stall detected on rank(s) " + stuck, nullptr);
-        }
+      reap_orphans();
+      std::string stuck = check_stall();
+      if (!stuck.empty()) {
+        metrics_->count_stall();
+        stop_group();
+        linger_after_stall();
+        return finish(contract::kExitStall, "stall detected on rank(s) " + stuck, nullptr);
       }
     }
     if (!failed) {

@@ -5,13 +5,22 @@
 //                              the agent exits with that worker's own exit code (or restarts
 //                              the group locally, up to --max-restarts, on a single node);
 //   * no step for too long  -> a stall: the stuck ranks are logged, the group stopped, exit 75;
+//     also a rank with no first step within --first-step-timeout of its start (a hang in
+//     rendezvous or the first collective); /metrics then lingers so the stall is scraped;
 //   * SIGTERM/SIGINT        -> forwarded to every worker, SIGKILL after the grace period.
-// Every worker runs in its own process group, so grandchildren (dataloader processes) are
-// signalled too, and lockstep::Process makes each die with the agent (no orphans).
+// Note [The agent as init]
+// The agent is PID 1 of its container, and otherwise a child subreaper
+// (PR_SET_CHILD_SUBREAPER), so every orphan below it is re-parented to it. It reaps them as it
+// goes (no zombies), and a stop reaches every descendant: each worker runs in its own process
+// group, which is signalled as a whole even after its leader has exited, and processes that
+// left their worker's group (setsid, daemons) are found as the agent's adopted children once
+// their parent is gone, and signalled with their own groups. lockstep::Process also makes each
+// worker die with the agent if the agent is killed outright.
 #pragma once
 
 #include <deque>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,6 +51,12 @@ class Supervisor {
   bool wait_for_master();
   void start_group(int local_restarts);
   void stop_group();
+  void signal_everything(int sig, std::set<pid_t>* already = nullptr);
+  bool descendants_left();  // a worker or an adopted child not yet gone
+  void reap_orphans();      // Note [The agent as init]
+  std::string check_stall();
+  void linger_after_stall();
+  std::string error_file(int local_rank) const;
   void pump_output();
   void print_line(Worker& w, const std::string& line);
   int finish(int code, const std::string& why, const Worker* culprit);

@@ -59,7 +59,7 @@ Agent start_agent(const std::string& dir, int nnodes, int node_rank, int nproc, 
             {"LOCKSTEP_NPROC_PER_NODE", std::to_string(nproc)}, {"LOCKSTEP_MASTER_ADDR", "127.0.0.1"},
             {"LOCKSTEP_MASTER_PORT", std::to_string(master_port)}, {"LOCKSTEP_RESTART_ATTEMPT", "2"},
             {"LOCKSTEP_METRICS_PORT", std::to_string(a.metrics_port)}};
-  so.unset_env = {"OMP_NUM_THREADS"};
+  so.unset_env = {"OMP_NUM_THREADS", "TORCH_NCCL_ASYNC_ERROR_HANDLING"};
   for (const auto& [k, v] : extra_env) so.env[k] = v;
   so.output_path = a.log;
   a.proc = Process::spawn(so);
@@ -118,8 +118,13 @@ TEST(Agent, EveryWorkerGetsTorchrunsEnvironment) {
         {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", std::to_string(node)}, {"NODE_RANK", std::to_string(node)},
         {"ROLE_RANK", std::to_string(rank)}, {"ROLE_WORLD_SIZE", "4"}, {"MASTER_ADDR", "127.0.0.1"},
         {"MASTER_PORT", std::to_string(port)}, {"TORCHELASTIC_RESTART_COUNT", "2"},
-        {"TORCHELASTIC_MAX_RESTARTS", "0"}, {"TORCHELASTIC_RUN_ID", "uid-123"}, {"OMP_NUM_THREADS", "1"}};
+        {"TORCHELASTIC_MAX_RESTARTS", "0"}, {"TORCHELASTIC_RUN_ID", "uid-123"}, {"OMP_NUM_THREADS", "1"},
+        {"GROUP_WORLD_SIZE", "2"}, {"ROLE_NAME", "default"}, {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+        {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"}};
     for (const auto& [k, v] : want) EXPECT_EQ(env[k], v) << k;
+    EXPECT_TRUE(std::regex_search(env["TORCHELASTIC_ERROR_FILE"], std::regex("/rank-" + std::to_string(local) + "-error\\.json$")))
+        << env["TORCHELASTIC_ERROR_FILE"];
+    EXPECT_EQ(env.count("TORCHELASTIC_TIMER_FILE"), 0u);
     ASSERT_TRUE(env.count("LOCKSTEP_METRICS_SOCKET"));
     sockets.insert(env["LOCKSTEP_METRICS_SOCKET"]);
   }
@@ -144,7 +149,7 @@ TEST(Agent, APythonProgramSeesWhatTorchrunWouldGiveIt) {
   so.argv = {agent_bin(), "--no-metrics", "--", "python3", script, "2", "0", "3", "localhost", "29999", "my-run"};
   so.env = {{"PET_NNODES", "2"}, {"PET_NODE_RANK", "0"}, {"PET_NPROC_PER_NODE", "3"}, {"PET_MASTER_ADDR", "localhost"},
             {"PET_MASTER_PORT", "29999"}};
-  so.unset_env = {"LOCKSTEP_JOB_UID", "LOCKSTEP_JOB_NAME", "LOCKSTEP_NNODES", "OMP_NUM_THREADS"};
+  so.unset_env = {"LOCKSTEP_JOB_UID", "LOCKSTEP_JOB_NAME", "LOCKSTEP_NNODES", "OMP_NUM_THREADS", "TORCH_NCCL_ASYNC_ERROR_HANDLING"};
   so.argv.insert(so.argv.begin() + 1, {"--run-id", "my-run"});
   so.output_path = dir + "/pet.log";
   auto p = Process::spawn(so);
@@ -192,11 +197,144 @@ TEST(Agent, SigtermStopsEveryProcessWithinTheGracePeriod) {
 TEST(Agent, AWorkerThatStopsReportingStepsIsAStall) {
   std::string dir = temp_dir("stall");
   auto a = start_agent(dir, 1, 0, 2, lockstep::free_loopback_port(), {worker_bin(), "steps", "3", "then-hang"},
-                       {"--stall-timeout", "1s", "--grace-period", "1s"});
+                       {"--stall-timeout", "1s", "--grace-period", "1s", "--metrics-linger", "0"});
   auto st = a.wait(30s);
   ASSERT_TRUE(st.has_value()) << a.output();
   EXPECT_EQ(st->shell_code(), lockstep::contract::kExitStall) << a.output();
   EXPECT_TRUE(std::regex_search(a.output(), std::regex(R"(stall: no step for 1 s from rank\(s\) \d \(last step 3\))")))
+      << a.output();
+}
+
+TEST(Agent, ARankThatNeverReportsAStepIsAStallAfterTheFirstStepTimeout) {
+  // A hang in rendezvous or the first collective: no step ever arrives.
+  std::string dir = temp_dir("first-step");
+  auto a = start_agent(dir, 1, 0, 2, lockstep::free_loopback_port(), {worker_bin(), "steps", "0", "then-hang"},
+                       {"--stall-timeout", "1h", "--first-step-timeout", "1s", "--grace-period", "1s", "--metrics-linger", "0"});
+  auto st = a.wait(30s);
+  ASSERT_TRUE(st.has_value()) << a.output();
+  EXPECT_EQ(st->shell_code(), lockstep::contract::kExitStall) << a.output();
+  EXPECT_NE(a.output().find("stall: no first step within 1 s of the start from rank(s) 0, 1; a hang in rendezvous"),
+            std::string::npos)
+      << a.output();
+}
+
+TEST(Agent, StallDetectionStaysOnWithNoMetrics) {
+  std::string dir = temp_dir("stall-no-metrics");
+  auto a = start_agent(dir, 1, 0, 1, lockstep::free_loopback_port(), {worker_bin(), "steps", "3", "then-hang"},
+                       {"--no-metrics", "--stall-timeout", "1s", "--grace-period", "1s"});
+  auto st = a.wait(30s);
+  ASSERT_TRUE(st.has_value()) << a.output();
+  EXPECT_EQ(st->shell_code(), lockstep::contract::kExitStall) << a.output();
+  EXPECT_NE(a.output().find("--no-metrics: no /metrics, but the step reports are still watched for stalls"),
+            std::string::npos)
+      << a.output();
+  EXPECT_EQ(scrape(a.metrics_port), "") << "--no-metrics serves nothing";
+  // With stall detection off too, there is nothing at all: no socket for the worker.
+  auto b = start_agent(dir, 1, 0, 1, lockstep::free_loopback_port(), {worker_bin(), "env", dir},
+                       {"--no-metrics", "--stall-timeout", "0"});
+  ASSERT_EQ(b.wait(30s)->shell_code(), 0) << b.output();
+  EXPECT_EQ(parse_env(lockstep::test::read_file(dir + "/rank-0.env")).count("LOCKSTEP_METRICS_SOCKET"), 0u);
+}
+
+TEST(Agent, AStallStaysScrapableForTheLingerAndSigtermEndsIt) {
+  std::string dir = temp_dir("linger");
+  auto a = start_agent(dir, 1, 0, 1, lockstep::free_loopback_port(), {worker_bin(), "steps", "2", "then-hang"},
+                       {"--stall-timeout", "1s", "--grace-period", "1s", "--metrics-linger", "5m"});
+  ASSERT_TRUE(eventually([&] { return a.output().find("so the stall is scraped") != std::string::npos; }, 30s)) << a.output();
+  std::string m = scrape(a.metrics_port);
+  EXPECT_NE(m.find("lockstep_stalls_total{namespace=\"ns\",node_rank=\"0\",trainingjob=\"tj\"} 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("lockstep_worker_up{namespace=\"ns\",node_rank=\"0\",rank=\"0\",trainingjob=\"tj\"} 0"), std::string::npos) << m;
+  EXPECT_TRUE(a.proc.running()) << "still serving, as --metrics-linger asks";
+  a.proc.signal(SIGTERM);
+  auto st = a.wait(5s);
+  ASSERT_TRUE(st.has_value()) << "SIGTERM must cut the linger short\n" << a.output();
+  EXPECT_EQ(st->shell_code(), lockstep::contract::kExitStall) << "the cause stays the stall\n" << a.output();
+}
+
+TEST(Agent, OrphansAreAdoptedAndReapedEvenWhenTheAgentIsNotPid1) {
+  // The worker's child double-forks a short-lived process into its own session and exits:
+  // that process is re-parented to the agent (a subreaper) and must not stay a zombie.
+  std::string dir = temp_dir("orphan");
+  std::string script = "( setsid sh -c 'echo $$ > " + dir + "/orphan.pid; exec sleep 2' & ); exec sleep 1000";
+  auto a = start_agent(dir, 1, 0, 1, lockstep::free_loopback_port(), {"sh", "-c", script}, {"--stall-timeout", "0"});
+  pid_t orphan = 0;
+  ASSERT_TRUE(eventually([&] { return (orphan = std::atoi(lockstep::test::read_file(dir + "/orphan.pid").c_str())) > 0; }, 10s))
+      << a.output();
+  auto parent_of = [](pid_t p) {
+    std::string stat = lockstep::test::read_file("/proc/" + std::to_string(p) + "/stat");
+    auto close = stat.rfind(')');
+    if (close == std::string::npos) return 0;
+    std::istringstream rest(stat.substr(close + 1));
+    std::string state;
+    int ppid = 0;
+    rest >> state >> ppid;
+    return ppid;
+  };
+  EXPECT_TRUE(eventually([&] { return parent_of(orphan) == a.proc.pid(); }, 5s))
+      << "pid " << orphan << " has parent " << parent_of(orphan) << ", not the agent " << a.proc.pid();
+  // It exits after 2 s; the agent reaps it: no zombie left while the agent runs on.
+  EXPECT_TRUE(eventually([&] { return lockstep::test::process_state(orphan) == 0; }, 10s))
+      << "pid " << orphan << " state " << lockstep::test::process_state(orphan);
+  EXPECT_TRUE(a.proc.running());
+  a.proc.signal(SIGTERM);
+  a.wait(20s);
+}
+
+// pids written by a shell worker into DIR/NAME.
+std::vector<pid_t> read_pids(const std::string& dir, const std::vector<std::string>& names) {
+  std::vector<pid_t> pids;
+  for (const auto& n : names) {
+    pid_t p = 0;
+    eventually([&] { return (p = std::atoi(lockstep::test::read_file(dir + "/" + n).c_str())) > 0; }, 10s);
+    pids.push_back(p);
+  }
+  return pids;
+}
+
+TEST(Agent, AFailedWorkersChildrenAndEscapedGrandchildrenAreKilled) {
+  // Each worker leaves a child in its process group and one in its own session (setsid);
+  // rank 1 then fails. Before, neither survivor of rank 1 was ever signalled.
+  std::string dir = temp_dir("leftovers");
+  std::string script = "setsid sleep 1000 & echo $! > " + dir + "/escaped.$RANK; sleep 1000 & echo $! > " + dir +
+                       "/ingroup.$RANK; if [ \"$RANK\" = 1 ]; then while [ ! -s " + dir +
+                       "/ingroup.0 ]; do sleep 0.05; done; exit 3; fi; wait";
+  auto a = start_agent(dir, 1, 0, 2, lockstep::free_loopback_port(), {"sh", "-c", script}, {"--grace-period", "5s"});
+  auto pids = read_pids(dir, {"escaped.0", "ingroup.0", "escaped.1", "ingroup.1"});
+  auto st = a.wait(30s);
+  ASSERT_TRUE(st.has_value()) << a.output();
+  EXPECT_EQ(st->shell_code(), 3) << a.output();
+  for (pid_t p : pids) {
+    EXPECT_GT(p, 0);
+    EXPECT_TRUE(eventually([&] { return !lockstep::test::is_running(p); }, 3s)) << "pid " << p << " left behind";
+  }
+}
+
+TEST(Agent, SigtermReachesDescendantsThatLeftTheWorkersGroup) {
+  std::string dir = temp_dir("escaped");
+  std::string script = "setsid sh -c 'trap \"\" TERM; exec sleep 1000' & echo $! > " + dir + "/escaped; sleep 1000 & echo $! > " +
+                       dir + "/ingroup; wait";
+  auto a = start_agent(dir, 1, 0, 1, lockstep::free_loopback_port(), {"sh", "-c", script}, {"--grace-period", "1s"});
+  auto pids = read_pids(dir, {"escaped", "ingroup"});
+  auto tree = descendants(a.proc.pid());
+  a.proc.signal(SIGTERM);
+  auto st = a.wait(20s);
+  ASSERT_TRUE(st.has_value()) << a.output();
+  EXPECT_EQ(st->shell_code(), 128 + SIGTERM) << a.output();
+  for (pid_t p : pids) tree.insert(p);
+  for (pid_t p : tree)  // the escaped one ignores SIGTERM: SIGKILL after the grace period
+    EXPECT_TRUE(eventually([&] { return !lockstep::test::is_running(p); }, 3s)) << "pid " << p << " left behind";
+}
+
+TEST(Agent, AWorkersErrorFileIsShownWhenItFails) {
+  // torch.distributed.elastic's @record writes the exception to TORCHELASTIC_ERROR_FILE.
+  std::string dir = temp_dir("errorfile");
+  auto a = start_agent(dir, 1, 0, 1, lockstep::free_loopback_port(),
+                       {"sh", "-c", "echo '{\"message\": \"ValueError: bad shard\"}' > \"$TORCHELASTIC_ERROR_FILE\"; exit 1"});
+  auto st = a.wait(30s);
+  ASSERT_TRUE(st.has_value()) << a.output();
+  EXPECT_EQ(st->shell_code(), 1) << a.output();
+  EXPECT_NE(a.output().find("error file of rank 0 (TORCHELASTIC_ERROR_FILE):\n  {\"message\": \"ValueError: bad shard\"}"),
+            std::string::npos)
       << a.output();
 }
 
@@ -220,6 +358,7 @@ TEST(Agent, MetricsCarryStepCommAndWorkerSeriesWithTheirLabels) {
         "lockstep_flops_total{", "lockstep_loss{namespace=\"ns\",node_rank=\"1\",rank=\"2\",trainingjob=\"tj\"} 1",
         "lockstep_last_step_timestamp_seconds{", "lockstep_worker_up{namespace=\"ns\",node_rank=\"1\",rank=\"3\",trainingjob=\"tj\"} 1",
         "lockstep_worker_restarts_total{namespace=\"ns\",node_rank=\"1\",trainingjob=\"tj\"} 0",
+        "lockstep_restart_attempt{namespace=\"ns\",node_rank=\"1\",trainingjob=\"tj\"} 2",
         "lockstep_stalls_total{namespace=\"ns\",node_rank=\"1\",trainingjob=\"tj\"} 0"})
     EXPECT_NE(m.find(series), std::string::npos) << series << "\n" << m;
   EXPECT_FALSE(std::regex_search(m, std::regex(R"([{,]job=")"))) << "a label named job is renamed by Prometheus";
@@ -239,7 +378,7 @@ TEST(Agent, MalformedReportsAreCountedAndIgnored) {
     m = scrape(a.metrics_port);
     return m.find("lockstep_steps_total{namespace=\"ns\",node_rank=\"0\",rank=\"0\",trainingjob=\"tj\"} 2") != std::string::npos;
   })) << m;
-  EXPECT_NE(m.find("lockstep_metrics_malformed_total{namespace=\"ns\",node_rank=\"0\",rank=\"0\",trainingjob=\"tj\"} 3"),
+  EXPECT_NE(m.find("lockstep_metrics_malformed_total{namespace=\"ns\",node_rank=\"0\",rank=\"0\",trainingjob=\"tj\"} 10"),
             std::string::npos)
       << m;
   EXPECT_TRUE(a.proc.running()) << "a malformed report must never be fatal";

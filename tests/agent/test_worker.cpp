@@ -6,7 +6,9 @@
 //   env DIR                         writes its environment to DIR/rank-$RANK.env
 //   steps N [then-hang]             reports N steps 50 ms apart, then exits 0 (or hangs)
 //   stubborn                        ignores SIGTERM and sleeps (and so does a child it starts)
-//   garbage                         sends malformed reports, then valid ones, then hangs
+//   garbage                         sends malformed reports (10: text, bad numbers, NaN, a
+//                                   duplicate key, invalid UTF-8, a NUL, empty, 64 KB), then
+//                                   2 valid ones, then hangs
 //   compute STEPS MATMULS           STEPS steps of MATMULS 256x256 matrix products each,
 //                                   reporting every step (bench/agent's workload)
 #include <signal.h>
@@ -37,6 +39,8 @@ void report(const std::string& line) {
   const char* path = std::getenv("LOCKSTEP_METRICS_SOCKET");
   if (!path) return;
   int fd = ::socket(AF_UNIX, SOCK_DGRAM, 0);
+  int sndbuf = 1 << 18;  // room for the 64 KB datagram of `garbage`
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::strncpy(addr.sun_path, path, sizeof addr.sun_path - 1);
@@ -80,6 +84,13 @@ int main(int argc, char** argv) {
     report("this is not a step report");
     report("step=banana");
     report("step=1 step_s=-3");
+    report("step=nan");
+    report("step=1 step=2");
+    report("step=1 loss=\xc3\x28");
+    report(std::string("step=1\0garbage", 14));
+    report("");
+    report("step=1e300");
+    report("step=9 loss=1" + std::string(65000, ' '));  // 64 KB: cut at the limit it would parse
     step(1, 2.0);
     step(2, 1.5);
     ::pause();
