@@ -29,7 +29,8 @@ variables (set by the operator), else torchrun's PET_* variables, else these fla
                              one is a stall (default 5m; 0 turns stall detection off entirely)
   --first-step-timeout D     LOCKSTEP_FIRST_STEP_TIMEOUT: no first step within this long of a
                              worker's start is a stall: a hang in rendezvous or the first
-                             collective (default 30m; 0 off, for programs that report no steps)
+                             collective (default 30m for lockstep-trainer, off for other
+                             commands, which may never report a step; 0 off)
   --metrics-linger D         after a stall, keep serving /metrics this long so the stall is
                              scraped; a stop signal cuts it short (default 30s, at most 10m)
   --rendezvous-timeout D     wait this long for the master address to resolve (default 10m)
@@ -101,6 +102,7 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
   // Durations also from the environment: the operator starts `lockstep-agent -- COMMAND` with
   // no flags, so a pod's env is how a job changes them.
   cfg.stall_timeout = env_duration(env, "LOCKSTEP_STALL_TIMEOUT", cfg.stall_timeout);
+  bool first_step_set = env.count("LOCKSTEP_FIRST_STEP_TIMEOUT") && !env.at("LOCKSTEP_FIRST_STEP_TIMEOUT").empty();
   cfg.first_step_timeout = env_duration(env, "LOCKSTEP_FIRST_STEP_TIMEOUT", cfg.first_step_timeout);
   if (lookup(env, {c::kMasterAddr, c::kPetMasterAddr}, v, from)) cfg.master_addr = v;
   if (lookup(env, {c::kJobName}, v, from)) cfg.job_name = v;
@@ -131,7 +133,10 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
       else if (match(argc, argv.data(), i, "--metrics-port", v)) cfg.metrics_port = to_int("--metrics-port", v, 0, 65535);
       else if (match(argc, argv.data(), i, "--metrics-address", v)) cfg.metrics_address = v;
       else if (match(argc, argv.data(), i, "--stall-timeout", v)) cfg.stall_timeout = to_duration("--stall-timeout", v);
-      else if (match(argc, argv.data(), i, "--first-step-timeout", v)) cfg.first_step_timeout = to_duration("--first-step-timeout", v);
+      else if (match(argc, argv.data(), i, "--first-step-timeout", v)) {
+        cfg.first_step_timeout = to_duration("--first-step-timeout", v);
+        first_step_set = true;
+      }
       else if (match(argc, argv.data(), i, "--metrics-linger", v)) cfg.metrics_linger = to_duration("--metrics-linger", v);
       else if (match(argc, argv.data(), i, "--rendezvous-timeout", v)) cfg.rendezvous_timeout = to_duration("--rendezvous-timeout", v);
       else if (match(argc, argv.data(), i, "--grace-period", v)) cfg.grace_period = to_duration("--grace-period", v);
@@ -145,6 +150,11 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
     std::vector<std::string> cmd(copy.begin() + static_cast<long>(dashdash) + 1, copy.end());
     if (cmd.empty()) throw ConfigError("nothing after '--': give the worker command, e.g. -- python train.py");
     cfg.command = cmd;
+  }
+  if (!first_step_set) {
+    const std::string& exe = cfg.command.front();
+    std::string base = exe.substr(exe.find_last_of('/') == std::string::npos ? 0 : exe.find_last_of('/') + 1);
+    if (base != "lockstep-trainer") cfg.first_step_timeout = std::chrono::milliseconds(0);
   }
   if (cfg.node_rank >= cfg.nnodes)
     throw ConfigError("node rank " + std::to_string(cfg.node_rank) + " (LOCKSTEP_NODE_RANK, PET_NODE_RANK or --node-rank) "

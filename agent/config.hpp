@@ -36,7 +36,9 @@ struct Config {
   // detection off altogether (the first-step check too).
   std::chrono::milliseconds stall_timeout{std::chrono::minutes(5)};
   // Before the first step: a rank that reports no step within this long of its start is
-  // stuck in rendezvous or its first collective. 0: off (a program that never reports steps).
+  // stuck in rendezvous or its first collective. 0: off. Unless set (flag or variable), 30m
+  // for lockstep-trainer, which reports steps, and off for any other command, which may
+  // never report one (a plain torchrun script) and would otherwise be stopped for it.
   std::chrono::milliseconds first_step_timeout{std::chrono::minutes(30)};
   // After a stall, /metrics keeps serving this long so a scrape sees lockstep_stalls_total;
   // a stop signal cuts it short.

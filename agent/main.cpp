@@ -45,6 +45,11 @@ int main(int argc, char** argv) {
   if (!cfg.metrics && cfg.stall_detection())
     LOCKSTEP_LOG(Info, "agent", "--no-metrics: no /metrics, but the step reports are still watched for stalls "
                                 "(--stall-timeout 0 turns that off too)");
+  if (cfg.stall_detection())
+    LOCKSTEP_LOG(Info, "agent", "stall detection: no step for " << cfg.stall_timeout.count() / 1000.0
+                                << " s after a rank's last one; first step: "
+                                << (cfg.first_step_detection() ? "within " + std::to_string(cfg.first_step_timeout.count() / 1000) + " s of the start"
+                                                               : std::string("not watched (--first-step-timeout, LOCKSTEP_FIRST_STEP_TIMEOUT)")));
   if (cfg.step_sockets()) {
     try {
       metrics = std::make_unique<Metrics>(cfg, dir);

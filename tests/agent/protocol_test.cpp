@@ -269,7 +269,13 @@ TEST(Config, FlagsOverrideEnvironmentAndPetIsTheFallback) {
 TEST(Config, StallSettingsFromFlagsAndTheEnvironment) {
   auto c = load_config({}, {});
   EXPECT_EQ(c.stall_timeout, std::chrono::minutes(5));
-  EXPECT_EQ(c.first_step_timeout, std::chrono::minutes(30));
+  EXPECT_EQ(c.first_step_timeout, std::chrono::minutes(30)) << "lockstep-trainer reports steps: watched by default";
+  EXPECT_EQ(load_config({}, {"--", "/opt/bin/lockstep-trainer", "--steps", "9"}).first_step_timeout, std::chrono::minutes(30));
+  EXPECT_EQ(load_config({}, {"--", "python", "train.py"}).first_step_timeout.count(), 0)
+      << "another program may never report a step: not watched unless asked";
+  EXPECT_EQ(load_config({}, {"--first-step-timeout", "5m", "--", "python", "train.py"}).first_step_timeout, std::chrono::minutes(5));
+  EXPECT_EQ(load_config({{"LOCKSTEP_FIRST_STEP_TIMEOUT", "7m"}}, {"--", "python", "train.py"}).first_step_timeout,
+            std::chrono::minutes(7));
   EXPECT_EQ(c.metrics_linger, std::chrono::seconds(30));
   EXPECT_TRUE(c.first_step_detection());
   c = load_config({{"LOCKSTEP_STALL_TIMEOUT", "2m"}, {"LOCKSTEP_FIRST_STEP_TIMEOUT", "0"}}, {});
