@@ -3,12 +3,16 @@
 // Layout under the checkpoint directory:
 //   step-<S>/rank-<R>.pt   tensors (all parameters for DDP, written by rank 0; each rank's
 //                          shards for FSDP) and the optimizer state, in LibTorch's archive format
-//   step-<S>/MANIFEST      step, world size, strategy, and each file's size and FNV-1a checksum
-//   LATEST                 the name of the newest complete step directory
-// Every file is written to a temporary name, fsynced and renamed, and LATEST is replaced
-// only after every rank's file and the manifest are in place, so a crash at any moment
-// leaves the previous checkpoint intact. The data order depends only on the step (Note
-// [Global batch order]), so a resumed run sees exactly the batches the lost one would have.
+//   step-<S>/rank-<R>.pt.sum  its size and checksum, written by the rank that wrote the file
+//   step-<S>/MANIFEST      step, world size, strategy, checksum kind, each file's size and checksum
+//   LATEST                 the name of the newest complete step directory (for people; resume
+//                          looks at every step-<S>/ with a MANIFEST)
+//   .lockstep-token        Note [Shared checkpoint directory]
+// Every file is written to a temporary name, fsynced and renamed, and the MANIFEST is written
+// only after every rank's file and checksum are in place, so a crash at any moment leaves the
+// previous checkpoints intact. Note [Checkpoint fallback] says what resume does with a damaged
+// one. The data order depends only on the step (Note [Global batch order]), so a resumed run
+// sees exactly the batches the lost one would have.
 #pragma once
 
 #include <torch/torch.h>
@@ -25,17 +29,38 @@ struct CheckpointTarget {
   int rank = 0, world = 1;
   std::string strategy;          // DDP or FSDP: shards only fit the same strategy and world size
   bool sharded = false;          // every rank writes (FSDP) or rank 0 only (DDP)
+  int64_t keep = 3;              // complete checkpoints kept after a save; 0 keeps all
 };
 
-// A collective when `dist` has a process group: every rank calls it at the same step.
+// Note [Shared checkpoint directory]
+// Every rank reads and writes the same step directories, so the directory must be the same
+// storage for every pod (a ReadWriteMany volume); a per-pod emptyDir would let rank 0's
+// step-<S>/ exist only on its own pod, and the other pods' ranks would fail at the first save,
+// or each pod would resume from a different step. At start rank 0 writes a random token into
+// the directory and broadcasts it; every rank reads the file back and all agree, or every rank
+// stops with the same message (std::invalid_argument, exit 64: retrying cannot fix a volume).
+// Rank 0 also removes temporaries (*.tmp-*) that a killed writer left; only those untouched
+// for `stale_after`, so a writer of an attempt still shutting down is never cut short.
+// A collective; a no-op without a process group, except the clean-up.
+void prepare_checkpoint_dir(const CheckpointTarget& t, const Dist& dist,
+                            std::chrono::seconds stale_after = std::chrono::minutes(5));
+
+// A collective when `dist` has a process group: every rank calls it at the same step. After the
+// checkpoint is complete rank 0 removes step directories older than the newest `t.keep`.
 void save_checkpoint(const CheckpointTarget& t, int64_t step, const std::vector<torch::Tensor>& tensors,
                      torch::optim::Optimizer& optimizer, const Dist& dist);
 
-// The step to resume from (tensors and optimizer loaded), or nullopt when there is no
-// checkpoint. Throws std::runtime_error naming the file when one is corrupt or does not fit.
+// Note [Checkpoint fallback]
+// Resume takes the newest step-<S>/ whose MANIFEST is there and whose files verify (size and
+// checksum) on every rank. A newer one that is damaged or incomplete is skipped with a warning
+// naming the file, so nothing is lost beyond the checkpoint it falls back to. Every rank must
+// see the same list of checkpoints and resume from the same step, else std::invalid_argument
+// (Note [Shared checkpoint directory]). A checkpoint of another strategy, world size or model
+// is refused (std::invalid_argument, saying what would fit), as is a directory whose every
+// checkpoint is damaged (std::runtime_error naming the files).
+// Returns the step resumed from (tensors and optimizer loaded), or nullopt when there is no
+// checkpoint. A collective when `dist` has a process group.
 std::optional<int64_t> load_checkpoint(const CheckpointTarget& t, std::vector<torch::Tensor>& tensors,
-                                       torch::optim::Optimizer& optimizer);
-
-uint64_t fnv1a_file(const std::string& path);
+                                       torch::optim::Optimizer& optimizer, const Dist& dist);
 
 }  // namespace lockstep::trainer

@@ -19,15 +19,33 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
 
 namespace lockstep::trainer {
 
+// Note [Communication figures]
+// A step's communication, per collective kind (the step datagram's op: allreduce for DDP,
+// allgather and reduce_scatter for FSDP, docs/metrics.md): how long the collectives ran, their
+// bytes, and how long the step waited for them (exposed). Exposed is measured where the waiting
+// happens: on the CPU the host time blocked in wait() (Gloo completes collectives on the host);
+// on a GPU the gap the wait leaves in the compute stream, from CUDA events recorded on it just
+// before and after wait() (with NCCL, wait() only makes that stream wait for the collective).
+// DDP waits once, after backward (train.cpp times it); FSDP waits inside forward and backward,
+// for each block's all-gather (only what prefetching did not hide) and reduce-scatter.
+struct OpStats {
+  double comm_s = 0;     // time the collectives ran (CPU: wall time in flight; GPU: NCCL's CUDA events)
+  double bytes = 0;
+  double exposed_s = 0;  // time the step waited for them
+};
+
 struct CommStats {
-  double comm_s = 0;          // wall time with at least one bucket in flight
-  double bytes = 0;           // bytes all-reduced
+  double comm_s = 0;     // all ops: DDP, wall time with at least one bucket in flight; FSDP, the ops' sum
+  double bytes = 0;
+  double exposed_s = 0;  // all ops
+  std::map<std::string, OpStats> ops;
 };
 
 class Ddp {
@@ -38,9 +56,10 @@ class Ddp {
   void set_sync(bool sync) { sync_ = sync; }
   void begin_backward();         // before loss.backward() of a synchronising micro-step
   CommStats finish_step();       // after it: waits, averages, writes .grad
-  // The step's all-reduce time on the GPU (DeviceCommTimer), once the step has finished on
-  // the device; -1 on the CPU, where finish_step's wall-clock figure is the measure.
-  double device_comm_seconds();
+  // On a GPU, once the step has finished on the device: replaces `s`'s host-clock comm_s with
+  // the all-reduces' device time (DeviceCommTimer). Nothing on the CPU, where finish_step's
+  // wall-clock figure is the measure.
+  void device_figures(CommStats& s);
   size_t buckets() const { return buckets_.size(); }
   const std::vector<std::string>& collective_log() const { return log_; }
 

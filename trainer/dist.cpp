@@ -45,8 +45,16 @@ Dist init_distributed(const std::string& backend, const torch::Device& device) {
     opts.port = static_cast<uint16_t>(env_int("MASTER_PORT", 29500));
     opts.isServer = d.rank == 0;
     opts.numWorkers = d.world;
-    opts.timeout = std::chrono::seconds(env_int("LOCKSTEP_RENDEZVOUS_TIMEOUT_S", 300));
-    d.store = c10::make_intrusive<c10d::TCPStore>(addr, opts);
+    const int timeout_s = env_int("LOCKSTEP_RENDEZVOUS_TIMEOUT_S", 300);
+    opts.timeout = std::chrono::seconds(timeout_s);
+    try {
+      d.store = c10::make_intrusive<c10d::TCPStore>(addr, opts);
+    } catch (const std::exception& e) {  // no master, or not every rank joined in time
+      throw RendezvousError("rendezvous at MASTER_ADDR=" + std::string(addr) + " MASTER_PORT=" +
+                            std::to_string(opts.port) + " failed for rank " + std::to_string(d.rank) + " of " +
+                            std::to_string(d.world) + " within LOCKSTEP_RENDEZVOUS_TIMEOUT_S=" + std::to_string(timeout_s) +
+                            "s (rank 0 hosts it; is it running?): " + error_text(e));
+    }
   }
 
   std::string which = backend == "auto" ? (device.is_cuda() ? "nccl" : "gloo") : backend;
@@ -56,7 +64,13 @@ Dist init_distributed(const std::string& backend, const torch::Device& device) {
     const char* iface = std::getenv("GLOO_SOCKET_IFNAME");
     o->devices.push_back(iface ? c10d::ProcessGroupGloo::createDeviceForInterface(iface)
                                : c10d::ProcessGroupGloo::createDefaultDevice());
-    d.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(d.store, d.rank, d.world, o);
+    try {
+      d.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(d.store, d.rank, d.world, o);
+    } catch (const std::exception& e) {  // the ranks' connections to each other, through the store
+      throw RendezvousError("rank " + std::to_string(d.rank) + " could not connect to its peers (Gloo, interface " +
+                            (iface ? std::string("GLOO_SOCKET_IFNAME=") + iface : std::string("of this host's name")) +
+                            "): " + error_text(e));
+    }
   } else if (which == "nccl") {
     if (!device.is_cuda())
       throw std::invalid_argument("--backend nccl needs a CUDA device, and this rank runs on the CPU (--device, or no GPU visible)");
@@ -72,6 +86,17 @@ Dist init_distributed(const std::string& backend, const torch::Device& device) {
   }
   d.backend = which;
   return d;
+}
+
+bool is_peer_gone(const std::exception& e) {
+  if (dynamic_cast<const c10::DistError*>(&e)) return true;  // DistBackendError (NCCL), DistNetworkError, DistStoreError
+  const std::string what = e.what();
+  return what.find("gloo/") != std::string::npos;  // [.../gloo/transport/tcp/pair.cc:...] Read error ...: Connection reset
+}
+
+std::string error_text(const std::exception& e) {
+  if (const auto* c = dynamic_cast<const c10::Error*>(&e)) return c->what_without_backtrace();
+  return e.what();
 }
 
 void barrier(const Dist& d) {

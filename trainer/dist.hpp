@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <stdexcept>
 #include <string>
 
 namespace lockstep::trainer {
@@ -26,6 +27,21 @@ struct Dist {
 // store then), so its collectives can be exercised on one GPU. Throws std::runtime_error
 // naming the variable or flag at fault.
 Dist init_distributed(const std::string& backend, const torch::Device& device);
+
+// Failures with their own exit codes (docs/exit-codes.md; lockstep/contract.hpp), so the
+// operator's ExitCode policy can tell a consequence from a cause:
+// the rendezvous (the TCPStore at MASTER_ADDR:MASTER_PORT, the process group's connections)
+// failed or timed out: kExitRendezvous, 76, retryable.
+struct RendezvousError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// Whether `e` says a collective failed because a peer is gone (its connection closed or reset,
+// NCCL reported a remote error, the collective timed out): kExitCollective, 77, retryable; the
+// peer's own exit is the cause. c10d's distributed errors (NCCL, the store) and Gloo's
+// transport errors, which reach us as std::runtime_error whose message names gloo's source.
+bool is_peer_gone(const std::exception& e);
+// e.what(), without the C++ backtrace c10::Error appends.
+std::string error_text(const std::exception& e);
 
 // Note [Collective device]: every collective the trainer issues outside DDP and FSDP (barriers,
 // the last "leave together") goes through these, which build their tensor on `d.device`.

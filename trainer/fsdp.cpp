@@ -4,12 +4,31 @@
 #include "optim.hpp"
 #include "recompute.hpp"
 
+#include <c10/core/Event.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <atomic>
 #include <iostream>
+#include <map>
+#include <memory>
 #include <utility>
 
 namespace lockstep::trainer {
 
 using Clock = std::chrono::steady_clock;
+
+namespace {
+constexpr const char* kGather = "allgather";
+constexpr const char* kScatter = "reduce_scatter";
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+}  // namespace
+
+// One op's figures for the step (Note [Communication figures] in ddp.hpp).
+struct OpTally {
+  OpStats stats;                // comm_s on the host clock (CPU), bytes, exposed on the CPU
+  DeviceCommTimer device;       // GPU: the collectives' own durations
+  std::vector<std::pair<c10::Event*, c10::Event*>> gaps;  // GPU: compute-stream events around each wait
+};
 
 // Which flat collectives the backend has (Gloo's set varies by version): checked on first
 // use, with the fallback said once in the log.
@@ -19,13 +38,41 @@ struct Collectives {
   int flat_gather = -1, flat_scatter = -1;  // -1 unknown, 0 no, 1 yes
   std::string note;
   std::vector<std::string> log;
-  double comm_s = 0, bytes = 0;
-  bool on_gpu = false;     // then `device` times the collectives (host time sees none of it)
-  DeviceCommTimer device;
+  bool on_gpu = false;     // then CUDA events time the collectives and the waits (host time sees none of it)
+  torch::Device device{torch::kCPU};
+  std::map<std::string, OpTally> ops;
+  std::vector<std::unique_ptr<c10::Event>> events;  // GPU: a pool, reused every step
+  size_t events_used = 0;
 
-  c10::intrusive_ptr<c10d::Work> timed(c10::intrusive_ptr<c10d::Work> w) {
-    if (on_gpu) device.add(w);
+  c10::intrusive_ptr<c10d::Work> timed(c10::intrusive_ptr<c10d::Work> w, const char* op) {
+    if (on_gpu) ops[op].device.add(w);
     return w;
+  }
+
+  c10::Event* recorded_event() {
+    if (events_used == events.size())
+      events.push_back(std::make_unique<c10::Event>(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT));
+    c10::Event* e = events[events_used++].get();
+    e->record(c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device));
+    return e;
+  }
+
+  // Waits for `w`, an `op`, counting how long the step waited for it.
+  void wait(const c10::intrusive_ptr<c10d::Work>& w, const char* op) {
+    OpTally& t = ops[op];
+    if (on_gpu) {
+      c10::Event* before = recorded_event();
+      w->wait();  // NCCL: the compute stream now waits for the collective
+      t.gaps.emplace_back(before, recorded_event());
+    } else {
+      auto t0 = Clock::now();
+      w->wait();
+      t.stats.exposed_s += since(t0);
+    }
+  }
+
+  void count(const char* op, const torch::Tensor& full) {
+    ops[op].stats.bytes += static_cast<double>(full.numel() * static_cast<int64_t>(full.element_size()));
   }
 
   void all_gather(torch::Tensor& full, const torch::Tensor& shard) {
@@ -33,28 +80,35 @@ struct Collectives {
     log.push_back("all_gather numel " + std::to_string(full.numel()));
     if (flat_gather != 0) {
       try {
-        timed(pg->_allgather_base(full, const_cast<torch::Tensor&>(shard)))->wait();
+        wait(timed(pg->_allgather_base(full, const_cast<torch::Tensor&>(shard)), kGather), kGather);
         flat_gather = 1;
-      } catch (const c10::Error&) {
+      } catch (const c10::Error& e) {
+        if (is_peer_gone(e)) throw;  // a failure, not a missing collective
         flat_gather = 0;
       }
     }
     if (flat_gather == 0) {
       std::vector<std::vector<at::Tensor>> out{full.chunk(world)};
       std::vector<at::Tensor> in{shard};
-      timed(pg->allgather(out, in))->wait();
+      wait(timed(pg->allgather(out, in), kGather), kGather);
     }
-    comm_s += std::chrono::duration<double>(Clock::now() - t0).count();
-    bytes += static_cast<double>(full.numel() * static_cast<int64_t>(full.element_size()));
+    ops[kGather].stats.comm_s += since(t0);
+    count(kGather, full);
   }
 
   // Starts an all-gather; nullptr when the backend has no flat all-gather (then the caller
-  // gathers synchronously when it needs the parameters).
-  c10::intrusive_ptr<c10d::Work> all_gather_async(torch::Tensor& full, const torch::Tensor& shard) {
+  // gathers synchronously when it needs the parameters). `done` gets the host time it
+  // completed (CPU), for its time in flight.
+  c10::intrusive_ptr<c10d::Work> all_gather_async(torch::Tensor& full, const torch::Tensor& shard,
+                                                  std::shared_ptr<std::atomic<int64_t>> done) {
     if (flat_gather != 1) return {};
     log.push_back("all_gather numel " + std::to_string(full.numel()) + " (prefetch)");
-    bytes += static_cast<double>(full.numel() * static_cast<int64_t>(full.element_size()));
-    return timed(pg->_allgather_base(full, const_cast<torch::Tensor&>(shard)));
+    count(kGather, full);
+    auto w = timed(pg->_allgather_base(full, const_cast<torch::Tensor&>(shard)), kGather);
+    done->store(0);
+    if (!on_gpu)
+      w->getFuture()->addCallback([done](c10::ivalue::Future&) { done->store(Clock::now().time_since_epoch().count()); });
+    return w;
   }
 
   // Sum over ranks of `full`, this rank's chunk into `shard`.
@@ -63,19 +117,44 @@ struct Collectives {
     log.push_back("reduce_scatter numel " + std::to_string(full.numel()));
     if (flat_scatter != 0) {
       try {
-        timed(pg->_reduce_scatter_base(shard, full))->wait();
+        wait(timed(pg->_reduce_scatter_base(shard, full), kScatter), kScatter);
         flat_scatter = 1;
-      } catch (const c10::Error&) {
+      } catch (const c10::Error& e) {
+        if (is_peer_gone(e)) throw;
         flat_scatter = 0;
       }
     }
-    if (flat_scatter == 0) {  // all-reduce the whole vector and keep our chunk
+    if (flat_scatter == 0) {  // all-reduce the whole vector and keep our chunk: a reduce-scatter's work
       std::vector<at::Tensor> t{full};
-      timed(pg->allreduce(t))->wait();
+      wait(timed(pg->allreduce(t), kScatter), kScatter);
       shard.copy_(full.chunk(world)[rank]);
     }
-    comm_s += std::chrono::duration<double>(Clock::now() - t0).count();
-    bytes += static_cast<double>(full.numel() * static_cast<int64_t>(full.element_size()));
+    ops[kScatter].stats.comm_s += since(t0);
+    count(kScatter, full);
+  }
+
+  // The step's figures, and forgets them. On a GPU only once the step has finished there.
+  CommStats take() {
+    CommStats s;
+    for (auto& [op, t] : ops) {
+      OpStats o = t.stats;
+      if (on_gpu) {
+        const double on_device = t.device.seconds();
+        if (on_device >= 0) o.comm_s = on_device;
+        o.exposed_s = 0;
+        for (const auto& [before, after] : t.gaps) {
+          after->synchronize();
+          o.exposed_s += before->elapsedTime(*after) / 1000.0;  // milliseconds
+        }
+      }
+      s.comm_s += o.comm_s;
+      s.bytes += o.bytes;
+      s.exposed_s += o.exposed_s;
+      s.ops[op] = o;
+    }
+    ops.clear();
+    events_used = 0;
+    return s;
   }
 
   std::string describe() const {
@@ -106,9 +185,12 @@ class FsdpUnit {
   torch::Tensor gather() {
     torch::NoGradGuard no_grad;
     if (prefetch_work_) {  // started earlier, while the previous unit computed
-      auto t0 = Clock::now();
-      prefetch_work_->wait();
-      c_->comm_s += std::chrono::duration<double>(Clock::now() - t0).count();
+      c_->wait(prefetch_work_, kGather);  // exposed: only what the compute did not hide
+      if (!c_->on_gpu) {  // in flight from launch to completion
+        const int64_t done = prefetch_done_->load();
+        const auto end = done > 0 ? Clock::time_point(Clock::duration(done)) : Clock::now();
+        c_->ops[kGather].stats.comm_s += std::chrono::duration<double>(end - prefetch_start_).count();
+      }
       prefetch_work_.reset();
       return std::exchange(prefetched_, torch::Tensor());
     }
@@ -123,7 +205,8 @@ class FsdpUnit {
     torch::NoGradGuard no_grad;
     prefetched_ = torch::empty({padded_}, shard.options().requires_grad(false));
     shard_view_ = shard.detach();
-    prefetch_work_ = c_->all_gather_async(prefetched_, shard_view_);
+    prefetch_start_ = Clock::now();
+    prefetch_work_ = c_->all_gather_async(prefetched_, shard_view_, prefetch_done_);
     if (!prefetch_work_) prefetched_ = torch::Tensor();
   }
   FsdpUnit* next = nullptr;  // the unit whose forward follows this one's
@@ -166,6 +249,8 @@ class FsdpUnit {
   Collectives* c_;
   c10::intrusive_ptr<c10d::Work> prefetch_work_;
   torch::Tensor prefetched_, shard_view_;
+  Clock::time_point prefetch_start_;
+  std::shared_ptr<std::atomic<int64_t>> prefetch_done_ = std::make_shared<std::atomic<int64_t>>(0);  // Clock ticks
 };
 
 namespace {
@@ -226,6 +311,7 @@ Fsdp::Fsdp(Gpt model, c10::intrusive_ptr<c10d::Backend> pg)
   c->world = pg_->getSize();
   c->rank = pg_->getRank();
   c->on_gpu = model_->parameters().front().is_cuda();
+  c->device = model_->parameters().front().device();
   {  // every rank starts from rank 0's initial parameters
     torch::NoGradGuard no_grad;
     for (auto& p : model_->parameters()) {
@@ -279,14 +365,12 @@ CommStats Fsdp::finish_step() {
     note_ = c->describe();
     if (c->rank == 0) std::cout << "lockstep-trainer: " << note_ << std::endl;
   }
-  CommStats s;
-  s.comm_s = c->comm_s;
-  s.bytes = c->bytes;
-  c->comm_s = c->bytes = 0;
-  return s;
+  return c->on_gpu ? CommStats() : c->take();  // on a GPU, device_figures() once the step has finished
 }
 
-double Fsdp::device_comm_seconds() { return coll_->on_gpu ? coll_->device.seconds() : -1; }
+void Fsdp::device_figures(CommStats& s) {
+  if (coll_->on_gpu) s = coll_->take();
+}
 
 torch::Tensor Fsdp::clip_grad_norm(double max_norm) {
   const auto local = shards();

@@ -37,10 +37,12 @@ class Fsdp {
   ~Fsdp();
   std::vector<torch::Tensor> shards() const;  // what the optimizer updates
   void begin_step();                          // gathers the root unit
-  CommStats finish_step();                    // root gradients -> shards; frees the root
-  // The step's collective time on the GPU (DeviceCommTimer), once the step has finished on
-  // the device; -1 on the CPU, where finish_step's wall-clock figure is the measure.
-  double device_comm_seconds();
+  // Root gradients -> shards; frees the root. Returns the step's communication per op
+  // (allgather, reduce_scatter; Note [Communication figures]) on the CPU, nothing on a GPU.
+  CommStats finish_step();
+  // On a GPU, once the step has finished on the device: the step's figures from CUDA events
+  // (the collectives' durations, the compute stream's waits). Nothing on the CPU.
+  void device_figures(CommStats& s);
   // Clips by the global gradient norm over all shards (as clip_grad_norm_), an all-reduce of
   // one float and no host synchronisation; returns the norm before clipping.
   torch::Tensor clip_grad_norm(double max_norm);

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <iostream>
 
+#include "dist.hpp"
+#include "lockstep/contract.hpp"  // header-only constants: the exit codes the agent and operator read
 #include "train.hpp"
 
 int main(int argc, char** argv) {
@@ -35,9 +37,18 @@ int main(int argc, char** argv) {
     return lockstep::trainer::run(options);
   } catch (const std::invalid_argument& e) {
     std::cerr << "lockstep-trainer: " << e.what() << "\n";
-    return 64;
-  } catch (const std::exception& e) {
+    return lockstep::contract::kExitUsage;
+  } catch (const lockstep::trainer::RendezvousError& e) {
     std::cerr << "lockstep-trainer: " << e.what() << "\n";
+    return lockstep::contract::kExitRendezvous;
+  } catch (const std::exception& e) {
+    if (lockstep::trainer::is_peer_gone(e)) {
+      std::cerr << "lockstep-trainer: a collective failed because a peer rank is gone (exit "
+                << lockstep::contract::kExitCollective << ", a consequence: the first rank to fail is the cause): "
+                << lockstep::trainer::error_text(e) << "\n";
+      return lockstep::contract::kExitCollective;
+    }
+    std::cerr << "lockstep-trainer: " << lockstep::trainer::error_text(e) << "\n";
     return 1;
   }
 }

@@ -64,6 +64,9 @@ torchrun) started: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT come from the e
   --log-every N         rank 0's progress line every N steps (default 10)
   --checkpoint-dir DIR  checkpoints here, resumed from at start (default: LOCKSTEP_CHECKPOINT_PATH)
   --checkpoint-every N  steps between checkpoints (default: LOCKSTEP_CHECKPOINT_EVERY, else none)
+  --checkpoint-keep N   complete checkpoints kept, older ones removed after each save; 0 keeps
+                        all (default: LOCKSTEP_CHECKPOINT_KEEP, else 3). The directory must be
+                        storage every rank shares; the ranks check that at start
   --dump-params FILE    save the final parameters (torch::save) for comparison
 )";
 
@@ -143,6 +146,7 @@ Options parse_options(const std::vector<std::string>& args) {
   if (const char* s = std::getenv("LOCKSTEP_STRATEGY"); s && *s) o.strategy = s;
   if (const char* s = std::getenv("LOCKSTEP_CHECKPOINT_PATH"); s && *s) o.checkpoint_dir = s;
   if (const char* s = std::getenv("LOCKSTEP_CHECKPOINT_EVERY"); s && *s) o.checkpoint_every = integer("LOCKSTEP_CHECKPOINT_EVERY", s, 1);
+  if (const char* s = std::getenv("LOCKSTEP_CHECKPOINT_KEEP"); s && *s) o.checkpoint_keep = integer("LOCKSTEP_CHECKPOINT_KEEP", s, 0);
   for (size_t i = 0; i < args.size(); ++i) {
     std::string a = args[i], v;
     auto eq = a.find('=');
@@ -186,6 +190,7 @@ Options parse_options(const std::vector<std::string>& args) {
     else if (a == "--activation-checkpointing") o.activation_checkpointing = true;
     else if (a == "--precision") o.precision = value();
     else if (a == "--checkpoint-every") o.checkpoint_every = integer(a, value(), 1);
+    else if (a == "--checkpoint-keep") o.checkpoint_keep = integer(a, value(), 0);
     else if (a == "--exit-after-step") o.exit_after_step = integer(a, value(), 1);
     else throw std::invalid_argument("unknown flag '" + args[i] + "' (see --help)");
   }
@@ -292,12 +297,13 @@ int run(const Options& o) {
   std::ofstream loss_log;
   if (!o.loss_log.empty() && chief) loss_log.open(o.loss_log);
   // 5. Resume from the latest checkpoint, if there is one.
-  CheckpointTarget ckpt{o.checkpoint_dir, dist.rank, dist.world, use_fsdp ? "FSDP" : "DDP", use_fsdp};
+  CheckpointTarget ckpt{o.checkpoint_dir, dist.rank, dist.world, use_fsdp ? "FSDP" : "DDP", use_fsdp, o.checkpoint_keep};
   auto ckpt_tensors = [&] { return fsdp ? fsdp->shards() : module->parameters(); };
   int64_t start = 0;
   if (!o.checkpoint_dir.empty()) {
+    prepare_checkpoint_dir(ckpt, dist);  // Note [Shared checkpoint directory]
     auto tensors = ckpt_tensors();
-    if (auto s = load_checkpoint(ckpt, tensors, opt)) {
+    if (auto s = load_checkpoint(ckpt, tensors, opt, dist)) {
       start = *s;
       if (chief) std::cout << "lockstep-trainer: resumed from " << o.checkpoint_dir << " at step " << start << std::endl;
     }
@@ -360,10 +366,14 @@ int run(const Options& o) {
     timer.mark(3);
     const double step_s = timer.seconds(0, 3);  // on a GPU: waits for the step to finish there
     if (device.is_cuda()) {  // the collectives' own time on the GPU, where host clocks see none
-      const double on_device = ddp ? ddp->device_comm_seconds() : fsdp ? fsdp->device_comm_seconds() : -1;
-      if (on_device >= 0) comm.comm_s = on_device;
+      if (ddp) ddp->device_figures(comm);
+      if (fsdp) fsdp->device_figures(comm);
     }
-    const double waited_s = timer.seconds(1, 2);  // exposed communication, on the device's clock
+    // Exposed communication, on the device's clock (Note [Communication figures]): DDP waits
+    // after backward; FSDP inside forward and backward, which it measures itself.
+    double waited_s = timer.seconds(1, 2);
+    if (ddp) comm.ops["allreduce"].exposed_s = comm.exposed_s = waited_s;
+    if (fsdp) waited_s = comm.exposed_s;
     if (step == start) first_loss = loss_sum;
     if (step - start >= 3) {  // steady state, for --stats-file
       step_times.push_back(step_s);
@@ -372,8 +382,11 @@ int run(const Options& o) {
     }
     std::ostringstream line;
     line << "step=" << step + 1 << " step_s=" << step_s << " compute_s=" << std::max(0.0, step_s - waited_s)
-         << " comm_s=" << comm.comm_s << " exposed_comm_s=" << waited_s << " comm_s.allreduce=" << comm.comm_s
-         << " comm_bytes.allreduce=" << comm.bytes << " tokens=" << tokens_per_step
+         << " comm_s=" << comm.comm_s << " exposed_comm_s=" << waited_s;
+    for (const auto& [op, s] : comm.ops)  // docs/metrics.md: per collective kind
+      line << " comm_s." << op << "=" << s.comm_s << " comm_bytes." << op << "=" << s.bytes << " exposed_comm_s." << op
+           << "=" << s.exposed_s;
+    line << " tokens=" << tokens_per_step
          << " flops=" << flops_per_token * tokens_per_step << " loss=" << loss_sum;
     reporter.send(line.str());
     if (loss_log.is_open()) loss_log << step + 1 << " " << std::setprecision(8) << loss_sum << std::endl;

@@ -30,6 +30,7 @@ struct Options {
   std::string memory_report;         // FSDP: write this rank's state bytes here (tests)
   std::string checkpoint_dir;        // default LOCKSTEP_CHECKPOINT_PATH
   int64_t checkpoint_every = 0;      // default LOCKSTEP_CHECKPOINT_EVERY
+  int64_t checkpoint_keep = 3;       // default LOCKSTEP_CHECKPOINT_KEEP; 0 keeps all
   int64_t exit_after_step = 0;       // tests: die (exit 137) right after this step
   double memory_per_rank_gb = 0;     // Auto's budget; 0: the GPU's memory, or RAM / local ranks
   bool activation_checkpointing = false;

@@ -1,0 +1,353 @@
+// Checkpoints across ranks and pods, the trainer's exit codes, and FSDP's communication figures:
+// the checksum and save/prune/clean-up in process, everything else as real trainer processes
+// (Gloo on the CPU), under the agent where pods matter.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "checkpoint.hpp"
+#include "checksum.hpp"
+#include "dist.hpp"
+#include "lockstep/contract.hpp"
+#include "lockstep/process.hpp"
+#include "test_util.hpp"
+#include "trainer_test_util.hpp"
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+namespace ck = lockstep::trainer::checksum;
+
+namespace {
+
+std::string agent_bin() { return lockstep::test::env_or("LOCKSTEP_AGENT_BIN", "lockstep-agent"); }
+std::string trainer_bin() { return lockstep::test::env_or("LOCKSTEP_TRAINER_BIN", "lockstep-trainer"); }
+
+std::string temp_dir(const std::string& name) {
+  std::string d = ::testing::TempDir() + "/ckpt-" + name + "-" + std::to_string(::getpid());
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::set<std::string> step_dirs(const std::string& dir) {
+  std::set<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().rfind("step-", 0) == 0) out.insert(e.path().filename().string());
+  return out;
+}
+
+// `nproc` ranks on one node under the agent; returns the agent's output and sets `code`.
+std::string train(int nproc, std::vector<std::string> args, int* code) {
+  std::vector<std::string> argv = {agent_bin(), "--nproc-per-node", std::to_string(nproc), "--master-port",
+                                   std::to_string(lockstep::free_loopback_port()), "--no-metrics", "--",
+                                   trainer_bin(), "--device", "cpu", "--batch-size", "4"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto r = lockstep::run_capture(argv, {{"GLOO_SOCKET_IFNAME", "lo"}, {"MASTER_ADDR", "127.0.0.1"}}, 300s);
+  *code = r.status.shell_code();
+  return r.output;
+}
+
+// Trainer ranks started directly (no agent), rank r with args[r]; waits for all.
+struct RankRun {
+  std::vector<int> codes;
+  std::vector<std::string> outputs;
+};
+RankRun run_ranks(const std::vector<std::vector<std::string>>& args, const std::string& dir,
+                  std::map<std::string, std::string> env = {}) {
+  const int world = static_cast<int>(args.size());
+  env.insert({{"WORLD_SIZE", std::to_string(world)}, {"MASTER_ADDR", "127.0.0.1"}, {"GLOO_SOCKET_IFNAME", "lo"},
+              {"MASTER_PORT", std::to_string(lockstep::free_loopback_port())}, {"LOCAL_RANK", "0"}});
+  std::vector<lockstep::Process> ps;
+  RankRun run;
+  for (int r = 0; r < world; ++r) {
+    lockstep::SpawnOptions o;
+    o.argv = {trainer_bin(), "--device", "cpu", "--batch-size", "4"};
+    o.argv.insert(o.argv.end(), args[r].begin(), args[r].end());
+    o.env = env;
+    o.env["RANK"] = std::to_string(r);
+    o.output_path = dir + "/rank-" + std::to_string(r) + ".out";
+    fs::remove(o.output_path);
+    ps.push_back(lockstep::Process::spawn(o));
+  }
+  for (int r = 0; r < world; ++r) {
+    auto st = ps[r].wait_for(300s);
+    run.codes.push_back(st ? st->shell_code() : -1);
+    run.outputs.push_back(slurp(dir + "/rank-" + std::to_string(r) + ".out"));
+  }
+  return run;
+}
+
+void damage(const std::string& path) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(100);
+  char c = 0;
+  f.read(&c, 1);
+  f.seekp(100);
+  f.put(static_cast<char>(c ^ 0x42));
+}
+
+}  // namespace
+
+// Note [Checkpoint checksum]: blocks of any size give the one-shot value; one flipped bit, and
+// two flipped top bits (which cancel in word-wise FNV), change it.
+TEST(Checksum, StreamingEqualsOneShotAndEveryFlipShows) {
+  std::vector<unsigned char> data(100003);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<unsigned char>(i * 2654435761u >> 13);
+  const uint64_t whole = ck::lanes64(data.data(), data.size());
+  for (size_t block : {1, 7, 31, 32, 33, 4096, 65537}) {
+    ck::Lanes64 h;
+    for (size_t off = 0; off < data.size(); off += block) h.update(data.data() + off, std::min(block, data.size() - off));
+    EXPECT_EQ(h.digest(), whole) << "block " << block;
+  }
+  auto flipped = data;
+  flipped[5000] ^= 1;
+  EXPECT_NE(ck::lanes64(flipped.data(), flipped.size()), whole);
+  auto two = data;
+  two[7] ^= 0x80;   // the top bit of two words in the same lane
+  two[39] ^= 0x80;
+  EXPECT_NE(ck::lanes64(two.data(), two.size()), whole);
+  EXPECT_NE(ck::lanes64(data.data(), data.size() - 1), whole) << "length must count";
+
+  std::string path = temp_dir("sum") + "/f";
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+  EXPECT_EQ(ck::lanes64_file(path), whole);
+}
+
+namespace {
+// A process group of two in which this process is rank 0 and every collective completes at
+// once: save_checkpoint's barriers pass, and rank 1 never writes anything.
+class LoneBackend : public c10d::Backend {
+ public:
+  LoneBackend() : c10d::Backend(0, 2) {}
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>&, const c10d::AllreduceOptions&) override {
+    return c10::make_intrusive<Done>();
+  }
+
+ private:
+  struct Done : c10d::Work {
+    bool isCompleted() override { return true; }
+    bool wait(std::chrono::milliseconds) override { return true; }
+  };
+};
+}  // namespace
+
+// A rank whose checksum file is missing must not be recorded as "0 0": the checkpoint stays
+// incomplete (no MANIFEST), naming the file and shared storage.
+TEST(Checkpoint, AMissingChecksumLeavesTheCheckpointIncomplete) {
+  using namespace lockstep::trainer;
+  std::string dir = temp_dir("nosum");
+  Dist d;
+  d.world = 2;
+  d.pg = c10::make_intrusive<LoneBackend>();
+  CheckpointTarget t{dir, 0, 2, "FSDP", true};
+  std::vector<torch::Tensor> tensors{torch::ones({4}).requires_grad_(true)};
+  torch::optim::SGD opt(tensors, torch::optim::SGDOptions(0.1));
+  try {
+    save_checkpoint(t, 2, tensors, opt, d);
+    FAIL() << "save_checkpoint accepted a missing rank-1.pt.sum";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank-1.pt.sum is missing"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ReadWriteMany"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir + "/step-2/MANIFEST"));
+  EXPECT_TRUE(fs::exists(dir + "/step-2/rank-0.pt.sum"));
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos) << "left behind: " << e.path();
+}
+
+// Rank 0 removes temporaries an interrupted writer left, but not one a writer may still own.
+TEST(Checkpoint, StaleTemporariesAreRemovedAtStart) {
+  using namespace lockstep::trainer;
+  std::string dir = temp_dir("stale");
+  fs::create_directories(dir + "/step-4");
+  const std::string stale = dir + "/step-4/rank-0.pt.tmp-4242", fresh = dir + "/step-4/rank-1.pt.tmp-4243",
+                    kept = dir + "/step-4/rank-0.pt";
+  for (const auto& p : {stale, fresh, kept}) std::ofstream(p) << "x";
+  fs::last_write_time(stale, fs::file_time_type::clock::now() - std::chrono::hours(1));
+  CheckpointTarget t{dir, 0, 1, "DDP", false};
+  prepare_checkpoint_dir(t, Dist{}, std::chrono::minutes(5));
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(fresh)) << "modified within the last 5 minutes: a writer may still own it";
+  EXPECT_TRUE(fs::exists(kept));
+}
+
+// checkpoint.keep: after each save only the newest N complete checkpoints remain; 0 keeps all.
+TEST(Checkpoint, KeepPrunesOldCheckpoints) {
+  std::string dir = temp_dir("keep");
+  int code;
+  std::string out = train(2, {"--strategy", "FSDP", "--steps", "10", "--checkpoint-every", "2", "--checkpoint-keep", "2",
+                              "--checkpoint-dir", dir + "/two"},
+                          &code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_EQ(step_dirs(dir + "/two"), (std::set<std::string>{"step-8", "step-10"}));
+  out = train(1, {"--steps", "6", "--checkpoint-every", "2", "--checkpoint-keep", "0", "--checkpoint-dir", dir + "/all"},
+              &code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_EQ(step_dirs(dir + "/all"), (std::set<std::string>{"step-2", "step-4", "step-6"}));
+  // The MANIFEST records each file's real size (never "0 0").
+  std::ifstream m(dir + "/all/step-6/MANIFEST");
+  std::string line;
+  bool listed = false;
+  while (std::getline(m, line))
+    if (line.rfind("file rank-0.pt ", 0) == 0) {
+      listed = true;
+      EXPECT_EQ(line.substr(15, line.find(' ', 15) - 15), std::to_string(fs::file_size(dir + "/all/step-6/rank-0.pt")));
+    }
+  EXPECT_TRUE(listed);
+}
+
+// Note [Checkpoint fallback]: with the newest checkpoint's data damaged (one FSDP rank's shard),
+// every rank resumes from the older one with a warning; with every checkpoint damaged the run
+// stops naming the files.
+TEST(Checkpoint, ADamagedNewestCheckpointFallsBackToTheOlderOne) {
+  std::string dir = temp_dir("fallback");
+  int code;
+  std::vector<std::string> args = {"--strategy", "FSDP", "--steps", "4", "--checkpoint-every", "2",
+                                   "--checkpoint-dir", dir};
+  std::string out = train(2, args, &code);
+  ASSERT_EQ(code, 0) << out;
+  damage(dir + "/step-4/rank-1.pt");
+  args[3] = "6";
+  out = train(2, args, &code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("step-4/rank-1.pt does not match its checksum"), std::string::npos) << out;
+  EXPECT_NE(out.find("falling back to " + dir + "/step-2"), std::string::npos) << out;
+  EXPECT_NE(out.find("resumed from " + dir + " at step 2"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(dir + "/step-6/MANIFEST"));
+
+  // Training again from step 2 rewrote step-4; now damage every checkpoint that is left.
+  for (const auto& s : step_dirs(dir)) damage(dir + "/" + s + "/rank-0.pt");
+  args[3] = "8";
+  out = train(2, args, &code);
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("no usable checkpoint in " + dir), std::string::npos) << out;
+  EXPECT_NE(out.find("step-6/rank-0.pt does not match its checksum"), std::string::npos) << out;
+}
+
+// Note [Shared checkpoint directory]: two pods (agents) of one rank each, as on a cluster with
+// a per-pod emptyDir: each sees its own directory, and both stop at start with exit 64 naming
+// spec.checkpoint.path. With one shared directory the same job trains and checkpoints.
+TEST(Checkpoint, PodsMustShareTheCheckpointDirectory) {
+  std::string dir = temp_dir("shared");
+  auto two_pods = [&](const std::string& dir0, const std::string& dir1, int codes[2], std::string outs[2]) {
+    const std::string port = std::to_string(lockstep::free_loopback_port());
+    std::vector<lockstep::Process> pods;
+    for (int node = 0; node < 2; ++node) {
+      lockstep::SpawnOptions o;
+      o.argv = {agent_bin(), "--nnodes", "2", "--node-rank", std::to_string(node), "--nproc-per-node", "1",
+                "--master-addr", "127.0.0.1", "--master-port", port, "--no-metrics", "--", trainer_bin(),
+                "--device", "cpu", "--batch-size", "4", "--steps", "4", "--checkpoint-every", "2",
+                "--checkpoint-dir", node == 0 ? dir0 : dir1};
+      o.env = {{"GLOO_SOCKET_IFNAME", "lo"}};
+      o.output_path = dir + "/pod-" + std::to_string(node) + ".out";
+      fs::remove(o.output_path);
+      pods.push_back(lockstep::Process::spawn(o));
+    }
+    for (int node = 0; node < 2; ++node) {
+      auto st = pods[node].wait_for(300s);
+      codes[node] = st ? st->shell_code() : -1;
+      outs[node] = slurp(dir + "/pod-" + std::to_string(node) + ".out");
+    }
+  };
+  int codes[2];
+  std::string outs[2];
+  two_pods(dir + "/node-0", dir + "/node-1", codes, outs);
+  for (int node = 0; node < 2; ++node) {
+    EXPECT_EQ(codes[node], lockstep::contract::kExitUsage) << outs[node];
+    EXPECT_NE(outs[node].find("checkpoint directory not shared: rank(s) 1 do not see the token"), std::string::npos)
+        << outs[node];
+    EXPECT_NE(outs[node].find("spec.checkpoint.path"), std::string::npos) << outs[node];
+  }
+  EXPECT_FALSE(fs::exists(dir + "/node-0/step-2")) << "stopped before training";
+  two_pods(dir + "/one", dir + "/one", codes, outs);
+  for (int node = 0; node < 2; ++node) EXPECT_EQ(codes[node], 0) << outs[node];
+  EXPECT_TRUE(fs::exists(dir + "/one/step-4/MANIFEST"));
+}
+
+// docs/exit-codes.md: a rank whose peer died mid-training exits 77 (a consequence, retryable),
+// for DDP's and FSDP's collectives; a rank that finds no rendezvous exits 76.
+TEST(ExitCodes, APeerThatDiesMakesTheOthersExit77) {
+  for (std::string strategy : {"DDP", "FSDP"}) {
+    SCOPED_TRACE(strategy);
+    std::string dir = temp_dir("peer-" + strategy);
+    std::vector<std::string> common = {"--strategy", strategy, "--steps", "50"};
+    auto dying = common;
+    dying.insert(dying.end(), {"--exit-after-step", "3"});  // rank 1 dies as if killed (137)
+    auto run = run_ranks({common, dying}, dir);
+    EXPECT_EQ(run.codes[1], 137) << run.outputs[1];
+    EXPECT_EQ(run.codes[0], lockstep::contract::kExitCollective) << run.outputs[0];
+    EXPECT_NE(run.outputs[0].find("a collective failed because a peer rank is gone"), std::string::npos)
+        << run.outputs[0];
+    EXPECT_EQ(run.outputs[0].find("frame #"), std::string::npos) << "no C++ backtrace in the message";
+  }
+}
+
+TEST(ExitCodes, NoMasterIsARendezvousFailure) {
+  std::string dir = temp_dir("rdzv");
+  auto one = lockstep::run_capture({trainer_bin(), "--device", "cpu"},
+                                   {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                                    {"MASTER_PORT", std::to_string(lockstep::free_loopback_port())},
+                                    {"LOCKSTEP_RENDEZVOUS_TIMEOUT_S", "2"}},
+                                   60s);
+  EXPECT_EQ(one.status.shell_code(), lockstep::contract::kExitRendezvous) << one.output;
+  EXPECT_NE(one.output.find("LOCKSTEP_RENDEZVOUS_TIMEOUT_S=2s"), std::string::npos) << one.output;
+}
+
+// Note [Communication figures]: FSDP reports its own collectives (allgather, reduce_scatter),
+// each with time, bytes and exposed time; DDP its allreduce; exposed never exceeds the step or
+// the op's own time.
+TEST(Metrics, FsdpReportsAllGatherAndReduceScatter) {
+  for (std::string strategy : {"FSDP", "DDP"}) {
+    SCOPED_TRACE(strategy);
+    std::string dir = temp_dir("metrics-" + strategy);
+    lockstep::test::DatagramSink sink(dir + "/metrics.sock");
+    auto run = run_ranks({{"--strategy", strategy, "--steps", "6"}, {"--strategy", strategy, "--steps", "6"}}, dir,
+                         {{"LOCKSTEP_METRICS_SOCKET", dir + "/metrics.sock"}});
+    ASSERT_EQ(run.codes, (std::vector<int>{0, 0})) << run.outputs[0] << run.outputs[1];
+    auto steps = sink.drain();
+    // Not necessarily all 12: nobody reads while they train, and a Unix socket queues only
+    // net.unix.max_dgram_qlen (10) datagrams; the trainer drops, never blocks.
+    ASSERT_GE(steps.size(), 6u);
+    const std::vector<std::string> want =
+        strategy == "FSDP" ? std::vector<std::string>{"allgather", "reduce_scatter"} : std::vector<std::string>{"allreduce"};
+    const std::vector<std::string> absent =
+        strategy == "FSDP" ? std::vector<std::string>{"allreduce"} : std::vector<std::string>{"allgather", "reduce_scatter"};
+    for (const auto& s : steps) {
+      const double step_s = std::stod(s.at("step_s")), exposed = std::stod(s.at("exposed_comm_s"));
+      double op_sum = 0, exposed_sum = 0;
+      for (const auto& op : want) {
+        ASSERT_TRUE(s.count("comm_s." + op)) << op;
+        const double comm = std::stod(s.at("comm_s." + op)), op_exposed = std::stod(s.at("exposed_comm_s." + op));
+        EXPECT_GT(comm, 0) << op;
+        EXPECT_GT(std::stod(s.at("comm_bytes." + op)), 0) << op;
+        EXPECT_GE(op_exposed, 0) << op;
+        // FSDP waits only for collectives; DDP's wait after backward also averages the buckets.
+        if (strategy == "FSDP") {
+          EXPECT_LE(op_exposed, comm + 1e-3) << op;
+        }
+        op_sum += comm;
+        exposed_sum += op_exposed;
+      }
+      for (const auto& op : absent) EXPECT_FALSE(s.count("comm_s." + op)) << op;
+      EXPECT_NEAR(exposed, exposed_sum, 1e-4 * exposed) << "the datagram prints 6 significant digits";
+      EXPECT_GT(exposed, 0) << "blocking collectives: the step waited for some";
+      EXPECT_LE(exposed, step_s);
+      EXPECT_NEAR(std::stod(s.at("compute_s")) + exposed, step_s, 1e-4 * step_s);
+      if (strategy == "FSDP") {
+        EXPECT_NEAR(std::stod(s.at("comm_s")), op_sum, 1e-4 * op_sum);
+      }
+    }
+  }
+}
