@@ -65,6 +65,7 @@ struct JobView {
   std::string scheduler_name, queue, priority_class_name;
   std::string checkpoint_path;
   int checkpoint_every = 0;
+  int checkpoint_keep = 3;  // spec.checkpoint.keep: complete checkpoints kept, 0 all
   std::vector<std::string> command{"lockstep-trainer"}, args;
   nlohmann::json tmpl;  // spec.template
   JobStatus status;

@@ -83,6 +83,7 @@ json pod_manifest(const JobView& job, int index, int attempt) {
   if (!job.checkpoint_path.empty()) {
     set_env(env, c::kCheckpointPath, job.checkpoint_path);
     set_env(env, c::kCheckpointEvery, std::to_string(job.checkpoint_every));
+    set_env(env, c::kCheckpointKeep, std::to_string(job.checkpoint_keep));
   }
   set_env(env, c::kPetNnodes, n);
   set_env(env, c::kPetNodeRank, rank);

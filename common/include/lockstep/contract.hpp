@@ -19,6 +19,7 @@ inline constexpr const char* kStrategy = "LOCKSTEP_STRATEGY";
 inline constexpr const char* kMetricsPort = "LOCKSTEP_METRICS_PORT";
 inline constexpr const char* kCheckpointPath = "LOCKSTEP_CHECKPOINT_PATH";
 inline constexpr const char* kCheckpointEvery = "LOCKSTEP_CHECKPOINT_EVERY";
+inline constexpr const char* kCheckpointKeep = "LOCKSTEP_CHECKPOINT_KEEP";  // spec.checkpoint.keep
 // torchrun's own, so a command that calls torchrun works unchanged.
 inline constexpr const char* kPetNnodes = "PET_NNODES";
 inline constexpr const char* kPetNodeRank = "PET_NODE_RANK";
