@@ -19,7 +19,7 @@ namespace fs = std::filesystem;
 namespace lockstep::trainer {
 namespace {
 
-constexpr const char* kToken = ".lockstep-token";
+constexpr const char* kToken = ".lockstep-token-";  // + the nonce: Note [Shared checkpoint directory]
 
 void fsync_path(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -190,30 +190,37 @@ void prepare_checkpoint_dir(const CheckpointTarget& t, const Dist& dist, std::ch
   if (ec) throw std::invalid_argument("spec.checkpoint.path (--checkpoint-dir) " + t.dir + ": cannot create it: " + ec.message());
   int64_t nonce = 0;
   if (t.rank == 0) {
-    // Temporaries a killed writer left (write_atomically's *.tmp-<pid>), old enough that no
-    // writer of an attempt still shutting down can own them.
+    // Temporaries a killed writer left (write_atomically's *.tmp-<pid>, a token), old enough
+    // that no writer of an attempt still shutting down can own them.
     const auto cutoff = fs::file_time_type::clock::now() - stale_after;
     for (fs::recursive_directory_iterator it(t.dir, ec), end; !ec && it != end; it.increment(ec)) {
       if (it.depth() > 1 || !it->is_regular_file()) continue;
       const std::string name = it->path().filename().string();
       std::error_code mt;
-      if (name.find(".tmp-") == std::string::npos || fs::last_write_time(it->path(), mt) > cutoff || mt) continue;
+      const bool temporary = name.find(".tmp-") != std::string::npos || name.rfind(kToken, 0) == 0;
+      if (!temporary || fs::last_write_time(it->path(), mt) > cutoff || mt) continue;
       std::error_code rm;
       if (fs::remove(it->path(), rm))
         std::cout << "lockstep-trainer: removed " << it->path().string() << ", left by an interrupted checkpoint"
                   << std::endl;
     }
-    std::random_device rd;
-    nonce = static_cast<int64_t>((static_cast<uint64_t>(rd()) << 32 | rd()) & 0x7fffffffffffffffULL) | 1;
-    write_text_atomically(t.dir + "/" + kToken, std::to_string(nonce) + "\n");
   }
   if (!dist.pg) return;
+  // The token's name is new every time, so a network file system's client looks it up on the
+  // server instead of answering from a cache of the directory.
+  const auto token = [&](int64_t n) { return t.dir + "/" + kToken + std::to_string(n); };
+  if (t.rank == 0) {
+    std::random_device rd;
+    nonce = static_cast<int64_t>((static_cast<uint64_t>(rd()) << 32 | rd()) & 0x7fffffffffffffffULL) | 1;
+    write_text_atomically(token(nonce), std::to_string(nonce) + "\n");
+  }
   // Rank 0's nonce to everyone (a sum in which only rank 0's slot is set), then each rank's
   // verdict to everyone, so all ranks stop together with one message.
   nonce = all_gather_ints(dist, {nonce})[0];
   int64_t seen = 0;
-  std::ifstream(t.dir + "/" + kToken) >> seen;
+  std::ifstream(token(nonce)) >> seen;
   auto verdicts = all_gather_ints(dist, {seen == nonce ? 1 : 0});
+  if (t.rank == 0) fs::remove(token(nonce), ec);  // every rank has read it
   std::vector<int> blind;
   for (int r = 0; r < dist.world; ++r)
     if (verdicts[static_cast<size_t>(r)] == 0) blind.push_back(r);

@@ -7,7 +7,7 @@
 //   step-<S>/MANIFEST      step, world size, strategy, checksum kind, each file's size and checksum
 //   LATEST                 the name of the newest complete step directory (for people; resume
 //                          looks at every step-<S>/ with a MANIFEST)
-//   .lockstep-token        Note [Shared checkpoint directory]
+//   .lockstep-token-<N>    only while the ranks start: Note [Shared checkpoint directory]
 // Every file is written to a temporary name, fsynced and renamed, and the MANIFEST is written
 // only after every rank's file and checksum are in place, so a crash at any moment leaves the
 // previous checkpoints intact. Note [Checkpoint fallback] says what resume does with a damaged
@@ -36,11 +36,12 @@ struct CheckpointTarget {
 // Every rank reads and writes the same step directories, so the directory must be the same
 // storage for every pod (a ReadWriteMany volume); a per-pod emptyDir would let rank 0's
 // step-<S>/ exist only on its own pod, and the other pods' ranks would fail at the first save,
-// or each pod would resume from a different step. At start rank 0 writes a random token into
-// the directory and broadcasts it; every rank reads the file back and all agree, or every rank
-// stops with the same message (std::invalid_argument, exit 64: retrying cannot fix a volume).
-// Rank 0 also removes temporaries (*.tmp-*) that a killed writer left; only those untouched
-// for `stale_after`, so a writer of an attempt still shutting down is never cut short.
+// or each pod would resume from a different step. At start rank 0 writes a file named after a
+// random number into the directory and broadcasts the number; every rank reads the file back
+// and all agree, or every rank stops with the same message (std::invalid_argument, exit 64:
+// retrying cannot fix a volume). Rank 0 also removes temporaries (*.tmp-*, tokens) that a
+// killed process left; only those untouched for `stale_after`, so a writer of an attempt
+// still shutting down is never cut short.
 // A collective; a no-op without a process group, except the clean-up.
 void prepare_checkpoint_dir(const CheckpointTarget& t, const Dist& dist,
                             std::chrono::seconds stale_after = std::chrono::minutes(5));

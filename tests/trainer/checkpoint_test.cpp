@@ -274,6 +274,8 @@ TEST(Checkpoint, PodsMustShareTheCheckpointDirectory) {
   two_pods(dir + "/one", dir + "/one", codes, outs);
   for (int node = 0; node < 2; ++node) EXPECT_EQ(codes[node], 0) << outs[node];
   EXPECT_TRUE(fs::exists(dir + "/one/step-4/MANIFEST"));
+  for (const auto& e : fs::directory_iterator(dir + "/one"))
+    EXPECT_NE(e.path().filename().string().rfind(".lockstep-token", 0), 0u) << "token left behind: " << e.path();
 }
 
 // docs/exit-codes.md: a rank whose peer died mid-training exits 77 (a consequence, retryable),
