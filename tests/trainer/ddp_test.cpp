@@ -488,3 +488,44 @@ TEST(TrainerGpu, MoreWorkersThanGpusNamesLocalRank) {
             std::string::npos)
       << out;
 }
+
+// Note [Communication figures] on a GPU: FSDP over NCCL reports its own collectives, allgather
+// and reduce_scatter (no allreduce), their device time from NCCL's CUDA events, and the waits
+// they left in the compute stream (exposed) from events around each wait, within the op's own
+// time and the step. Checkpoints go through NCCL too (the start's directory and step checks).
+TEST(TrainerGpu, FsdpReportsItsCollectivesFromCudaEvents) {
+  REQUIRE_GPU();
+  std::string dir = temp_dir("gpu-fsdp-ops");
+  lockstep::test::DatagramSink sink(dir + "/metrics.sock");
+  auto r = lockstep::run_capture({trainer_bin(), "--device", "cuda", "--backend", "nccl", "--strategy", "FSDP",
+                                  "--steps", "6", "--batch-size", "8", "--checkpoint-dir", dir + "/ckpt",
+                                  "--checkpoint-every", "3"},
+                                 {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"},
+                                  {"LOCKSTEP_METRICS_SOCKET", dir + "/metrics.sock"}},
+                                 300s);
+  ASSERT_EQ(r.status.shell_code(), 0) << r.output;
+  auto steps = sink.drain();
+  ASSERT_GE(steps.size(), 3u) << r.output;
+  for (const auto& s : steps) {
+    SCOPED_TRACE("step " + s.at("step"));
+    const double step_s = std::stod(s.at("step_s")), exposed = std::stod(s.at("exposed_comm_s"));
+    EXPECT_FALSE(s.count("comm_s.allreduce"));
+    for (const char* op : {"allgather", "reduce_scatter"}) {
+      ASSERT_TRUE(s.count(std::string("comm_s.") + op)) << op;
+      const double comm = std::stod(s.at(std::string("comm_s.") + op)),
+                   op_exposed = std::stod(s.at(std::string("exposed_comm_s.") + op));
+      EXPECT_GT(comm, 0) << op;
+      EXPECT_LT(comm, step_s) << op;
+      EXPECT_GE(op_exposed, 0) << op;
+      EXPECT_LE(op_exposed, step_s) << op;
+    }
+    EXPECT_LE(exposed, step_s);
+    EXPECT_NEAR(std::stod(s.at("compute_s")) + exposed, step_s, 1e-3 * step_s);
+  }
+  // Resumes through NCCL from the step-6 checkpoint: nothing left to train.
+  r = lockstep::run_capture({trainer_bin(), "--device", "cuda", "--backend", "nccl", "--strategy", "FSDP", "--steps", "6",
+                             "--batch-size", "8", "--checkpoint-dir", dir + "/ckpt"},
+                            {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"}}, 300s);
+  ASSERT_EQ(r.status.shell_code(), 0) << r.output;
+  EXPECT_NE(r.output.find("at step 6"), std::string::npos) << r.output;
+}
