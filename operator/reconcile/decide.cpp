@@ -10,6 +10,12 @@ namespace {
 
 using std::chrono::milliseconds;
 
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
 // The state one decide() call works on.
 struct Pass {
   const Observed& in;
@@ -138,28 +144,47 @@ struct Pass {
   }
 
   // A failed or vanished pod of the current attempt: fail the job or restart the gang.
-  // True when it acted.
+  // True when it acted (or is waiting for the peers' status to judge the failure).
   bool handle_failure() {
-    const PodView* failed = nullptr;
+    std::vector<const PodView*> failed;
     for (const auto* p : current)
-      if (p->phase == "Failed") { failed = p; break; }
+      if (p->phase == "Failed") failed.push_back(p);
+    const PodView* cause = first_failure(failed, job.restart_policy, opt.failure_timing);
     PodView vanished;
-    if (!failed) {
+    if (!cause) {
       // A pod that disappears after the gang started running breaks every collective.
       if (s().phase != "Running") return false;
       std::set<int> present;
       for (const auto* p : current) present.insert(p->index);
-      for (int i = 0; i < job.nodes && !failed; ++i) {
+      for (int i = 0; i < job.nodes && !cause; ++i) {
         if (present.count(i)) continue;
         vanished.name = job.name + "-" + std::to_string(i);
         vanished.index = i;
         vanished.reason = "PodDeleted";
-        failed = &vanished;
+        cause = &vanished;
       }
-      if (!failed) return false;
+      if (!cause) return false;
     }
-    std::string what = describe_failure(*failed);
-    if (!is_retryable(job.restart_policy, *failed)) {
+    bool retryable = is_retryable(job.restart_policy, *cause);
+    // Note [The first failure]: a verdict that a peer's status could still overturn waits.
+    if ((!retryable || is_consequence(*cause)) && cause->finished_at) {
+      bool peers_running = false;
+      for (const auto* p : current) peers_running |= !p->finished() && !p->deleting;
+      auto until = *cause->finished_at + opt.failure_timing.settle;
+      until = std::min(until, in.now + opt.failure_timing.settle);  // a kubelet clock ahead of ours
+      if (peers_running && in.now < until) {
+        requeue(std::chrono::duration_cast<milliseconds>(until - in.now));
+        return true;
+      }
+    }
+    std::string what = describe_failure(*cause);
+    std::vector<std::string> after, succeeded;
+    for (const auto* p : failed)
+      if (p != cause) after.push_back(p->name + (p->exit_code >= 0 ? " (exit " + std::to_string(p->exit_code) + ")" : ""));
+    for (const auto* p : current)
+      if (p->phase == "Succeeded") succeeded.push_back(p->name);
+    if (!after.empty()) what += ", first; " + join(after) + " failed as well";
+    if (!retryable) {
       std::string policy = job.restart_policy == RestartPolicy::Never ? "Never" : "ExitCode";
       finish("Failed", job.restart_policy == RestartPolicy::Never ? "PodFailed" : "NonRetryableExitCode",
              what + "; spec.runPolicy.restartPolicy=" + policy + " does not retry it");
@@ -173,11 +198,14 @@ struct Pass {
       clean_finished_pods();
       return true;
     }
+    // Note [Partly succeeded]: the whole gang reruns, the pods that succeeded included.
     for (const auto* p : current) delete_pod(p);
     s().restarts += 1;
     s().phase = "Restarting";
     std::string msg = what + "; restarting the gang as attempt " + std::to_string(s().restarts) + " of " +
                       std::to_string(job.backoff_limit);
+    if (!succeeded.empty())
+      msg += " (" + join(succeeded) + " had succeeded; every rank reruns from the last checkpoint)";
     condition("Restarting", "True", "GangRestart", msg, /*new_transition=*/true);  // backoff counts from now
     condition("Running", "False", "GangRestart", msg);
     event("Warning", "GangRestart", msg);
@@ -236,18 +264,23 @@ struct Pass {
     }
   }
 
+  // Running once every pod of the attempt has started (Running, or already Succeeded), and
+  // then until the job finishes or restarts: a pod that finishes first does not make the
+  // gang Pending again (pods never go back to Pending; a vanished one restarts the gang).
   void update_phase() {
-    int running = 0;
-    for (const auto* p : current) running += p->phase == "Running" && !p->deleting;
-    if (out.create_pods.empty() && running == job.nodes) {
-      if (s().phase != "Running") {
-        s().phase = "Running";
-        std::string msg = "all " + std::to_string(job.nodes) + " pods are running";
-        condition("Running", "True", "AllNodesRunning", msg);
-        condition("Restarting", "False", "AllNodesRunning", msg);
-        event("Normal", "Running", msg);
-      }
-    } else if (s().phase.empty() || s().phase == "Running") {
+    int running = 0, succeeded = 0;
+    for (const auto* p : current) {
+      running += p->phase == "Running" && !p->deleting;
+      succeeded += p->phase == "Succeeded";
+    }
+    bool started = out.create_pods.empty() && running > 0 && running + succeeded == job.nodes;
+    if (started && s().phase != "Running") {
+      s().phase = "Running";
+      std::string msg = "all " + std::to_string(job.nodes) + " pods are running";
+      condition("Running", "True", "AllNodesRunning", msg);
+      condition("Restarting", "False", "AllNodesRunning", msg);
+      event("Normal", "Running", msg);
+    } else if (s().phase.empty()) {
       s().phase = "Pending";
     }
   }

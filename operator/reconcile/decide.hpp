@@ -6,11 +6,21 @@
 //   suspended?        remove every pod, phase Suspended (resume resets startTime, as Jobs do)
 //   deadline passed?  remove every pod, Failed/DeadlineExceeded
 //   stale pods        pods of an earlier attempt are deleted; the next attempt waits for them
-//   failures          a failed pod fails the job or restarts the gang (failure_policy.hpp)
+//   failures          the first failure in time fails the job or restarts the whole gang
+//                     (failure_policy.hpp); see Note [Partly succeeded]
 //   backoff           a restarting gang waits restart_backoff * 2^(restarts-1)
 //   success           every pod of the attempt Succeeded
 //   create            headless Service, PodGroup, missing pods of the current attempt
 //   status            phase, conditions, node counts; written only when changed
+//
+// Note [Partly succeeded]
+// When some pods of an attempt Succeeded and another then Failed, a retry reruns the whole
+// gang, the pods that succeeded included. A failed rank cannot rerun alone: its peers'
+// programs have ended, so its rendezvous would wait for ranks that never come (exit 76 after
+// the timeout, and again on every retry). Nor does one rank's exit 0 prove the job's work is
+// saved: under FSDP every rank writes its own shard of the final checkpoint. The Lockstep
+// trainer resumes from its last checkpoint, so the rerun repeats only the steps after it;
+// the GangRestart message names the pods that had succeeded.
 #pragma once
 
 #include <chrono>
@@ -18,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "reconcile/failure_policy.hpp"
 #include "reconcile/job.hpp"
 
 namespace lockstep::reconcile {
@@ -27,6 +38,7 @@ enum class GangSupport { Available, Unavailable };
 struct Options {
   std::chrono::milliseconds restart_backoff{std::chrono::seconds(10)};
   std::chrono::milliseconds restart_backoff_max{std::chrono::minutes(5)};
+  FailureTiming failure_timing;  // Note [The first failure]
 };
 
 struct Observed {

@@ -1,5 +1,7 @@
 #include "reconcile/failure_policy.hpp"
 
+#include <algorithm>
+
 #include "lockstep/contract.hpp"
 
 namespace lockstep::reconcile {
@@ -14,7 +16,43 @@ bool is_retryable(RestartPolicy policy, const PodView& pod) {
   int code = pod.exit_code;
   if (code < 0 || code == 0) return true;
   if (code >= 128) return true;
-  return code == contract::kExitStall || code == contract::kExitRendezvous;
+  return is_consequence(pod);
+}
+
+bool is_consequence(const PodView& pod) {
+  return pod.exit_code == contract::kExitStall || pod.exit_code == contract::kExitRendezvous ||
+         pod.exit_code == contract::kExitCollective;
+}
+
+const PodView* first_failure(const std::vector<const PodView*>& failed, RestartPolicy policy,
+                             const FailureTiming& timing) {
+  if (failed.empty()) return nullptr;
+  auto earlier = [](const PodView* a, const PodView* b) {  // known times first, then by index
+    if (a->finished_at && b->finished_at && *a->finished_at != *b->finished_at)
+      return *a->finished_at < *b->finished_at;
+    if (a->finished_at.has_value() != b->finished_at.has_value()) return a->finished_at.has_value();
+    return a->index < b->index;
+  };
+  std::vector<const PodView*> order(failed);
+  std::sort(order.begin(), order.end(), earlier);
+
+  // A consequence gives way to a non-consequence failure that ended soon after it.
+  const PodView* first = order.front();
+  if (is_consequence(*first) && first->finished_at) {
+    for (const PodView* p : order) {
+      if (is_consequence(*p)) continue;
+      if (!p->finished_at || *p->finished_at <= *first->finished_at + timing.consequence_window) first = p;
+      break;
+    }
+  }
+  // Failures within `simultaneous` of it (or of unknown time) tie; a retryable one wins.
+  if (!first->finished_at || is_retryable(policy, *first)) return first;
+  for (const PodView* p : order) {
+    if (p == first || is_consequence(*p) || !is_retryable(policy, *p)) continue;
+    bool tie = !p->finished_at || *p->finished_at <= *first->finished_at + timing.simultaneous;
+    if (tie) return p;
+  }
+  return first;
 }
 
 std::string describe_failure(const PodView& pod) {

@@ -141,6 +141,7 @@ PodView PodView::from_json(const json& obj) {
         p.exit_code = get_or(term, "exitCode", -1);
         std::string r = get_or<std::string>(term, "reason", "");
         if (!r.empty()) p.reason = r;
+        p.finished_at = parse_time(get_or<std::string>(term, "finishedAt", ""));
       }
       if (is_trainer) break;
     }
@@ -192,7 +193,8 @@ json trim_pod(json pod) {
       json entry = {{"name", get_or<std::string>(cs, "name", "")}};
       if (!term.empty()) {
         json t = {{"exitCode", get_or(term, "exitCode", -1)}};
-        if (term.contains("reason")) t["reason"] = term["reason"];
+        for (const char* k : {"reason", "finishedAt"})
+          if (term.contains(k)) t[k] = term[k];
         entry["state"] = {{"terminated", t}};
       }
       list.push_back(entry);

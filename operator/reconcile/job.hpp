@@ -82,6 +82,9 @@ struct PodView {
   bool deleting = false;
   int exit_code = -1;  // of the agent container once terminated; -1 if unknown
   std::string reason;  // pod or container termination reason (OOMKilled, Evicted, ...)
+  // When that container terminated (its kubelet's clock, second precision); unknown for a
+  // pod that failed without one (evicted before it started, its node lost).
+  std::optional<Time> finished_at;
 
   bool finished() const { return phase == "Succeeded" || phase == "Failed"; }
   static PodView from_json(const nlohmann::json& obj);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -130,12 +131,15 @@ class OperatorTest : public ::testing::Test {
     return eventually([&] { return phase(job_name) == want; }, t);
   }
   // The kubelet's part: report a pod's phase, readiness and container exit code.
-  void set_pod(const std::string& pod, const std::string& phase, int exit_code = -1, const std::string& reason = "") {
+  // `finished_at`: the container's termination time (RFC 3339), if any.
+  void set_pod(const std::string& pod, const std::string& phase, int exit_code = -1, const std::string& reason = "",
+               const std::string& finished_at = "") {
     json status = {{"phase", phase},
                    {"conditions", json::array({{{"type", "Ready"}, {"status", phase == "Running" ? "True" : "False"}}})}};
     if (exit_code >= 0) {
       json term = {{"exitCode", exit_code}};
       if (!reason.empty()) term["reason"] = reason;
+      if (!finished_at.empty()) term["finishedAt"] = finished_at;
       status["containerStatuses"] = json::array({{{"name", "trainer"}, {"ready", false}, {"restartCount", 0},
                                                   {"image", "lockstep/trainer:test"}, {"imageID", ""},
                                                   {"state", {{"terminated", term}}}}});
@@ -321,6 +325,69 @@ TEST_F(OperatorTest, ExitCodePolicyRetriesTheAgentsStallCode) {
   set_pod("stall-0", "Failed", lockstep::contract::kExitStall);
   ASSERT_TRUE(eventually([&] { return job("stall")["status"].value("restarts", 0) == 1; }));
   EXPECT_TRUE(wait_pods("stall", 2, 1));
+}
+
+// Pod 1 is OOM-killed; pod 0's collective then fails with exit 1, and its status reaches the
+// API server first. Judged by index (or by arrival) the job would fail for good; judged by
+// the first failure in time it restarts (Note [The first failure]).
+TEST_F(OperatorTest, ExitCodePolicyJudgesTheFirstFailureInTimeNotTheFirstReported) {
+  create_job("first", 2, "  runPolicy: {restartPolicy: ExitCode, backoffLimit: 5}\n");
+  ASSERT_TRUE(wait_pods("first", 2));
+  run_all("first", 2);
+  ASSERT_TRUE(wait_phase("first", "Running"));
+  auto rfc3339 = [](std::chrono::system_clock::time_point t) {
+    std::time_t tt = std::chrono::system_clock::to_time_t(t);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&tt));
+    return std::string(buf);
+  };
+  auto now = std::chrono::system_clock::now();
+  set_pod("first-0", "Failed", 1, "Error", rfc3339(now));
+  std::this_thread::sleep_for(1500ms);  // the operator sees pod 0's exit 1 alone first
+  EXPECT_EQ(phase("first"), "Running") << "decided before pod 1 could report";
+  set_pod("first-1", "Failed", 137, "OOMKilled", rfc3339(now - 3s));
+  ASSERT_TRUE(eventually([&] { return job("first")["status"].value("restarts", 0) == 1; })) << job("first");
+  json j = job("first");
+  auto* c = condition(j, "Restarting");
+  ASSERT_NE(c, nullptr);
+  std::string msg = (*c)["message"];
+  EXPECT_EQ(msg.rfind("pod first-1 failed with exit code 137 (OOMKilled), first; first-0 (exit 1) failed as well", 0), 0u)
+      << msg;
+  EXPECT_TRUE(wait_pods("first", 2, 1));
+}
+
+TEST_F(OperatorTest, ExitCodePolicyFailsOnAProgramErrorThatNoPeerContradicts) {
+  create_job("alone", 2, "  runPolicy: {restartPolicy: ExitCode, backoffLimit: 5}\n");
+  ASSERT_TRUE(wait_pods("alone", 2));
+  run_all("alone", 2);
+  ASSERT_TRUE(wait_phase("alone", "Running"));
+  auto t0 = std::chrono::steady_clock::now();
+  std::time_t tt = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&tt));
+  set_pod("alone-0", "Failed", 1, "Error", buf);
+  ASSERT_TRUE(wait_phase("alone", "Failed", 20s));
+  // It waited for the peer (about 5 s) before failing the job, and no longer.
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 3s);
+  EXPECT_EQ(job("alone")["status"]["restarts"], 0);
+}
+
+TEST_F(OperatorTest, AGangStaysRunningWhenOnePodFinishesFirst) {
+  create_job("early", 2);
+  ASSERT_TRUE(wait_pods("early", 2));
+  run_all("early", 2);
+  ASSERT_TRUE(wait_phase("early", "Running"));
+  set_pod("early-0", "Succeeded", 0);
+  ASSERT_TRUE(eventually([&] { return job("early")["status"]["nodes"].value("succeeded", 0) == 1; }));
+  EXPECT_EQ(phase("early"), "Running");
+  // Pod 1 then fails: the whole gang reruns, the pod that succeeded included.
+  set_pod("early-1", "Failed", 137, "OOMKilled");
+  ASSERT_TRUE(eventually([&] { return job("early")["status"].value("restarts", 0) == 1; }));
+  json j = job("early");
+  auto* c = condition(j, "Restarting");
+  ASSERT_NE(c, nullptr);
+  EXPECT_NE((*c)["message"].get<std::string>().find("early-0 had succeeded"), std::string::npos) << *c;
+  EXPECT_TRUE(wait_pods("early", 2, 1));
 }
 
 TEST_F(OperatorTest, SuspendRemovesPodsAndResumeRecreatesThem) {

@@ -33,6 +33,13 @@ PodView pod(int index, const std::string& phase, int attempt = 0, int exit_code 
   return p;
 }
 
+// A failed pod whose container ended `ago` before kNow.
+PodView failed(int index, int exit_code, std::chrono::seconds ago, int attempt = 0) {
+  PodView p = pod(index, "Failed", attempt, exit_code);
+  p.finished_at = kNow - ago;
+  return p;
+}
+
 Observed observed(JobView j, std::vector<PodView> pods = {}) {
   Observed o;
   o.job = std::move(j);
@@ -53,6 +60,15 @@ JobView running_job(int nodes = 2) {
 }
 
 const Condition* cond(const Decision& d, const std::string& type) { return d.status.condition(type); }
+// "" when the condition is missing, so a wrong decision fails the test instead of crashing it.
+std::string message(const Decision& d, const std::string& type) {
+  const Condition* c = cond(d, type);
+  return c ? c->message : "";
+}
+std::string reason(const Decision& d, const std::string& type) {
+  const Condition* c = cond(d, type);
+  return c ? c->reason : "";
+}
 
 }  // namespace
 
@@ -195,7 +211,8 @@ TEST(Decide, ExitCodePolicyTellsBugsFromKills) {
   j.restart_policy = RestartPolicy::ExitCode;
   struct Case { int code; bool retried; };
   for (auto c : {Case{1, false}, Case{2, false}, Case{127, false}, Case{lockstep::contract::kExitStall, true},
-                 Case{lockstep::contract::kExitRendezvous, true}, Case{128, true}, Case{137, true}, Case{143, true}}) {
+                 Case{lockstep::contract::kExitRendezvous, true},
+                 Case{lockstep::contract::kExitCollective, true}, Case{128, true}, Case{137, true}, Case{143, true}}) {
     auto d = decide(observed(j, {pod(0, "Failed", 0, c.code), pod(1, "Running")}));
     EXPECT_EQ(d.status.phase, c.retried ? "Restarting" : "Failed") << "exit code " << c.code;
     if (!c.retried) {
@@ -274,6 +291,133 @@ TEST(Decide, AFinishedJobCreatesNothing) {
   auto d = decide(in);
   EXPECT_FALSE(d.create_service);
   EXPECT_TRUE(d.create_pods.empty());
+}
+
+// Note [The first failure]: pod 1 is OOM-killed; pod 0's collective then fails (exit 1
+// from a torchrun-style program). By index pod 0's 1 would fail the job for good.
+TEST(FirstFailure, AnOomKillBeforeAPeersExit1RestartsTheGang) {
+  auto j = running_job();
+  j.restart_policy = RestartPolicy::ExitCode;
+  auto d = decide(observed(j, {failed(0, 1, 20s), failed(1, 137, 25s)}));
+  EXPECT_EQ(d.status.phase, "Restarting");
+  std::string msg = message(d, "Restarting");
+  EXPECT_EQ(msg.rfind("pod tj-1 failed with exit code 137, first; tj-0 (exit 1) failed as well", 0), 0u) << msg;
+  EXPECT_EQ(d.delete_pods, (std::vector<std::string>{"tj-0", "tj-1"}));
+}
+
+TEST(FirstFailure, AnExit1BeforeAKillFailsTheJob) {
+  auto j = running_job();
+  j.restart_policy = RestartPolicy::ExitCode;
+  auto d = decide(observed(j, {failed(0, 137, 20s), failed(1, 1, 25s)}));
+  EXPECT_EQ(d.status.phase, "Failed");
+  EXPECT_EQ(reason(d, "Failed"), "NonRetryableExitCode");
+  EXPECT_EQ(message(d, "Failed").rfind("pod tj-1 failed with exit code 1, first", 0), 0u);
+}
+
+TEST(FirstFailure, FailuresWithinTheClockPrecisionTieAndTheRetryableOneWins) {
+  auto j = running_job();
+  j.restart_policy = RestartPolicy::ExitCode;
+  // Same second, or one second apart on two nodes' clocks: either order restarts.
+  for (auto [a, b] : {std::pair{20s, 20s}, std::pair{21s, 20s}, std::pair{20s, 21s}}) {
+    auto d = decide(observed(j, {failed(0, 1, a), failed(1, 137, b)}));
+    EXPECT_EQ(d.status.phase, "Restarting") << a.count() << " " << b.count();
+  }
+  // Three seconds apart is not a tie.
+  EXPECT_EQ(decide(observed(j, {failed(0, 1, 23s), failed(1, 137, 20s)})).status.phase, "Failed");
+  // A failure with no time at all (its node lost) may have come first.
+  PodView lost = pod(1, "Failed", 0, -1);
+  lost.reason = "NodeLost";
+  EXPECT_EQ(decide(observed(j, {failed(0, 1, 20s), lost})).status.phase, "Restarting");
+}
+
+TEST(FirstFailure, APeersCollectiveErrorGivesWayToTheRankThatExitedJustAfter) {
+  auto j = running_job(3);
+  j.restart_policy = RestartPolicy::ExitCode;
+  // Rank 2 exits 1 (a bug); its sockets close first, so ranks 0 and 1 record 77 before its
+  // container ends.
+  auto d = decide(observed(j, {failed(0, lockstep::contract::kExitCollective, 30s),
+                               failed(1, lockstep::contract::kExitCollective, 30s), failed(2, 1, 26s)}));
+  EXPECT_EQ(d.status.phase, "Failed");
+  EXPECT_EQ(message(d, "Failed").rfind("pod tj-2 failed with exit code 1, first; tj-0 (exit 77), tj-1 (exit 77)", 0),
+            0u)
+      << message(d, "Failed");
+  // A stall long before an exit 1 is the cause: the 1 came from the broken gang.
+  auto late = decide(observed(j, {failed(0, lockstep::contract::kExitStall, 200s), failed(1, 1, 100s),
+                                  pod(2, "Running")}));
+  EXPECT_EQ(late.status.phase, "Restarting");
+}
+
+TEST(FirstFailure, APermanentVerdictWaitsForPeersStillRunning) {
+  auto j = running_job();
+  j.restart_policy = RestartPolicy::ExitCode;
+  Options opt;
+  opt.failure_timing.settle = 5s;
+  // Pod 0 exited 1 a second ago; pod 1 still shows Running (its OOM kill may not be reported yet).
+  auto wait = decide(observed(j, {failed(0, 1, 1s), pod(1, "Running")}), opt);
+  EXPECT_EQ(wait.status.phase, "Running");
+  EXPECT_TRUE(wait.delete_pods.empty());
+  EXPECT_TRUE(wait.create_pods.empty());
+  EXPECT_TRUE(wait.events.empty());
+  ASSERT_TRUE(wait.requeue_after.has_value());
+  EXPECT_EQ(*wait.requeue_after, 4s);
+  // Pod 1's status arrives: OOM-killed in the same second. Restart.
+  auto both = decide(observed(j, {failed(0, 1, 1s), failed(1, 137, 1s)}), opt);
+  EXPECT_EQ(both.status.phase, "Restarting");
+  // Nothing arrives within the window: the job fails.
+  auto in = observed(j, {failed(0, 1, 1s), pod(1, "Running")});
+  in.now = kNow + 4s;
+  auto final = decide(in, opt);
+  EXPECT_EQ(final.status.phase, "Failed");
+  EXPECT_EQ(final.delete_pods, std::vector<std::string>{"tj-1"});
+  // A retryable cause does not wait.
+  EXPECT_EQ(decide(observed(j, {failed(0, 137, 1s), pod(1, "Running")}), opt).status.phase, "Restarting");
+}
+
+// Note [Partly succeeded]
+TEST(PartlySucceeded, AJobStaysRunningWhenOnePodFinishesFirst) {
+  auto d = decide(observed(running_job(), {pod(0, "Succeeded", 0, 0), pod(1, "Running")}));
+  EXPECT_EQ(d.status.phase, "Running");
+  EXPECT_TRUE(d.events.empty());
+  EXPECT_TRUE(d.create_pods.empty());
+  EXPECT_EQ(d.status.nodes.succeeded, 1);
+  // So a pod that then vanishes still restarts the gang.
+  auto gone = decide(observed(running_job(), {pod(0, "Succeeded", 0, 0)}));
+  EXPECT_EQ(gone.status.phase, "Restarting");
+  // And a gang never seen Running whose first pod already finished is Running, not Pending.
+  auto pending = job();
+  pending.status.phase = "Pending";
+  auto late = decide(observed(pending, {pod(0, "Succeeded", 0, 0), pod(1, "Running")}));
+  EXPECT_EQ(late.status.phase, "Running");
+}
+
+TEST(PartlySucceeded, AFailureAfterASuccessRerunsTheWholeGang) {
+  auto d = decide(observed(running_job(), {pod(0, "Succeeded", 0, 0), failed(1, 137, 1s)}));
+  EXPECT_EQ(d.status.phase, "Restarting");
+  EXPECT_EQ(d.status.restarts, 1);
+  EXPECT_EQ(d.delete_pods, (std::vector<std::string>{"tj-0", "tj-1"}));
+  EXPECT_NE(message(d, "Restarting").find("tj-0 had succeeded; every rank reruns from the last checkpoint"),
+            std::string::npos)
+      << message(d, "Restarting");
+}
+
+TEST(PodView, ReadsTheTrainerContainersTerminationTimeAndTrimKeepsIt) {
+  nlohmann::json pod = {
+      {"metadata", {{"name", "tj-1"}, {"labels", {{lockstep::contract::kLabelNodeRank, "1"}}}}},
+      {"status",
+       {{"phase", "Failed"},
+        {"containerStatuses",
+         {{{"name", "sidecar"}, {"state", {{"terminated", {{"exitCode", 2}, {"finishedAt", "2026-11-22T10:00:09Z"}}}}}},
+          {{"name", lockstep::contract::kTrainerContainer},
+           {"state",
+            {{"terminated",
+              {{"exitCode", 137}, {"reason", "OOMKilled"}, {"finishedAt", "2026-11-22T10:00:05Z"}}}}}}}}}}};
+  for (const auto& j : {pod, trim_pod(pod)}) {
+    auto p = PodView::from_json(j);
+    EXPECT_EQ(p.exit_code, 137);
+    EXPECT_EQ(p.reason, "OOMKilled");
+    ASSERT_TRUE(p.finished_at.has_value());
+    EXPECT_EQ(format_time(*p.finished_at), "2026-11-22T10:00:05Z");
+  }
 }
 
 TEST(RestartDelay, DoublesUpToTheCap) {
