@@ -63,7 +63,8 @@ torchrun) started: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT come from the e
   --precision P         bf16 (autocast on CUDA; the default) or fp32; CPU always runs fp32
   --log-every N         rank 0's progress line every N steps (default 10)
   --checkpoint-dir DIR  checkpoints here, resumed from at start (default: LOCKSTEP_CHECKPOINT_PATH)
-  --checkpoint-every N  steps between checkpoints (default: LOCKSTEP_CHECKPOINT_EVERY, else none)
+  --checkpoint-every N  steps between checkpoints, and the last step (default:
+                        LOCKSTEP_CHECKPOINT_EVERY, else none)
   --checkpoint-keep N   complete checkpoints kept, older ones removed after each save; 0 keeps
                         all (default: LOCKSTEP_CHECKPOINT_KEEP, else 3). The directory must be
                         storage every rank shares; the ranks check that at start
@@ -390,7 +391,10 @@ int run(const Options& o) {
          << " flops=" << flops_per_token * tokens_per_step << " loss=" << loss_sum;
     reporter.send(line.str());
     if (loss_log.is_open()) loss_log << step + 1 << " " << std::setprecision(8) << loss_sum << std::endl;
-    if (!o.checkpoint_dir.empty() && o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) {
+    // The last step is always saved as well: a gang rerun after the end (decide.hpp, Note
+    // [Partly succeeded]) then resumes there and repeats nothing.
+    if (!o.checkpoint_dir.empty() && o.checkpoint_every > 0 &&
+        ((step + 1) % o.checkpoint_every == 0 || step + 1 == o.steps)) {
       save_checkpoint(ckpt, step + 1, ckpt_tensors(), opt, dist);
       if (chief) std::cout << "lockstep-trainer: checkpoint at step " << step + 1 << " in " << o.checkpoint_dir << std::endl;
     }
