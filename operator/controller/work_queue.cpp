@@ -25,7 +25,14 @@ void WorkQueue::add_after(const std::string& key, Duration delay) {
   if (delay.count() <= 0) return add(key);
   std::lock_guard<std::mutex> lock(mu_);
   if (shutdown_) return;
-  delayed_.push({Clock::now() + delay, key});
+  auto at = Clock::now() + delay;
+  auto it = delayed_at_.find(key);
+  if (it != delayed_at_.end()) {
+    if (it->second <= at) return;  // it fires sooner already
+    delayed_.erase({it->second, key});
+  }
+  delayed_.insert({at, key});
+  delayed_at_[key] = at;
   cv_.notify_all();  // a waiting worker may need an earlier wake-up
 }
 
@@ -54,9 +61,10 @@ int WorkQueue::failures(const std::string& key) {
 
 void WorkQueue::promote_due_locked() {
   auto now = Clock::now();
-  while (!delayed_.empty() && delayed_.top().first <= now) {
-    std::string key = delayed_.top().second;
-    delayed_.pop();
+  while (!delayed_.empty() && delayed_.begin()->first <= now) {
+    std::string key = delayed_.begin()->second;
+    delayed_.erase(delayed_.begin());
+    delayed_at_.erase(key);
     add_locked(key);
   }
 }
@@ -68,7 +76,7 @@ std::optional<std::string> WorkQueue::get() {
     if (shutdown_) return std::nullopt;
     if (!queue_.empty()) break;
     if (delayed_.empty()) cv_.wait(lock);
-    else cv_.wait_until(lock, delayed_.top().first);
+    else cv_.wait_until(lock, delayed_.begin()->first);
   }
   std::string key = queue_.front();
   queue_.pop_front();
@@ -92,6 +100,11 @@ void WorkQueue::shutdown() {
 size_t WorkQueue::depth() {
   std::lock_guard<std::mutex> lock(mu_);
   return queue_.size();
+}
+
+size_t WorkQueue::delayed() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return delayed_.size();
 }
 
 }  // namespace lockstep::controller

@@ -2,8 +2,11 @@
 //  * a key is queued at most once, however often it is added;
 //  * a key being processed is never handed to a second worker; re-added meanwhile, it is
 //    queued again when done() is called;
-//  * add_after() delays a key; add_rate_limited() delays it by a per-key exponential
-//    backoff (base .. max) that forget() resets.
+//  * add_after() delays a key, holding at most one delayed entry per key (the earliest:
+//    a later add_after() of a key already waiting to fire sooner is dropped), so a key
+//    requeued on every reconcile cannot grow the queue;
+//  * add_rate_limited() delays it by a per-key exponential backoff (base .. max) that
+//    forget() resets.
 #pragma once
 
 #include <chrono>
@@ -12,7 +15,6 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <queue>
 #include <set>
 #include <string>
 #include <vector>
@@ -34,7 +36,8 @@ class WorkQueue {
   void done(const std::string& key);
   void shutdown();
 
-  size_t depth();  // keys waiting (not delayed, not in progress)
+  size_t depth();    // keys waiting (not delayed, not in progress)
+  size_t delayed();  // keys waiting for their add_after() time
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -45,8 +48,9 @@ class WorkQueue {
   std::condition_variable cv_;
   std::deque<std::string> queue_;
   std::set<std::string> queued_, processing_, dirty_;
-  using Delayed = std::pair<Clock::time_point, std::string>;
-  std::priority_queue<Delayed, std::vector<Delayed>, std::greater<Delayed>> delayed_;
+  // Delayed keys ordered by when they fire, and each key's entry there.
+  std::set<std::pair<Clock::time_point, std::string>> delayed_;
+  std::map<std::string, Clock::time_point> delayed_at_;
   std::map<std::string, int> failures_;
   Duration base_, max_;
   bool shutdown_ = false;

@@ -10,6 +10,11 @@ using lockstep::controller::Expectations;
 using lockstep::controller::WorkQueue;
 using namespace std::chrono_literals;
 
+// Milliseconds since `t0`.
+static long long ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+}
+
 TEST(WorkQueue, DeduplicatesQueuedKeys) {
   WorkQueue q;
   q.add("a");
@@ -39,6 +44,22 @@ TEST(WorkQueue, AddAfterDelays) {
   EXPECT_EQ(*q.get(), "now");
   EXPECT_EQ(*q.get(), "late");
   EXPECT_GE(std::chrono::steady_clock::now() - t0, 100ms);
+}
+
+TEST(WorkQueue, AddAfterKeepsOneDelayedEntryPerKeyTheEarliest) {
+  WorkQueue q;
+  auto t0 = std::chrono::steady_clock::now();
+  q.add_after("k", 300ms);
+  for (int i = 0; i < 1000; ++i) q.add_after("k", 5s);  // a job requeued on every reconcile
+  q.add_after("k", 100ms);                              // sooner: replaces the 300 ms entry
+  q.add_after("k", 200ms);
+  EXPECT_EQ(q.delayed(), 1u);
+  EXPECT_EQ(*q.get(), "k");
+  long long waited = ms_since(t0);
+  EXPECT_GE(waited, 100);
+  EXPECT_LT(waited, 4000);
+  EXPECT_EQ(q.delayed(), 0u) << "a later entry of the key is still waiting";
+  EXPECT_EQ(q.depth(), 0u);
 }
 
 TEST(WorkQueue, RateLimitedBackoffGrowsAndForgetResetsIt) {
