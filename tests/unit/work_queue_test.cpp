@@ -1,6 +1,9 @@
 // controller::WorkQueue and controller::Expectations: the guarantees the controller relies on.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <future>
+#include <memory>
 #include <thread>
 
 #include "controller/expectations.hpp"
@@ -13,6 +16,11 @@ using namespace std::chrono_literals;
 // Milliseconds since `t0`.
 static long long ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+}
+
+static bool eventually_true(const std::atomic<bool>& flag) {
+  for (int i = 0; i < 500 && !flag; ++i) std::this_thread::sleep_for(10ms);
+  return flag;
 }
 
 TEST(WorkQueue, DeduplicatesQueuedKeys) {
@@ -62,20 +70,62 @@ TEST(WorkQueue, AddAfterKeepsOneDelayedEntryPerKeyTheEarliest) {
   EXPECT_EQ(q.depth(), 0u);
 }
 
+// Milliseconds `q` takes to hand out `key` after one more add_rate_limited().
+static long long rate_limited_delay(WorkQueue& q, const std::string& key) {
+  auto t0 = std::chrono::steady_clock::now();
+  q.add_rate_limited(key);
+  auto got = q.get();
+  long long waited = ms_since(t0);
+  EXPECT_EQ(got, key);
+  q.done(key);
+  return waited;
+}
+
 TEST(WorkQueue, RateLimitedBackoffGrowsAndForgetResetsIt) {
-  WorkQueue q(10ms, 1s);
-  for (int i = 0; i < 3; ++i) q.add_rate_limited("k");
-  EXPECT_EQ(q.failures("k"), 3);
+  const int base = 40;
+  WorkQueue q(std::chrono::milliseconds(base), 10s);
+  for (int n = 0; n < 4; ++n)  // 40, 80, 160, 320 ms
+    EXPECT_GE(rate_limited_delay(q, "k"), base << n) << "failure " << n + 1;
+  EXPECT_EQ(q.failures("k"), 4);
   q.forget("k");
   EXPECT_EQ(q.failures("k"), 0);
+  long long waited = rate_limited_delay(q, "k");
+  EXPECT_GE(waited, base);
+  EXPECT_LT(waited, base * 8) << "forget() did not reset the backoff";  // the next would be 640 ms
+}
+
+TEST(WorkQueue, RateLimitedBackoffIsCappedAtMax) {
+  WorkQueue q(20ms, 50ms);
+  for (int n = 0; n < 6; ++n) q.add_rate_limited("k");  // one delayed entry, six failures
+  EXPECT_EQ(*q.get(), "k");
+  q.done("k");
+  long long waited = rate_limited_delay(q, "k");  // 20 ms * 2^6 uncapped
+  EXPECT_GE(waited, 50);
+  EXPECT_LT(waited, 1000);
 }
 
 TEST(WorkQueue, ShutdownWakesWaitingWorkers) {
-  WorkQueue q;
-  std::thread t([&] { EXPECT_FALSE(q.get().has_value()); });
-  std::this_thread::sleep_for(20ms);
-  q.shutdown();
+  auto q = std::make_unique<WorkQueue>();
+  std::atomic<bool> entered{false}, returned{false};
+  std::promise<std::optional<std::string>> result;
+  auto got = result.get_future();
+  std::thread t([&] {
+    entered = true;
+    auto k = q->get();
+    returned = true;
+    result.set_value(k);
+  });
+  ASSERT_TRUE(eventually_true(entered));
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(returned.load()) << "get() returned from an empty queue";
+  q->shutdown();
+  if (got.wait_for(5s) != std::future_status::ready) {
+    t.detach();          // still blocked: leave it (and the queue) behind, and fail
+    (void)q.release();
+    FAIL() << "shutdown() did not wake a worker blocked in get()";
+  }
   t.join();
+  EXPECT_FALSE(got.get().has_value());
 }
 
 TEST(Expectations, OutstandingCreatesBlockUntilObserved) {
