@@ -208,6 +208,23 @@ TEST(Checkpoint, KeepPrunesOldCheckpoints) {
   EXPECT_TRUE(listed);
 }
 
+// The last step is saved even when it is not a multiple of --checkpoint-every, so a gang
+// rerun after the end (the operator's Note [Partly succeeded]) resumes there and trains nothing.
+TEST(Checkpoint, TheLastStepIsSavedSoARerunAfterTheEndRepeatsNothing) {
+  std::string dir = temp_dir("last");
+  int code;
+  std::vector<std::string> args = {"--steps", "5", "--checkpoint-every", "2", "--checkpoint-keep", "0", "--log-every",
+                                   "1", "--checkpoint-dir", dir};
+  std::string out = train(1, args, &code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_EQ(step_dirs(dir), (std::set<std::string>{"step-2", "step-4", "step-5"}));
+  EXPECT_TRUE(fs::exists(dir + "/step-5/MANIFEST"));
+  out = train(1, args, &code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("resumed from " + dir + " at step 5"), std::string::npos) << out;
+  EXPECT_EQ(out.find("step     5/5"), std::string::npos) << "a step ran again:\n" << out;
+}
+
 // Note [Checkpoint fallback]: with the newest checkpoint's data damaged (one FSDP rank's shard),
 // every rank resumes from the older one with a warning; with every checkpoint damaged the run
 // stops naming the files.
