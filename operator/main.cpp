@@ -32,6 +32,7 @@ struct Options {
   std::string lease_namespace, lease_name = "lockstep-operator", identity;
   std::chrono::milliseconds lease_duration{15000}, renew_deadline{10000}, retry_period{2000};
   std::chrono::milliseconds restart_backoff{10000}, restart_backoff_max{300000};
+  std::chrono::milliseconds resync_period{300000};
 };
 
 const char* kUsage = R"(usage: lockstep-operator [flags]
@@ -50,6 +51,7 @@ const char* kUsage = R"(usage: lockstep-operator [flags]
   --lease-duration D           (default 15s)   --renew-deadline D (default 10s)   --retry-period D (default 2s)
   --restart-backoff D          first gang-restart delay, doubled per restart (default 10s)
   --restart-backoff-max D      its cap (default 5m)
+  --resync-period D            reconcile every job at least this often, events or not (default 5m; 0 never)
   --log-level L                debug, info, warn or error (default info)
   --version, --help
 )";
@@ -78,6 +80,7 @@ Options parse(int argc, char** argv) {
     else if (match(argc, argv, i, "--retry-period", v)) o.retry_period = to_duration("--retry-period", v);
     else if (match(argc, argv, i, "--restart-backoff", v)) o.restart_backoff = to_duration("--restart-backoff", v);
     else if (match(argc, argv, i, "--restart-backoff-max", v)) o.restart_backoff_max = to_duration("--restart-backoff-max", v);
+    else if (match(argc, argv, i, "--resync-period", v)) o.resync_period = to_duration("--resync-period", v);
     else if (match(argc, argv, i, "--log-level", v)) {
       lockstep::log::Level level;
       if (!lockstep::log::parse_level(v, level))
@@ -143,6 +146,7 @@ int main(int argc, char** argv) {
   cc.watch_namespace = opt.watch_namespace;
   cc.decide.restart_backoff = opt.restart_backoff;
   cc.decide.restart_backoff_max = opt.restart_backoff_max;
+  cc.resync_period = opt.resync_period;
   lockstep::controller::Controller controller(client, cc, metrics);
 
   std::atomic<bool> stopping{false}, leading{false};

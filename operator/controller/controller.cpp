@@ -38,6 +38,12 @@ std::pair<std::string, std::string> split_key(const std::string& key) {
 
 }  // namespace
 
+bool hold_for_expectations(Expectations& expectations, WorkQueue& queue, const std::string& key) {
+  if (expectations.satisfied(key)) return false;
+  queue.add_after(key, expectations.expires_in(key));
+  return true;
+}
+
 Controller::Controller(kube::Client& client, Config config, op::Metrics& metrics)
     : client_(client), config_(std::move(config)), metrics_(metrics) {}
 
@@ -184,8 +190,9 @@ bool Controller::reconcile(const std::string& key) {
     delete_orphans(ns, name);
     return true;
   }
+  if (config_.resync_period.count() > 0) queue_.add_after(key, config_.resync_period);
   expectations_.observed_version(key, (*obj)["metadata"].value("resourceVersion", ""));
-  if (!expectations_.satisfied(key)) return true;  // the cache is behind our own writes; events bring us back
+  if (hold_for_expectations(expectations_, queue_, key)) return true;  // the cache is behind our own writes
 
   reconcile::Observed in;
   in.job = JobView::from_json(*obj);

@@ -1,6 +1,7 @@
 // The TrainingJob controller: informers for TrainingJobs, Pods, Services and PodGroups feed
 // a work queue of job keys; workers reconcile each key (reconcile/decide.hpp decides,
-// execute() carries it out) and requeue on error with backoff or when a timer is due.
+// execute() carries it out) and requeue on error with backoff, when a timer is due, and
+// every resync_period (so a job whose events were lost is still looked at).
 #pragma once
 
 #include <atomic>
@@ -25,7 +26,13 @@ struct Config {
   std::string watch_namespace;  // "" for all namespaces
   reconcile::Options decide;
   std::string component = "lockstep-operator";
+  std::chrono::milliseconds resync_period{std::chrono::minutes(5)};  // 0: only on events and timers
 };
+
+// While a job has outstanding expectations its reconcile waits for the events of our own
+// writes; the key is requeued for when they expire, so a lost event cannot wedge the job.
+// True when the reconcile must wait.
+bool hold_for_expectations(Expectations& expectations, WorkQueue& queue, const std::string& key);
 
 class Controller {
  public:

@@ -44,11 +44,20 @@ bool Expectations::satisfied(const std::string& job) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = pending_.find(job);
   if (it == pending_.end()) return true;
-  if (std::chrono::steady_clock::now() - it->second.since > ttl_) {
+  if (std::chrono::steady_clock::now() - it->second.since >= ttl_) {
     pending_.erase(it);
     return true;
   }
   return false;
+}
+
+std::chrono::milliseconds Expectations::expires_in(const std::string& job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pending_.find(job);
+  if (it == pending_.end()) return std::chrono::milliseconds(0);
+  auto left = it->second.since + ttl_ - std::chrono::steady_clock::now();
+  if (left <= left.zero()) return std::chrono::milliseconds(0);
+  return std::chrono::ceil<std::chrono::milliseconds>(left);
 }
 
 void Expectations::forget(const std::string& job) {

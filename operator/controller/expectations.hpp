@@ -1,7 +1,8 @@
 // Expectations: creations and deletions the controller has made but its caches have not
 // shown yet. While a job has any outstanding, its reconcile does not act on the (stale)
 // cache, so a slow watch can never cause a duplicate pod. They expire after `ttl` in case
-// an event is lost (the informer's re-list then repairs the cache).
+// an event is lost; a reconcile held back by them is requeued for that moment
+// (controller::hold_for_expectations), so a lost event delays a job but cannot wedge it.
 #pragma once
 
 #include <chrono>
@@ -14,7 +15,7 @@ namespace lockstep::controller {
 
 class Expectations {
  public:
-  explicit Expectations(std::chrono::seconds ttl = std::chrono::minutes(5)) : ttl_(ttl) {}
+  explicit Expectations(std::chrono::milliseconds ttl = std::chrono::minutes(5)) : ttl_(ttl) {}
 
   void expect_create(const std::string& job, const std::string& object) { expect(job, object, true); }
   void expect_delete(const std::string& job, const std::string& object) { expect(job, object, false); }
@@ -26,6 +27,8 @@ class Expectations {
   void expect_version(const std::string& job, const std::string& resource_version);
   void observed_version(const std::string& job, const std::string& resource_version);
   bool satisfied(const std::string& job);
+  // Time until the job's outstanding expectations expire; zero when it has none.
+  std::chrono::milliseconds expires_in(const std::string& job);
   void forget(const std::string& job);
 
  private:
@@ -39,7 +42,7 @@ class Expectations {
   static bool empty(const Pending& p) { return p.creates.empty() && p.deletes.empty() && p.version.empty(); }
   std::mutex mu_;
   std::map<std::string, Pending> pending_;
-  std::chrono::seconds ttl_;
+  std::chrono::milliseconds ttl_;
 };
 
 }  // namespace lockstep::controller

@@ -69,6 +69,23 @@ class OperatorProcess {
   lockstep::Process proc_;
 };
 
+// The value of an unlabelled series in a /metrics page, -1 if absent.
+double metric(const std::string& page, const std::string& series) {
+  std::regex re("(^|\n)" + series + " ([0-9.e+-]+)");
+  std::smatch m;
+  return std::regex_search(page, m, re) ? std::stod(m[2]) : -1;
+}
+
+// Pauses an operator (SIGSTOP) for a scope, so only the one a test starts acts.
+class Paused {
+ public:
+  explicit Paused(OperatorProcess* op) : op_(op) { op_->process().signal(SIGSTOP); }
+  ~Paused() { op_->process().signal(SIGCONT); }
+
+ private:
+  OperatorProcess* op_;
+};
+
 class OperatorTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -503,6 +520,25 @@ TEST_F(OperatorTest, SurvivesAnApiserverRestartMidWatch) {
   EXPECT_TRUE(wait_pods("after", 2, 0)) << operator_->log().substr(0, 4000);
   set_pod("before-0", "Succeeded", 0);
   EXPECT_TRUE(wait_phase("before", "Succeeded"));
+}
+
+TEST_F(OperatorTest, ResyncReconcilesAnIdleJobWithoutWritingIt) {
+  Paused paused(operator_);
+  OperatorProcess op(control_plane()->kubeconfig(),
+                     {"--namespace", ns_, "--leader-elect=false", "--resync-period=1s"});
+  ASSERT_TRUE(op.wait_log("caches synced")) << op.log();
+  create_job("idle", 1);
+  ASSERT_TRUE(wait_pods("idle", 1));
+  ASSERT_TRUE(wait_phase("idle", "Pending"));
+  std::this_thread::sleep_for(1500ms);  // settled: no event will come for this job now
+  std::string rv = job("idle")["metadata"]["resourceVersion"];
+  const std::string series = "lockstep_operator_reconcile_duration_seconds_count";
+  double before = metric(op.http("/metrics"), series);
+  ASSERT_GE(before, 1) << op.http("/metrics");
+  std::this_thread::sleep_for(3500ms);
+  double after = metric(op.http("/metrics"), series);
+  EXPECT_GE(after - before, 2) << "no periodic reconcile of an idle job in 3.5 s with --resync-period=1s";
+  EXPECT_EQ(job("idle")["metadata"]["resourceVersion"], rv) << "a resync wrote the unchanged job";
 }
 
 // Short leases, so a takeover happens within the test's time.
