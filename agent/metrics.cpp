@@ -66,6 +66,10 @@ Metrics::Metrics(const Config& cfg, const std::string& socket_dir)
                      .Name("lockstep_comm_bytes_total")
                      .Help("Bytes moved by collective communication, by op")
                      .Register(*registry_);
+  comm_exposed_by_op_ = &BuildCounter()
+                            .Name("lockstep_comm_op_exposed_seconds_total")
+                            .Help("Communication seconds not hidden behind computation, by op")
+                            .Register(*registry_);
   restarts_ = &BuildCounter()
                    .Name("lockstep_worker_restarts_total")
                    .Help("Local restarts of the worker group by this agent")
@@ -179,6 +183,12 @@ void Metrics::record(int local_rank, const StepReport& s) {
     auto labels = r.labels;
     labels["op"] = op;
     comm_bytes_->Add(labels).Increment(v);
+  }
+  for (const auto& [op, v] : s.exposed_comm_s_by_op) {
+    if (!admitted(op)) continue;
+    auto labels = r.labels;
+    labels["op"] = op;
+    comm_exposed_by_op_->Add(labels).Increment(v);
   }
   if (dropped) r.malformed->Increment();
   r.last_step_ts->Set(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());

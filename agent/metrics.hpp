@@ -72,6 +72,7 @@ class Metrics {
   std::unique_ptr<prometheus::Exposer> exposer_;
   prometheus::Family<prometheus::Counter>* comm_seconds_;
   prometheus::Family<prometheus::Counter>* comm_bytes_;
+  prometheus::Family<prometheus::Counter>* comm_exposed_by_op_;
   prometheus::Counter* restarts_;
   prometheus::Counter* stalls_;
   std::set<std::string> ops_;  // collective names seen, bounded by kMaxOps

@@ -93,13 +93,14 @@ std::optional<StepReport> parse_step_report(const std::string& line, std::string
     else if (key == "flops") r.flops = v;
     else if (key == "loss") r.loss = v;
     else if (key == "mem_bytes") r.mem_bytes = v;
-    else if (key.rfind("comm_s.", 0) == 0 || key.rfind("comm_bytes.", 0) == 0) {
+    else if (key.rfind("comm_s.", 0) == 0 || key.rfind("comm_bytes.", 0) == 0 ||
+             key.rfind("exposed_comm_s.", 0) == 0) {
       // The op becomes a label value: a bounded name, so a broken sender cannot mint
       // series without end.
-      bool bytes = key[5] == 'b';
-      std::string op = key.substr(bytes ? 11 : 7);
+      auto dot = key.find('.');
+      std::string kind = key.substr(0, dot), op = key.substr(dot + 1);
       if (!valid_op(op)) return fail("collective name in " + quote(key) + " must be 1-" + std::to_string(kMaxOpNameLength) + " characters of a-z, 0-9 and _");
-      (bytes ? r.comm_bytes_by_op : r.comm_s_by_op)[op] = v;
+      (kind == "comm_bytes" ? r.comm_bytes_by_op : kind == "comm_s" ? r.comm_s_by_op : r.exposed_comm_s_by_op)[op] = v;
     }
     // other keys: ignored (forward compatible)
   }

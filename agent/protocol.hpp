@@ -2,8 +2,8 @@
 // of space-separated key=value pairs, e.g.
 //   step=120 step_s=0.412 compute_s=0.301 comm_s=0.150 exposed_comm_s=0.041 tokens=65536
 //   flops=4.1e13 loss=2.93 mem_bytes=812345344
-// Per-collective figures may follow as comm_s.<op>=SECONDS and comm_bytes.<op>=BYTES
-// (op: allreduce, allgather, reduce_scatter, broadcast, ...). Unknown keys are ignored, so
+// Per-collective figures may follow as comm_s.<op>=SECONDS, comm_bytes.<op>=BYTES and
+// exposed_comm_s.<op>=SECONDS (op: allreduce, allgather, reduce_scatter, broadcast, ...). Unknown keys are ignored, so
 // senders can add fields; a line with no valid step is malformed, and so is one with a key
 // given twice or not a name ([A-Za-z0-9_.]{1,64}), a value that is not a finite number within +-kMaxReportValue (negative only
 // for loss), an op name outside [a-z0-9_]{1,32}, or more than kMaxReportBytes bytes.
@@ -22,7 +22,7 @@ inline constexpr size_t kMaxOpNameLength = 32;
 struct StepReport {
   long long step = -1;
   std::optional<double> step_s, compute_s, comm_s, exposed_comm_s, tokens, flops, loss, mem_bytes;
-  std::map<std::string, double> comm_s_by_op, comm_bytes_by_op;
+  std::map<std::string, double> comm_s_by_op, comm_bytes_by_op, exposed_comm_s_by_op;
 };
 
 // nullopt (with `error` set) for a malformed line.

@@ -354,6 +354,7 @@ TEST(Agent, MetricsCarryStepCommAndWorkerSeriesWithTheirLabels) {
         "lockstep_compute_seconds_total{", "lockstep_comm_exposed_seconds_total{",
         "lockstep_comm_seconds_total{namespace=\"ns\",node_rank=\"1\",op=\"allreduce\",rank=\"3\",trainingjob=\"tj\"} 0.1",
         "lockstep_comm_bytes_total{namespace=\"ns\",node_rank=\"1\",op=\"allreduce\",rank=\"3\",trainingjob=\"tj\"} 20480",
+        "lockstep_comm_op_exposed_seconds_total{namespace=\"ns\",node_rank=\"1\",op=\"allreduce\",rank=\"3\",trainingjob=\"tj\"} 0.05",
         "lockstep_tokens_total{namespace=\"ns\",node_rank=\"1\",rank=\"2\",trainingjob=\"tj\"} 2560",
         "lockstep_flops_total{", "lockstep_loss{namespace=\"ns\",node_rank=\"1\",rank=\"2\",trainingjob=\"tj\"} 1",
         "lockstep_last_step_timestamp_seconds{", "lockstep_worker_up{namespace=\"ns\",node_rank=\"1\",rank=\"3\",trainingjob=\"tj\"} 1",

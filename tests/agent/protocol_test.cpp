@@ -31,10 +31,13 @@ TEST(StepReport, ParsesTheDesignExample) {
 }
 
 TEST(StepReport, PerCollectiveKeysAndUnknownKeys) {
-  auto r = parse_step_report("step=1 comm_s.allreduce=0.5 comm_bytes.allgather=1024 future_key=3");
+  auto r = parse_step_report(
+      "step=1 comm_s.allreduce=0.5 comm_bytes.allgather=1024 exposed_comm_s.reduce_scatter=0.25 future_key=3");
   ASSERT_TRUE(r.has_value());
   EXPECT_DOUBLE_EQ(r->comm_s_by_op.at("allreduce"), 0.5);
   EXPECT_DOUBLE_EQ(r->comm_bytes_by_op.at("allgather"), 1024);
+  EXPECT_EQ(r->exposed_comm_s_by_op.size(), 1u);
+  EXPECT_DOUBLE_EQ(r->exposed_comm_s_by_op.at("reduce_scatter"), 0.25);
 }
 
 TEST(StepReport, MalformedLinesSayWhy) {
@@ -58,6 +61,7 @@ std::vector<std::string> hostile_corpus() {
       "step=nan", "step=NaN", "step=inf", "step=-inf", "step=1 loss=nan", "step=1 step_s=inf", "step=1 tokens=-1",
       "step=1e300", "step=1e19", "step=9007199254740993", "step=-1", "step=1.5", "step=0x", "step=1 flops=1e31",
       "step=1 loss=-1e31", "step=1 step=2", "step=1 loss=1 loss=2", "step=1 comm_s.=1", "step=1 comm_bytes.=1",
+      "step=1 exposed_comm_s.=1", "step=1 exposed_comm_s.Bad-Op=1",
       "step=1 comm_s.All-Reduce=1", "step=1 comm_s." + std::string(33, 'a') + "=1", "step=1 " + std::string(65, 'k') + "=1",
       "step=1 \xff\xfe=1", "step=1 loss=\xc3\x28", "\xff\xff\xff\xff", "step=\xe2\x82", "step=1 k\x01y=2",
       std::string("step=1\0garbage", 14), std::string("step=1 loss=2\0", 14), std::string(1, '\0'),

@@ -50,7 +50,8 @@ void report(const std::string& line) {
 
 void step(int n, double loss) {
   report("step=" + std::to_string(n) + " step_s=0.05 compute_s=0.03 comm_s=0.02 exposed_comm_s=0.01 tokens=512 "
-         "flops=1e9 loss=" + std::to_string(loss) + " mem_bytes=1048576 comm_s.allreduce=0.02 comm_bytes.allreduce=4096");
+         "flops=1e9 loss=" + std::to_string(loss) + " mem_bytes=1048576 comm_s.allreduce=0.02 comm_bytes.allreduce=4096 "
+         "exposed_comm_s.allreduce=0.01");
 }
 
 }  // namespace
