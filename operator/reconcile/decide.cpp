@@ -264,6 +264,40 @@ struct Pass {
     }
   }
 
+  // A pod of the attempt that cannot start: the scheduler finds no node for it, or its
+  // container cannot be created (the image cannot be pulled, a missing Secret, ...). The
+  // job says which pod and why (condition PodsBlocked, and a Warning Event when it first
+  // happens), instead of a silent Pending.
+  void report_blocked_pods(bool started) {
+    static const std::set<std::string> stuck = {"ErrImagePull",          "ImagePullBackOff",           "InvalidImageName",
+                                                "ErrImageNeverPull",     "CreateContainerConfigError", "CreateContainerError",
+                                                "RunContainerError",     "PreCreateHookError",         "PreStartHookError"};
+    std::string reason, message;
+    if (!started)
+      for (const auto* p : current) {
+        if (p->phase != "Pending" || p->deleting) continue;
+        if (!p->unschedulable_message.empty()) {
+          reason = "Unschedulable";
+          message = "pod " + p->name + " cannot be scheduled: " + p->unschedulable_message;
+        } else if (stuck.count(p->waiting_reason)) {
+          reason = p->waiting_reason;
+          message = "pod " + p->name + " cannot start: " + p->waiting_reason +
+                    (p->waiting_message.empty() ? "" : ": " + p->waiting_message);
+        } else {
+          continue;
+        }
+        break;
+      }
+    const Condition* was = s().condition("PodsBlocked");
+    bool was_blocked = was && was->status == "True";
+    if (reason.empty()) {
+      if (was_blocked) condition("PodsBlocked", "False", "PodsStarted", "every pod of the attempt could start");
+      return;
+    }
+    condition("PodsBlocked", "True", reason, message);
+    if (!was_blocked) event("Warning", "PodsBlocked", message);
+  }
+
   // Running once every pod of the attempt has started (Running, or already Succeeded), and
   // then until the job finishes or restarts: a pod that finishes first does not make the
   // gang Pending again (pods never go back to Pending; a vanished one restarts the gang).
@@ -274,6 +308,7 @@ struct Pass {
       succeeded += p->phase == "Succeeded";
     }
     bool started = out.create_pods.empty() && running > 0 && running + succeeded == job.nodes;
+    report_blocked_pods(started);
     if (started && s().phase != "Running") {
       s().phase = "Running";
       std::string msg = "all " + std::to_string(job.nodes) + " pods are running";

@@ -55,12 +55,29 @@ const PodView* first_failure(const std::vector<const PodView*>& failed, RestartP
   return first;
 }
 
+// The last non-empty line of a termination message, at most 300 bytes of it.
+std::string last_words(const std::string& message) {
+  size_t end = message.find_last_not_of(" \t\r\n");
+  if (end == std::string::npos) return "";
+  size_t start = message.find_last_of('\n', end);
+  start = start == std::string::npos ? 0 : start + 1;
+  std::string line = message.substr(start, end + 1 - start);
+  if (line.size() > 300) {
+    size_t cut = 300;
+    while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80) --cut;
+    line = line.substr(0, cut) + "...";
+  }
+  return line;
+}
+
 std::string describe_failure(const PodView& pod) {
   std::string s = "pod " + pod.name;
   if (pod.exit_code >= 0) s += " failed with exit code " + std::to_string(pod.exit_code);
   else if (pod.phase == "Failed") s += " failed";
   else s += " disappeared";
   if (!pod.reason.empty()) s += " (" + pod.reason + ")";
+  std::string words = last_words(pod.termination_message);
+  if (!words.empty()) s += ": \"" + words + "\"";
   return s;
 }
 

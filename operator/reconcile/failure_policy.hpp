@@ -49,7 +49,8 @@ bool is_consequence(const PodView& failed_pod);
 const PodView* first_failure(const std::vector<const PodView*>& failed, RestartPolicy policy,
                              const FailureTiming& timing = {});
 
-// "pod tj-1 failed with exit code 137 (OOMKilled)", for conditions and events.
+// "pod tj-1 failed with exit code 137 (OOMKilled)", for conditions and events, followed by
+// the last line of its termination message when it has one: `: "lockstep-trainer: ..."`.
 std::string describe_failure(const PodView& pod);
 
 }  // namespace lockstep::reconcile

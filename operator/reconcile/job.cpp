@@ -23,6 +23,21 @@ const json& child(const json& j, const char* key) {
   return j.is_object() && j.contains(key) && j[key].is_object() ? j[key] : empty;
 }
 
+// At most `n` bytes of `s`, its end kept (a program's last words are at its end), cut at a
+// UTF-8 character boundary.
+std::string tail(const std::string& s, size_t n) {
+  if (s.size() <= n) return s;
+  size_t start = s.size() - n;
+  while (start < s.size() && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) ++start;
+  return s.substr(start);
+}
+std::string head(const std::string& s, size_t n) {
+  if (s.size() <= n) return s;
+  size_t end = n;
+  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
+  return s.substr(0, end);
+}
+
 int label_int(const json& labels, const char* key) {
   std::string v = get_or<std::string>(labels, key, "");
   if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 9) return -1;
@@ -129,11 +144,21 @@ PodView PodView::from_json(const json& obj) {
   p.phase = get_or<std::string>(st, "phase", "Pending");
   p.reason = get_or<std::string>(st, "reason", "");
   if (st.contains("conditions") && st["conditions"].is_array())
-    for (const auto& c : st["conditions"])
-      if (get_or<std::string>(c, "type", "") == "Ready") p.ready = get_or<std::string>(c, "status", "") == "True";
+    for (const auto& c : st["conditions"]) {
+      std::string type = get_or<std::string>(c, "type", "");
+      if (type == "Ready") p.ready = get_or<std::string>(c, "status", "") == "True";
+      if (type == "PodScheduled" && get_or<std::string>(c, "status", "") == "False" &&
+          get_or<std::string>(c, "reason", "") == "Unschedulable")
+        p.unschedulable_message = get_or<std::string>(c, "message", "no node fits the pod");
+    }
   // The exit code of the agent container (named "trainer", else the first terminated one).
   if (st.contains("containerStatuses") && st["containerStatuses"].is_array()) {
     for (const auto& cs : st["containerStatuses"]) {
+      const json& waiting = child(child(cs, "state"), "waiting");
+      if (get_or<std::string>(cs, "name", "") == contract::kTrainerContainer && !waiting.empty()) {
+        p.waiting_reason = get_or<std::string>(waiting, "reason", "");
+        p.waiting_message = get_or<std::string>(waiting, "message", "");
+      }
       const json& term = child(child(cs, "state"), "terminated");
       if (term.empty()) continue;
       bool is_trainer = get_or<std::string>(cs, "name", "") == contract::kTrainerContainer;
@@ -142,6 +167,7 @@ PodView PodView::from_json(const json& obj) {
         std::string r = get_or<std::string>(term, "reason", "");
         if (!r.empty()) p.reason = r;
         p.finished_at = parse_time(get_or<std::string>(term, "finishedAt", ""));
+        p.termination_message = get_or<std::string>(term, "message", "");
       }
       if (is_trainer) break;
     }
@@ -182,20 +208,33 @@ json trim_pod(json pod) {
   json status = json::object();
   for (const char* k : {"phase", "reason"})
     if (st.contains(k)) status[k] = st[k];
-  if (st.contains("conditions"))
-    for (const auto& c : st["conditions"])
-      if (get_or<std::string>(c, "type", "") == "Ready")
-        status["conditions"] = json::array({{{"type", "Ready"}, {"status", get_or<std::string>(c, "status", "")}}});
+  if (st.contains("conditions") && st["conditions"].is_array()) {
+    json conditions = json::array();
+    for (const auto& c : st["conditions"]) {
+      std::string type = get_or<std::string>(c, "type", "");
+      if (type == "Ready") conditions.push_back({{"type", "Ready"}, {"status", get_or<std::string>(c, "status", "")}});
+      if (type == "PodScheduled" && get_or<std::string>(c, "status", "") == "False")
+        conditions.push_back({{"type", type}, {"status", "False"}, {"reason", get_or<std::string>(c, "reason", "")},
+                              {"message", head(get_or<std::string>(c, "message", ""), 1024)}});
+    }
+    if (!conditions.empty()) status["conditions"] = conditions;
+  }
   if (st.contains("containerStatuses")) {
     json list = json::array();
     for (const auto& cs : st["containerStatuses"]) {
       const json& term = child(child(cs, "state"), "terminated");
+      const json& waiting = child(child(cs, "state"), "waiting");
       json entry = {{"name", get_or<std::string>(cs, "name", "")}};
       if (!term.empty()) {
         json t = {{"exitCode", get_or(term, "exitCode", -1)}};
         for (const char* k : {"reason", "finishedAt"})
           if (term.contains(k)) t[k] = term[k];
+        std::string message = get_or<std::string>(term, "message", "");
+        if (!message.empty()) t["message"] = tail(message, 1024);
         entry["state"] = {{"terminated", t}};
+      } else if (!waiting.empty()) {
+        entry["state"] = {{"waiting", {{"reason", get_or<std::string>(waiting, "reason", "")},
+                                       {"message", head(get_or<std::string>(waiting, "message", ""), 1024)}}}};
       }
       list.push_back(entry);
     }

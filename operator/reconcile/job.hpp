@@ -85,6 +85,14 @@ struct PodView {
   // When that container terminated (its kubelet's clock, second precision); unknown for a
   // pod that failed without one (evicted before it started, its node lost).
   std::optional<Time> finished_at;
+  // The container's termination message: what the agent or the program last printed when
+  // it failed (the operator sets terminationMessagePolicy FallbackToLogsOnError).
+  std::string termination_message;
+  // Why a Pending pod does not run: the scheduler's message when it cannot be placed
+  // (PodScheduled=False, Unschedulable), or the trainer container's waiting reason and
+  // message (ErrImagePull, ImagePullBackOff, CreateContainerConfigError, ...).
+  std::string unschedulable_message;
+  std::string waiting_reason, waiting_message;
 
   bool finished() const { return phase == "Succeeded" || phase == "Failed"; }
   static PodView from_json(const nlohmann::json& obj);

@@ -64,6 +64,9 @@ json pod_manifest(const JobView& job, int index, int attempt) {
   for (const auto& a : job.args) cmd.push_back(a);
   ctr["command"] = cmd;
   ctr.erase("args");
+  // A failed container's last log lines become its termination message, which the operator
+  // quotes in the job's condition (describe_failure), unless the template chose otherwise.
+  if (!ctr.contains("terminationMessagePolicy")) ctr["terminationMessagePolicy"] = "FallbackToLogsOnError";
 
   json env = ctr.value("env", json::array());
   const std::string n = std::to_string(job.nodes), rank = std::to_string(index),

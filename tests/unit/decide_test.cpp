@@ -400,6 +400,79 @@ TEST(PartlySucceeded, AFailureAfterASuccessRerunsTheWholeGang) {
       << message(d, "Restarting");
 }
 
+// #12: a pod that cannot start is named with its reason, not left as a silent Pending.
+TEST(BlockedPods, AnUnschedulablePodIsNamedWithTheSchedulersMessage) {
+  auto j = job();
+  j.status.phase = "Pending";
+  j.status.start_time = format_time(kNow);
+  PodView p0 = pod(0, "Pending");
+  p0.unschedulable_message = "0/1 nodes are available: 1 Insufficient cpu.";
+  auto d = decide(observed(j, {p0, pod(1, "Running")}));
+  EXPECT_EQ(d.status.phase, "Pending");
+  EXPECT_EQ(reason(d, "PodsBlocked"), "Unschedulable");
+  EXPECT_EQ(message(d, "PodsBlocked"), "pod tj-0 cannot be scheduled: 0/1 nodes are available: 1 Insufficient cpu.");
+  ASSERT_EQ(d.events.size(), 1u);
+  EXPECT_EQ(d.events[0].type, "Warning");
+  EXPECT_EQ(d.events[0].reason, "PodsBlocked");
+  // Still blocked on the next pass: no second Event. Once both run, the condition clears.
+  j.status = d.status;
+  EXPECT_TRUE(decide(observed(j, {p0, pod(1, "Running")})).events.empty());
+  auto ran = decide(observed(j, {pod(0, "Running"), pod(1, "Running")}));
+  EXPECT_EQ(ran.status.phase, "Running");
+  ASSERT_NE(cond(ran, "PodsBlocked"), nullptr);
+  EXPECT_EQ(cond(ran, "PodsBlocked")->status, "False");
+}
+
+TEST(BlockedPods, AnImageThatCannotBePulledIsNamedButPullingIsNot) {
+  auto j = job();
+  j.status.phase = "Pending";
+  j.status.start_time = format_time(kNow);
+  PodView p1 = pod(1, "Pending");
+  p1.waiting_reason = "ContainerCreating";
+  EXPECT_EQ(cond(decide(observed(j, {pod(0, "Running"), p1})), "PodsBlocked"), nullptr);
+  p1.waiting_reason = "ImagePullBackOff";
+  p1.waiting_message = "Back-off pulling image \"lockstep/trainer:nope\"";
+  auto d = decide(observed(j, {pod(0, "Running"), p1}));
+  EXPECT_EQ(reason(d, "PodsBlocked"), "ImagePullBackOff");
+  EXPECT_EQ(message(d, "PodsBlocked"),
+            "pod tj-1 cannot start: ImagePullBackOff: Back-off pulling image \"lockstep/trainer:nope\"");
+}
+
+TEST(FailureMessage, QuotesTheLastLineOfTheTerminationMessage) {
+  auto j = running_job();
+  j.restart_policy = RestartPolicy::ExitCode;
+  PodView p0 = failed(0, 64, 10s);
+  p0.termination_message = "step 0\nlockstep-trainer: --steps must be an integer >= 1, got 'ten'\n\n";
+  auto d = decide(observed(j, {p0, failed(1, 64, 10s)}));
+  EXPECT_EQ(d.status.phase, "Failed");
+  EXPECT_EQ(message(d, "Failed").rfind("pod tj-0 failed with exit code 64: \"lockstep-trainer: --steps must be an integer "
+                                       ">= 1, got 'ten'\"",
+                                       0),
+            0u)
+      << message(d, "Failed");
+  p0.termination_message = std::string(1000, 'x');
+  EXPECT_EQ(describe_failure(p0).size(), std::string("pod tj-0 failed with exit code 64: \"").size() + 300 + 4);
+}
+
+TEST(PodView, ReadsWhyAPendingPodWaitsAndTrimKeepsIt) {
+  nlohmann::json pod = {
+      {"metadata", {{"name", "tj-0"}}},
+      {"status",
+       {{"phase", "Pending"},
+        {"conditions",
+         {{{"type", "PodScheduled"}, {"status", "False"}, {"reason", "Unschedulable"}, {"message", "0/1 nodes"}}}},
+        {"containerStatuses",
+         {{{"name", lockstep::contract::kTrainerContainer},
+           {"state", {{"waiting", {{"reason", "ErrImagePull"}, {"message", std::string(5000, 'm')}}}}}}}}}}};
+  for (const auto& j : {pod, trim_pod(pod)}) {
+    auto p = PodView::from_json(j);
+    EXPECT_EQ(p.unschedulable_message, "0/1 nodes");
+    EXPECT_EQ(p.waiting_reason, "ErrImagePull");
+    EXPECT_GE(p.waiting_message.size(), 1024u);
+  }
+  EXPECT_EQ(PodView::from_json(trim_pod(pod)).waiting_message.size(), 1024u);  // the cache keeps a bounded message
+}
+
 TEST(PodView, ReadsTheTrainerContainersTerminationTimeAndTrimKeepsIt) {
   nlohmann::json pod = {
       {"metadata", {{"name", "tj-1"}, {"labels", {{lockstep::contract::kLabelNodeRank, "1"}}}}},

@@ -42,6 +42,12 @@ TEST(PodManifest, RunsTheAgentInTheTrainerContainerAndKeepsUserEnv) {
   EXPECT_EQ(env["LOCKSTEP_RESTART_ATTEMPT"], "5");
   EXPECT_EQ(env["PET_MASTER_ADDR"], "tj-0.tj.team.svc");
   EXPECT_EQ(ctr["ports"][0]["containerPort"], 9400);
+  // A failed container's last log lines become its termination message (quoted in the job's
+  // condition); the sidecar is left alone, and a template's own choice is kept.
+  EXPECT_EQ(ctr["terminationMessagePolicy"], "FallbackToLogsOnError");
+  EXPECT_FALSE(sidecar.contains("terminationMessagePolicy"));
+  j.tmpl["spec"]["containers"][1]["terminationMessagePolicy"] = "File";
+  EXPECT_EQ(pod_manifest(j, 0, 0)["spec"]["containers"][1]["terminationMessagePolicy"], "File");
 }
 
 TEST(ServiceManifest, IsHeadlessAndPublishesNotReadyPods) {
