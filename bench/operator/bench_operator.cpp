@@ -91,7 +91,8 @@ class PodCounter {
   }
   ~PodCounter() {
     stop_ = true;
-    thread_.detach();  // ends with its watch's timeout; the process exits first
+    cancel_.cancel();  // ends the watch at once
+    thread_.join();
   }
   int total() const { return total_; }
   // Waits until `n` pods were seen or `timeout` passes; returns the time of the last one.
@@ -117,7 +118,7 @@ class PodCounter {
         last_ = Clock::now();
         if (!job.empty() && ++per_job_[job] == nodes_) job_done_[job] = last_;
         ++total_;
-      }, stop_);
+      }, cancel_);
       if (r.gone()) break;
     }
   }
@@ -130,6 +131,7 @@ class PodCounter {
   Clock::time_point last_{};
   std::atomic<int> total_{0};
   std::atomic<bool> stop_{false};
+  lockstep::kube::Cancellation cancel_;
   std::thread thread_;
 };
 

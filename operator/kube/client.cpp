@@ -39,6 +39,14 @@ void RateLimiter::acquire() {
   if (wait.count() > 0) std::this_thread::sleep_for(wait);
 }
 
+struct Cancellation::State {
+  pplx::cancellation_token_source source;
+};
+
+Cancellation::Cancellation() : state_(std::make_shared<State>()) {}
+void Cancellation::cancel() { state_->source.cancel(); }
+bool Cancellation::cancelled() const { return state_->source.get_token().is_canceled(); }
+
 struct Client::Impl {
   http::client::http_client_config base_config;
   std::unique_ptr<http::client::http_client> client;
@@ -160,7 +168,7 @@ Response Client::remove(const std::string& path, const json& options) {
 
 Response Client::watch(const std::string& path, const std::string& resource_version, int timeout_seconds,
                        const std::function<void(const std::string&, json&)>& on_event,
-                       const std::atomic<bool>& stop) {
+                       const Cancellation& cancel) {
   limiter_.acquire();
   std::string query = path + (path.find('?') == std::string::npos ? "?" : "&") +
                       "watch=1&allowWatchBookmarks=true&timeoutSeconds=" + std::to_string(timeout_seconds);
@@ -173,8 +181,13 @@ Response Client::watch(const std::string& path, const std::string& resource_vers
   std::string auth = impl_->auth_header(config_);
   if (!auth.empty()) req.headers().add("Authorization", auth);
   Response r;
+  if (cancel.cancelled()) {
+    r.error = "watch cancelled";
+    return r;
+  }
   try {
-    auto resp = client.request(req).get();
+    // The token closes the connection when cancelled, ending a blocked read_line below.
+    auto resp = client.request(req, cancel.state_->source.get_token()).get();
     r.status = resp.status_code();
     if (r.status != 200) {
       r.body = json::parse(resp.extract_utf8string(true).get(), nullptr, false);
@@ -183,7 +196,7 @@ Response Client::watch(const std::string& path, const std::string& resource_vers
     }
     if (observer_) observer_("WATCH", r.status);
     auto stream = resp.body();
-    while (!stop.load()) {
+    while (!cancel.cancelled()) {
       concurrency::streams::container_buffer<std::string> line;
       size_t n = stream.read_line(line).get();
       if (n == 0) {
@@ -202,7 +215,11 @@ Response Client::watch(const std::string& path, const std::string& resource_vers
     }
   } catch (const std::exception& e) {
     r.status = 0;
-    r.error = e.what();
+    r.error = cancel.cancelled() ? "watch cancelled" : e.what();
+  }
+  if (cancel.cancelled() && r.status == 200) {
+    r.status = 0;
+    r.error = "watch cancelled";
   }
   return r;
 }

@@ -31,6 +31,20 @@ struct Response {
 
 enum class PatchType { Merge, StrategicMerge, Json };
 
+// Ends a watch from another thread, at once: cancel() closes the watch's connection, so a
+// read blocked waiting for the next event returns. Copies share one state.
+class Cancellation {
+ public:
+  Cancellation();
+  void cancel();
+  bool cancelled() const;
+
+ private:
+  friend class Client;
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
 // Called for each request with its verb and HTTP status (0: no answer), for metrics.
 using RequestObserver = std::function<void(const std::string& verb, int status)>;
 
@@ -64,12 +78,12 @@ class Client {
   std::vector<Response> create_all(const std::string& path, const std::vector<nlohmann::json>& bodies);
 
   // One watch request: streams events to `on_event(type, object)` until the server ends the
-  // stream (after timeout_seconds), `stop` turns true, or an error. Returns the final
+  // stream (after timeout_seconds), `cancel` is cancelled, or an error. Returns the final
   // Response: 200 for a normal end; an ERROR event's Status code (410 when the
-  // resourceVersion is too old) otherwise.
+  // resourceVersion is too old); status 0 when cancelled or on a transport error.
   Response watch(const std::string& path, const std::string& resource_version, int timeout_seconds,
                  const std::function<void(const std::string& type, nlohmann::json& object)>& on_event,
-                 const std::atomic<bool>& stop);
+                 const Cancellation& cancel);
 
  private:
   struct Impl;

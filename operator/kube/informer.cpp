@@ -18,13 +18,19 @@ std::string object_key(const json& obj) {
 Informer::Informer(Client& client, Resource resource, Options options, Handler handler)
     : client_(client), resource_(std::move(resource)), options_(std::move(options)), handler_(std::move(handler)) {}
 
-Informer::~Informer() {
-  stop();
-  if (thread_.joinable()) thread_.detach();  // a watch may be blocked in a read; the process is ending
+Informer::~Informer() { stop(); }
+
+void Informer::start() {
+  std::lock_guard<std::mutex> lock(thread_mu_);
+  if (!stop_ && !thread_.joinable()) thread_ = std::thread([this] { run(); });
 }
 
-void Informer::start() { thread_ = std::thread([this] { run(); }); }
-void Informer::stop() { stop_ = true; }
+void Informer::stop() {
+  stop_ = true;
+  cancel_.cancel();
+  std::lock_guard<std::mutex> lock(thread_mu_);
+  if (thread_.joinable()) thread_.join();
+}
 
 Object Informer::get(const std::string& ns, const std::string& name) const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -164,7 +170,8 @@ void Informer::run() {
             if (type == "DELETED") erase(obj);
             else upsert(std::move(obj));
           },
-          stop_);
+          cancel_);
+      if (stop_) break;
       if (r.gone()) break;  // re-list
       if (r.status == 200) {
         failures = 0;

@@ -5,7 +5,8 @@
 // version was compacted away) re-lists; errors back off exponentially (200 ms .. 30 s,
 // with jitter). Objects pass through a `trim` function before they are cached, so the
 // cache holds only what the controller reads. Handlers run on the informer's thread,
-// after the cache is updated.
+// after the cache is updated. stop() cancels an open watch (closing its connection) and
+// joins the thread, so an informer never outlives its owner's objects.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -44,7 +45,7 @@ class Informer {
   ~Informer();
 
   void start();
-  void stop();                          // does not wait for an open watch to end
+  void stop();  // ends the watch at once and joins the thread; idempotent
   bool synced() const { return synced_.load(); }
   const Resource& resource() const { return resource_; }
 
@@ -68,6 +69,8 @@ class Informer {
   std::map<std::string, Object> items_;                 // ns/name -> object
   std::map<std::string, std::set<std::string>> index_;  // index key -> ns/name
   std::atomic<bool> stop_{false}, synced_{false};
+  Cancellation cancel_;
+  std::mutex thread_mu_;  // start() and stop() from different threads
   std::thread thread_;
 };
 

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "kube/client.hpp"
+#include "kube/informer.hpp"
 #include "kube/resource.hpp"
 #include "kube_test_support.hpp"
 #include "lockstep/contract.hpp"
@@ -539,6 +540,34 @@ TEST_F(OperatorTest, ResyncReconcilesAnIdleJobWithoutWritingIt) {
   double after = metric(op.http("/metrics"), series);
   EXPECT_GE(after - before, 2) << "no periodic reconcile of an idle job in 3.5 s with --resync-period=1s";
   EXPECT_EQ(job("idle")["metadata"]["resourceVersion"], rv) << "a resync wrote the unchanged job";
+}
+
+// Threads of this process, from /proc/self/status.
+int thread_count() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  return -1;
+}
+
+TEST_F(OperatorTest, AnInformerDestroyedMidWatchEndsItsThreadAtOnce) {
+  // The watch is open for 240 s (the informer's default); destroying the informer must
+  // cancel it and join its thread rather than leave a detached thread using the object.
+  auto cycle = [&] {
+    lockstep::kube::Informer::Options options;
+    options.ns = ns_;
+    auto inf = std::make_unique<lockstep::kube::Informer>(*client_, res::kPods, options, nullptr);
+    inf->start();
+    ASSERT_TRUE(eventually([&] { return inf->synced(); }, 10s));
+    std::this_thread::sleep_for(300ms);  // blocked in the watch's read by now
+    auto t0 = std::chrono::steady_clock::now();
+    inf.reset();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s) << "the destructor waited for the watch to end by itself";
+  };
+  cycle();  // warm-up: the HTTP client's thread pool starts on first use
+  int before = thread_count();
+  for (int i = 0; i < 5; ++i) cycle();
+  EXPECT_EQ(thread_count(), before) << "an informer's thread outlived it";
 }
 
 // Short leases, so a takeover happens within the test's time.
