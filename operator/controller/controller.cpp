@@ -191,7 +191,9 @@ bool Controller::reconcile(const std::string& key) {
     return true;
   }
   if (config_.resync_period.count() > 0) queue_.add_after(key, config_.resync_period);
-  expectations_.observed_version(key, (*obj)["metadata"].value("resourceVersion", ""));
+  // The version this decision is computed from: the status write's precondition.
+  const std::string resource_version = (*obj)["metadata"].value("resourceVersion", "");
+  expectations_.observed_version(key, resource_version);
   if (hold_for_expectations(expectations_, queue_, key)) return true;  // the cache is behind our own writes
 
   reconcile::Observed in;
@@ -214,12 +216,13 @@ bool Controller::reconcile(const std::string& key) {
   Decision d = reconcile::decide(in, config_.decide);
   for (const auto& f : foreign) d.delete_pods.push_back(f);
   bool ok = true;
-  execute(in.job, d, key, ok);
+  execute(in.job, resource_version, d, key, ok);
   if (d.requeue_after) queue_.add_after(key, *d.requeue_after);
   return ok;
 }
 
-void Controller::execute(const JobView& job, const Decision& d, const std::string& key, bool& ok) {
+void Controller::execute(const JobView& job, const std::string& resource_version, const Decision& d,
+                         const std::string& key, bool& ok) {
   const std::string& ns = job.ns;
   auto fail = [&](const std::string& what, const kube::Response& r) {
     LOCKSTEP_LOG(Warn, "reconcile", key << ": " << what << ": " << r.message());
@@ -273,14 +276,17 @@ void Controller::execute(const JobView& job, const Decision& d, const std::strin
     }
   }
   if (d.status_changed) {
-    // resourceVersion makes this conditional: a status computed from a stale job is a 409.
-    json patch = {{"metadata", {{"resourceVersion", ""}}}, {"status", d.status.to_json()}};
-    auto obj = jobs_->get(ns, job.name);
-    if (obj) patch["metadata"]["resourceVersion"] = (*obj)["metadata"].value("resourceVersion", "");
+    // Conditional on the version the decision was computed from: if the job changed since
+    // (even while this reconcile ran), the write is a 409 and the reconcile is retried.
+    json patch = {{"metadata", {{"resourceVersion", resource_version}}}, {"status", d.status.to_json()}};
     auto r = client_.patch(res::kTrainingJobs.path(ns, job.name, "status"), patch);
     if (!r.ok()) {
-      if (r.conflict()) ok = false;  // retried with fresher data
-      else fail("update status", r);
+      if (r.conflict()) {  // retried with fresher data
+        LOCKSTEP_LOG(Debug, "reconcile", key << ": the job changed since version " << resource_version << "; retrying");
+        ok = false;
+      } else {
+        fail("update status", r);
+      }
     } else {
       expectations_.expect_version(key, r.body["metadata"].value("resourceVersion", ""));
       if (d.status.restarts > job.status.restarts) metrics_.gang_restarts.Increment();

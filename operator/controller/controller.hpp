@@ -50,7 +50,8 @@ class Controller {
  private:
   void worker();
   bool reconcile(const std::string& key);  // false: retry with backoff
-  void execute(const reconcile::JobView& job, const reconcile::Decision& d, const std::string& key, bool& ok);
+  void execute(const reconcile::JobView& job, const std::string& resource_version, const reconcile::Decision& d,
+               const std::string& key, bool& ok);
   void record_event(const reconcile::JobView& job, const std::string& type, const std::string& reason,
                     const std::string& message);
   void delete_orphans(const std::string& ns, const std::string& name);

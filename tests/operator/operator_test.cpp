@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <regex>
 #include <set>
 #include <thread>
@@ -76,6 +77,36 @@ double metric(const std::string& page, const std::string& series) {
   std::smatch m;
   return std::regex_search(page, m, re) ? std::stod(m[2]) : -1;
 }
+
+// Every version of one object the API server shows from now on, through a watch.
+class History {
+ public:
+  History(Client& client, const std::string& collection, const std::string& name) {
+    std::string path = collection + "?fieldSelector=" + lockstep::kube::url_encode("metadata.name=" + name);
+    auto list = client.get(path);
+    std::string rv = list.ok() ? list.body["metadata"].value("resourceVersion", "") : "";
+    thread_ = std::thread([this, &client, path, rv] {
+      client.watch(path, rv, 120, [this](const std::string& type, json& obj) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (type != "BOOKMARK") versions_.push_back(obj);
+      }, cancel_);
+    });
+  }
+  ~History() {
+    cancel_.cancel();
+    thread_.join();
+  }
+  std::vector<json> versions() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return versions_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<json> versions_;
+  lockstep::kube::Cancellation cancel_;
+  std::thread thread_;
+};
 
 // Pauses an operator (SIGSTOP) for a scope, so only the one a test starts acts.
 class Paused {
@@ -540,6 +571,46 @@ TEST_F(OperatorTest, ResyncReconcilesAnIdleJobWithoutWritingIt) {
   double after = metric(op.http("/metrics"), series);
   EXPECT_GE(after - before, 2) << "no periodic reconcile of an idle job in 3.5 s with --resync-period=1s";
   EXPECT_EQ(job("idle")["metadata"]["resourceVersion"], rv) << "a resync wrote the unchanged job";
+}
+
+TEST_F(OperatorTest, AJobChangedDuringAReconcileMakesItsStatusWriteConflict) {
+  // A gang restart deletes 40 pods one request at a time; the job's spec changes in the
+  // middle. The status computed before the change must not be written (409, retried).
+  const int nodes = 40;
+  Paused paused(operator_);
+  OperatorProcess op(control_plane()->kubeconfig(),
+                     {"--namespace", ns_, "--leader-elect=false", "--create-parallelism=1"});
+  ASSERT_TRUE(op.wait_log("caches synced")) << op.log();
+  create_job("race", nodes);
+  ASSERT_TRUE(wait_pods("race", nodes));
+  run_all("race", nodes);
+  ASSERT_TRUE(wait_phase("race", "Running"));
+  History history(*client_, res::kTrainingJobs.path(ns_), "race");
+  set_pod("race-0", "Failed", 137);
+  ASSERT_TRUE(eventually([&] { return static_cast<int>(pods("race", 0).size()) < nodes; }, 10s));
+  auto r = client_->patch(res::kTrainingJobs.path(ns_, "race"), {{"spec", {{"runPolicy", {{"backoffLimit", 7}}}}}});
+  ASSERT_TRUE(r.ok()) << r.message();
+  ASSERT_EQ(r.body["status"].value("restarts", -1), 0) << "the spec changed only after the status write: no race";
+  ASSERT_TRUE(eventually([&] { return job("race")["status"].value("restarts", 0) == 1; })) << op.log();
+  ASSERT_TRUE(wait_pods("race", nodes, 1));
+  std::this_thread::sleep_for(1s);
+  EXPECT_EQ(job("race")["status"]["restarts"], 1);
+
+  // Each status write carries the generation it was computed from, which is current.
+  json prev;
+  int status_writes = 0;
+  for (const auto& v : history.versions()) {
+    if (!prev.is_null() && v.value("status", json()) != prev.value("status", json())) {
+      ++status_writes;
+      EXPECT_EQ(v["status"].value("observedGeneration", 0), v["metadata"].value("generation", 0))
+          << "a status computed from generation " << v["status"].value("observedGeneration", 0)
+          << " was written over generation " << v["metadata"].value("generation", 0);
+    }
+    prev = v;
+  }
+  EXPECT_GE(status_writes, 1);
+  EXPECT_NE(op.http("/metrics").find("lockstep_operator_api_requests_total{code=\"409\",verb=\"PATCH\"}"),
+            std::string::npos) << "the status write did not conflict";
 }
 
 // Threads of this process, from /proc/self/status.
