@@ -275,6 +275,7 @@ void Controller::execute(const JobView& job, const std::string& resource_version
       if (!r.not_found()) fail("delete pod " + pod, r);
     }
   }
+  bool status_written = !d.status_changed;
   if (d.status_changed) {
     // Conditional on the version the decision was computed from: if the job changed since
     // (even while this reconcile ran), the write is a 409 and the reconcile is retried.
@@ -288,6 +289,7 @@ void Controller::execute(const JobView& job, const std::string& resource_version
         fail("update status", r);
       }
     } else {
+      status_written = true;
       expectations_.expect_version(key, r.body["metadata"].value("resourceVersion", ""));
       if (d.status.restarts > job.status.restarts) metrics_.gang_restarts.Increment();
     }
@@ -295,7 +297,10 @@ void Controller::execute(const JobView& job, const std::string& resource_version
       LOCKSTEP_LOG(Info, "reconcile", key << ": phase " << (job.status.phase.empty() ? "(new)" : job.status.phase)
                                           << " -> " << d.status.phase);
   }
-  for (const auto& e : d.events) record_event(job, e.type, e.reason, e.message);
+  // A decision's events describe its status: recorded once that is written, else the retry
+  // that recomputes the decision would record them a second time.
+  if (status_written)
+    for (const auto& e : d.events) record_event(job, e.type, e.reason, e.message);
   if (d.delete_job) {
     auto r = client_.remove(res::kTrainingJobs.path(ns, job.name), {{"propagationPolicy", "Background"}});
     if (r.ok()) LOCKSTEP_LOG(Info, "reconcile", key << ": deleted after ttlSecondsAfterFinished");

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "kube/client.hpp"
@@ -573,9 +574,10 @@ TEST_F(OperatorTest, ResyncReconcilesAnIdleJobWithoutWritingIt) {
   EXPECT_EQ(job("idle")["metadata"]["resourceVersion"], rv) << "a resync wrote the unchanged job";
 }
 
-TEST_F(OperatorTest, AJobChangedDuringAReconcileMakesItsStatusWriteConflict) {
+TEST_F(OperatorTest, AJobChangedDuringAReconcileMakesItsStatusWriteConflictAndItsEventsWait) {
   // A gang restart deletes 40 pods one request at a time; the job's spec changes in the
-  // middle. The status computed before the change must not be written (409, retried).
+  // middle. The status computed before the change must not be written (409, retried),
+  // and the retried reconcile must not record a second GangRestart for the one restart.
   const int nodes = 40;
   Paused paused(operator_);
   OperatorProcess op(control_plane()->kubeconfig(),
@@ -611,6 +613,12 @@ TEST_F(OperatorTest, AJobChangedDuringAReconcileMakesItsStatusWriteConflict) {
   EXPECT_GE(status_writes, 1);
   EXPECT_NE(op.http("/metrics").find("lockstep_operator_api_requests_total{code=\"409\",verb=\"PATCH\"}"),
             std::string::npos) << "the status write did not conflict";
+  auto ev = kubectl({"get", "events", "-n", ns_, "--field-selector", "involvedObject.name=race,reason=GangRestart",
+                     "-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}"});
+  int events = 0;
+  std::istringstream lines(ev.output);
+  for (std::string line; std::getline(lines, line);) events += !line.empty();
+  EXPECT_EQ(events, 1) << "GangRestart events for one restart:\n" << ev.output;
 }
 
 // Threads of this process, from /proc/self/status.
