@@ -167,6 +167,30 @@ reconcile::GangSupport Controller::gang_support() {
   return gang_available_ ? reconcile::GangSupport::Available : reconcile::GangSupport::Unavailable;
 }
 
+// Note [Pods we do not control]
+// A pod labelled with a job's name but not controlled by it (a user's pod, or one of an
+// earlier TrainingJob of the same name that the garbage collector has yet to remove) is
+// never deleted: the label proves nothing about ownership. It is left out of the decision;
+// if it holds the name of one of the job's pods, that pod's create is a 409 until the pod
+// is gone, and its delete event brings the job back. A Warning says so, once per pod.
+void Controller::warn_foreign_pod(const JobView& job, const json& pod) {
+  const auto& md = pod["metadata"];
+  if (md.contains("deletionTimestamp")) return;
+  std::string name = md.value("name", ""), owner = controller_uid(pod);
+  {
+    std::lock_guard<std::mutex> lock(foreign_mu_);
+    if (!foreign_warned_.insert(job.ns + "/" + job.name + "/" + md.value("uid", "")).second) return;
+  }
+  bool takes_a_name = false;
+  for (int i = 0; i < job.nodes; ++i) takes_a_name |= name == reconcile::pod_name(job, i);
+  std::string msg = "pod " + name + " is labelled " + contract::kLabelJobName + "=" + job.name + " but " +
+                    (owner.empty() ? "has no controller" : "is controlled by another TrainingJob (uid " + owner + ")") +
+                    "; the operator leaves it alone" +
+                    (takes_a_name ? ", and creates its own " + name + " once that pod is deleted" : "");
+  LOCKSTEP_LOG(Warn, "reconcile", job.ns << "/" << job.name << ": " << msg);
+  record_event(job, "Warning", "ForeignPod", msg);
+}
+
 void Controller::delete_orphans(const std::string& ns, const std::string& name) {
   // The job is gone. The garbage collector removes what it owned; doing it here as well
   // keeps a cluster without one (or a slow one) from keeping pods of a deleted job.
@@ -181,6 +205,8 @@ void Controller::delete_orphans(const std::string& ns, const std::string& name) 
     }
   }
   expectations_.forget(key);
+  std::lock_guard<std::mutex> lock(foreign_mu_);
+  foreign_warned_.erase(foreign_warned_.lower_bound(key + "/"), foreign_warned_.lower_bound(key + "0"));  // '0' follows '/'
 }
 
 bool Controller::reconcile(const std::string& key) {
@@ -200,10 +226,9 @@ bool Controller::reconcile(const std::string& key) {
   in.job = JobView::from_json(*obj);
   in.now = reconcile::Clock::now();
   in.gang_support = gang_support();
-  std::vector<std::string> foreign;  // same name, another (deleted) job's pods
   for (const auto& p : pods_->by_index(key)) {
     if (controller_uid(*p) != in.job.uid) {
-      if (!(*p)["metadata"].contains("deletionTimestamp")) foreign.push_back((*p)["metadata"].value("name", ""));
+      warn_foreign_pod(in.job, *p);  // not ours to delete, whatever its label says
       continue;
     }
     in.pods.push_back(PodView::from_json(*p));
@@ -214,7 +239,6 @@ bool Controller::reconcile(const std::string& key) {
   in.podgroup_exists = pg && controller_uid(*pg) == in.job.uid;
 
   Decision d = reconcile::decide(in, config_.decide);
-  for (const auto& f : foreign) d.delete_pods.push_back(f);
   bool ok = true;
   execute(in.job, resource_version, d, key, ok);
   if (d.requeue_after) queue_.add_after(key, *d.requeue_after);

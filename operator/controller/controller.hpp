@@ -7,6 +7,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -55,6 +56,7 @@ class Controller {
   void record_event(const reconcile::JobView& job, const std::string& type, const std::string& reason,
                     const std::string& message);
   void delete_orphans(const std::string& ns, const std::string& name);
+  void warn_foreign_pod(const reconcile::JobView& job, const nlohmann::json& pod);  // Note [Pods we do not control]
   reconcile::GangSupport gang_support();
   void enqueue_owner(const kube::Object& obj);
 
@@ -66,6 +68,8 @@ class Controller {
   std::unique_ptr<kube::Informer> jobs_, pods_, services_, podgroups_;
   std::vector<std::thread> workers_;
   std::atomic<bool> stopping_{false};
+  std::mutex foreign_mu_;
+  std::set<std::string> foreign_warned_;  // ns/job/pod-uid
   std::mutex gang_mu_;
   std::chrono::steady_clock::time_point gang_checked_{};
   bool gang_available_ = false;

@@ -493,6 +493,46 @@ TEST_F(OperatorTest, AFailedPodCreationIsReportedAsAnEvent) {
   EXPECT_TRUE(pods("nopc").empty());
 }
 
+TEST_F(OperatorTest, PodsWithTheJobsLabelThatItDoesNotControlAreLeftAlone) {
+  // Two bare pods carry the job's label, no owner: one with a name of its own, one with the
+  // name of the job's pod 1. Neither may be deleted; pod 1 waits for its name.
+  auto bare = [&](const std::string& name) {
+    json pod = {{"apiVersion", "v1"}, {"kind", "Pod"},
+                {"metadata", {{"name", name}, {"labels", {{lockstep::contract::kLabelJobName, "mine"}}}}},
+                {"spec", {{"containers", json::array({{{"name", "c"}, {"image", "busybox"}}})}}}};
+    auto r = client_->create(res::kPods.path(ns_), pod);
+    EXPECT_TRUE(r.ok()) << r.message();
+    return r.body["metadata"].value("uid", "");
+  };
+  std::string helper_uid = bare("mine-helper"), squatter_uid = bare("mine-1");
+  create_job("mine", 2);
+  ASSERT_TRUE(eventually([&] { return client_->get(res::kPods.path(ns_, "mine-0")).ok(); }));
+  auto events = [&] {
+    return kubectl({"get", "events", "-n", ns_, "--field-selector", "involvedObject.name=mine,reason=ForeignPod", "-o",
+                    "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}"}).output;
+  };
+  ASSERT_TRUE(eventually([&] { return events().find("pod mine-1 ") != std::string::npos; })) << events();
+  std::this_thread::sleep_for(1500ms);  // time enough for a wrong delete
+  for (auto [name, uid] : {std::pair{"mine-helper", helper_uid}, std::pair{"mine-1", squatter_uid}}) {
+    auto r = client_->get(res::kPods.path(ns_, name));
+    ASSERT_TRUE(r.ok()) << name << " was deleted";
+    EXPECT_EQ(r.body["metadata"]["uid"], uid) << name << " was replaced";
+    EXPECT_FALSE(r.body["metadata"].contains("deletionTimestamp")) << name << " is being deleted";
+  }
+  std::string ev = events();
+  EXPECT_NE(ev.find("pod mine-1 is labelled lockstep.dev/job-name=mine but has no controller"), std::string::npos) << ev;
+  EXPECT_NE(ev.find("creates its own mine-1 once that pod is deleted"), std::string::npos) << ev;
+  EXPECT_NE(ev.find("pod mine-helper "), std::string::npos) << ev;
+  // The user removes the squatter: the job gets its pod 1.
+  ASSERT_TRUE(client_->remove(res::kPods.path(ns_, "mine-1"), {{"gracePeriodSeconds", 0}}).ok());
+  ASSERT_TRUE(eventually([&] {
+    auto r = client_->get(res::kPods.path(ns_, "mine-1"));
+    return r.ok() && r.body["metadata"]["uid"] != squatter_uid &&
+           r.body["metadata"].value("ownerReferences", json::array()).size() == 1;
+  })) << operator_->log().substr(0, 3000);
+  EXPECT_TRUE(client_->get(res::kPods.path(ns_, "mine-helper")).ok());
+}
+
 TEST_F(OperatorTest, ServesHealthReadinessAndMetrics) {
   EXPECT_NE(operator_->http("/healthz").find("ok\n200"), std::string::npos);
   EXPECT_NE(operator_->http("/readyz").find("ok\n200"), std::string::npos);
