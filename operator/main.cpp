@@ -33,6 +33,7 @@ struct Options {
   std::chrono::milliseconds lease_duration{15000}, renew_deadline{10000}, retry_period{2000};
   std::chrono::milliseconds restart_backoff{10000}, restart_backoff_max{300000};
   std::chrono::milliseconds resync_period{300000};
+  std::chrono::milliseconds podgroup_check_period{60000};
 };
 
 const char* kUsage = R"(usage: lockstep-operator [flags]
@@ -52,6 +53,7 @@ const char* kUsage = R"(usage: lockstep-operator [flags]
   --restart-backoff D          first gang-restart delay, doubled per restart (default 10s)
   --restart-backoff-max D      its cap (default 5m)
   --resync-period D            reconcile every job at least this often, events or not (default 5m; 0 never)
+  --podgroup-check-period D    how often to look for the PodGroup API, to use one installed later (default 60s)
   --log-level L                debug, info, warn or error (default info)
   --version, --help
 )";
@@ -81,6 +83,7 @@ Options parse(int argc, char** argv) {
     else if (match(argc, argv, i, "--restart-backoff", v)) o.restart_backoff = to_duration("--restart-backoff", v);
     else if (match(argc, argv, i, "--restart-backoff-max", v)) o.restart_backoff_max = to_duration("--restart-backoff-max", v);
     else if (match(argc, argv, i, "--resync-period", v)) o.resync_period = to_duration("--resync-period", v);
+    else if (match(argc, argv, i, "--podgroup-check-period", v)) o.podgroup_check_period = to_duration("--podgroup-check-period", v);
     else if (match(argc, argv, i, "--log-level", v)) {
       lockstep::log::Level level;
       if (!lockstep::log::parse_level(v, level))
@@ -147,6 +150,7 @@ int main(int argc, char** argv) {
   cc.decide.restart_backoff = opt.restart_backoff;
   cc.decide.restart_backoff_max = opt.restart_backoff_max;
   cc.resync_period = opt.resync_period;
+  cc.podgroup_check_period = opt.podgroup_check_period;
   lockstep::controller::Controller controller(client, cc, metrics);
 
   std::atomic<bool> stopping{false}, leading{false};

@@ -54,25 +54,28 @@ void Controller::enqueue_owner(const kube::Object& obj) {
   if (!key.empty()) queue_.add(key);
 }
 
+kube::Informer::Options Controller::child_options(bool pods) const {
+  kube::Informer::Options o;
+  o.ns = config_.watch_namespace;
+  o.label_selector = contract::kLabelJobName;
+  o.index = owner_key;
+  o.trim = pods ? reconcile::trim_pod : reconcile::trim_object;
+  return o;
+}
+
+// A child changed: observe expectations, then reconcile its job.
+void Controller::on_child(const kube::Object& old, const kube::Object& now) {
+  const kube::Object& obj = now ? now : old;
+  std::string key = owner_key(*obj);
+  if (key.empty()) return;
+  std::string name = (*obj)["metadata"].value("name", "");
+  if (!old && now) expectations_.observed_create(key, name);
+  if (old && !now) expectations_.observed_delete(key, name);
+  queue_.add(key);
+}
+
 void Controller::start_informers() {
-  auto child_options = [this](bool trim) {  // trim: true for pods
-    kube::Informer::Options o;
-    o.ns = config_.watch_namespace;
-    o.label_selector = contract::kLabelJobName;
-    o.index = owner_key;
-    o.trim = trim ? reconcile::trim_pod : reconcile::trim_object;
-    return o;
-  };
-  // A child changed: observe expectations, then reconcile its job.
-  auto child_handler = [this](const kube::Object& old, const kube::Object& now) {
-    const kube::Object& obj = now ? now : old;
-    std::string key = owner_key(*obj);
-    if (key.empty()) return;
-    std::string name = (*obj)["metadata"].value("name", "");
-    if (!old && now) expectations_.observed_create(key, name);
-    if (old && !now) expectations_.observed_delete(key, name);
-    queue_.add(key);
-  };
+  auto child_handler = [this](const kube::Object& old, const kube::Object& now) { on_child(old, now); };
   kube::Informer::Options job_opts;
   job_opts.ns = config_.watch_namespace;
   job_opts.trim = [](json j) {
@@ -96,14 +99,12 @@ void Controller::start_informers() {
   jobs_->start();
   pods_->start();
   services_->start();
-  if (gang_support() == reconcile::GangSupport::Available) {
-    podgroups_ = std::make_unique<kube::Informer>(client_, res::kPodGroups, child_options(false), child_handler);
-    podgroups_->start();
-  }
+  gang_support();  // starts the PodGroup informer when that API is installed
 }
 
 bool Controller::synced() const {
-  return jobs_ && jobs_->synced() && pods_->synced() && services_->synced() && (!podgroups_ || podgroups_->synced());
+  auto* podgroups = podgroups_ptr_.load();
+  return jobs_ && jobs_->synced() && pods_->synced() && services_->synced() && (!podgroups || podgroups->synced());
 }
 
 bool Controller::wait_for_sync(std::chrono::seconds timeout) {
@@ -124,6 +125,7 @@ void Controller::stop() {
   queue_.shutdown();
   for (auto& t : workers_)
     if (t.joinable()) t.join();
+  std::lock_guard<std::mutex> lock(gang_mu_);  // no PodGroup informer starts after this
   for (auto* inf : {jobs_.get(), pods_.get(), services_.get(), podgroups_.get()})
     if (inf) inf->stop();
 }
@@ -148,10 +150,16 @@ void Controller::worker() {
   }
 }
 
+// Note [PodGroup API discovery]
+// Whether scheduling.x-k8s.io/v1alpha1 PodGroups exist is asked of API discovery at start
+// and again every podgroup_check_period, so an API installed (or removed) while the
+// operator runs is noticed. The PodGroup informer starts the first time the API is found;
+// until it has synced, a PodGroup that already exists shows as a 409 on create, which is
+// taken as success.
 reconcile::GangSupport Controller::gang_support() {
   std::lock_guard<std::mutex> lock(gang_mu_);
   auto now = std::chrono::steady_clock::now();
-  if (gang_checked_ == std::chrono::steady_clock::time_point{} || now - gang_checked_ > std::chrono::seconds(60)) {
+  if (gang_checked_ == std::chrono::steady_clock::time_point{} || now - gang_checked_ >= config_.podgroup_check_period) {
     auto r = client_.get("/apis/" + res::kPodGroups.group + "/" + res::kPodGroups.version);
     bool found = false;
     if (r.ok())
@@ -162,6 +170,13 @@ reconcile::GangSupport Controller::gang_support() {
         LOCKSTEP_LOG(Info, "operator", "PodGroup API (scheduling.x-k8s.io/v1alpha1) " << (found ? "found" : "not installed"));
       gang_available_ = found;
       gang_checked_ = now;
+    }
+    if (gang_available_ && !podgroups_ && !stopping_) {
+      podgroups_ = std::make_unique<kube::Informer>(
+          client_, res::kPodGroups, child_options(false),
+          [this](const kube::Object& old, const kube::Object& now) { on_child(old, now); });
+      podgroups_->start();
+      podgroups_ptr_ = podgroups_.get();
     }
   }
   return gang_available_ ? reconcile::GangSupport::Available : reconcile::GangSupport::Unavailable;
@@ -195,7 +210,7 @@ void Controller::delete_orphans(const std::string& ns, const std::string& name) 
   // The job is gone. The garbage collector removes what it owned; doing it here as well
   // keeps a cluster without one (or a slow one) from keeping pods of a deleted job.
   std::string key = ns + "/" + name;
-  for (auto* inf : {pods_.get(), services_.get(), podgroups_.get()}) {
+  for (auto* inf : {pods_.get(), services_.get(), podgroups_ptr_.load()}) {
     if (!inf) continue;
     for (const auto& obj : inf->by_index(key)) {
       if (controller_uid(*obj).empty() || (*obj)["metadata"].contains("deletionTimestamp")) continue;
@@ -235,7 +250,8 @@ bool Controller::reconcile(const std::string& key) {
   }
   auto svc = services_->get(ns, name);
   in.service_exists = svc && controller_uid(*svc) == in.job.uid;
-  auto pg = podgroups_ ? podgroups_->get(ns, name) : nullptr;
+  auto* podgroups = podgroups_ptr_.load();  // after gang_support(), which may start it
+  auto pg = podgroups ? podgroups->get(ns, name) : nullptr;
   in.podgroup_exists = pg && controller_uid(*pg) == in.job.uid;
 
   Decision d = reconcile::decide(in, config_.decide);

@@ -28,6 +28,8 @@ struct Config {
   reconcile::Options decide;
   std::string component = "lockstep-operator";
   std::chrono::milliseconds resync_period{std::chrono::minutes(5)};  // 0: only on events and timers
+  // How often API discovery is asked whether PodGroups exist (Note [PodGroup API discovery]).
+  std::chrono::milliseconds podgroup_check_period{std::chrono::seconds(60)};
 };
 
 // While a job has outstanding expectations its reconcile waits for the events of our own
@@ -57,7 +59,9 @@ class Controller {
                     const std::string& message);
   void delete_orphans(const std::string& ns, const std::string& name);
   void warn_foreign_pod(const reconcile::JobView& job, const nlohmann::json& pod);  // Note [Pods we do not control]
-  reconcile::GangSupport gang_support();
+  reconcile::GangSupport gang_support();  // may start the PodGroup informer
+  kube::Informer::Options child_options(bool pods) const;
+  void on_child(const kube::Object& old, const kube::Object& now);
   void enqueue_owner(const kube::Object& obj);
 
   kube::Client& client_;
@@ -65,7 +69,9 @@ class Controller {
   op::Metrics& metrics_;
   WorkQueue queue_;
   Expectations expectations_;
-  std::unique_ptr<kube::Informer> jobs_, pods_, services_, podgroups_;
+  std::unique_ptr<kube::Informer> jobs_, pods_, services_;
+  std::unique_ptr<kube::Informer> podgroups_;        // started by gang_support(), under gang_mu_
+  std::atomic<kube::Informer*> podgroups_ptr_{nullptr};  // read without the lock
   std::vector<std::thread> workers_;
   std::atomic<bool> stopping_{false};
   std::mutex foreign_mu_;
