@@ -2,6 +2,7 @@
 // pod status (phase, readiness, exit codes) and watch what the operator does about it.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <ctime>
 #include <filesystem>
@@ -659,6 +660,41 @@ TEST_F(OperatorTest, AJobChangedDuringAReconcileMakesItsStatusWriteConflictAndIt
   std::istringstream lines(ev.output);
   for (std::string line; std::getline(lines, line);) events += !line.empty();
   EXPECT_EQ(events, 1) << "GangRestart events for one restart:\n" << ev.output;
+}
+
+// The process environment, as NAME=value lines.
+std::set<std::string> environment() {
+  std::set<std::string> out;
+  for (char** e = environ; *e; ++e) out.insert(*e);
+  return out;
+}
+// As it was before main(), before the suite's first Client.
+const std::set<std::string> kStartEnvironment = environment();
+
+TEST_F(OperatorTest, AClientTrustsItsClusterCaAloneAndLeavesTheEnvironmentAlone) {
+  EXPECT_EQ(environment(), kStartEnvironment) << "the suite's Client changed the process environment";
+  RestConfig config = RestConfig::from_kubeconfig(control_plane()->kubeconfig());
+  ASSERT_FALSE(config.ca_pem.empty());
+  {
+    Client client(config);
+    auto r = client.get("/version");
+    EXPECT_TRUE(r.ok()) << "TLS with the cluster CA: " << r.message();
+  }
+  EXPECT_EQ(environment(), kStartEnvironment) << "constructing a Client changed the process environment";
+
+  // Another CA: the API server's certificate must not verify.
+  std::string dir = ::testing::TempDir() + "/other-ca-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  auto gen = lockstep::run_capture({"openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                                    "-subj", "/CN=not-the-cluster-ca", "-keyout", dir + "/ca.key", "-out", dir + "/ca.crt"});
+  ASSERT_TRUE(gen.status.success()) << gen.output;
+  RestConfig wrong = config;
+  wrong.ca_pem = lockstep::test::read_text(dir + "/ca.crt");
+  Client other(wrong);
+  auto r = other.get("/version");
+  EXPECT_EQ(r.status, 0) << "verified against a CA that did not sign the API server's certificate";
+  EXPECT_FALSE(r.error.empty());
+  std::filesystem::remove_all(dir);
 }
 
 // Threads of this process, from /proc/self/status.
