@@ -10,6 +10,12 @@ LIBTORCH_DIR="$CACHE/libtorch-$TORCH_VERSION-cpu"
 CUDA_HEADERS_DIR="$CACHE/cuda-headers-$CUDA_CRT_VERSION-$CUDA_CCCL_VERSION"
 K8S_BIN="$CACHE/kubernetes-$KUBERNETES_VERSION/bin"
 TOOLS_BIN="$CACHE/kubectl-layer-$KUBECTL_LAYER_VERSION/bin"
+# The real-node cluster (scripts/cluster.sh): node binaries, CoreDNS, and its two images.
+K8S_NODE_BIN="$CACHE/kubernetes-$KUBERNETES_VERSION/node-bin"
+COREDNS_BIN="$CACHE/coredns-$COREDNS_VERSION/bin"
+CLUSTER_IMAGES="$CACHE/cluster-images"
+PAUSE_IMAGE=lockstep.local/pause:1
+NETTEST_IMAGE=lockstep.local/nettest:1
 # One build tree per checkout, so a fresh clone elsewhere never trips over another's CMakeCache.
 BUILD_TYPE=${LOCKSTEP_BUILD_TYPE:-Release}
 BUILD_DIR=${LOCKSTEP_BUILD_DIR:-$CACHE/build/$(printf '%s' "$ROOT" | sha256sum | cut -c1-12)-$BUILD_TYPE}

