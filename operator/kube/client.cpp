@@ -239,13 +239,7 @@ Response Client::watch(const std::string& path, const std::string& resource_vers
 void init_http_threads(size_t threads) { crossplat::threadpool::initialize_with_threads(threads); }
 
 std::string url_encode(const std::string& s) {
-  static const char* hex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') out += static_cast<char>(c);
-    else { out += '%'; out += hex[c >> 4]; out += hex[c & 15]; }
-  }
-  return out;
+  return utility::conversions::to_utf8string(web::uri::encode_data_string(utility::conversions::to_string_t(s)));
 }
 
 }  // namespace lockstep::kube

@@ -103,7 +103,8 @@ class Client {
 // (40 threads) costs CPU in context switches on a small machine (bench/operator).
 void init_http_threads(size_t threads);
 
-// Query-string escaping for label selectors and the like.
+// Query-string escaping for label selectors and the like: every byte but RFC 3986's
+// unreserved characters as %XX (cpprestsdk's web::uri::encode_data_string).
 std::string url_encode(const std::string& s);
 
 }  // namespace lockstep::kube

@@ -1,7 +1,9 @@
 #include "kube/rest_config.hpp"
 
+#include <cpprest/asyncrt_utils.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -21,23 +23,19 @@ std::string read_file(const std::string& path, const std::string& what) {
   return ss.str();
 }
 
+// A kubeconfig's *-data field. Line breaks and spaces are ignored (a wrapped value);
+// otherwise the encoding is strict (padded standard base64), as client-go's.
 std::string base64_decode(const std::string& in, const std::string& field) {
-  static const std::string chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  int val = 0, bits = -8;
-  for (unsigned char c : in) {
-    if (std::isspace(c)) continue;
-    if (c == '=') break;
-    auto pos = chars.find(static_cast<char>(c));
-    if (pos == std::string::npos) throw ConfigError(field + " is not valid base64");
-    val = (val << 6) + static_cast<int>(pos);
-    bits += 6;
-    if (bits >= 0) {
-      out.push_back(static_cast<char>((val >> bits) & 0xff));
-      bits -= 8;
-    }
+  std::string compact;
+  for (unsigned char c : in)
+    if (!std::isspace(c)) compact += static_cast<char>(c);
+  try {
+    auto bytes = utility::conversions::from_base64(utility::conversions::to_string_t(compact));
+    return std::string(bytes.begin(), bytes.end());
+  } catch (const std::exception& e) {
+    throw ConfigError(field + " is not valid base64 (" + e.what() + "); expected the padded standard encoding, "
+                      "as `base64 -w0 FILE` prints it");
   }
-  return out;
 }
 
 // A file path in a kubeconfig is relative to the kubeconfig's directory.

@@ -3,6 +3,7 @@
 
 #include <fstream>
 
+#include "kube/client.hpp"
 #include "kube/rest_config.hpp"
 
 using lockstep::kube::ConfigError;
@@ -72,4 +73,33 @@ TEST(RestConfig, AnExecPluginIsRefusedWithAReason) {
 TEST(RestConfig, BrokenYamlIsAClearError) {
   EXPECT_THROW(RestConfig::from_kubeconfig(write("kc5", "clusters: [")), ConfigError);
   EXPECT_THROW(RestConfig::from_kubeconfig("/nonexistent/kubeconfig"), ConfigError);
+}
+
+TEST(RestConfig, Base64DataMayBeWrappedOverLines) {
+  std::string text = kConfig;
+  text.replace(text.find("\"Q0EtUEVN\""), 10, "\"Q0Et\\nUEVN\\r\\n\"");
+  EXPECT_EQ(RestConfig::from_kubeconfig(write("kc6", text)).ca_pem, "CA-PEM");
+}
+
+TEST(RestConfig, InvalidBase64NamesTheField) {
+  for (const char* bad : {"Q0EtUEV", "Q0Et*EVN", "Q0=tUEVN"}) {  // unpadded, a foreign character, padding inside
+    SCOPED_TRACE(bad);
+    std::string text = kConfig;
+    text.replace(text.find("Q0EtUEVN"), 8, bad);
+    try {
+      RestConfig::from_kubeconfig(write("kc7", text));
+      ADD_FAILURE() << "no error";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("clusters[c].certificate-authority-data is not valid base64"),
+                std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(UrlEncode, EscapesAllButUnreservedCharacters) {
+  using lockstep::kube::url_encode;
+  EXPECT_EQ(url_encode("lockstep.dev/job-name=a b,c~_"), "lockstep.dev%2Fjob-name%3Da%20b%2Cc~_");
+  EXPECT_EQ(url_encode("x&y?z#%+"), "x%26y%3Fz%23%25%2B");
+  EXPECT_EQ(url_encode("\xc3\xa9"), "%C3%A9");  // UTF-8 bytes
+  EXPECT_EQ(url_encode(""), "");
 }
