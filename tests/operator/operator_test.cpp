@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <mutex>
 #include <regex>
 #include <set>
@@ -106,6 +107,35 @@ class History {
  private:
   std::mutex mu_;
   std::vector<json> versions_;
+  lockstep::kube::Cancellation cancel_;
+  std::thread thread_;
+};
+
+// The types of the watch events of the pods matching `selector` in `ns`, from now on.
+class PodEvents {
+ public:
+  PodEvents(Client& client, const std::string& ns, const std::string& selector) {
+    std::string path = res::kPods.path(ns) + "?labelSelector=" + lockstep::kube::url_encode(selector);
+    std::string rv = client.get(path).body["metadata"].value("resourceVersion", "");
+    thread_ = std::thread([this, &client, path, rv] {
+      client.watch(path, rv, 120, [this](const std::string& type, json&) {
+        std::lock_guard<std::mutex> lock(mu_);
+        types_.insert(type);
+      }, cancel_);
+    });
+  }
+  ~PodEvents() {
+    cancel_.cancel();
+    thread_.join();
+  }
+  std::multiset<std::string> seen() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return types_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::multiset<std::string> types_;
   lockstep::kube::Cancellation cancel_;
   std::thread thread_;
 };
@@ -546,40 +576,49 @@ TEST_F(OperatorTest, ServesHealthReadinessAndMetrics) {
 }
 
 TEST_F(OperatorTest, OperatorRestartedMidJobCreatesNoDuplicates) {
-  // A second operator in its own namespace, SIGKILLed as soon as it has created some pods.
-  std::string lease_ns = ns_;
-  auto start = [&] {
-    return std::make_unique<OperatorProcess>(control_plane()->kubeconfig(),
-                                             std::vector<std::string>{"--namespace", ns_, "--leader-election-namespace",
-                                                                      lease_ns, "--leader-elect=false"});
+  // An operator that creates one pod at a time, 10 requests a second, is SIGKILLed after
+  // its first pods of 30 appear; a fresh one finishes the job. Every pod must be created
+  // exactly once: none twice, none deleted and recreated.
+  const int nodes = 30;
+  Paused paused(operator_);  // the suite's operator watches every namespace
+  auto start = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--namespace", ns_, "--leader-elect=false"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return std::make_unique<OperatorProcess>(control_plane()->kubeconfig(), args);
   };
-  // The suite's operator watches every namespace; pause it so only the one we kill acts.
-  operator_->process().signal(SIGSTOP);
-  auto op = start();
+  PodEvents events(*client_, ns_, std::string(lockstep::contract::kLabelJobName) + "=dup");
+  auto op = start({"--create-parallelism=1", "--kube-api-qps=10", "--kube-api-burst=1"});
   ASSERT_TRUE(op->wait_log("caches synced")) << op->log();
-  create_job("dup", 8);
-  ASSERT_TRUE(eventually([&] { return !pods("dup").empty(); }));
+  create_job("dup", nodes);
+  ASSERT_TRUE(eventually([&] { return pods("dup").size() >= 2; })) << op->log();
   op->process().signal(SIGKILL);
   op->process().wait();
   std::map<std::string, std::string> before;
   for (const auto& p : pods("dup")) before[p["metadata"]["name"]] = p["metadata"]["uid"];
-  auto op2 = start();
-  ASSERT_TRUE(wait_pods("dup", 8)) << op2->log();
-  std::this_thread::sleep_for(1s);
-  auto after = pods("dup");
-  EXPECT_EQ(after.size(), 8u);
-  std::set<std::string> names;
-  for (const auto& p : after) {
-    names.insert(p["metadata"]["name"]);
-    auto it = before.find(p["metadata"]["name"]);
+  ASSERT_GT(before.size(), 0u);
+  ASSERT_LT(static_cast<int>(before.size()), nodes) << "every pod existed before the kill: nothing was mid-creation";
+  std::cout << "[ operator killed with " << before.size() << " of " << nodes << " pods created ]\n";
+
+  auto op2 = start({});
+  ASSERT_TRUE(wait_pods("dup", nodes)) << op2->log();
+  std::this_thread::sleep_for(1500ms);  // time for a duplicate or a replacement to show
+  std::set<std::string> names, uids;
+  for (const auto& p : pods("dup")) {
+    std::string name = p["metadata"]["name"];
+    names.insert(name);
+    uids.insert(p["metadata"]["uid"].get<std::string>());
+    auto it = before.find(name);
     if (it != before.end()) {
-      EXPECT_EQ(it->second, p["metadata"]["uid"]) << "pod recreated after the restart";
+      EXPECT_EQ(it->second, p["metadata"]["uid"]) << name << " was recreated after the restart";
     }
   }
-  EXPECT_EQ(names.size(), 8u);
-  EXPECT_EQ(op2->log().find("already exists"), std::string::npos) << op2->log();
-  op2.reset();
-  operator_->process().signal(SIGCONT);
+  std::set<std::string> want;
+  for (int i = 0; i < nodes; ++i) want.insert("dup-" + std::to_string(i));
+  EXPECT_EQ(names, want);
+  EXPECT_EQ(uids.size(), static_cast<size_t>(nodes));
+  auto seen = events.seen();
+  EXPECT_EQ(seen.count("ADDED"), static_cast<size_t>(nodes)) << "pods created in all";
+  EXPECT_EQ(seen.count("DELETED"), 0u) << "a pod was deleted";
 }
 
 TEST_F(OperatorTest, SurvivesAnApiserverRestartMidWatch) {
