@@ -64,14 +64,19 @@ remove_tree() {
   rm -rf --one-file-system "$1"
 }
 cleanup() { local d; for d in "${TMP_DIRS[@]}"; do remove_tree "$d"; done; }
+# on_signal SIG: stops the running step, removes the unfinished work, then dies of SIG, so a
+# calling script (scripts/test.sh) stops too rather than going on.
 on_signal() {
   trap - INT TERM
   if [[ -n $CHILD ]]; then kill -TERM -- "-$CHILD" 2>/dev/null || true; wait "$CHILD" 2>/dev/null || true; fi
   log "interrupted; removing the unfinished work (cached entries are untouched)"
-  exit 130
+  cleanup
+  trap - EXIT
+  kill -s "$1" $$
 }
 trap cleanup EXIT
-trap on_signal INT TERM
+trap 'on_signal INT' INT
+trap 'on_signal TERM' TERM
 
 # step DESC LOG CMD...: runs CMD in its own process group with its output in LOG, printing
 # DESC, the elapsed time and LOG's last line every 15 s; on failure, LOG's tail and exit.
@@ -236,6 +241,7 @@ build_image() {
     log "$(ref "$name"): up to date ($key, checked in $((SECONDS - start)) s)"
     return
   fi
+  rm -f "$BUILD_DIR/images/$name"  # until the new one is complete: no link rather than a stale one
   log "$(ref "$name"): building $key"
   local tmp rootfs
   new_tmp tmp "image-$name-$key"

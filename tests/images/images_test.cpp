@@ -13,8 +13,8 @@
 #include <filesystem>
 #include <regex>
 #include <set>
-#include <sstream>
 
+#include "dockerfile.hpp"
 #include "lockstep/process.hpp"
 #include "test_util.hpp"
 
@@ -23,62 +23,14 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct Install {
-  std::string component;  // empty: every component
-  std::string prefix;
-};
-
-struct Recipe {
-  std::set<std::string> targets;     // cmake --build ... --target A B
-  std::vector<Install> installs;     // cmake --install ... [--component C] --prefix P
-  std::vector<std::string> copies;   // COPY --from=build SRC DST: SRC
-};
-
-std::vector<std::string> words(const std::string& s) {
-  std::istringstream in(s);
-  std::vector<std::string> out;
-  for (std::string w; in >> w;) out.push_back(w);
-  return out;
-}
-
-// The build and install commands of a Dockerfile: continuation lines joined, each RUN split
-// at `&&` and `;`.
-Recipe parse_dockerfile(const std::string& text) {
-  std::string joined = std::regex_replace(text, std::regex(R"(\\\n)"), " ");
-  Recipe r;
-  std::istringstream lines(joined);
-  for (std::string line; std::getline(lines, line);) {
-    auto w = words(line);
-    if (w.size() >= 3 && w[0] == "COPY" && w[1] == "--from=build") r.copies.push_back(w[2]);
-    if (w.empty() || w[0] != "RUN") continue;
-    std::string body = line.substr(line.find("RUN") + 3);
-    static const std::regex separator("&&|;");
-    for (const auto& cmd : std::vector<std::string>(std::sregex_token_iterator(body.begin(), body.end(), separator, -1),
-                                                    std::sregex_token_iterator())) {
-      auto a = words(cmd);
-      if (a.size() < 2 || a[0] != "cmake") continue;
-      if (a[1] == "--build") {
-        for (size_t i = 2; i < a.size(); ++i)
-          if (a[i] == "--target")
-            for (size_t j = i + 1; j < a.size() && a[j].rfind("-", 0) != 0; ++j) r.targets.insert(a[j]);
-      } else if (a[1] == "--install") {
-        Install in;
-        for (size_t i = 2; i + 1 < a.size(); ++i) {
-          if (a[i] == "--component") in.component = a[i + 1];
-          if (a[i] == "--prefix") in.prefix = a[i + 1];
-        }
-        r.installs.push_back(in);
-      }
-    }
-  }
-  return r;
-}
+using lockstep::test::Dockerfile;
+using lockstep::test::parse_dockerfile;
 
 std::string build_dir() { return lockstep::test::env_or("LOCKSTEP_BUILD_DIR", ""); }
 std::string cmake() { return lockstep::test::env_or("LOCKSTEP_CMAKE", "cmake"); }
 
 // Replays `recipe`'s installs into `root` (each prefix P becomes root/P); returns the problems.
-std::vector<std::string> replay(const Recipe& recipe, const std::string& root) {
+std::vector<std::string> replay(const Dockerfile& recipe, const std::string& root) {
   std::vector<std::string> problems;
   if (recipe.targets.empty()) problems.push_back("no `cmake --build ... --target` line");
   if (recipe.installs.empty()) problems.push_back("no `cmake --install` line");
@@ -105,7 +57,7 @@ std::vector<std::string> replay(const Recipe& recipe, const std::string& root) {
   for (const auto& t : recipe.targets)
     if (!installed.count(t)) problems.push_back("builds " + t + " but installs no bin/" + t);
   for (const auto& c : recipe.copies)
-    if (!fs::exists(root + c)) problems.push_back("COPY --from=build " + c + ": the install produced no such file");
+    if (!fs::exists(root + c.src)) problems.push_back("COPY --from=build " + c.src + ": the install produced no such file");
   return problems;
 }
 
@@ -171,6 +123,54 @@ TEST(Images, CatchesARecipeThatInstallsWhatItDidNotBuild) {
   auto problems = replay(recipe, root);
   EXPECT_NE(join(problems).find("installs lockstep, which it does not build"), std::string::npos) << join(problems);
   fs::remove_all(root);
+}
+
+// The final stage's settings are read as the image will have them: a later stage resets them,
+// JSON-array ENTRYPOINT kept as written, apt packages without options.
+TEST(Images, ReadsTheFinalStagesSettings) {
+  auto d = parse_dockerfile(
+      "FROM debian:bookworm AS build\n"
+      "USER 7\nENV A=1\nRUN apt-get install -y build-essential\n"
+      "FROM debian:bookworm-slim\n"
+      "RUN apt-get update && apt-get install -y --no-install-recommends \\\n"
+      "      libssl3 ca-certificates \\\n && rm -rf /var/lib/apt/lists/*\n"
+      "COPY --from=build /out/bin/x /usr/local/bin/x\n"
+      "# USER 0\n"
+      "USER 65532:65532\nWORKDIR /w\nENV B=2\n"
+      "ENTRYPOINT [\"/usr/local/bin/x\"]\n");
+  EXPECT_EQ(d.user, "65532:65532");
+  EXPECT_EQ(d.entrypoint, "[\"/usr/local/bin/x\"]");
+  EXPECT_EQ(d.cmd, "");
+  EXPECT_EQ(d.workdir, "/w");
+  EXPECT_EQ(d.env, std::vector<std::string>{"B=2"});
+  EXPECT_EQ(d.apt_packages, (std::set<std::string>{"libssl3", "ca-certificates"}));
+  ASSERT_EQ(d.copies.size(), 1u);
+  EXPECT_EQ(d.copies[0].dst, "/usr/local/bin/x");
+}
+
+// scripts/images.sh names its images lockstep/<name>:<project version>; the chart and every
+// example must ask for those names, or a cluster fed with local images cannot find them.
+TEST(Images, TheChartAndExamplesNameTheLocallyBuiltImages) {
+  const fs::path root = LOCKSTEP_SOURCE_DIR;
+  std::smatch m;
+  const std::string cmake_lists = lockstep::test::read_file((root / "CMakeLists.txt").string());
+  ASSERT_TRUE(std::regex_search(cmake_lists, m, std::regex(R"(project\(lockstep VERSION ([0-9.]+))")));
+  const std::string version = m[1];
+  const std::string chart = lockstep::test::read_file((root / "charts/lockstep/Chart.yaml").string());
+  ASSERT_TRUE(std::regex_search(chart, m, std::regex(R"(appVersion: "?([0-9.]+))")));
+  EXPECT_EQ(m[1].str(), version) << "the chart's image tag defaults to its appVersion";
+  const std::string values = lockstep::test::read_file((root / "charts/lockstep/values.yaml").string());
+  EXPECT_TRUE(std::regex_search(values, std::regex(R"(repository: lockstep/operator\s)"))) << values;
+  int images = 0;
+  static const std::regex image(R"(image:\s*(\S+))");
+  for (const auto& e : fs::directory_iterator(root / "examples")) {
+    const std::string text = lockstep::test::read_file(e.path().string());
+    for (auto i = std::sregex_iterator(text.begin(), text.end(), image); i != std::sregex_iterator(); ++i) {
+      EXPECT_EQ((*i)[1].str(), "lockstep/trainer:" + version) << e.path();
+      ++images;
+    }
+  }
+  EXPECT_GT(images, 0);
 }
 
 }  // namespace
