@@ -1,6 +1,8 @@
 // reconcile/manifests: what the operator asks the API server to create.
 #include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
 
+#include "lockstep/contract.hpp"
 #include "reconcile/manifests.hpp"
 
 using namespace lockstep::reconcile;
@@ -60,4 +62,28 @@ TEST(ServiceManifest, IsHeadlessAndPublishesNotReadyPods) {
   EXPECT_EQ(svc["spec"]["publishNotReadyAddresses"], true);
   EXPECT_EQ(svc["spec"]["ports"][0]["port"], 29501);
   EXPECT_EQ(svc["metadata"]["ownerReferences"][0]["controller"], true);
+}
+
+// spec.scheduling.queue does what the CRD's description says: the Kueue label on every pod,
+// and nothing on the PodGroup (scheduler-plugins' v1alpha1 has no queue field).
+TEST(QueueManifest, TheQueueIsTheKueueLabelOnEveryPodAsTheCrdSays) {
+  YAML::Node crd = YAML::LoadFile(std::string(LOCKSTEP_SOURCE_DIR) + "/crds/lockstep.dev_trainingjobs.yaml");
+  std::string said = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+                        ["scheduling"]["properties"]["queue"]["description"].as<std::string>();
+  EXPECT_NE(said.find(std::string(lockstep::contract::kLabelKueueQueue) + " label on every pod"), std::string::npos)
+      << said;
+  EXPECT_EQ(said.find("PodGroup queue"), std::string::npos) << said;
+
+  JobView j;
+  j.name = "tj";
+  j.ns = "team";
+  j.nodes = 3;
+  j.queue = "team-a";
+  for (int i = 0; i < j.nodes; ++i)
+    EXPECT_EQ(pod_manifest(j, i, 0)["metadata"]["labels"][lockstep::contract::kLabelKueueQueue], "team-a") << i;
+  json pg = podgroup_manifest(j);
+  EXPECT_EQ(pg["spec"], json({{"minMember", 3}}));
+  EXPECT_EQ(pg.dump().find("team-a"), std::string::npos) << pg.dump();
+  j.queue.clear();
+  EXPECT_FALSE(pod_manifest(j, 0, 0)["metadata"]["labels"].contains(lockstep::contract::kLabelKueueQueue));
 }
