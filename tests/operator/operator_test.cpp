@@ -471,6 +471,51 @@ TEST_F(OperatorTest, AGangStaysRunningWhenOnePodFinishesFirst) {
   EXPECT_TRUE(wait_pods("early", 2, 1));
 }
 
+// #12: a pod the scheduler cannot place, or whose image cannot be pulled, is named in the
+// job's PodsBlocked condition and a Warning Event, not left as a silent Pending.
+TEST_F(OperatorTest, APodThatCannotStartIsNamedWithItsReason) {
+  create_job("blocked", 2);
+  ASSERT_TRUE(wait_pods("blocked", 2));
+  set_pod("blocked-1", "Running");
+  json unschedulable = {{"status",
+                         {{"phase", "Pending"},
+                          {"conditions",
+                           json::array({{{"type", "PodScheduled"}, {"status", "False"}, {"reason", "Unschedulable"},
+                                         {"message", "0/1 nodes are available: 1 Insufficient cpu."}}})}}}};
+  auto r = client_->patch(res::kPods.path(ns_, "blocked-0", "status"), unschedulable);
+  ASSERT_TRUE(r.ok()) << r.message();
+  auto blocked = [&](const std::string& want_reason) {
+    json j = job("blocked");
+    auto* c = condition(j, "PodsBlocked");
+    return c && (*c)["status"] == "True" && (*c)["reason"] == want_reason;
+  };
+  ASSERT_TRUE(eventually([&] { return blocked("Unschedulable"); }, 20s)) << job("blocked");
+  json j = job("blocked");
+  EXPECT_EQ((*condition(j, "PodsBlocked"))["message"],
+            "pod blocked-0 cannot be scheduled: 0/1 nodes are available: 1 Insufficient cpu.");
+  auto events = kubectl({"get", "events", "-n", ns_, "--field-selector", "involvedObject.name=blocked", "-o",
+                         "jsonpath={range .items[*]}{.type} {.reason}: {.message}{\"\\n\"}{end}"});
+  EXPECT_NE(events.output.find("Warning PodsBlocked: pod blocked-0 cannot be scheduled"), std::string::npos)
+      << events.output;
+  // Placed, but its image cannot be pulled.
+  json pull = {{"status",
+                {{"phase", "Pending"},
+                 {"conditions", json::array({{{"type", "PodScheduled"}, {"status", "True"}}})},
+                 {"containerStatuses",
+                  json::array({{{"name", "trainer"}, {"ready", false}, {"restartCount", 0}, {"image", "lockstep/trainer:nope"},
+                                {"imageID", ""},
+                                {"state", {{"waiting", {{"reason", "ImagePullBackOff"},
+                                                        {"message", "Back-off pulling image \"lockstep/trainer:nope\""}}}}}}})}}}};
+  r = client_->patch(res::kPods.path(ns_, "blocked-0", "status"), pull);
+  ASSERT_TRUE(r.ok()) << r.message();
+  ASSERT_TRUE(eventually([&] { return blocked("ImagePullBackOff"); }, 20s)) << job("blocked");
+  // Both run: the condition clears and the job is Running.
+  set_pod("blocked-0", "Running");
+  ASSERT_TRUE(wait_phase("blocked", "Running"));
+  j = job("blocked");
+  EXPECT_EQ((*condition(j, "PodsBlocked"))["status"], "False");
+}
+
 TEST_F(OperatorTest, SuspendRemovesPodsAndResumeRecreatesThem) {
   create_job("susp", 2);
   ASSERT_TRUE(wait_pods("susp", 2));
