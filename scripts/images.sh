@@ -29,7 +29,7 @@ source "$(dirname "$0")/common.sh"
 IMAGES="$CACHE/images"
 VERSION=$(sed -n 's/^project(lockstep VERSION \([0-9.]*\).*/\1/p' "$ROOT/CMakeLists.txt")
 ARCH=$(dpkg --print-architecture)
-BASE_FORMAT=1  # bump when the base recipe below changes in a way its key does not see
+BASE_FORMAT=2  # bump when the base recipe below changes in a way its key does not see
 
 # --- the images (mirrors docker/<name>.Dockerfile's runtime stage) ---------------------------
 declare -A COMPONENTS=([operator]="operator" [trainer]="agent trainer")
@@ -153,14 +153,18 @@ ensure_base() {
   local tmp start=$SECONDS
   new_tmp tmp "base-$key"
   mkdir -p "$IMAGES/debs"
-  log "base $key: debootstrap --variant=minbase $IMAGE_DEBIAN_SUITE from $mirror with $packages (about 2 min)"
+  log "base $key: debootstrap --variant=minbase $IMAGE_DEBIAN_SUITE from $mirror with $packages (about a minute, once)"
   step "debootstrap" "$tmp/debootstrap.log" nice debootstrap --variant=minbase --arch="$ARCH" --include="$packages" \
     --cache-dir="$IMAGES/debs" "$IMAGE_DEBIAN_SUITE" "$tmp/rootfs" "$mirror"
   log "  debootstrap: $((SECONDS - start)) s, $(du -sh "$tmp/rootfs" | cut -f1)"
   chroot "$tmp/rootfs" dpkg-query -W -f '${Package} ${Version}\n' > "$tmp/packages.txt"
-  # What debian:bookworm-slim also leaves out: package lists, downloaded .debs, logs.
-  rm -rf "$tmp/rootfs/var/lib/apt/lists/"* "$tmp/rootfs/var/cache/apt/"*.bin "$tmp/rootfs/var/cache/apt/archives/"*.deb \
-    "$tmp/rootfs/var/log/"* "$tmp/rootfs/debootstrap"
+  # What debian:bookworm-slim also leaves out: package lists, downloaded .debs, logs, manuals,
+  # translations and documentation but its copyright files (a third of the base).
+  local r="$tmp/rootfs"
+  rm -rf "$r/var/lib/apt/lists/"* "$r/var/cache/apt/"*.bin "$r/var/cache/apt/archives/"*.deb "$r/var/log/"* \
+    "$r/usr/share/man/"* "$r/usr/share/info/"* "$r/usr/share/locale/"* "$r/usr/share/groff/"* "$r/usr/share/lintian/"*
+  find "$r/usr/share/doc" -mindepth 1 ! -type d ! -name copyright -delete
+  find "$r/usr/share/doc" -mindepth 1 -type d -empty -delete
   umoci init --layout "$tmp/oci"
   umoci new --image "$tmp/oci:base"
   step "packing the base layer" "$tmp/umoci.log" nice umoci insert --image "$tmp/oci:base" \
@@ -286,12 +290,14 @@ build_image() {
   prune "$name"
 }
 
-# prune NAME: keeps the three newest images of NAME (other checkouts may use older ones).
+# prune NAME: keeps the three newest images of NAME (other checkouts may use older ones), and
+# the four newest bases and library layers (two images' worth).
 prune() {
   local old
   # shellcheck disable=SC2012
-  for old in $(ls -dt "$IMAGES/image/$1-"* 2>/dev/null | tail -n +4); do
-    log "removing the old image $(basename "$old")"; remove_tree "$old"
+  for old in $(ls -dt "$IMAGES/image/$1-"* 2>/dev/null | tail -n +4) $(ls -dt "$IMAGES/base/"* 2>/dev/null | tail -n +5) \
+             $(ls -dt "$IMAGES/libs/"* 2>/dev/null | tail -n +5); do
+    log "removing the old $(basename "$(dirname "$old")") $(basename "$old")"; remove_tree "$old"
   done
 }
 
