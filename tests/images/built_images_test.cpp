@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -252,6 +253,52 @@ TEST_P(BuiltImage, BinariesRunInsideTheImageAsItsUserWithEveryLibraryFound) {
     ++ran;
   }
   EXPECT_GT(ran, 0);
+}
+
+// `scripts/images.sh import` into a containerd of the test's own (root, state and socket in a
+// temporary directory, no CRI plugin), as the real-node cluster's containerd gets the images:
+// listed in namespace k8s.io under the name a pod's `image:` resolves to, labelled with the
+// image's inputs, and not imported again while they are unchanged.
+TEST_P(BuiltImage, ImportsIntoContainerdsK8sNamespaceOnce) {
+  REQUIRE_IMAGE(name());
+  for (const char* tool : {"containerd", "ctr"}) {
+    if (on_path(tool)) continue;
+    const std::string why = std::string(tool) + " not found; scripts/setup.sh installs it (Debian package containerd)";
+    if (require_all()) FAIL() << why << " (LOCKSTEP_REQUIRE_ALL=1)";
+    GTEST_SKIP() << "SKIPPED: " << why;
+  }
+  const std::string dir = scratch() + "/containerd-" + name(), sock = dir + "/containerd.sock";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  {
+    std::ofstream config(dir + "/config.toml");
+    config << "version = 2\nroot = \"" << dir << "/root\"\nstate = \"" << dir << "/state\"\n"
+           << "disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n"
+           << "[grpc]\n  address = \"" << sock << "\"\n[ttrpc]\n  address = \"" << sock << ".ttrpc\"\n";
+  }
+  lockstep::SpawnOptions so;
+  so.argv = {"containerd", "--config", dir + "/config.toml"};
+  so.output_path = dir + "/containerd.log";
+  auto containerd = lockstep::Process::spawn(so);
+  ASSERT_TRUE(lockstep::test::eventually([&] {
+    return run({"ctr", "--address", sock, "version"}, 10s).status.success();
+  })) << read_file(dir + "/containerd.log");
+  const std::map<std::string, std::string> env = {{"LOCKSTEP_BUILD_DIR", build_dir()}};
+  const std::vector<std::string> import = {kSource + "/scripts/images.sh", "import", "--address", sock, name()};
+  auto first = lockstep::run_capture(import, env, 300s);
+  EXPECT_TRUE(first.status.success()) << first.output;
+  EXPECT_NE(first.output.find("imported in"), std::string::npos) << first.output;
+  std::smatch key;
+  const std::string image_env = read_file(image_dir(name()) + "/image.env");
+  ASSERT_TRUE(std::regex_search(image_env, key, std::regex("key=(\\w+)")));
+  auto list = run({"ctr", "--address", sock, "--namespace", "k8s.io", "images", "ls",
+                   "name==docker.io/lockstep/" + name() + ":" + project_version()});
+  EXPECT_NE(list.output.find("dev.lockstep.inputs=" + key[1].str()), std::string::npos) << list.output;
+  auto second = lockstep::run_capture(import, env, 60s);
+  EXPECT_TRUE(second.status.success()) << second.output;
+  EXPECT_NE(second.output.find("already in containerd"), std::string::npos) << second.output;
+  containerd.terminate(10s);
+  if (!HasFailure()) fs::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Images, BuiltImage, ::testing::Values("operator", "trainer"),
