@@ -43,10 +43,13 @@ API_PORT=16443 ETCD_PORT=12379 ETCD_PEER_PORT=12380 DNS_READY_PORT=18181
 # Below the ephemeral range, so the test control plane's free loopback ports never collide.
 PORTS="$API_PORT $ETCD_PORT $ETCD_PEER_PORT $DNS_READY_PORT 10248 10249 10250 10256 10257 10259"
 DAEMONS="containerd etcd kube-apiserver coredns kubelet kube-scheduler kube-controller-manager kube-proxy"
-# Paths the kubelet, containerd and the CNI plugins use whatever they are told; `down`
-# removes what the cluster made there.
-OUTSIDE_PATHS="/run/containerd /var/lib/kubelet /var/lib/cni /var/log/pods /var/log/containers /run/netns
-/opt/containerd /usr/libexec/kubernetes /etc/cni /opt/cni"
+# Directories outside the state directory that the kubelet, containerd and the CNI plugins
+# use whatever they are told (deepest first); `down` removes what the cluster made there.
+OUTSIDE_DIRS="/run/containerd/s /run/containerd/fifo /run/containerd /var/lib/cni/results /var/lib/cni
+/var/log/containers /var/log/pods /var/lib/kubelet/device-plugins /var/lib/kubelet /run/netns
+/usr/libexec/kubernetes/kubelet-plugins/volume/exec /usr/libexec/kubernetes/kubelet-plugins/volume
+/usr/libexec/kubernetes/kubelet-plugins /usr/libexec/kubernetes /opt/containerd/bin /opt/containerd/lib
+/opt/containerd /etc/cni/net.d /etc/cni /opt/cni/bin /opt/cni"
 # What the kubelet and kube-proxy tune; restored by down.
 SYSCTLS="net.ipv4.ip_forward vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
 kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.bridge.bridge-nf-call-iptables
@@ -55,7 +58,10 @@ net.ipv4.conf.all.route_localnet net.netfilter.nf_conntrack_max"
 say() { log "cluster: $*"; }
 ctr_() { ctr --address "$CTRD_SOCK" -n k8s.io "$@"; }
 kubectl_() { kubectl --kubeconfig "$KUBECONFIG_PATH" "$@"; }
-alive() { [[ -f $RUN/pids/$1 ]] && kill -0 "$(cat "$RUN/pids/$1")" 2>/dev/null; }
+# running PID: alive and not a zombie (the daemons' parent is whatever reaps orphans here, and
+# that may take its time).
+running() { local st; st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null) && [[ ${st:0:1} != Z ]]; }
+alive() { [[ -f $RUN/pids/$1 ]] && running "$(cat "$RUN/pids/$1")"; }
 cgroup_mounts() { awk '$3 == "cgroup" { print $2 }' /proc/self/mounts; }
 # runc also makes the pods' cgroups in a cgroup v2 hierarchy mounted beside v1 ("hybrid").
 all_cgroup_mounts() { awk '$3 == "cgroup" || $3 == "cgroup2" { print $2 }' /proc/self/mounts; }
@@ -173,7 +179,7 @@ EOF
 start() {
   local name=$1; shift
   setsid bash -c 'echo $$ > "$1"; echo $$ > "$2/cgroup.procs"; shift 2; exec "$@"' _ \
-    "$RUN/pids/$name" "$(pids_cgroup)/daemons" "$@" > "$RUN/logs/$name.log" 2>&1 < /dev/null &
+    "$RUN/pids/$name" "$(pids_cgroup)/daemons" "$@" > "$RUN/logs/$name.log" 2>&1 < /dev/null 3>&- 4>&- &
   for _ in $(seq 50); do [[ -s $RUN/pids/$name ]] && return 0; sleep 0.05; done
   fail "$name did not start" "$name"
 }
@@ -262,7 +268,7 @@ save_host_state() {
     [[ -e /proc/sys/${s//.//} ]] && echo "$s=$(sysctl -n "$s")" >> "$RUN/sysctl.orig"
   done
   : > "$RUN/outside.orig"
-  for p in $OUTSIDE_PATHS; do [[ -e $p ]] && echo "$p" >> "$RUN/outside.orig"; done
+  for p in $OUTSIDE_DIRS; do [[ -e $p ]] && echo "$p" >> "$RUN/outside.orig"; done
   { echo "# the host before the last up, $(date)"; cat "$RUN/sysctl.orig"; sed 's/^/existed /' "$RUN/outside.orig"; } > "$BASELINE"
   touch "$STATE/up-marker"
 }
@@ -518,12 +524,12 @@ stop_daemons() {
   for name in "$@"; do
     [[ -f $RUN/pids/$name ]] || continue
     pid=$(cat "$RUN/pids/$name"); rm -f "$RUN/pids/$name"
-    kill -TERM "$pid" 2>/dev/null && pids+=("$pid")
+    running "$pid" && kill -TERM "$pid" 2>/dev/null && pids+=("$pid")
   done
   ((${#pids[@]})) || return 0
   for _ in $(seq 100); do
     local left=0
-    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && left=1; done
+    for pid in "${pids[@]}"; do running "$pid" && left=1; done
     ((left)) || return 0
     sleep 0.1
   done
@@ -555,16 +561,30 @@ unmount_under() {
   done
 }
 
-# remove_outside_paths: a path that did not exist before up goes entirely; one that did keeps
-# all but the entries this cluster makes there.
+# remove_outside_paths: only the entries this cluster makes there, then the directories it
+# made if they are empty: another containerd (scripts/images.sh runs one) may use them too.
 remove_outside_paths() {
-  local p
-  for p in $OUTSIDE_PATHS; do
-    if [[ -f $RUN/outside.orig ]] && ! grep -qx "$p" "$RUN/outside.orig"; then rm -rf "$p"; continue; fi
-    case $p in
-      /var/lib/cni) rm -f /var/lib/cni/results/"$CNI_NETWORK"-* /var/lib/cni/results/cni-loopback-* ;;
-      /var/lib/kubelet) rm -f /var/lib/kubelet/device-plugins/kubelet.sock ;;
-    esac
+  local f id
+  # containerd 1.6 puts its shims' sockets in /run/containerd/s whatever its state directory;
+  # ours are those nobody listens on once our shims are gone.
+  for f in /run/containerd/s/*; do
+    [[ -S $f ]] || continue
+    ss -Hxl 2>/dev/null | grep -qF " $f " || rm -f "$f"
+  done
+  for f in /var/lib/cni/results/"$CNI_NETWORK"-*; do
+    [[ -e $f ]] || continue
+    id=${f#/var/lib/cni/results/"$CNI_NETWORK"-}; id=${id%-*}
+    rm -f "$f" /var/lib/cni/results/cni-loopback-"$id"-lo
+  done
+  for f in /var/log/containers/*; do   # the kubelet's links to the pod logs under run/
+    [[ -L $f && $(readlink "$f") == "$STATE"/* ]] && rm -f "$f"
+  done
+  rm -f /var/lib/kubelet/device-plugins/kubelet.sock   # a path the kubelet does not let one change
+  local d
+  for d in $OUTSIDE_DIRS; do
+    [[ -d $d ]] || continue
+    grep -qx "$d" "$RUN/outside.orig" 2>/dev/null && continue   # it was there before up
+    rmdir "$d" 2>/dev/null || true
   done
 }
 
@@ -621,10 +641,24 @@ check_clean() {
   while read -r line; do found+=("interface $line"); done < <(ip -o link show | awk -F': ' -v b="$BRIDGE" '$2 == b || $2 ~ /^veth/ { print $2 }')
   ip -4 -o addr show dev lo | grep -q " $DNS_IP/" && found+=("address $DNS_IP on lo")
   while read -r line; do found+=("iptables: $line"); done < <({ iptables-save; ip6tables-save; } 2>/dev/null | grep -E '^[:-].*(KUBE-|CNI-)' || true)
-  for p in $OUTSIDE_PATHS; do
-    [[ -e $p ]] || continue
-    grep -qx "existed $p" "$BASELINE" 2>/dev/null && continue
-    found+=("path $p")
+  for p in /run/containerd/s/*; do
+    [[ -S $p ]] && ! ss -Hxl 2>/dev/null | grep -qF " $p " && found+=("stale shim socket $p")
+  done
+  for p in /var/lib/cni/results/"$CNI_NETWORK"-* /var/lib/kubelet/device-plugins/kubelet.sock; do
+    [[ -e $p ]] && found+=("path $p")
+  done
+  for p in /var/log/containers/*; do
+    [[ -L $p && $(readlink "$p") == */run/pod-logs/* ]] && found+=("pod log link $p")
+  done
+  # Another containerd (scripts/images.sh runs one) makes the same directories.
+  local other_containerd=0
+  for p in $(pgrep -x containerd); do
+    tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -qF "$STATE/" || other_containerd=1
+  done
+  for p in $OUTSIDE_DIRS; do   # made by a cluster (not there before up) and left empty
+    [[ -d $p && -z $(ls -A "$p") ]] || continue
+    [[ $other_containerd == 1 && ( $p == /run/containerd* || $p == /opt/containerd* ) ]] && continue
+    grep -qx "existed $p" "$BASELINE" 2>/dev/null || found+=("empty directory $p")
   done
   if [[ -f $BASELINE ]]; then
     while IFS='=' read -r p line; do
