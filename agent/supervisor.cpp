@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -90,9 +91,16 @@ bool Supervisor::wait_for_master() {
     hints.ai_socktype = SOCK_STREAM;
     addrinfo* res = nullptr;
     int rc = ::getaddrinfo(cfg_.master_addr.c_str(), nullptr, &hints, &res);
+    auto now = std::chrono::steady_clock::now();
+    if (rc == 0) {  // said once, so a user (and the cluster tier) sees where the gang meets
+      char host[NI_MAXHOST] = "?";
+      if (res) ::getnameinfo(res->ai_addr, res->ai_addrlen, host, sizeof host, nullptr, 0, NI_NUMERICHOST);
+      LOCKSTEP_LOG(Info, "agent", "master address '" << cfg_.master_addr << "' resolved to " << host << " after "
+                                  << std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count() / 1000.0
+                                  << " s");
+    }
     if (res) ::freeaddrinfo(res);
     if (rc == 0) return true;
-    auto now = std::chrono::steady_clock::now();
     if (now - start >= cfg_.rendezvous_timeout) {
       LOCKSTEP_LOG(Error, "agent", "the master address '" << cfg_.master_addr << "' (LOCKSTEP_MASTER_ADDR) did not resolve within "
                                    << std::chrono::duration_cast<std::chrono::seconds>(cfg_.rendezvous_timeout).count()
@@ -293,7 +301,29 @@ int Supervisor::finish(int code, const std::string& why, const Worker* culprit) 
     }
   }
   std::cerr.flush();
+  if (code != 0) write_termination_message(why, culprit);
   return code;
+}
+
+// Note [Termination message]
+// In a pod, the kubelet reads /dev/termination-log when the container ends and the operator
+// quotes its last line in the TrainingJob's condition (describe_failure). The agent writes
+// why it exits, then the failing rank's last lines, so that last line is the program's own
+// last words (a flag error, a Python exception) rather than the agent's summary. The file
+// exists only in a container (the kubelet mounts it; the agent never creates one under
+// /dev); LOCKSTEP_TERMINATION_LOG names another path. Kubernetes keeps 4096 bytes of it:
+// the end is kept.
+void Supervisor::write_termination_message(const std::string& why, const Worker* culprit) const {
+  const char* env = std::getenv("LOCKSTEP_TERMINATION_LOG");
+  std::string path = env && *env ? env : "/dev/termination-log";
+  if (!env && ::access(path.c_str(), W_OK) != 0) return;
+  std::string text = "lockstep-agent: " + why + "\n";
+  if (culprit)
+    for (const auto& l : culprit->tail) text += l + "\n";
+  if (text.size() > 4096) text = text.substr(text.size() - 4096);
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  if (!out) LOCKSTEP_LOG(Warn, "agent", "cannot write the termination message to " << path);
 }
 
 std::string Supervisor::check_stall() {

@@ -57,6 +57,7 @@ class Supervisor {
   std::string check_stall();
   void linger_after_stall();
   std::string error_file(int local_rank) const;
+  void write_termination_message(const std::string& why, const Worker* culprit) const;
   void pump_output();
   void print_line(Worker& w, const std::string& line);
   int finish(int code, const std::string& why, const Worker* culprit);

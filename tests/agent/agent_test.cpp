@@ -338,6 +338,31 @@ TEST(Agent, AWorkersErrorFileIsShownWhenItFails) {
       << a.output();
 }
 
+// Note [Termination message]: a failing rank's last words end the pod's termination message,
+// which the operator quotes in the TrainingJob's condition.
+TEST(Agent, AFailureWritesWhyAndTheRanksLastLinesAsTheTerminationMessage) {
+  std::string dir = temp_dir("termination");
+  std::string log = dir + "/termination-log";
+  auto a = start_agent(dir, 1, 0, 1, lockstep::free_loopback_port(),
+                       {"sh", "-c", "echo starting; echo 'lockstep-trainer: --steps must be an integer >= 1' >&2; exit 64"},
+                       {}, {{"LOCKSTEP_TERMINATION_LOG", log}});
+  auto st = a.wait(30s);
+  ASSERT_TRUE(st.has_value()) << a.output();
+  EXPECT_EQ(st->shell_code(), 64) << a.output();
+  std::string text = lockstep::test::read_file(log);
+  EXPECT_EQ(text.rfind("lockstep-agent: rank 0 ", 0), 0u) << text;
+  EXPECT_NE(text.find("exited with code 64"), std::string::npos) << text;
+  ASSERT_GE(text.size(), 2u);
+  std::string last = text.substr(0, text.size() - 1);
+  last = last.substr(last.rfind('\n') + 1);
+  EXPECT_EQ(last, "lockstep-trainer: --steps must be an integer >= 1") << text;
+  // A run that succeeds writes none.
+  std::string ok_log = dir + "/ok-log";
+  auto ok = start_agent(dir, 1, 0, 1, lockstep::free_loopback_port(), {"true"}, {}, {{"LOCKSTEP_TERMINATION_LOG", ok_log}});
+  ASSERT_TRUE(ok.wait(30s).has_value());
+  EXPECT_FALSE(std::filesystem::exists(ok_log));
+}
+
 TEST(Agent, MetricsCarryStepCommAndWorkerSeriesWithTheirLabels) {
   std::string dir = temp_dir("metrics");
   auto a = start_agent(dir, 2, 1, 2, lockstep::free_loopback_port(), {worker_bin(), "steps", "5", "then-hang"},
