@@ -98,17 +98,26 @@ class StepTimer {
   std::array<std::chrono::steady_clock::time_point, 4> wall_;
 };
 
+// "0.001", "1e-08", "2": the shortest form that reads back.
+std::string shortest(double x) {
+  std::ostringstream s;
+  s << x;
+  return s.str();
+}
+
 double number(const std::string& flag, const std::string& v, double min) {
   char* end = nullptr;
   double x = std::strtod(v.c_str(), &end);
   if (v.empty() || *end || !std::isfinite(x) || x < min)
-    throw std::invalid_argument(flag + ": expected a number >= " + std::to_string(min) + ", got '" + v + "'");
+    throw std::invalid_argument(flag + ": expected a number >= " + shortest(min) + ", got '" + v + "'");
   return x;
 }
 
 int64_t integer(const std::string& flag, const std::string& v, int64_t min) {
-  double x = number(flag, v, static_cast<double>(min));
-  if (x != std::floor(x)) throw std::invalid_argument(flag + ": expected an integer, got '" + v + "'");
+  char* end = nullptr;
+  double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end || !std::isfinite(x) || x < static_cast<double>(min) || x != std::floor(x))
+    throw std::invalid_argument(flag + ": expected an integer >= " + std::to_string(min) + ", got '" + v + "'");
   return static_cast<int64_t>(x);
 }
 
