@@ -9,6 +9,7 @@
 #   scripts/cluster.sh status        what runs, the kubeconfig, the node, memory
 #   scripts/cluster.sh import TAR... load image archives (docker or OCI) into the node
 #   scripts/cluster.sh check-clean   list anything a cluster left on this machine (exit 1 if any)
+#   scripts/cluster.sh preflight     can this machine run it, and is everything set up? (0, 3 or 4)
 #   scripts/cluster.sh purge         down, then delete the state directory (certificates, images)
 #
 # State: $LOCKSTEP_CLUSTER_DIR, default ~/.cache/lockstep/cluster; the admin kubeconfig is
@@ -22,8 +23,7 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
-STATE=${LOCKSTEP_CLUSTER_DIR:-$CACHE/cluster}
-STATE=$(mkdir -p "$STATE" && cd "$STATE" && pwd)
+STATE=$(realpath -m "${LOCKSTEP_CLUSTER_DIR:-$CACHE/cluster}")
 RUN=$STATE/run                  # one running cluster: removed by down
 PKI=$STATE/pki                  # kept: kubeconfigs stay valid across down/up
 CTRD_ROOT=$STATE/containerd     # kept: the image store
@@ -211,10 +211,16 @@ fail() {
 }
 
 # --- up --------------------------------------------------------------------------------------
-up() {
-  local t0=$SECONDS problem other
+preflight() {
+  local problem
   problem=$(host_problem); [[ -z $problem ]] || { say "this machine cannot run it: $problem"; exit 3; }
   problem=$(setup_problem); [[ -z $problem ]] || { say "$problem"; exit 4; }
+  return 0
+}
+
+up() {
+  local t0=$SECONDS problem other
+  preflight
   if [[ -d $RUN/pids ]] && ls "$RUN/pids" | grep -q .; then
     local dead=()
     for d in $DAEMONS; do alive "$d" || dead+=("$d"); done
@@ -478,14 +484,17 @@ down() {
   # 1. Control loops first, so nothing restarts containers; then the node agent.
   stop_daemons kube-controller-manager kube-scheduler kubelet
   # 2. Every container and sandbox (their shims exit once deleted).
-  if [[ -S $CTRD_SOCK ]] && alive containerd && ctr_ version >/dev/null 2>&1; then
-    local t c
-    for t in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks kill -s SIGKILL "$t" >/dev/null 2>&1 || true; done
-    for _ in $(seq 50); do [[ -z $(ctr_ tasks ls 2>/dev/null | awk 'NR > 1 && $3 != "STOPPED"') ]] && break; sleep 0.1; done
-    for t in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks delete -f "$t" >/dev/null 2>&1 || true; done
-    for c in $(ctr_ containers ls -q 2>/dev/null); do ctr_ containers delete "$c" >/dev/null 2>&1 || true; done
+  # Deleted, not just killed: the image store (and its container records) outlives down.
+  if [[ -S $CTRD_SOCK ]] && alive containerd; then
+    local ids
+    ids=$(ctr_ tasks ls -q 2>/dev/null || true)
+    [[ -z $ids ]] || ctr_ tasks delete --force $ids >/dev/null 2>&1 || true
+    ids=$(ctr_ containers ls -q 2>/dev/null || true)
+    [[ -z $ids ]] || ctr_ containers delete $ids >/dev/null 2>&1 || true
   fi
-  stop_daemons coredns kube-proxy kube-apiserver etcd containerd
+  # The API server before etcd: stopped together, it may spend 10 s retrying a gone etcd.
+  stop_daemons coredns kube-proxy kube-apiserver
+  stop_daemons etcd containerd
   # 3. Whatever is left in the cluster's cgroup: shims, container processes.
   kill_cgroup
   # 4. Mounts under the state directory (netns pins, shm, rootfs, pod volumes), deepest first.
@@ -678,6 +687,7 @@ case ${1:-} in
   status) status ;;
   import) shift; import_cmd "$@" ;;
   check-clean) check_clean ;;
+  preflight) preflight; say "this machine can run it, and everything is set up" ;;
   purge) down; rm -rf "$STATE"; say "state $STATE removed" ;;
   *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
 esac

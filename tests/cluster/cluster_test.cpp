@@ -1,0 +1,166 @@
+// The real-node cluster itself (scripts/cluster.sh): a Ready node, pods started by the real
+// kubelet from an image with no registry, cluster DNS for headless Services, pod-to-pod TCP
+// over the CNI bridge, in-cluster access to the API server, and a `down` that leaves nothing
+// on the machine. Every pod runs the nettest image (tests/cluster/images/nettest.c).
+#include <gtest/gtest.h>
+
+#include <set>
+#include <sstream>
+
+#include "cluster_test_support.hpp"
+#include "test_util.hpp"
+
+using namespace std::chrono_literals;
+using lockstep::test::cluster_kubectl;
+using lockstep::test::cluster_setting;
+
+namespace {
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+std::set<std::string> lines(const std::string& text) {
+  std::set<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty()) out.insert(l);
+  return out;
+}
+
+// A pod running `nettest serve 8080`, named NAME, under the headless Service `subdomain`
+// when one is given (which gives it the DNS name NAME.SUBDOMAIN.NS.svc.cluster.local).
+std::string server_pod(const std::string& name, const std::string& subdomain = "") {
+  std::string spec = "apiVersion: v1\nkind: Pod\nmetadata: {name: " + name + ", labels: {app: nettest}}\nspec:\n";
+  if (!subdomain.empty()) spec += "  hostname: " + name + "\n  subdomain: " + subdomain + "\n";
+  spec += "  terminationGracePeriodSeconds: 1\n"
+          "  containers:\n  - name: nettest\n    image: " + cluster_setting("NETTEST_IMAGE") +
+          "\n    imagePullPolicy: Never\n    args: [serve, \"8080\"]\n    ports: [{containerPort: 8080}]\n";
+  return spec;
+}
+
+std::string headless_service(const std::string& name) {
+  return "apiVersion: v1\nkind: Service\nmetadata: {name: " + name + "}\n"
+         "spec:\n  clusterIP: None\n  selector: {app: nettest}\n  ports: [{name: tcp, port: 8080}]\n";
+}
+
+std::string jsonpath(const std::string& ns, const std::string& object, const std::string& path) {
+  return trim(cluster_kubectl({"-n", ns, "get", object, "-o", "jsonpath=" + path}).output);
+}
+
+// nettest COMMAND... inside a pod (kubectl exec, through the API server to the kubelet).
+lockstep::RunResult in_pod(const std::string& ns, const std::string& pod, std::vector<std::string> command) {
+  std::vector<std::string> args = {"-n", ns, "exec", pod, "--", "/nettest"};
+  args.insert(args.end(), command.begin(), command.end());
+  return cluster_kubectl(args, "", 60s);
+}
+
+TEST(Cluster, NodeIsReadyWithThePinnedVersions) {
+  LOCKSTEP_REQUIRE_REAL_CLUSTER();
+  auto node = cluster_kubectl({"get", "node", "lockstep-node", "-o",
+                               "jsonpath={.status.conditions[?(@.type==\"Ready\")].status} "
+                               "{.status.nodeInfo.kubeletVersion} {.status.nodeInfo.containerRuntimeVersion}"});
+  ASSERT_TRUE(node.status.success()) << node.output;
+  std::istringstream f(node.output);
+  std::string ready, kubelet, runtime;
+  f >> ready >> kubelet >> runtime;
+  EXPECT_EQ(ready, "True");
+  EXPECT_EQ(kubelet, cluster_setting("KUBERNETES_VERSION"));
+  EXPECT_EQ(runtime.rfind("containerd://1.6", 0), 0u) << runtime;
+
+  // up on a cluster that is up says so and changes nothing.
+  auto again = lockstep::test::real_cluster()->script({"up"});
+  EXPECT_TRUE(again.status.success()) << again.output;
+  EXPECT_NE(again.output.find("already up"), std::string::npos) << again.output;
+  auto status = lockstep::test::real_cluster()->script({"status"});
+  EXPECT_TRUE(status.status.success()) << status.output;
+  EXPECT_NE(status.output.find(lockstep::test::real_cluster()->kubeconfig()), std::string::npos) << status.output;
+  std::cerr << status.output;
+}
+
+TEST(Cluster, PodRunsOnTheKubeletWithAServiceAccountToken) {
+  LOCKSTEP_REQUIRE_REAL_CLUSTER();
+  auto ns = lockstep::test::create_test_namespace("pod");
+  auto apply = cluster_kubectl({"-n", ns, "apply", "-f", "-"}, server_pod("server"));
+  ASSERT_TRUE(apply.status.success()) << apply.output;
+  auto not_ready = lockstep::test::wait_pods_ready(ns, {"server"});
+  ASSERT_EQ(not_ready, "");
+
+  EXPECT_EQ(jsonpath(ns, "pod/server", "{.spec.nodeName}"), "lockstep-node");
+  EXPECT_EQ(jsonpath(ns, "pod/server", "{.status.containerStatuses[0].containerID}").rfind("containerd://", 0), 0u);
+  EXPECT_EQ(jsonpath(ns, "pod/server", "{.status.podIP}").rfind("10.244.0.", 0), 0u);
+  auto logs = cluster_kubectl({"-n", ns, "logs", "server"});
+  EXPECT_NE(logs.output.find("nettest: serving on port 8080 as server"), std::string::npos) << logs.output;
+
+  // ServiceAccount admission mounted a token, and the API server accepts what it signed.
+  auto token = in_pod(ns, "server", {"cat", "/var/run/secrets/kubernetes.io/serviceaccount/token"});
+  ASSERT_TRUE(token.status.success()) << token.output;
+  auto whoami = lockstep::run_capture(
+      {cluster_setting("TOOLS_BIN") + "/kubectl", "--kubeconfig=/dev/null", "--server=https://127.0.0.1:16443",
+       "--certificate-authority=" + lockstep::test::real_cluster()->ca_file(), "--token=" + trim(token.output),
+       "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"},
+      {}, 30s);
+  EXPECT_EQ(trim(whoami.output), "system:serviceaccount:" + ns + ":default");
+}
+
+TEST(Cluster, HeadlessServiceNamesResolveToPodIPsAndPodsTalkOverTcp) {
+  LOCKSTEP_REQUIRE_REAL_CLUSTER();
+  auto ns = lockstep::test::create_test_namespace("dns");
+  auto apply = cluster_kubectl({"-n", ns, "apply", "-f", "-"},
+                               headless_service("workers") + "---\n" + server_pod("worker-0", "workers") + "---\n" +
+                                   server_pod("worker-1", "workers"));
+  ASSERT_TRUE(apply.status.success()) << apply.output;
+  ASSERT_EQ(lockstep::test::wait_pods_ready(ns, {"worker-0", "worker-1"}), "");
+  std::string ip0 = jsonpath(ns, "pod/worker-0", "{.status.podIP}");
+  std::string ip1 = jsonpath(ns, "pod/worker-1", "{.status.podIP}");
+  ASSERT_NE(ip0, ip1);
+
+  // The full name, the short one through the pod's search path, and the Service's own name.
+  // CoreDNS learns of the endpoints through a watch: allow it a moment.
+  std::string fqdn = "worker-0.workers." + ns + ".svc.cluster.local";
+  EXPECT_TRUE(lockstep::test::eventually([&] { return trim(in_pod(ns, "worker-1", {"resolve", fqdn}).output) == ip0; }, 30s))
+      << in_pod(ns, "worker-1", {"resolve", fqdn}).output;
+  EXPECT_EQ(trim(in_pod(ns, "worker-1", {"resolve", "worker-0.workers"}).output), ip0);
+  EXPECT_EQ(trim(in_pod(ns, "worker-0", {"resolve", "worker-1.workers"}).output), ip1);
+  EXPECT_EQ(lines(in_pod(ns, "worker-0", {"resolve", "workers"}).output), (std::set<std::string>{ip0, ip1}));
+
+  // Both ways over the CNI bridge, by DNS name.
+  auto hello = in_pod(ns, "worker-1", {"get", "worker-0.workers", "8080"});
+  EXPECT_TRUE(hello.status.success()) << hello.output;
+  EXPECT_EQ(trim(hello.output), "hello from worker-0");
+  hello = in_pod(ns, "worker-0", {"get", "worker-1.workers." + ns + ".svc.cluster.local", "8080"});
+  EXPECT_EQ(trim(hello.output), "hello from worker-1");
+}
+
+TEST(Cluster, PodsReachTheApiServerThroughItsClusterIP) {
+  LOCKSTEP_REQUIRE_REAL_CLUSTER();
+  auto ns = lockstep::test::create_test_namespace("api");
+  ASSERT_TRUE(cluster_kubectl({"-n", ns, "apply", "-f", "-"}, server_pod("client")).status.success());
+  ASSERT_EQ(lockstep::test::wait_pods_ready(ns, {"client"}), "");
+  // What in-cluster configuration uses: kubernetes.default.svc, through kube-proxy's rules.
+  auto c = in_pod(ns, "client", {"connect", "kubernetes.default.svc", "443"});
+  EXPECT_TRUE(c.status.success()) << c.output;
+  EXPECT_EQ(trim(c.output), "connected to 10.96.0.1:443");
+}
+
+// Last: brings the cluster down and looks for anything left on the machine.
+TEST(ClusterDown, LeavesNothingBehind) {
+  LOCKSTEP_REQUIRE_REAL_CLUSTER();
+  auto status = lockstep::test::real_cluster()->script({"status"});
+  std::cerr << status.output;
+  auto report = lockstep::test::bring_down_real_cluster();
+  EXPECT_TRUE(report.script.status.success()) << report.script.output;
+  std::string left;
+  for (const auto& l : report.leftovers) left += "  " + l + "\n";
+  EXPECT_TRUE(report.leftovers.empty()) << "left on the machine after down:\n" << left;
+  EXPECT_LT(report.seconds, 60) << "down took " << report.seconds << " s";
+  // The script's own check agrees.
+  auto check = lockstep::run_capture({"bash", std::string(LOCKSTEP_SOURCE_DIR) + "/scripts/cluster.sh", "check-clean"},
+                                     {{"LOCKSTEP_CLUSTER_DIR", lockstep::test::real_cluster_state_dir()}}, 60s);
+  EXPECT_TRUE(check.status.success()) << check.output;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return lockstep::test::run_tests_with_real_cluster(argc, argv); }
