@@ -4,6 +4,10 @@
 // on the machine. Every pod runs the nettest image (tests/cluster/images/nettest.c).
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
+#include <cstdio>
+#include <functional>
 #include <set>
 #include <sstream>
 
@@ -144,6 +148,34 @@ TEST(Cluster, PodsReachTheApiServerThroughItsClusterIP) {
   EXPECT_EQ(trim(c.output), "connected to 10.96.0.1:443");
 }
 
+// The leftover check itself sees what a careless down would leave (so its silence means something).
+TEST(Cluster, LeftoverCheckSeesLeftovers) {
+  LOCKSTEP_REQUIRE_REAL_CLUSTER();
+  const std::string dir = lockstep::test::real_cluster_state_dir();
+  auto before = lockstep::test::snapshot_host();
+  auto sh = [](const std::string& cmd) { return lockstep::run_capture({"/bin/sh", "-c", cmd}, {}, 30s); };
+  struct Cleanup {
+    std::function<void()> f;
+    ~Cleanup() { f(); }
+  } cleanup{[&] {
+    sh("ip link del lockstep-leak0; iptables -t filter -X KUBE-LEAK-TEST; rm -f /var/lib/cni/lockstep-leak-test");
+  }};
+  ASSERT_TRUE(sh("ip link add lockstep-leak0 type bridge").status.success());
+  ASSERT_TRUE(sh("iptables -t filter -N KUBE-LEAK-TEST").status.success());
+  ASSERT_TRUE(sh("mkdir -p /var/lib/cni && touch /var/lib/cni/lockstep-leak-test").status.success());
+  lockstep::SpawnOptions so;
+  so.argv = {"bash", "-c", "exec -a \"$0\" sleep 60", dir + "/run/leak"};  // its argv[0] names the state directory
+  so.output_path = "/dev/null";  // not ctest's pipe, which it would hold open
+  auto sleeper = lockstep::Process::spawn(so);
+  auto left = lockstep::test::host_leftovers(before, lockstep::test::snapshot_host(), dir, {sleeper.pid()});
+  std::string all;
+  for (const auto& l : left) all += l + "\n";
+  EXPECT_NE(all.find("interface lockstep-leak0"), std::string::npos) << all;
+  EXPECT_NE(all.find("chain KUBE-LEAK-TEST"), std::string::npos) << all;
+  EXPECT_NE(all.find("path /var/lib/cni/lockstep-leak-test"), std::string::npos) << all;
+  EXPECT_NE(all.find("process " + std::to_string(sleeper.pid())), std::string::npos) << all;
+}
+
 // Last: brings the cluster down and looks for anything left on the machine.
 TEST(ClusterDown, LeavesNothingBehind) {
   LOCKSTEP_REQUIRE_REAL_CLUSTER();
@@ -159,6 +191,34 @@ TEST(ClusterDown, LeavesNothingBehind) {
   auto check = lockstep::run_capture({"bash", std::string(LOCKSTEP_SOURCE_DIR) + "/scripts/cluster.sh", "check-clean"},
                                      {{"LOCKSTEP_CLUSTER_DIR", lockstep::test::real_cluster_state_dir()}}, 60s);
   EXPECT_TRUE(check.status.success()) << check.output;
+}
+
+// SIGTERM (a ctest timeout; Ctrl-C takes the same path) while a suite's cluster comes up:
+// the start stops, the cluster comes down, nothing is left. Runs this binary again, after
+// LeavesNothingBehind has freed the machine.
+TEST(ClusterDown, SigtermDuringUpTearsDown) {
+  if (lockstep::test::real_cluster_availability() != lockstep::test::ClusterAvailability::kUp)
+    GTEST_SKIP() << "SKIPPED: " << lockstep::test::real_cluster_problem();
+  ASSERT_EQ(lockstep::test::real_cluster(), nullptr) << "runs after ClusterDown.LeavesNothingBehind";
+  auto before = lockstep::test::snapshot_host();
+  lockstep::SpawnOptions so;
+  so.argv = {"/proc/self/exe", "--gtest_filter=Cluster.NodeIsReadyWithThePinnedVersions"};
+  so.output_path = lockstep::test::real_cluster_state_dir() + "/sigterm-test.log";
+  std::remove(so.output_path.c_str());
+  auto child = lockstep::Process::spawn(so);
+  // Until its cluster.sh has started the daemons (containerd is the first).
+  ASSERT_TRUE(lockstep::test::eventually(
+      [&] { return lockstep::test::read_file(so.output_path).find("containerd ready") != std::string::npos; }, 120s))
+      << lockstep::test::read_file(so.output_path);
+  ::kill(child.pid(), SIGTERM);
+  auto st = child.wait_for(150s);
+  ASSERT_TRUE(st.has_value()) << "still running 150 s after SIGTERM";
+  EXPECT_EQ(st->shell_code(), 128 + SIGTERM) << lockstep::test::read_file(so.output_path);
+  auto left = lockstep::test::host_leftovers(before, lockstep::test::snapshot_host(),
+                                             lockstep::test::real_cluster_state_dir(), {});
+  std::string all;
+  for (const auto& l : left) all += "  " + l + "\n";
+  EXPECT_TRUE(left.empty()) << "left after SIGTERM:\n" << all << lockstep::test::read_file(so.output_path);
 }
 
 }  // namespace

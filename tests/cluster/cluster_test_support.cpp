@@ -143,6 +143,7 @@ int run_tests_with_real_cluster(int argc, char** argv) {
     int sig = 0;
     sigwait(&stop, &sig);
     std::cerr << "\n[cluster] " << strsignal(sig) << ": tearing the cluster down\n";
+    request_cluster_stop();
     if (pid_t script = running_cluster_script()) {
       ::kill(-script, SIGTERM);
       eventually([&] { return !is_running(script); }, 90s);

@@ -11,6 +11,8 @@
 #include <sstream>
 #include <thread>
 
+#include <unistd.h>
+
 #ifndef LOCKSTEP_SOURCE_DIR
 #error "LOCKSTEP_SOURCE_DIR must be defined"
 #endif
@@ -23,6 +25,7 @@ namespace {
 
 const std::string kScript = std::string(LOCKSTEP_SOURCE_DIR) + "/scripts/cluster.sh";
 std::atomic<pid_t> g_running_script{0};
+std::atomic<bool> g_stop_requested{false};
 
 // cluster.sh's exit codes (its header).
 constexpr int kExitMachineCannot = 3, kExitSetupMissing = 4, kExitMachineBusy = 5, kExitDown = 6;
@@ -73,6 +76,9 @@ RunResult run_script(const std::string& state_dir, const std::vector<std::string
   }
   g_running_script = 0;
   show(true);
+  // A stop signal's handler ended this script and will end the program once it has brought
+  // the cluster down: going on would run tests against a cluster that is going away.
+  while (g_stop_requested) ::pause();
   return result;
 }
 
@@ -87,6 +93,7 @@ std::vector<pid_t> recorded_pids(const std::string& state_dir) {
 }  // namespace
 
 pid_t running_cluster_script() { return g_running_script; }
+void request_cluster_stop() { g_stop_requested = true; }
 
 std::string cluster_setting(const std::string& name) {
   static std::mutex mu;

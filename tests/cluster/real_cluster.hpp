@@ -87,8 +87,10 @@ class RealCluster {
 // the scripts name images and paths in one place.
 std::string cluster_setting(const std::string& name);
 
-// The pid of a scripts/cluster.sh process this program is running now (0 when none), for a
-// signal handler that must stop it before tearing down.
+// For a stop signal's handler: the pid of the scripts/cluster.sh this program runs now (0
+// when none), and a request that makes whoever waits for that script wait for good, so that
+// the handler alone tears down and exits.
 pid_t running_cluster_script();
+void request_cluster_stop();
 
 }  // namespace lockstep::test
