@@ -233,9 +233,16 @@ up() {
   problem=$(ports_in_use)
   [[ -z $problem ]] || { say "ports in use: $problem(another Kubernetes on this machine? \`ss -ltnp\` names the holder)"; exit 5; }
 
+  # Claim the machine: the bridge, named after this state directory, is what other clusters'
+  # up and down look at (two ups at once: only one makes it).
+  if ! ip link add "$BRIDGE" type bridge 2>/dev/null; then
+    say "another cluster holds this machine (state $(holder)); stop it with LOCKSTEP_CLUSTER_DIR=$(holder) scripts/cluster.sh down"
+    exit 5
+  fi
   exec 3>&1 4>&2
   trap 'fail "interrupted" "" 130' INT TERM
   trap 'fail "an unexpected error (line $LINENO)"' EXIT
+  ip link set "$BRIDGE" alias "$STATE"
   local ip; ip=$(node_ip)
   mkdir -p "$RUN"/{pids,logs,config,cni,kubelet,pod-logs,volume-plugins} "$CTRD_ROOT"
   save_host_state
@@ -282,10 +289,7 @@ save_host_state() {
 host_network_up() {
   sysctl -qw net.ipv4.ip_forward=1
   ip addr add "$DNS_IP/32" dev lo
-  # Made here (not by the CNI plugin at the first pod) to name its owner for other clusters.
-  ip link add "$BRIDGE" type bridge
-  ip link set "$BRIDGE" alias "$STATE"
-  ip link set "$BRIDGE" up
+  ip link set "$BRIDGE" up   # made by up's claim, not by the CNI plugin at the first pod
   cat > "$RUN/cni/10-$CNI_NETWORK.conflist" <<EOF
 {"cniVersion": "1.0.0", "name": "$CNI_NETWORK", "plugins": [
   {"type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
@@ -480,7 +484,16 @@ EOF
 
 # --- down -------------------------------------------------------------------------------------
 down() {
-  local t0=$SECONDS
+  local t0=$SECONDS other
+  # Names, cgroups and interfaces are machine-wide: while another state directory's cluster
+  # holds the machine, they are its, and only this state's own files go.
+  other=$(holder)
+  if [[ -n $other ]]; then
+    stop_daemons $DAEMONS
+    rm -rf "$RUN"
+    say "another cluster (state $other) holds this machine; removed only $RUN"
+    return 0
+  fi
   # 1. Control loops first, so nothing restarts containers; then the node agent.
   stop_daemons kube-controller-manager kube-scheduler kubelet
   # 2. Every container and sandbox (their shims exit once deleted).
