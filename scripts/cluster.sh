@@ -4,7 +4,7 @@
 # the kubelet, and CoreDNS, all of the versions scripts/versions.env pins (scripts/setup.sh
 # builds and caches them). Pods really run; see docs/development.md, "Real-node cluster".
 #
-#   scripts/cluster.sh up            start it (about 20 s); says "already up" when it is
+#   scripts/cluster.sh up            start it (about 10 s); says "already up" when it is
 #   scripts/cluster.sh down          stop it and remove all it made outside its state directory
 #   scripts/cluster.sh status        what runs, the kubeconfig, the node, memory
 #   scripts/cluster.sh import TAR... load image archives (docker or OCI) into the node
