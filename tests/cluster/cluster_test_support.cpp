@@ -132,16 +132,9 @@ DownReport bring_down_real_cluster() {
 
 int run_tests_with_real_cluster(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  // Stop signals are taken on one thread (blocked before any other thread exists): it stops
-  // a cluster.sh still running (whose trap tears down what it started), then brings the
-  // cluster down, then exits.
-  sigset_t stop;
-  sigemptyset(&stop);
-  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop, s);
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-  std::thread([stop] {
-    int sig = 0;
-    sigwait(&stop, &sig);
+  // A stop signal stops a cluster.sh still running (whose trap tears down what it started),
+  // then brings the cluster down.
+  on_stop_signal([](int sig) {
     std::cerr << "\n[cluster] " << strsignal(sig) << ": tearing the cluster down\n";
     request_cluster_stop();
     if (pid_t script = running_cluster_script()) {
@@ -153,8 +146,7 @@ int run_tests_with_real_cluster(int argc, char** argv) {
       run_capture({"bash", std::string(LOCKSTEP_SOURCE_DIR) + "/scripts/cluster.sh", "down"},
                   {{"LOCKSTEP_CLUSTER_DIR", dir}}, 120s);
     }
-    ::_exit(128 + sig);
-  }).detach();
+  });
   ::testing::AddGlobalTestEnvironment(new RealClusterEnvironment);
   int rc = RUN_ALL_TESTS();
   return suite_exit_code(rc);  // all skipped (no cluster possible): ctest shows Skipped

@@ -1,6 +1,7 @@
 #include "kube_test_support.hpp"
 
 #include "suite_result.hpp"
+#include "test_util.hpp"
 
 #include <signal.h>
 #include <unistd.h>
@@ -77,19 +78,11 @@ std::string create_namespace(const std::string& prefix) {
 
 int run_tests_with_control_plane(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  // Block the stop signals before any thread exists, and take them on one thread, so a
-  // Ctrl-C or a ctest timeout's SIGTERM still tears the control plane down.
-  sigset_t stop;
-  sigemptyset(&stop);
-  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop, s);
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-  std::thread([stop] {
-    int sig = 0;
-    sigwait(&stop, &sig);
+  // A Ctrl-C or a ctest timeout's SIGTERM still tears the control plane down.
+  on_stop_signal([](int sig) {
     std::cerr << "\n[controlplane] " << strsignal(sig) << ": stopping etcd and kube-apiserver\n";
     if (g_control_plane) g_control_plane->stop();
-    ::_exit(128 + sig);
-  }).detach();
+  });
   ::testing::AddGlobalTestEnvironment(new ControlPlaneEnvironment);
   int rc = RUN_ALL_TESTS();
   g_control_plane.reset();

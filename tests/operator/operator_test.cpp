@@ -35,6 +35,14 @@ using lockstep::test::source_path;
 
 namespace {
 
+// A container termination time as the kubelet writes it.
+std::string rfc3339(std::chrono::system_clock::time_point t) {
+  std::time_t tt = std::chrono::system_clock::to_time_t(t);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&tt));
+  return buf;
+}
+
 std::string operator_bin() { return lockstep::test::env_or("LOCKSTEP_OPERATOR_BIN", "lockstep-operator"); }
 
 
@@ -416,12 +424,6 @@ TEST_F(OperatorTest, ExitCodePolicyJudgesTheFirstFailureInTimeNotTheFirstReporte
   ASSERT_TRUE(wait_pods("first", 2));
   run_all("first", 2);
   ASSERT_TRUE(wait_phase("first", "Running"));
-  auto rfc3339 = [](std::chrono::system_clock::time_point t) {
-    std::time_t tt = std::chrono::system_clock::to_time_t(t);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&tt));
-    return std::string(buf);
-  };
   auto now = std::chrono::system_clock::now();
   set_pod("first-0", "Failed", 1, "Error", rfc3339(now));
   std::this_thread::sleep_for(1500ms);  // the operator sees pod 0's exit 1 alone first
@@ -443,10 +445,7 @@ TEST_F(OperatorTest, ExitCodePolicyFailsOnAProgramErrorThatNoPeerContradicts) {
   run_all("alone", 2);
   ASSERT_TRUE(wait_phase("alone", "Running"));
   auto t0 = std::chrono::steady_clock::now();
-  std::time_t tt = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&tt));
-  set_pod("alone-0", "Failed", 1, "Error", buf);
+  set_pod("alone-0", "Failed", 1, "Error", rfc3339(std::chrono::system_clock::now()));
   ASSERT_TRUE(wait_phase("alone", "Failed", 20s));
   // It waited for the peer (about 5 s) before failing the job, and no longer.
   EXPECT_GE(std::chrono::steady_clock::now() - t0, 3s);

@@ -3,6 +3,9 @@
 #pragma once
 
 #include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -79,6 +82,22 @@ inline std::set<pid_t> descendants(pid_t root) {
   }
   out.erase(root);
   return out;
+}
+
+// For a suite main() that owns a fixture (a control plane, a cluster): blocks SIGINT, SIGTERM
+// and SIGHUP before any other thread exists and takes them on one thread, which runs
+// `tear_down(signal)` and exits 128+signal, so Ctrl-C or a ctest timeout still tears it down.
+inline void on_stop_signal(std::function<void(int)> tear_down) {
+  sigset_t stop;
+  sigemptyset(&stop);
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop, s);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  std::thread([stop, tear_down = std::move(tear_down)] {
+    int sig = 0;
+    sigwait(&stop, &sig);
+    tear_down(sig);
+    ::_exit(128 + sig);
+  }).detach();
 }
 
 }  // namespace lockstep::test
