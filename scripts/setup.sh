@@ -48,11 +48,27 @@ done
 if ((${#missing[@]})); then
   log "Debian packages: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
+  # A pinned package is asked for as name=version-glob (scripts/versions.env).
+  requests=()
+  for p in "${missing[@]}"; do
+    pin=$p
+    ((only_trainer)) || for q in $DEBIAN_CLUSTER_PINS; do [[ ${q%%=*} == "$p" ]] && pin=$q; done
+    requests+=("$pin")
+  done
   run_with_heartbeat "apt-get update" sudo_if_needed apt-get update -qq
-  run_with_heartbeat "apt-get install" sudo_if_needed apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  run_with_heartbeat "apt-get install" sudo_if_needed apt-get install -y -qq --no-install-recommends "${requests[@]}" >/dev/null
 else
   log "Debian packages: all installed"
 fi
+if ! ((only_trainer)); then
+  for q in $DEBIAN_CLUSTER_PINS; do
+    have=$(dpkg-query -W -f='${Version}' "${q%%=*}")
+    # shellcheck disable=SC2053 # the pin is a glob
+    [[ $have == ${q#*=} ]] ||
+      die "${q%%=*} $have is installed, but scripts/versions.env pins ${q#*=} (the version the cluster tier is tested with); install that (apt-get install '$q') or change the pin after testing the new one"
+  done
+fi
+
 
 # --- 2. LibTorch ---------------------------------------------------------------------
 if [[ $(torch_mode) == system ]]; then
