@@ -172,8 +172,14 @@ reconcile::GangSupport Controller::gang_support() {
       gang_checked_ = now;
     }
     if (gang_available_ && !podgroups_ && !stopping_) {
+      auto options = child_options(false);
+      // Jobs reconciled before this cache filled saw no PodGroups (a PodGroup deleted in
+      // that window sent us no event): every job is looked at again once it has.
+      options.on_synced = [this] {
+        for (const auto& obj : jobs_->list()) queue_.add(kube::object_key(*obj));
+      };
       podgroups_ = std::make_unique<kube::Informer>(
-          client_, res::kPodGroups, child_options(false),
+          client_, res::kPodGroups, options,
           [this](const kube::Object& old, const kube::Object& now) { on_child(old, now); });
       podgroups_->start();
       podgroups_ptr_ = podgroups_.get();

@@ -156,7 +156,7 @@ void Informer::run() {
       backoff(failures);
       continue;
     }
-    synced_ = true;
+    if (!synced_.exchange(true) && options_.on_synced) options_.on_synced();
     failures = 0;
     std::string path = resource_.path(options_.ns);
     if (!options_.label_selector.empty()) path += "?labelSelector=" + url_encode(options_.label_selector);

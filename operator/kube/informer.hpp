@@ -35,6 +35,9 @@ class Informer {
     std::string label_selector;  // e.g. "lockstep.dev/job-name"
     std::function<nlohmann::json(nlohmann::json)> trim;       // optional
     std::function<std::string(const nlohmann::json&)> index;  // optional secondary key
+    // Called once, after the first complete list: what was decided before it from an
+    // empty cache can be looked at again (optional).
+    std::function<void()> on_synced;
     int page_size = 500;
     int watch_timeout_seconds = 240;
   };
