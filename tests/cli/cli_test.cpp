@@ -40,6 +40,21 @@ TEST(Validate, AcceptsEveryExample) {
   }
 }
 
+// The default scheduler ignores PodGroups: an example that asks for gang scheduling names a
+// scheduler that honours them (scheduler-plugins' coscheduling), or it would promise what a
+// cluster does not do (#11 item 15).
+TEST(Examples, AGangExampleNamesAGangScheduler) {
+  int gang = 0;
+  for (const auto& e : fs::directory_iterator(src("examples"))) {
+    if (e.path().extension() != ".yaml") continue;
+    std::string text = lockstep::test::read_file(e.path().string());
+    if (text.find("gang: true") == std::string::npos) continue;
+    ++gang;
+    EXPECT_NE(text.find("schedulerName: "), std::string::npos) << e.path() << " asks for gang scheduling but names no schedulerName";
+  }
+  EXPECT_GT(gang, 0) << "no example shows gang scheduling";
+}
+
 // The same corpus crd_test sends to the real API server, with the same expected words.
 TEST(Validate, RejectsWhatTheApiServerRejectsWithTheSameMessages) {
   int n = 0;
@@ -178,7 +193,9 @@ TEST(Plan, EachFlagHasItsOwnMessage) {
     auto r = lockstep_cmd(args);
     EXPECT_EQ(r.status.shell_code(), 2) << r.output;
     EXPECT_NE(r.output.find(c.expect), std::string::npos) << r.output;
-    if (c.args[0] != "--params") EXPECT_EQ(r.output.find("124M"), std::string::npos) << "another flag's message:\n" << r.output;
+    if (c.args[0] != "--params") {
+      EXPECT_EQ(r.output.find("124M"), std::string::npos) << "another flag's message:\n" << r.output;
+    }
   }
 }
 

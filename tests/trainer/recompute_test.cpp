@@ -6,7 +6,9 @@
 
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <set>
+#include <thread>
 
 #include "checkpoint.hpp"
 #include "dist.hpp"
@@ -69,6 +71,54 @@ TEST(CollectiveDevice, BarrierAndCheckpointUseTheTrainingDevice) {
   std::filesystem::remove_all(dir);
   EXPECT_GT(pg->calls, 1) << "save_checkpoint is a collective: it should synchronise the ranks";
   EXPECT_EQ(pg->devices, std::set<std::string>{"meta"});
+}
+
+// Note [Shared checkpoint directory], the second guard: ranks that reach load_checkpoint with
+// different checkpoints in sight (storage that is not one directory, past the start token)
+// stop, naming both ranks' newest steps, instead of resuming from different steps.
+TEST(CheckpointAgreement, RanksThatSeeDifferentCheckpointsStopInsteadOfResuming) {
+  auto base = std::filesystem::temp_directory_path() / ("lockstep-agree-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(base);
+  // Rank 0's directory holds a complete checkpoint at step 5; rank 1's is empty.
+  {
+    Dist one;
+    CheckpointTarget t{(base / "rank0").string(), 0, 1, "DDP", false};
+    std::vector<torch::Tensor> tensors{torch::ones({4}).requires_grad_(true)};
+    torch::optim::SGD opt(tensors, torch::optim::SGDOptions(0.1));
+    save_checkpoint(t, 5, tensors, opt, one);
+  }
+  std::filesystem::create_directories(base / "rank1");
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::string errors[2];
+  std::optional<int64_t> resumed[2];
+  auto rank = [&](int r) {
+    auto o = c10d::ProcessGroupGloo::Options::create();
+    o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    Dist d;
+    d.rank = r;
+    d.world = 2;
+    d.backend = "gloo";
+    d.store = store;
+    d.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, r, 2, o);
+    CheckpointTarget t{(base / ("rank" + std::to_string(r))).string(), r, 2, "DDP", false};
+    std::vector<torch::Tensor> tensors{torch::zeros({4}).requires_grad_(true)};
+    torch::optim::SGD opt(tensors, torch::optim::SGDOptions(0.1));
+    try {
+      resumed[r] = load_checkpoint(t, tensors, opt, d);
+    } catch (const std::invalid_argument& e) {
+      errors[r] = e.what();
+    }
+  };
+  std::thread r1(rank, 1);
+  rank(0);
+  r1.join();
+  std::filesystem::remove_all(base);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_FALSE(resumed[r].has_value()) << "rank " << r << " resumed at step " << *resumed[r];
+    EXPECT_NE(errors[r].find("the ranks see different checkpoints"), std::string::npos) << "rank " << r << ": " << errors[r];
+    EXPECT_NE(errors[r].find("rank 0: 1, newest step 5; rank 1: 0, newest step -1"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("resume from different steps"), std::string::npos) << errors[r];
+  }
 }
 
 // Note [Autocast in recomputation]: a node's backward runs where autocast is off (here the

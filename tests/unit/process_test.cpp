@@ -193,3 +193,19 @@ TEST(ShellJoin, QuotesWhatNeedsIt) {
             "kubectl get tj -o 'jsonpath={.items}'");
   EXPECT_EQ(lockstep::shell_join({"echo", "it's"}), "echo 'it'\\''s'");
 }
+
+// support/suite_result.hpp: a binary whose every case skipped exits 77 (ctest's
+// SKIP_RETURN_CODE: Skipped, not Passed); one that ran anything exits as GoogleTest says.
+TEST(SuiteResult, AllSkippedExits77AndAnythingElseAsGoogleTestSays) {
+  std::string probe = lockstep::test::env_or("LOCKSTEP_SUITE_PROBE", "");
+  ASSERT_FALSE(probe.empty()) << "LOCKSTEP_SUITE_PROBE is not set (tests/CMakeLists.txt sets it)";
+  auto all = lockstep::run_capture({probe}, {{"PROBE_MODE", "skip"}}, std::chrono::seconds(30));
+  EXPECT_EQ(all.status.shell_code(), 77) << all.output;
+  EXPECT_NE(all.output.find("SKIPPED: all 2 test(s) of this binary were skipped"), std::string::npos) << all.output;
+  auto some = lockstep::run_capture({probe}, {{"PROBE_MODE", "some-skip"}}, std::chrono::seconds(30));
+  EXPECT_EQ(some.status.shell_code(), 0) << some.output;
+  auto pass = lockstep::run_capture({probe}, {{"PROBE_MODE", "pass"}}, std::chrono::seconds(30));
+  EXPECT_EQ(pass.status.shell_code(), 0) << pass.output;
+  auto fail = lockstep::run_capture({probe}, {{"PROBE_MODE", "fail"}}, std::chrono::seconds(30));
+  EXPECT_EQ(fail.status.shell_code(), 1) << fail.output;
+}
