@@ -31,8 +31,9 @@ variables (set by the operator), else torchrun's PET_* variables, else these fla
                              worker's start is a stall: a hang in rendezvous or the first
                              collective (default 30m for lockstep-trainer, off for other
                              commands, which may never report a step; 0 off)
-  --metrics-linger D         after a stall, keep serving /metrics this long so the stall is
-                             scraped; a stop signal cuts it short (default 30s, at most 10m)
+  --metrics-linger D         LOCKSTEP_METRICS_LINGER: after a stall, keep serving /metrics this
+                             long so the stall is scraped; a stop signal cuts it short (default
+                             30s, at most 10m; it delays the gang restart by as much)
   --rendezvous-timeout D     wait this long for the master address to resolve (default 10m)
   --grace-period D           SIGTERM to SIGKILL for workers (default 25s)
   --log-dir DIR              worker output to DIR/rank-N.log instead of prefixed lines
@@ -104,6 +105,7 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
   cfg.stall_timeout = env_duration(env, "LOCKSTEP_STALL_TIMEOUT", cfg.stall_timeout);
   bool first_step_set = env.count("LOCKSTEP_FIRST_STEP_TIMEOUT") && !env.at("LOCKSTEP_FIRST_STEP_TIMEOUT").empty();
   cfg.first_step_timeout = env_duration(env, "LOCKSTEP_FIRST_STEP_TIMEOUT", cfg.first_step_timeout);
+  cfg.metrics_linger = env_duration(env, "LOCKSTEP_METRICS_LINGER", cfg.metrics_linger);
   if (lookup(env, {c::kMasterAddr, c::kPetMasterAddr}, v, from)) cfg.master_addr = v;
   if (lookup(env, {c::kJobName}, v, from)) cfg.job_name = v;
   if (lookup(env, {c::kJobNamespace}, v, from)) cfg.job_namespace = v;

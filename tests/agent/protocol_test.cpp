@@ -282,8 +282,11 @@ TEST(Config, StallSettingsFromFlagsAndTheEnvironment) {
             std::chrono::minutes(7));
   EXPECT_EQ(c.metrics_linger, std::chrono::seconds(30));
   EXPECT_TRUE(c.first_step_detection());
-  c = load_config({{"LOCKSTEP_STALL_TIMEOUT", "2m"}, {"LOCKSTEP_FIRST_STEP_TIMEOUT", "0"}}, {});
+  c = load_config({{"LOCKSTEP_STALL_TIMEOUT", "2m"}, {"LOCKSTEP_FIRST_STEP_TIMEOUT", "0"}, {"LOCKSTEP_METRICS_LINGER", "1s"}}, {});
   EXPECT_EQ(c.stall_timeout, std::chrono::minutes(2));
+  EXPECT_EQ(c.metrics_linger, std::chrono::seconds(1));
+  EXPECT_EQ(load_config({{"LOCKSTEP_METRICS_LINGER", "1s"}}, {"--metrics-linger", "5s"}).metrics_linger, std::chrono::seconds(5))
+      << "a flag wins over the environment";
   EXPECT_FALSE(c.first_step_detection());
   c = load_config({{"LOCKSTEP_FIRST_STEP_TIMEOUT", "1h"}}, {"--first-step-timeout", "10s", "--stall-timeout", "0"});
   EXPECT_EQ(c.first_step_timeout, std::chrono::seconds(10));
