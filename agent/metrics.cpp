@@ -49,6 +49,11 @@ Metrics::Metrics(const Config& cfg, const std::string& socket_dir)
   auto& tokens = BuildCounter().Name("lockstep_tokens_total").Help("Tokens processed").Register(*registry_);
   auto& flops = BuildCounter().Name("lockstep_flops_total").Help("Floating-point operations done").Register(*registry_);
   auto& loss = BuildGauge().Name("lockstep_loss").Help("Training loss of the last step").Register(*registry_);
+  auto& step = BuildGauge().Name("lockstep_step").Help("Step number of the last step report").Register(*registry_);
+  auto& total_steps = BuildGauge()
+                          .Name("lockstep_total_steps")
+                          .Help("Steps the run plans in all (total_steps of the step report)")
+                          .Register(*registry_);
   auto& last = BuildGauge()
                    .Name("lockstep_last_step_timestamp_seconds")
                    .Help("Unix time of the last step report")
@@ -101,6 +106,8 @@ Metrics::Metrics(const Config& cfg, const std::string& socket_dir)
     r.flops = &flops.Add(r.labels);
     r.malformed = &malformed.Add(r.labels);
     r.loss = &loss.Add(r.labels);
+    r.step = &step.Add(r.labels);
+    r.total_steps = &total_steps.Add(r.labels);
     r.last_step_ts = &last.Add(r.labels);
     r.worker_up = &up.Add(r.labels);
     r.fd = bind_datagram_socket(socket_path(i));
@@ -166,6 +173,8 @@ void Metrics::record(int local_rank, const StepReport& s) {
   if (s.tokens) r.tokens->Increment(*s.tokens);
   if (s.flops) r.flops->Increment(*s.flops);
   if (s.loss) r.loss->Set(*s.loss);
+  r.step->Set(static_cast<double>(s.step));
+  if (s.total_steps) r.total_steps->Set(*s.total_steps);
   r.steps->Increment();
   if (s.comm_s_by_op.empty() && s.comm_s) {
     auto labels = r.labels;

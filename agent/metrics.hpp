@@ -59,7 +59,7 @@ class Metrics {
     prometheus::Labels labels;
     prometheus::Histogram* step_duration;
     prometheus::Counter *compute, *exposed, *steps, *tokens, *flops, *malformed;
-    prometheus::Gauge *loss, *last_step_ts, *worker_up;
+    prometheus::Gauge *loss, *last_step_ts, *worker_up, *step, *total_steps;
     RankProgress progress;
     int fd = -1;
   };

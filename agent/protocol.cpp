@@ -93,6 +93,7 @@ std::optional<StepReport> parse_step_report(const std::string& line, std::string
     else if (key == "flops") r.flops = v;
     else if (key == "loss") r.loss = v;
     else if (key == "mem_bytes") r.mem_bytes = v;
+    else if (key == "total_steps") r.total_steps = v;
     else if (key.rfind("comm_s.", 0) == 0 || key.rfind("comm_bytes.", 0) == 0 ||
              key.rfind("exposed_comm_s.", 0) == 0) {
       // The op becomes a label value: a bounded name, so a broken sender cannot mint

@@ -22,6 +22,7 @@ inline constexpr size_t kMaxOpNameLength = 32;
 struct StepReport {
   long long step = -1;
   std::optional<double> step_s, compute_s, comm_s, exposed_comm_s, tokens, flops, loss, mem_bytes;
+  std::optional<double> total_steps;  // the run's planned steps, for progress and an ETA
   std::map<std::string, double> comm_s_by_op, comm_bytes_by_op, exposed_comm_s_by_op;
 };
 

@@ -396,7 +396,7 @@ int run(const Options& o) {
     for (const auto& [op, s] : comm.ops)  // docs/metrics.md: per collective kind
       line << " comm_s." << op << "=" << s.comm_s << " comm_bytes." << op << "=" << s.bytes << " exposed_comm_s." << op
            << "=" << s.exposed_s;
-    line << " tokens=" << tokens_per_step
+    line << " total_steps=" << o.steps << " tokens=" << tokens_per_step
          << " flops=" << flops_per_token * tokens_per_step << " loss=" << loss_sum;
     reporter.send(line.str());
     if (loss_log.is_open()) loss_log << step + 1 << " " << std::setprecision(8) << loss_sum << std::endl;

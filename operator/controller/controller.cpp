@@ -1,5 +1,7 @@
 #include "controller/controller.hpp"
 
+#include <cpprest/http_client.h>
+
 #include <atomic>
 
 #include "lockstep/contract.hpp"
@@ -118,11 +120,17 @@ bool Controller::wait_for_sync(std::chrono::seconds timeout) {
 
 void Controller::start_workers() {
   for (int i = 0; i < config_.workers; ++i) workers_.emplace_back([this] { worker(); });
+  if (config_.progress_period.count() > 0) progress_thread_ = std::thread([this] { poll_progress(); });
 }
 
 void Controller::stop() {
   if (stopping_.exchange(true)) return;
   queue_.shutdown();
+  {
+    std::lock_guard<std::mutex> lock(progress_mu_);
+    progress_cv_.notify_all();
+  }
+  if (progress_thread_.joinable()) progress_thread_.join();
   for (auto& t : workers_)
     if (t.joinable()) t.join();
   std::lock_guard<std::mutex> lock(gang_mu_);  // no PodGroup informer starts after this
@@ -247,6 +255,7 @@ bool Controller::reconcile(const std::string& key) {
   in.job = JobView::from_json(*obj);
   in.now = reconcile::Clock::now();
   in.gang_support = gang_support();
+  in.progress = progress_of(key);
   for (const auto& p : pods_->by_index(key)) {
     if (controller_uid(*p) != in.job.uid) {
       warn_foreign_pod(in.job, *p);  // not ours to delete, whatever its label says
@@ -360,6 +369,72 @@ void Controller::record_event(const JobView& job, const std::string& type, const
   auto r = client_.create(res::kEvents.path(job.ns),
                           reconcile::event_manifest(job, type, reason, message, now, config_.component));
   if (!r.ok()) LOCKSTEP_LOG(Warn, "reconcile", job.ns << "/" << job.name << ": event " << reason << " not recorded: " << r.message());
+}
+
+namespace {
+
+// GET http://ip:port/metrics of an agent, or nullopt (not there yet, gone, slow).
+std::optional<std::string> fetch_agent_metrics(const std::string& ip, int port) {
+  web::http::client::http_client_config cfg;
+  cfg.set_timeout(std::chrono::seconds(2));
+  std::string host = ip.find(':') != std::string::npos ? "[" + ip + "]" : ip;  // IPv6
+  try {
+    web::http::client::http_client client("http://" + host + ":" + std::to_string(port), cfg);
+    auto r = client.request(web::http::methods::GET, "/metrics").get();
+    if (r.status_code() != web::http::status_codes::OK) return std::nullopt;
+    return r.extract_string(true).get();
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+// Note [Progress]: every progress_period, rank 0's agent of each Running job is read; a new
+// reading is kept with the one before it and the job is queued, and its reconcile writes the
+// status only when what `kubectl get tj` shows changed.
+void Controller::poll_progress() {
+  std::unique_lock<std::mutex> lock(progress_mu_);
+  while (!stopping_) {
+    progress_cv_.wait_for(lock, config_.progress_period, [this] { return stopping_.load(); });
+    if (stopping_) break;
+    lock.unlock();
+    std::set<std::string> running;
+    for (const auto& obj : jobs_->list()) {
+      if (stopping_) break;
+      auto job = JobView::from_json(*obj);
+      if (job.status.phase != "Running") continue;
+      std::string key = job.ns + "/" + job.name;
+      running.insert(key);
+      auto pod = pods_->get(job.ns, reconcile::pod_name(job, 0));
+      if (!pod) continue;
+      auto view = PodView::from_json(*pod);
+      if (view.ip.empty() || view.phase != "Running" || view.attempt != job.status.restarts) continue;
+      auto text = fetch_agent_metrics(view.ip, job.metrics_port);
+      if (!text) continue;
+      auto sample = reconcile::parse_progress(*text, 0, reconcile::Clock::now());
+      if (!sample) continue;
+      {
+        std::lock_guard<std::mutex> guard(progress_mu_);
+        auto& jp = progress_[key];
+        if (jp.attempt_pod != view.uid || (jp.last && sample->step < jp.last->step)) jp.last.reset();  // a new attempt
+        jp.attempt_pod = view.uid;
+        jp.progress = reconcile::progress_between(jp.last, *sample, job.nodes * job.procs_per_node);
+        jp.last = sample;
+      }
+      queue_.add(key);
+    }
+    lock.lock();
+    for (auto it = progress_.begin(); it != progress_.end();)  // jobs no longer running
+      it = running.count(it->first) ? std::next(it) : progress_.erase(it);
+  }
+}
+
+std::optional<reconcile::Progress> Controller::progress_of(const std::string& key) {
+  std::lock_guard<std::mutex> lock(progress_mu_);
+  auto it = progress_.find(key);
+  if (it == progress_.end()) return std::nullopt;
+  return it->second.progress;
 }
 
 void Controller::refresh_metrics() {

@@ -5,6 +5,9 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <map>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -30,6 +33,9 @@ struct Config {
   std::chrono::milliseconds resync_period{std::chrono::minutes(5)};  // 0: only on events and timers
   // How often API discovery is asked whether PodGroups exist (Note [PodGroup API discovery]).
   std::chrono::milliseconds podgroup_check_period{std::chrono::seconds(60)};
+  // How often rank 0's agent is read for status.progress (reconcile/progress.hpp, Note
+  // [Progress]); 0: never.
+  std::chrono::milliseconds progress_period{std::chrono::seconds(30)};
 };
 
 // While a job has outstanding expectations its reconcile waits for the events of our own
@@ -63,6 +69,8 @@ class Controller {
   kube::Informer::Options child_options(bool pods) const;
   void on_child(const kube::Object& old, const kube::Object& now);
   void enqueue_owner(const kube::Object& obj);
+  void poll_progress();  // the progress thread: Note [Progress]
+  std::optional<reconcile::Progress> progress_of(const std::string& key);
 
   kube::Client& client_;
   Config config_;
@@ -74,6 +82,15 @@ class Controller {
   std::atomic<kube::Informer*> podgroups_ptr_{nullptr};  // read without the lock
   std::vector<std::thread> workers_;
   std::atomic<bool> stopping_{false};
+  std::thread progress_thread_;
+  std::mutex progress_mu_;
+  std::condition_variable progress_cv_;
+  struct JobProgress {
+    std::string attempt_pod;  // the pod uid the samples came from; another one starts afresh
+    std::optional<reconcile::ProgressSample> last;
+    std::optional<reconcile::Progress> progress;
+  };
+  std::map<std::string, JobProgress> progress_;  // by job key
   std::mutex foreign_mu_;
   std::set<std::string> foreign_warned_;  // ns/job/pod-uid
   std::mutex gang_mu_;

@@ -235,6 +235,13 @@ struct Pass {
     for (const auto* p : current) succeeded += p->phase == "Succeeded";
     if (succeeded < job.nodes) return false;
     finish("Succeeded", "AllNodesSucceeded", "all " + std::to_string(job.nodes) + " pods succeeded");
+    // Every rank exited 0: the run took all its steps, whatever the last reading saw.
+    auto& p = s().progress;
+    if (!p && in.progress) p = in.progress;
+    if (p && p->total_steps >= 0) {
+      p->step = p->total_steps;
+      p->eta_seconds = 0;
+    }
     clean_finished_pods();
     expire_after_ttl();
     return true;
@@ -336,6 +343,7 @@ struct Pass {
     if (handle_success()) return;
     create_missing();
     update_phase();
+    if (in.progress) s().progress = in.progress;
   }
 };
 

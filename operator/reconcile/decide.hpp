@@ -47,6 +47,7 @@ struct Observed {
   bool service_exists = false;
   bool podgroup_exists = false;
   GangSupport gang_support = GangSupport::Available;
+  std::optional<Progress> progress;  // the latest reading of rank 0's agent (Note [Progress])
   Time now;
 };
 

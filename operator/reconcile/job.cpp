@@ -1,5 +1,7 @@
 #include "reconcile/job.hpp"
 
+#include <cmath>
+
 #include "lockstep/contract.hpp"
 
 using json = nlohmann::json;
@@ -68,6 +70,18 @@ json JobStatus::to_json() const {
   if (!start_time.empty()) s["startTime"] = start_time;
   if (!completion_time.empty()) s["completionTime"] = completion_time;
   s["observedGeneration"] = observed_generation;
+  if (progress) {
+    json p = {{"step", progress->step}};
+    std::string steps = std::to_string(progress->step);
+    if (progress->total_steps >= 0) {
+      p["totalSteps"] = progress->total_steps;
+      steps += "/" + std::to_string(progress->total_steps);
+    }
+    p["steps"] = steps;
+    if (progress->tokens_per_second) p["tokensPerSecond"] = static_cast<long long>(std::llround(*progress->tokens_per_second));
+    if (progress->eta_seconds) p["eta"] = format_duration(*progress->eta_seconds);
+    s["progress"] = p;
+  }
   return s;
 }
 
@@ -87,6 +101,15 @@ JobStatus JobStatus::from_json(const json& s) {
   st.start_time = get_or<std::string>(s, "startTime", "");
   st.completion_time = get_or<std::string>(s, "completionTime", "");
   st.observed_generation = get_or<long long>(s, "observedGeneration", 0);
+  const json& p = child(s, "progress");
+  if (p.contains("step")) {
+    Progress pr;
+    pr.step = get_or<long long>(p, "step", 0);
+    pr.total_steps = get_or<long long>(p, "totalSteps", -1);
+    if (p.contains("tokensPerSecond")) pr.tokens_per_second = get_or<double>(p, "tokensPerSecond", 0);
+    if (p.contains("eta")) pr.eta_seconds = parse_duration(get_or<std::string>(p, "eta", ""));
+    st.progress = pr;
+  }
   return st;
 }
 
@@ -143,6 +166,7 @@ PodView PodView::from_json(const json& obj) {
   const json& st = child(obj, "status");
   p.phase = get_or<std::string>(st, "phase", "Pending");
   p.reason = get_or<std::string>(st, "reason", "");
+  p.ip = get_or<std::string>(st, "podIP", "");
   if (st.contains("conditions") && st["conditions"].is_array())
     for (const auto& c : st["conditions"]) {
       std::string type = get_or<std::string>(c, "type", "");
@@ -206,7 +230,7 @@ json trim_pod(json pod) {
   json out = {{"metadata", trim_metadata(child(pod, "metadata"))}};
   const json& st = child(pod, "status");
   json status = json::object();
-  for (const char* k : {"phase", "reason"})
+  for (const char* k : {"phase", "reason", "podIP"})
     if (st.contains(k)) status[k] = st[k];
   if (st.contains("conditions") && st["conditions"].is_array()) {
     json conditions = json::array();

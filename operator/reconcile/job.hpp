@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "reconcile/progress.hpp"
 #include "reconcile/time.hpp"
 
 namespace lockstep::reconcile {
@@ -37,11 +38,12 @@ struct JobStatus {
   int restarts = 0;
   std::string start_time, completion_time;
   long long observed_generation = 0;
+  std::optional<Progress> progress;  // Note [Progress]
 
   bool operator==(const JobStatus& o) const {
     return phase == o.phase && conditions == o.conditions && nodes == o.nodes && restarts == o.restarts &&
            start_time == o.start_time && completion_time == o.completion_time &&
-           observed_generation == o.observed_generation;
+           observed_generation == o.observed_generation && progress == o.progress;
   }
   bool operator!=(const JobStatus& o) const { return !(*this == o); }
   const Condition* condition(const std::string& type) const;
@@ -93,6 +95,7 @@ struct PodView {
   // message (ErrImagePull, ImagePullBackOff, CreateContainerConfigError, ...).
   std::string unschedulable_message;
   std::string waiting_reason, waiting_message;
+  std::string ip;  // status.podIP
 
   bool finished() const { return phase == "Succeeded" || phase == "Failed"; }
   static PodView from_json(const nlohmann::json& obj);

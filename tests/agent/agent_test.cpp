@@ -382,6 +382,8 @@ TEST(Agent, MetricsCarryStepCommAndWorkerSeriesWithTheirLabels) {
         "lockstep_comm_op_exposed_seconds_total{namespace=\"ns\",node_rank=\"1\",op=\"allreduce\",rank=\"3\",trainingjob=\"tj\"} 0.05",
         "lockstep_tokens_total{namespace=\"ns\",node_rank=\"1\",rank=\"2\",trainingjob=\"tj\"} 2560",
         "lockstep_flops_total{", "lockstep_loss{namespace=\"ns\",node_rank=\"1\",rank=\"2\",trainingjob=\"tj\"} 1",
+        "lockstep_step{namespace=\"ns\",node_rank=\"1\",rank=\"3\",trainingjob=\"tj\"} 5",
+        "lockstep_total_steps{namespace=\"ns\",node_rank=\"1\",rank=\"3\",trainingjob=\"tj\"} 5",
         "lockstep_last_step_timestamp_seconds{", "lockstep_worker_up{namespace=\"ns\",node_rank=\"1\",rank=\"3\",trainingjob=\"tj\"} 1",
         "lockstep_worker_restarts_total{namespace=\"ns\",node_rank=\"1\",trainingjob=\"tj\"} 0",
         "lockstep_restart_attempt{namespace=\"ns\",node_rank=\"1\",trainingjob=\"tj\"} 2",

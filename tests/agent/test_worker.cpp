@@ -48,10 +48,10 @@ void report(const std::string& line) {
   ::close(fd);
 }
 
-void step(int n, double loss) {
+void step(int n, double loss, int total = 0) {
   report("step=" + std::to_string(n) + " step_s=0.05 compute_s=0.03 comm_s=0.02 exposed_comm_s=0.01 tokens=512 "
          "flops=1e9 loss=" + std::to_string(loss) + " mem_bytes=1048576 comm_s.allreduce=0.02 comm_bytes.allreduce=4096 "
-         "exposed_comm_s.allreduce=0.01");
+         "exposed_comm_s.allreduce=0.01" + (total > 0 ? " total_steps=" + std::to_string(total) : std::string()));
 }
 
 }  // namespace
@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
   if (mode == "steps") {
     int n = std::atoi(argv[2]);
     for (int i = 1; i <= n; ++i) {
-      step(i, 5.0 / i);
+      step(i, 5.0 / i, n);
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     std::cout << "rank " << env_int("RANK") << " reported " << n << " steps" << std::endl;

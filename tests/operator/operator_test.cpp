@@ -170,7 +170,7 @@ class OperatorTest : public ::testing::Test {
                       "crd/podgroups.scheduling.x-k8s.io", "--timeout=60s"});
     ASSERT_TRUE(w.status.success()) << w.output;
     client_ = new Client(RestConfig::from_kubeconfig(control_plane()->kubeconfig()));
-    operator_ = new OperatorProcess(control_plane()->kubeconfig());
+    operator_ = new OperatorProcess(control_plane()->kubeconfig(), {"--progress-period=1s"});
     ASSERT_TRUE(operator_->wait_log("caches synced")) << operator_->log();
   }
   static void TearDownTestSuite() {
@@ -513,6 +513,51 @@ TEST_F(OperatorTest, APodThatCannotStartIsNamedWithItsReason) {
   ASSERT_TRUE(wait_phase("blocked", "Running"));
   j = job("blocked");
   EXPECT_EQ((*condition(j, "PodsBlocked"))["status"], "False");
+}
+
+// #13 item 7, Note [Progress]: the operator reads rank 0's real agent (here on loopback, the
+// pod's IP as the test's kubelet reports it) and kubectl get tj shows Step, Tok/s and ETA.
+TEST_F(OperatorTest, KubectlGetShowsProgressReadFromRank0sAgent) {
+  int metrics_port = lockstep::free_loopback_port();
+  create_job("prog", 1, "  metrics: {port: " + std::to_string(metrics_port) + "}\n");
+  ASSERT_TRUE(wait_pods("prog", 1));
+  // Rank 0's agent: the job's 2 workers, each reporting 400 steps 50 ms apart (20 s),
+  // total_steps=400.
+  lockstep::SpawnOptions so;
+  so.argv = {lockstep::test::env_or("LOCKSTEP_AGENT_BIN", "lockstep-agent"), "--metrics-address", "127.0.0.1", "--",
+             lockstep::test::env_or("LOCKSTEP_TEST_WORKER_BIN", "lockstep-test-worker"), "steps", "400"};
+  so.env = {{"LOCKSTEP_JOB_NAME", "prog"}, {"LOCKSTEP_JOB_NAMESPACE", ns_}, {"LOCKSTEP_NNODES", "1"},
+            {"LOCKSTEP_NODE_RANK", "0"}, {"LOCKSTEP_NPROC_PER_NODE", "2"}, {"LOCKSTEP_MASTER_ADDR", "127.0.0.1"},
+            {"LOCKSTEP_MASTER_PORT", std::to_string(lockstep::free_loopback_port())},
+            {"LOCKSTEP_METRICS_PORT", std::to_string(metrics_port)}};
+  so.output_path = ::testing::TempDir() + "/prog-agent-" + std::to_string(::getpid()) + ".log";
+  auto agent = lockstep::Process::spawn(so);
+  set_pod("prog-0", "Running");
+  auto ip = client_->patch(res::kPods.path(ns_, "prog-0", "status"), {{"status", {{"podIP", "127.0.0.1"}}}});
+  ASSERT_TRUE(ip.ok()) << ip.message();
+  ASSERT_TRUE(wait_phase("prog", "Running"));
+  // Two readings a second apart give a rate: every column is filled.
+  std::string row;
+  bool shown = eventually([&] {
+    auto r = kubectl({"get", "tj", "prog", "-n", ns_, "--no-headers", "-o",
+                      "custom-columns=STEP:.status.progress.steps,TOK:.status.progress.tokensPerSecond,ETA:.status.progress.eta"});
+    row = r.output;
+    return r.status.success() && row.find("/400") != std::string::npos && row.find("<none>") == std::string::npos;
+  }, 20s);
+  EXPECT_TRUE(shown) << row << job("prog")["status"].dump();
+  json p = job("prog")["status"]["progress"];
+  EXPECT_EQ(p.value("totalSteps", -1), 400);
+  EXPECT_GT(p.value("step", 0), 0);
+  EXPECT_LT(p.value("step", 400), 400);
+  // 512 tokens a step per rank, at most 20 steps a second, 2 ranks: up to 20480 tokens/s
+  // for the gang (rank 0's rate times the world size), less on a loaded machine.
+  EXPECT_GT(p.value("tokensPerSecond", 0), 4000) << p;
+  EXPECT_LT(p.value("tokensPerSecond", 0), 24000) << p;
+  // The default table has the columns too.
+  auto table = kubectl({"get", "tj", "prog", "-n", ns_});
+  EXPECT_NE(table.output.find("STEP"), std::string::npos) << table.output;
+  EXPECT_NE(table.output.find("ETA"), std::string::npos) << table.output;
+  agent.terminate(10s);
 }
 
 TEST_F(OperatorTest, SuspendRemovesPodsAndResumeRecreatesThem) {
