@@ -249,12 +249,17 @@ void Supervisor::stop_group() {
   // theirs as they appear. What is left at the end of the grace period gets SIGKILL.
   std::set<pid_t> termed;
   signal_everything(SIGTERM, &termed);
+  // A stopped process (SIGSTOP, a debugger's detach gone wrong: one way a rank stalls) only
+  // acts on SIGTERM once continued; without this it would sit out the whole grace period.
+  std::set<pid_t> continued;
+  signal_everything(SIGCONT, &continued);
   auto deadline = std::chrono::steady_clock::now() + cfg_.grace_period;
   while (std::chrono::steady_clock::now() < deadline) {
     collect();
     pump_output();
     if (!descendants_left()) break;
     signal_everything(SIGTERM, &termed);
+    signal_everything(SIGCONT, &continued);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   for (auto& w : workers_)

@@ -205,6 +205,21 @@ TEST(Agent, AWorkerThatStopsReportingStepsIsAStall) {
       << a.output();
 }
 
+// A stopped rank (SIGSTOP) is a stall too, and stopping it does not sit out the grace period:
+// the agent continues what it terminates, so SIGTERM takes effect at once.
+TEST(Agent, AStoppedRankIsAStallAndStopsWithoutWaitingOutTheGracePeriod) {
+  std::string dir = temp_dir("sigstop");
+  auto t0 = std::chrono::steady_clock::now();
+  auto a = start_agent(dir, 1, 0, 2, lockstep::free_loopback_port(), {worker_bin(), "steps", "3", "then-stop"},
+                       {"--stall-timeout", "1s", "--grace-period", "30s", "--metrics-linger", "0"});
+  auto st = a.wait(60s);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(st.has_value()) << a.output();
+  EXPECT_EQ(st->shell_code(), lockstep::contract::kExitStall) << a.output();
+  EXPECT_LT(seconds, 15.0) << "the stopped rank held the agent for the grace period:\n" << a.output();
+  EXPECT_EQ(a.output().find("did not stop within the grace period"), std::string::npos) << a.output();
+}
+
 TEST(Agent, ARankThatNeverReportsAStepIsAStallAfterTheFirstStepTimeout) {
   // A hang in rendezvous or the first collective: no step ever arrives.
   std::string dir = temp_dir("first-step");

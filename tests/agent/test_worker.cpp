@@ -71,6 +71,11 @@ int main(int argc, char** argv) {
     }
     std::cout << "rank " << env_int("RANK") << " reported " << n << " steps" << std::endl;
     if (argc > 3 && std::string(argv[3]) == "then-hang") ::pause();
+    // rank 0 stops itself as a SIGSTOPped rank would be; the others wait in a "collective"
+    if (argc > 3 && std::string(argv[3]) == "then-stop") {
+      if (env_int("RANK") == 0) ::raise(SIGSTOP);
+      ::pause();
+    }
     return 0;
   }
   if (mode == "stubborn") {
