@@ -286,6 +286,11 @@ struct Pass {
         if (!p->unschedulable_message.empty()) {
           reason = "Unschedulable";
           message = "pod " + p->name + " cannot be scheduled: " + p->unschedulable_message;
+          // A gang scheduler's words are about its plugin ("rejection in PostFilter"): say
+          // what it means for the job.
+          if (job.gang && !job.scheduler_name.empty() && in.gang_support == GangSupport::Available)
+            message += " (gang scheduling by " + job.scheduler_name + ": none of the " + std::to_string(job.nodes) +
+                       " pods starts until all of them fit)";
         } else if (stuck.count(p->waiting_reason)) {
           reason = p->waiting_reason;
           message = "pod " + p->name + " cannot start: " + p->waiting_reason +

@@ -400,6 +400,24 @@ TEST(PartlySucceeded, AFailureAfterASuccessRerunsTheWholeGang) {
       << message(d, "Restarting");
 }
 
+// #13: under a gang scheduler, the condition says what its message means for the job.
+TEST(BlockedPods, AGangThatDoesNotFitSaysNoPodStartsUntilAllFit) {
+  auto j = job();
+  j.status.phase = "Pending";
+  j.status.start_time = format_time(kNow);
+  j.scheduler_name = "scheduler-plugins-scheduler";
+  PodView p0 = pod(0, "Pending"), p1 = pod(1, "Pending");
+  p0.unschedulable_message = p1.unschedulable_message = "0/1 nodes are available: 1 optimistic rejection in PostFilter.";
+  auto d = decide(observed(j, {p0, p1}));
+  EXPECT_EQ(reason(d, "PodsBlocked"), "Unschedulable");
+  EXPECT_EQ(message(d, "PodsBlocked"),
+            "pod tj-0 cannot be scheduled: 0/1 nodes are available: 1 optimistic rejection in PostFilter. (gang "
+            "scheduling by scheduler-plugins-scheduler: none of the 2 pods starts until all of them fit)");
+  j.gang = false;  // the default scheduler's words stand alone
+  EXPECT_EQ(message(decide(observed(j, {p0, p1})), "PodsBlocked"),
+            "pod tj-0 cannot be scheduled: 0/1 nodes are available: 1 optimistic rejection in PostFilter.");
+}
+
 // #12: a pod that cannot start is named with its reason, not left as a silent Pending.
 TEST(BlockedPods, AnUnschedulablePodIsNamedWithTheSchedulersMessage) {
   auto j = job();
