@@ -11,11 +11,20 @@
 #include <nlohmann/json.hpp>
 #include <sys/stat.h>
 
+#include <dirent.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
+#include <regex>
 #include <sstream>
+#include <thread>
 
 #include "cluster_test_support.hpp"
+#include "lockstep_install.hpp"
 #include "test_util.hpp"
 
 using namespace std::chrono_literals;
@@ -23,35 +32,28 @@ using json = nlohmann::json;
 using lockstep::test::cluster_kubectl;
 using lockstep::test::create_test_namespace;
 using lockstep::test::eventually;
+using lockstep::test::kOperatorNamespace;
 using lockstep::test::real_cluster;
 
 namespace {
 
 std::string source_path(const std::string& relative) { return std::string(LOCKSTEP_SOURCE_DIR) + "/" + relative; }
 
-const char* kOperatorNamespace = "lockstep-system";
-
 std::string trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
 }
 
-lockstep::RunResult helm(std::vector<std::string> args) {
-  args.insert(args.begin(), "helm");
-  args.push_back("--kubeconfig");
-  args.push_back(real_cluster()->kubeconfig());
-  std::map<std::string, std::string> env;
-  for (const char* d : {"HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"})
-    env[d] = ::testing::TempDir() + "/cluster-helm/" + d;
-  return lockstep::run_capture(args, env, 300s);
-}
-
 json get_json(const std::string& ns, const std::string& object) {
   auto r = cluster_kubectl({"-n", ns, "get", object, "-o", "json"});
   if (!r.status.success()) return json();
+  // The object alone: kubectl's warnings (stderr) share the output.
+  size_t from = r.output.find('{'), to = r.output.rfind('}');
+  if (from == std::string::npos || to == std::string::npos || to < from) return json();
   try {
-    return json::parse(r.output);
+    return json::parse(r.output.substr(from, to - from + 1));
   } catch (const json::exception&) {
+    std::cerr << "[cluster] kubectl get " << object << ": not JSON: " << r.output.substr(0, 500) << "\n";
     return json();
   }
 }
@@ -81,29 +83,13 @@ class LockstepInCluster : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!real_cluster()) return;
-    for (const char* name : {"operator", "trainer"}) {
-      auto path = lockstep::run_capture({source_path("scripts/images.sh"), "path", name}, {}, 60s);
-      std::string archive = trim(path.output);
-      if (!path.status.success() || !std::filesystem::exists(archive)) {
-        problem_ = std::string("the ") + name + " image is not built (scripts/images.sh build; scripts/test.sh does it): " +
-                   path.output;
-        return;
-      }
-      auto imported = real_cluster()->script({"import", archive}, 5min);
-      if (!imported.status.success()) {
-        problem_ = "cannot import " + archive + ": " + imported.output;
-        return;
-      }
-    }
-    auto t0 = std::chrono::steady_clock::now();
-    auto r = helm({"install", "lockstep", source_path("charts/lockstep"), "-n", kOperatorNamespace, "--create-namespace",
-                   "--set", "replicas=1", "--wait", "--timeout", "180s"});
-    if (!r.status.success()) {
-      problem_ = "helm install failed: " + r.output + diagnose(kOperatorNamespace);
-      return;
-    }
-    install_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::cerr << "[cluster] helm install: operator ready in " << install_seconds_ << " s\n";
+    problem_ = lockstep::test::install_lockstep(
+        {"replicas=1", "progressPeriod=2s",
+         // Gang restarts after 1 s, 2 s, 4 s, ... rather than the default 10 s, 20 s, ...:
+         // the fault test restarts one gang four times.
+         "restartBackoff=1s"},
+        &install_seconds_);
+    if (problem_.empty()) std::cerr << "[cluster] helm install: operator ready in " << install_seconds_ << " s\n";
   }
 
   void SetUp() override {
@@ -155,7 +141,25 @@ TEST_F(LockstepInCluster, DdpExampleTrainsInRealPodsToSucceeded) {
   std::string ns = create_test_namespace("ddp");
   auto t0 = std::chrono::steady_clock::now();
   apply_example(ns, "examples/ddp.yaml");
-  ASSERT_TRUE(wait_phase(ns, "tiny-ddp", "Succeeded", 300s)) << diagnose(ns);
+  // #13 item 7: while it trains, `kubectl get tj` shows the step out of the total, tokens/s
+  // and an ETA, which the operator (a pod) read from rank 0's agent (another pod) over the
+  // pod network; the training pods have no API access for it.
+  std::string progress_row;
+  ASSERT_TRUE(eventually([&] {
+    auto r = cluster_kubectl({"-n", ns, "get", "tj", "tiny-ddp", "--no-headers", "-o",
+                              "custom-columns=PHASE:.status.phase,STEP:.status.progress.steps,"
+                              "TOK:.status.progress.tokensPerSecond,ETA:.status.progress.eta"});
+    std::istringstream row(r.output);
+    std::string phase_now, step, tok, eta;
+    row >> phase_now >> step >> tok >> eta;
+    if (phase_now == "Running" && step.find("/200") != std::string::npos && tok != "<none>" && eta != "<none>" &&
+        progress_row.empty())
+      progress_row = r.output;
+    return phase_now == "Succeeded";
+  }, 300s)) << diagnose(ns);
+  EXPECT_FALSE(progress_row.empty()) << "no reading of rank 0's progress while the job ran: "
+                                     << get_json(ns, "trainingjob/tiny-ddp")["status"].dump();
+  std::cerr << "[cluster] kubectl get tj while training: " << progress_row;
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cerr << "[cluster] examples/ddp.yaml: apply -> Succeeded in " << seconds << " s\n";
   RecordProperty("ddp_apply_to_succeeded_seconds", std::to_string(seconds));
@@ -166,6 +170,8 @@ TEST_F(LockstepInCluster, DdpExampleTrainsInRealPodsToSucceeded) {
   EXPECT_EQ(job["status"]["nodes"].value("active", -1), 0);
   EXPECT_EQ(job["status"].value("restarts", -1), 0);
   EXPECT_TRUE(job["status"].contains("completionTime"));
+  // A finished job shows every step done.
+  EXPECT_EQ(job["status"]["progress"].value("steps", ""), "200/200") << job["status"].dump();
   // Pod 1's agent found the master by its DNS name; rank 0 printed its progress.
   auto agent1 = cluster_kubectl({"-n", ns, "logs", "tiny-ddp-1"});
   EXPECT_NE(agent1.output.find("master address 'tiny-ddp-0.tiny-ddp." + ns + ".svc' resolved to 10.244."),
@@ -183,7 +189,10 @@ TEST_F(LockstepInCluster, DdpExampleTrainsInRealPodsToSucceeded) {
                                 R"({"spec":{"runPolicy":{"ttlSecondsAfterFinished":1}}})"});
   ASSERT_TRUE(patch.status.success()) << patch.output;
   EXPECT_TRUE(eventually([&] { return get_json(ns, "trainingjob/tiny-ddp").is_null(); }, 60s)) << diagnose(ns);
-  EXPECT_TRUE(eventually([&] { return get_json(ns, "pods")["items"].empty(); }, 60s)) << diagnose(ns);
+  EXPECT_TRUE(eventually([&] {
+    json pods = get_json(ns, "pods");
+    return pods.is_object() && pods["items"].empty();
+  }, 60s)) << diagnose(ns);
 }
 
 // examples/fsdp.yaml as written, with the ReadWriteMany claim it asks for: a hostPath volume
@@ -241,7 +250,13 @@ TEST_F(LockstepInCluster, BadInputEndsInAConditionNamingThePodAndTheReason) {
   apply(job_yaml("noimage", "lockstep/trainer:does-not-exist", "100m", ok_args, "{restartPolicy: ExitCode}"));
   apply(job_yaml("badflag", "lockstep/trainer:0.1.0", "100m", "--model=tiny, --device=cpu, --steps=ten",
                  "{restartPolicy: ExitCode}"));
-  apply(job_yaml("toobig", "lockstep/trainer:0.1.0", "64", ok_args, "{}"));
+  // One CPU more than the node can give, whatever its size.
+  std::string allocatable = trim(cluster_kubectl({"get", "nodes", "-o", "jsonpath={.items[0].status.allocatable.cpu}"}).output);
+  long long millicores = allocatable.empty() ? 0
+                         : allocatable.back() == 'm' ? std::stoll(allocatable.substr(0, allocatable.size() - 1))
+                                                      : std::stoll(allocatable) * 1000;
+  ASSERT_GT(millicores, 0) << "node allocatable cpu: '" << allocatable << "'";
+  apply(job_yaml("toobig", "lockstep/trainer:0.1.0", std::to_string(millicores + 1000) + "m", ok_args, "{}"));
 
   auto blocked_reason = [&](const std::string& job) {
     json j = get_json(ns, "trainingjob/" + job);
@@ -266,13 +281,413 @@ TEST_F(LockstepInCluster, BadInputEndsInAConditionNamingThePodAndTheReason) {
   EXPECT_EQ(failed->value("reason", ""), "NonRetryableExitCode");
   std::string msg = failed->value("message", "");
   EXPECT_NE(msg.find("failed with exit code 64"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("pod badflag-"), std::string::npos) << "the failed pod is not named: " << msg;
   EXPECT_NE(msg.find("--steps"), std::string::npos) << "the trainer's message is not quoted: " << msg;
 
   // What `kubectl describe` shows a user.
-  auto describe = cluster_kubectl({"-n", ns, "describe", "trainingjob", "toobig", "noimage"});
+  auto describe = cluster_kubectl({"-n", ns, "describe", "trainingjob", "toobig", "noimage", "badflag"});
   EXPECT_NE(describe.output.find("Insufficient cpu"), std::string::npos) << describe.output;
   EXPECT_NE(describe.output.find("PodsBlocked"), std::string::npos) << describe.output;
   EXPECT_NE(describe.output.find("lockstep/trainer:does-not-exist"), std::string::npos) << describe.output;
+  EXPECT_NE(describe.output.find("NonRetryableExitCode"), std::string::npos) << describe.output;
+  EXPECT_NE(describe.output.find("exit code 64"), std::string::npos) << describe.output;
+  // Their pods hold the node's CPU: gone before the next test.
+  cluster_kubectl({"delete", "namespace", ns, "--wait=true"}, "", 120s);
+}
+
+// ---- #13: faults while a job trains in the cluster -----------------------------------------
+
+// The pids of lockstep-trainer processes of one pod of a job, seen from the host (the
+// containers' processes are the host's too): the workers inherit the agent's LOCKSTEP_*
+// environment, which names the job, its namespace and the pod's node rank.
+std::vector<pid_t> trainer_pids(const std::string& ns, const std::string& job, int node_rank) {
+  std::vector<pid_t> out;
+  const std::vector<std::string> want = {"LOCKSTEP_JOB_NAME=" + job, "LOCKSTEP_JOB_NAMESPACE=" + ns,
+                                         "LOCKSTEP_NODE_RANK=" + std::to_string(node_rank)};
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = lockstep::test::read_file(e.path().string() + "/cmdline");
+    std::string argv0 = cmdline.substr(0, cmdline.find('\0'));
+    if (argv0.size() < 16 || argv0.compare(argv0.size() - 16, 16, "lockstep-trainer") != 0) continue;
+    std::string environ = lockstep::test::read_file(e.path().string() + "/environ");
+    std::vector<std::string> vars;
+    for (size_t i = 0, j; i < environ.size(); i = j + 1) {
+      j = environ.find('\0', i);
+      if (j == std::string::npos) j = environ.size();
+      vars.push_back(environ.substr(i, j - i));
+    }
+    bool all = true;
+    for (const auto& w : want) all &= std::find(vars.begin(), vars.end(), w) != vars.end();
+    if (all) out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+
+int latest_checkpoint(const std::string& dir) {
+  std::string latest = trim(lockstep::test::read_file(dir + "/LATEST"));
+  return latest.rfind("step-", 0) == 0 ? std::atoi(latest.c_str() + 5) : 0;
+}
+
+std::chrono::system_clock::time_point parse_rfc3339(const std::string& t) {
+  std::tm tm{};
+  if (!strptime(t.c_str(), "%Y-%m-%dT%H:%M:%S", &tm)) return {};
+  auto tp = std::chrono::system_clock::from_time_t(timegm(&tm));
+  size_t dot = t.find('.');
+  if (dot != std::string::npos) {
+    size_t end = t.find_first_not_of("0123456789", dot + 1);
+    std::string frac = t.substr(dot + 1, end - dot - 1).substr(0, 9);
+    frac.resize(9, '0');
+    tp += std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::nanoseconds(std::stoll(frac)));
+  }
+  return tp;
+}
+
+// What rank 0's log of the current attempt says: the step it resumed at (-1: none yet, 0:
+// started afresh) and when it finished its first step after that (DDP steps only when every
+// rank takes part, so that is when all ranks step again).
+struct Resume {
+  int step = -1;
+  std::optional<std::chrono::system_clock::time_point> first_step_at;
+};
+Resume resume_of(const std::string& ns, const std::string& pod) {
+  Resume r;
+  auto logs = cluster_kubectl({"-n", ns, "logs", "--timestamps", pod});
+  if (!logs.status.success()) return r;
+  static const std::regex resumed(R"(lockstep-trainer: resumed from \S+ at step (\d+))");
+  // Each line: the kubelet's timestamp, the agent's "[rank 0] " prefix, the trainer's text.
+  static const std::regex stepped(R"(^(\S+) (\[rank \d+\] )?step +(\d+)/)");
+  std::istringstream in(logs.output);
+  bool started = false;
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, resumed)) r.step = std::stoi(m[1]);
+    else if (line.find("lockstep-trainer: tiny") != std::string::npos || line.find("parameters),") != std::string::npos)
+      started = true;
+    else if (std::regex_search(line, m, stepped) && !r.first_step_at) {
+      if (r.step < 0 && started) r.step = 0;
+      r.first_step_at = parse_rfc3339(m[1]);
+    }
+  }
+  return r;
+}
+
+// The last step rank 0 finished, from its loss log (one line per step, flushed as written).
+int last_logged_step(const std::string& loss_log) {
+  std::istringstream in(lockstep::test::read_file(loss_log));
+  int last = 0;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream f(line);
+    int step;
+    if (f >> step) last = step;
+  }
+  return last;
+}
+
+// bench/recovery reads these: one line per fault (LOCKSTEP_RECOVERY_REPORT names the file).
+void report_recovery(const std::string& fault, int checkpoint, int at_fault, int resumed, double seconds) {
+  const char* path = std::getenv("LOCKSTEP_RECOVERY_REPORT");
+  if (!path || !*path) return;
+  std::ofstream out(path, std::ios::app);
+  out << fault << "\t" << checkpoint << "\t" << at_fault << "\t" << resumed << "\t" << seconds << "\n";
+}
+
+double final_loss(const std::string& loss_log) {
+  std::istringstream in(lockstep::test::read_file(loss_log));
+  double loss = -1;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream f(line);
+    long long step;
+    double l;
+    if (f >> step >> l) loss = l;
+  }
+  return loss;
+}
+
+// examples/ddp-checkpoint.yaml, into `ns`, with its hostPath in the tests' state directory
+// (nothing of a test stays on the machine), rank 0's loss log and a step line per step in the
+// checkpoint directory, and the agents' stall window shortened to 10 s.
+std::string checkpoint_job(const std::string& name, const std::string& dir, int steps) {
+  std::string yaml = lockstep::test::read_file(source_path("examples/ddp-checkpoint.yaml"));
+  auto replace = [&](const std::string& from, const std::string& to) {
+    size_t at = yaml.find(from);
+    if (at == std::string::npos) throw std::runtime_error("examples/ddp-checkpoint.yaml has no '" + from + "'");
+    yaml.replace(at, from.size(), to);
+  };
+  replace("name: tiny-ddp-ckpt", "name: " + name);
+  replace("/var/lib/lockstep/checkpoints/tiny-ddp-ckpt", dir);
+  replace("--steps=400", "--steps=" + std::to_string(steps) + ", --log-every=1, --loss-log=/ckpt/loss.txt");
+  replace("        volumeMounts: [{name: checkpoints, mountPath: /ckpt}]\n      volumes:",
+          "        volumeMounts: [{name: checkpoints, mountPath: /ckpt}]\n"
+          "        env: [{name: LOCKSTEP_STALL_TIMEOUT, value: 10s}, {name: LOCKSTEP_METRICS_LINGER, value: 1s}]\n"
+          "      volumes:");
+  return yaml;
+}
+
+// #13 items 1-3: faults injected while examples/ddp-checkpoint.yaml trains. Each one ends in a
+// gang restart that resumes from the newest complete checkpoint (never step 0), status.restarts
+// and the Events count them, no pod of an old attempt or a duplicate is left, and the final
+// loss equals an uninterrupted run of the same job.
+TEST_F(LockstepInCluster, FaultsRestartTheGangWhichResumesFromItsLastCheckpoint) {
+  std::string ns = create_test_namespace("faults");
+  std::string volumes = lockstep::test::real_cluster_state_dir() + "/run/volumes/" + ns;
+  const std::string job = "faulty", dir = volumes + "/faulty";
+  const int steps = 1200;  // enough for five faults and a 60 s kubelet outage
+  auto r = cluster_kubectl({"-n", ns, "apply", "-f", "-"}, checkpoint_job(job, dir, steps));
+  ASSERT_TRUE(r.status.success()) << r.output;
+  ASSERT_TRUE(wait_phase(ns, job, "Running", 120s)) << diagnose(ns);
+
+  auto restarts = [&] { return get_json(ns, "trainingjob/" + job)["status"].value("restarts", -1); };
+  auto pod_json = [&](int i) { return get_json(ns, "pod/" + job + "-" + std::to_string(i)); };
+  int expected_restarts = 0;
+  // Waits for a checkpoint newer than `after`, injects the fault, and checks the recovery.
+  auto inject = [&](const std::string& what, const std::function<void()>& fault) {
+    SCOPED_TRACE(what);
+    int before = latest_checkpoint(dir);
+    ASSERT_TRUE(eventually([&] { return latest_checkpoint(dir) >= before + 20 && phase(ns, job) == "Running"; }, 120s))
+        << "no new checkpoint after step " << before << "\n" << diagnose(ns);
+    int saved = latest_checkpoint(dir);
+    // Mid-way to the next checkpoint, as a fault would come: half an interval to redo.
+    ASSERT_TRUE(eventually([&] { return last_logged_step(dir + "/loss.txt") >= saved + 10; }, 60s)) << diagnose(ns);
+    auto at = std::chrono::system_clock::now();
+    int at_step = last_logged_step(dir + "/loss.txt");
+    fault();
+    ++expected_restarts;
+    ASSERT_TRUE(eventually([&] { return restarts() >= expected_restarts; }, 90s)) << diagnose(ns);
+    EXPECT_EQ(restarts(), expected_restarts) << "one fault, one gang restart";
+    Resume res;
+    ASSERT_TRUE(eventually([&] {
+      auto p = pod_json(0);
+      if (!p.is_object() || p["metadata"]["labels"].value("lockstep.dev/restart-attempt", "") !=
+                                std::to_string(expected_restarts))
+        return false;
+      res = resume_of(ns, job + "-0");
+      return res.first_step_at.has_value();
+    }, 120s)) << diagnose(ns);
+    EXPECT_GT(res.step, 0) << "the gang started again from step 0";
+    EXPECT_GE(res.step, saved) << "resumed before the newest complete checkpoint";
+    double seconds = std::chrono::duration<double>(*res.first_step_at - at).count();
+    std::cerr << "[cluster] fault '" << what << "' at step " << at_step << ", after checkpoint " << saved
+              << ": resumed at step " << res.step << " (" << at_step - res.step << " steps redone), every rank stepping again "
+              << seconds << " s after the fault\n";
+    report_recovery(what, saved, at_step, res.step, seconds);
+    RecordProperty("recovery_seconds_" + std::to_string(expected_restarts), std::to_string(seconds));
+  };
+
+  inject("SIGKILL of the trainer in pod 1", [&] {
+    auto pids = trainer_pids(ns, job, 1);
+    ASSERT_EQ(pids.size(), 1u) << "pod 1's trainer process, seen from the host";
+    ASSERT_EQ(::kill(pids[0], SIGKILL), 0);
+  });
+  inject("kubectl delete pod " + job + "-0", [&] {
+    auto d = cluster_kubectl({"-n", ns, "delete", "pod", job + "-0", "--wait=false"});
+    ASSERT_TRUE(d.status.success()) << d.output;
+  });
+  inject("the container of pod 1 killed through containerd, and the operator's pod deleted during the restart", [&] {
+    std::string id = pod_json(1)["status"]["containerStatuses"][0].value("containerID", "");
+    ASSERT_EQ(id.rfind("containerd://", 0), 0u) << id;
+    auto k = lockstep::run_capture({"ctr", "--address", lockstep::test::real_cluster_state_dir() + "/run/containerd/containerd.sock",
+                                    "-n", "k8s.io", "task", "kill", "-s", "SIGKILL", id.substr(13)},
+                                   {}, 30s);
+    ASSERT_TRUE(k.status.success()) << k.output;
+    // The operator goes while the gang restarts; its Deployment brings it back, and the new
+    // leader finishes the restart (no duplicate pods, one restart counted).
+    ASSERT_TRUE(eventually([&] { return restarts() >= expected_restarts + 1 || phase(ns, job) == "Restarting"; }, 60s));
+    auto d = cluster_kubectl({"-n", kOperatorNamespace, "delete", "pod", "-l", "app.kubernetes.io/name=lockstep-operator",
+                              "--wait=false"});
+    ASSERT_TRUE(d.status.success()) << d.output;
+  });
+  inject("SIGSTOP of the trainer in pod 0 (a stalled rank)", [&] {
+    auto pids = trainer_pids(ns, job, 0);
+    ASSERT_EQ(pids.size(), 1u);
+    ASSERT_EQ(::kill(pids[0], SIGSTOP), 0);
+  });
+
+  // The kubelet away for 60 s: the containers train on under containerd, the node turns
+  // NotReady, and once the kubelet is back nothing restarts.
+  {
+    SCOPED_TRACE("the kubelet stopped for 60 s");
+    int before = latest_checkpoint(dir);
+    ASSERT_TRUE(eventually([&] { return latest_checkpoint(dir) >= before + 20 && phase(ns, job) == "Running"; }, 120s))
+        << diagnose(ns);
+    auto stop = real_cluster()->script({"kubelet", "stop"}, 60s);
+    ASSERT_TRUE(stop.status.success()) << stop.output;
+    int at_stop = last_logged_step(dir + "/loss.txt");
+    auto node_ready = [] {
+      return trim(cluster_kubectl({"get", "nodes", "-o", "jsonpath={.items[0].status.conditions[?(@.type==\"Ready\")].status}"})
+                      .output);
+    };
+    bool not_ready = false;
+    auto until = std::chrono::steady_clock::now() + 60s;
+    while (std::chrono::steady_clock::now() < until) {
+      not_ready |= node_ready() != "True";
+      std::this_thread::sleep_for(2s);
+    }
+    auto start = real_cluster()->script({"kubelet", "start"}, 120s);
+    ASSERT_TRUE(start.status.success()) << start.output;
+    int at_start = last_logged_step(dir + "/loss.txt");
+    std::cerr << "[cluster] kubelet away 60 s: training went from step " << at_stop << " to " << at_start
+              << (not_ready ? "; the node turned NotReady" : "; the node stayed Ready") << "\n";
+    EXPECT_GT(at_start, at_stop) << "training stopped while the kubelet was away";
+    if (const char* path = std::getenv("LOCKSTEP_RECOVERY_REPORT"); path && *path)
+      std::ofstream(path, std::ios::app) << "kubelet\t" << at_stop << "\t" << at_start << "\t" << not_ready << "\n";
+    EXPECT_TRUE(eventually([&] { return node_ready() == "True"; }, 90s)) << diagnose(ns);
+    std::this_thread::sleep_for(10s);  // the kubelet's first pod syncs
+    EXPECT_EQ(restarts(), expected_restarts) << "the gang restarted although no process was lost\n" << diagnose(ns);
+  }
+
+  ASSERT_TRUE(wait_phase(ns, job, "Succeeded", 420s)) << diagnose(ns);
+  json status = get_json(ns, "trainingjob/" + job)["status"];
+  EXPECT_EQ(status.value("restarts", -1), expected_restarts) << status.dump();
+  // Events say why: one GangRestart per fault.
+  json events = get_json(ns, "events");
+  int gang_restart_events = 0;  // each restart's Event has its own message, so its own object
+  for (const auto& e : events.value("items", json::array()))
+    gang_restart_events += e.value("reason", "") == "GangRestart" && e["involvedObject"].value("name", "") == job;
+  EXPECT_EQ(gang_restart_events, expected_restarts) << events.dump(1);
+  // No pod of an earlier attempt, and no duplicate.
+  json pods = get_json(ns, "pods");
+  ASSERT_EQ(pods["items"].size(), 2u) << pods.dump(1);
+  for (const auto& p : pods["items"])
+    EXPECT_EQ(p["metadata"]["labels"].value("lockstep.dev/restart-attempt", ""), std::to_string(expected_restarts));
+
+  // The same job without faults: the same final loss (resume is exact; DDP's two-rank
+  // all-reduce is deterministic, so the bound is float noise).
+  const std::string ref_dir = volumes + "/reference";
+  r = cluster_kubectl({"-n", ns, "apply", "-f", "-"}, checkpoint_job("reference", ref_dir, steps));
+  ASSERT_TRUE(r.status.success()) << r.output;
+  ASSERT_TRUE(wait_phase(ns, "reference", "Succeeded", 420s)) << diagnose(ns);
+  double faulty = final_loss(dir + "/loss.txt"), reference = final_loss(ref_dir + "/loss.txt");
+  ASSERT_GT(reference, 0) << lockstep::test::read_file(ref_dir + "/loss.txt");
+  std::cerr << std::setprecision(8) << "[cluster] final loss after " << expected_restarts << " faults " << faulty << ", uninterrupted " << reference
+            << "\n";
+  EXPECT_NEAR(faulty, reference, 1e-5 * reference);
+  auto wall = [&](const std::string& name) {
+    json st = get_json(ns, "trainingjob/" + name)["status"];
+    return std::chrono::duration<double>(parse_rfc3339(st.value("completionTime", "")) -
+                                         parse_rfc3339(st.value("startTime", "")))
+        .count();
+  };
+  if (const char* path = std::getenv("LOCKSTEP_RECOVERY_REPORT"); path && *path)
+    std::ofstream(path, std::ios::app) << "job\t" << wall(job) << "\t" << wall("reference") << "\n";
+  cluster_kubectl({"-n", ns, "delete", "trainingjob", "--all", "--wait=true"});
+}
+
+// ---- #13 item 6: gang scheduling with the coscheduling plugin --------------------------------
+
+// CPU (millicores) the node has left for new pods: allocatable less what its pods request.
+long long free_millicpu() {
+  // A quantity: "2", "1500m", or a bare number.
+  auto to_milli = [](const json& q) -> long long {
+    if (q.is_number()) return static_cast<long long>(q.get<double>() * 1000);
+    if (!q.is_string()) return 0;
+    std::string s = q.get<std::string>();
+    if (s.empty()) return 0;
+    if (s.back() == 'm') return std::stoll(s.substr(0, s.size() - 1));
+    return static_cast<long long>(std::stod(s) * 1000);
+  };
+  json nodes = get_json("default", "nodes");
+  if (!nodes.is_object() || nodes["items"].empty()) return 0;
+  long long free = to_milli(nodes["items"][0]["status"]["allocatable"]["cpu"]);
+  json pods = json::parse(cluster_kubectl({"get", "pods", "-A", "-o", "json"}).output);
+  for (const auto& p : pods["items"]) {
+    std::string phase = p["status"].value("phase", "");
+    if (phase == "Succeeded" || phase == "Failed" || !p["spec"].contains("nodeName")) continue;
+    for (const auto& c : p["spec"]["containers"])
+      if (c.contains("resources") && c["resources"].contains("requests") && c["resources"]["requests"].contains("cpu"))
+        free -= to_milli(c["resources"]["requests"]["cpu"]);
+  }
+  return free;
+}
+
+// A job of three one-rank pods, each asking for `cpu_milli`, with or without gang scheduling.
+std::string gang_job(const std::string& name, long long cpu_milli, bool gang) {
+  return "apiVersion: lockstep.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: " + name + "}\n"
+         "spec:\n  nodes: 3\n  procsPerNode: 1\n  strategy: DDP\n  template:\n    spec:\n      containers:\n"
+         "      - name: trainer\n        image: lockstep/trainer:0.1.0\n"
+         "        resources: {requests: {cpu: " + std::to_string(cpu_milli) + "m, memory: 256Mi}}\n"
+         "  trainer:\n    args: [--model=tiny, --device=cpu, --steps=20, --batch-size=4]\n"
+         "  scheduling:\n    gang: " + (gang ? "true\n    schedulerName: scheduler-plugins-scheduler\n" : "false\n");
+}
+
+std::vector<std::string> bound_pods(const std::string& ns, const std::string& job) {
+  std::vector<std::string> out;
+  json pods = get_json(ns, "pods");
+  if (!pods.is_object()) return out;
+  for (const auto& p : pods.value("items", json::array()))  // (the blocker pod has no labels)
+    if (p["metadata"].value("labels", json::object()).value("lockstep.dev/job-name", "") == job &&
+        !p["spec"].value("nodeName", "").empty())
+      out.push_back(p["metadata"].value("name", ""));
+  return out;
+}
+
+// A gang that does not fit: with the coscheduling scheduler no member is bound (none runs,
+// none holds the node's CPU) and the job says why; once there is room all members start
+// together. The same job with the default scheduler starts the members that fit: the partial
+// start gang scheduling prevents.
+TEST_F(LockstepInCluster, AGangThatDoesNotFitStartsNoMemberUntilAllFit) {
+  std::string ns = create_test_namespace("gang");
+  long long free = free_millicpu();
+  ASSERT_GT(free, 600) << "the node has too little CPU left for this test";
+  // Three members of 0.3 F fit in F; a blocker of 0.5 F leaves room for one.
+  long long member = free * 3 / 10, blocker = free / 2;
+  std::string blocker_pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: blocker}\nspec:\n"
+                            "  terminationGracePeriodSeconds: 1\n  containers:\n  - name: nettest\n    image: " +
+                            lockstep::test::cluster_setting("NETTEST_IMAGE") +
+                            "\n    imagePullPolicy: Never\n    args: [serve, \"8080\"]\n"
+                            "    resources: {requests: {cpu: " + std::to_string(blocker) + "m}}\n";
+  auto r = cluster_kubectl({"-n", ns, "apply", "-f", "-"}, blocker_pod);
+  ASSERT_TRUE(r.status.success()) << r.output;
+  ASSERT_EQ(lockstep::test::wait_pods_ready(ns, {"blocker"}), "");
+
+  // Without gang scheduling: the default scheduler binds the member that fits.
+  r = cluster_kubectl({"-n", ns, "apply", "-f", "-"}, gang_job("loose", member, false));
+  ASSERT_TRUE(r.status.success()) << r.output;
+  EXPECT_TRUE(eventually([&] { return bound_pods(ns, "loose").size() == 1; }, 60s)) << diagnose(ns);
+  std::this_thread::sleep_for(5s);
+  EXPECT_EQ(bound_pods(ns, "loose").size(), 1u) << "a partial start: one member holds its CPU, two wait";
+  cluster_kubectl({"-n", ns, "delete", "trainingjob", "loose", "--wait=true"}, "", 120s);
+  ASSERT_TRUE(eventually([&] { return bound_pods(ns, "loose").empty(); }, 60s)) << diagnose(ns);
+
+  // With it: nobody is bound while the gang does not fit, and the job says why.
+  r = cluster_kubectl({"-n", ns, "apply", "-f", "-"}, gang_job("gang", member, true));
+  ASSERT_TRUE(r.status.success()) << r.output;
+  std::string why;
+  EXPECT_TRUE(eventually([&] {
+    json j = get_json(ns, "trainingjob/gang");  // kept: condition() points into it
+    const json* c = condition(j, "PodsBlocked");
+    if (c && c->value("status", "") == "True") why = c->value("reason", "") + ": " + c->value("message", "");
+    return !why.empty();
+  }, 90s)) << diagnose(ns);
+  std::cerr << "[cluster] a gang that does not fit: " << why << "\n";
+  EXPECT_NE(why.find("pod gang-"), std::string::npos) << why;
+  EXPECT_NE(why.find("none of the 3 pods starts until all of them fit"), std::string::npos) << why;
+  for (int i = 0; i < 10; ++i) {  // over 20 s: no member bound, none Running
+    EXPECT_TRUE(bound_pods(ns, "gang").empty()) << diagnose(ns);
+    std::this_thread::sleep_for(2s);
+  }
+  EXPECT_EQ(phase(ns, "gang"), "Pending");
+
+  // Room for all: they are bound together.
+  auto freed = std::chrono::steady_clock::now();
+  r = cluster_kubectl({"-n", ns, "delete", "pod", "blocker", "--wait=true"});
+  ASSERT_TRUE(r.status.success()) << r.output;
+  ASSERT_TRUE(eventually([&] { return bound_pods(ns, "gang").size() == 3; }, 120s)) << diagnose(ns);
+  std::cerr << "[cluster] gang bound "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - freed).count()
+            << " s after the capacity was freed\n";
+  // Bound together: the scheduler's PodScheduled transitions within a few seconds.
+  std::vector<std::chrono::system_clock::time_point> scheduled;
+  json pods = get_json(ns, "pods");  // kept alive for the loop
+  for (const auto& p : pods.value("items", json::array()))
+    for (const auto& c : p["status"].value("conditions", json::array()))
+      if (c.value("type", "") == "PodScheduled" && c.value("status", "") == "True")
+        scheduled.push_back(parse_rfc3339(c.value("lastTransitionTime", "")));
+  ASSERT_EQ(scheduled.size(), 3u);
+  auto [lo, hi] = std::minmax_element(scheduled.begin(), scheduled.end());
+  EXPECT_LE(std::chrono::duration<double>(*hi - *lo).count(), 3.0) << "the members were not bound together";
+  EXPECT_TRUE(wait_phase(ns, "gang", "Succeeded", 180s)) << diagnose(ns);
+  cluster_kubectl({"-n", ns, "delete", "trainingjob", "gang", "--wait=true"}, "", 120s);
 }
 
 }  // namespace
