@@ -1,0 +1,669 @@
+// Metrics in the real-node cluster (#13 item 5): Prometheus finds the training pods and the operator with the
+// scrape jobs the Prometheus Operator generates for the chart's PodMonitor and ServiceMonitor, and every
+// query of both dashboards returns data from real pods, with `pod` and `trainingjob` labels.
+//
+// Discovery: kubernetes_sd_configs against the cluster (kubeconfig_file). Debian's Prometheus
+// is built without Kubernetes discovery ("Kubernetes support has been completely removed", its
+// NEWS.Debian); with such a build the test lists the pods and the operator's Endpoints and hands
+// Prometheus the same targets, with the same __meta_kubernetes_* labels its Kubernetes discovery
+// sets (discovery/kubernetes/pod.go and endpoints.go), through file_sd_configs: the relabelling
+// that selects and labels them is the same either way. LOCKSTEP_PROMETHEUS_BIN names a build
+// with Kubernetes discovery (upstream's), which is then used.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "cluster_test_support.hpp"
+#include "lockstep_install.hpp"
+#include "test_util.hpp"
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+using lockstep::run_capture;
+using lockstep::test::cluster_kubectl;
+using lockstep::test::create_test_namespace;
+using lockstep::test::env_or;
+using lockstep::test::eventually;
+using lockstep::test::kOperatorNamespace;
+using lockstep::test::real_cluster;
+
+namespace {
+
+// ---- what the chart declares (charts/lockstep/templates/monitoring.yaml, _helpers.tpl) ------
+// The release install_lockstep() installs, and the objects the chart would create with
+// serviceMonitor.enabled and podMonitor.enabled (TheScrapeJobsFollowTheChartsMonitors checks
+// these against `helm template`).
+const std::string kRelease = "lockstep";
+const std::string kPodMonitor = kRelease + "-training";      // {{ .Release.Name }}-training
+const std::string kServiceMonitor = kRelease + "-operator";  // lockstep.fullname
+const std::string kOperatorService = kRelease + "-operator";
+// Prometheus Operator naming (pkg/prometheus/promcfg.go): "<kind>/<namespace>/<name>/<endpoint
+// index>" for the scrape pool; the `job` label is "<namespace>/<name>" of a PodMonitor and the
+// Service's name for a ServiceMonitor (no jobLabel set).
+const std::string kPodMonitorPool = "podMonitor/" + std::string(kOperatorNamespace) + "/" + kPodMonitor + "/0";
+const std::string kPodMonitorJob = std::string(kOperatorNamespace) + "/" + kPodMonitor;
+const std::string kServiceMonitorPool = "serviceMonitor/" + std::string(kOperatorNamespace) + "/" + kServiceMonitor + "/0";
+const std::string kServiceMonitorJob = kOperatorService;
+const std::string kJob = "tiny-ddp";  // examples/ddp.yaml
+const int kAgentMetricsPort = 9400;   // spec.metrics.port's default
+
+std::string source_path(const std::string& relative) { return std::string(LOCKSTEP_SOURCE_DIR) + "/" + relative; }
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+std::string tail(const std::string& s, size_t n) { return s.size() <= n ? s : "..." + s.substr(s.size() - n); }
+
+// kubectl's JSON, past any warning it printed first (v1 Endpoints is deprecated from 1.33).
+json kubectl_json(const std::vector<std::string>& args) {
+  auto r = cluster_kubectl(args);
+  size_t at = r.output.find('{');
+  if (!r.status.success() || at == std::string::npos) return json();
+  json j = json::parse(r.output.substr(at), nullptr, false);
+  return j.is_discarded() ? json() : j;
+}
+
+json get_json(const std::string& ns, const std::string& object) { return kubectl_json({"-n", ns, "get", object, "-o", "json"}); }
+
+std::string phase(const std::string& ns, const std::string& job) {
+  json j = get_json(ns, "trainingjob/" + job);
+  return j.is_object() && j.contains("status") ? j["status"].value("phase", "") : "";
+}
+
+// ---- the scrape configuration -----------------------------------------------------------------
+// What the Prometheus Operator generates for the chart's two monitors, rule for rule, following
+// generateServiceMonitorConfig and generatePodMonitorConfig in pkg/prometheus/promcfg.go of
+// prometheus-operator v0.7x/v0.8x (main branch, 2025): the job name relabelled into
+// __tmp_prometheus_job_name; the running filter (filterRunning, default true: Failed and
+// Succeeded pods dropped); selector keep rules on the label and labelpresent meta labels
+// (matchLabels: "(value);true", sorted by key; Exists: labelpresent "true"); the port kept by
+// name; namespace, service, pod, container (and node) target labels; job; endpoint; the shard
+// rules with one shard ($(SHARD) is 0). honor_labels false, the operator's default: the agent's
+// own `namespace` label becomes `exported_namespace`. Differences: scrape_interval 1s rather
+// than the monitors' 15s and 30s, and discovery from a kubeconfig rather than in-cluster.
+const char* kServiceMonitorRelabel = R"yaml(  relabel_configs:
+  - {source_labels: [job], target_label: __tmp_prometheus_job_name}
+  - {action: keep, source_labels: [__meta_kubernetes_service_label_app_kubernetes_io_instance, __meta_kubernetes_service_labelpresent_app_kubernetes_io_instance], regex: '(lockstep);true'}
+  - {action: keep, source_labels: [__meta_kubernetes_service_label_app_kubernetes_io_name, __meta_kubernetes_service_labelpresent_app_kubernetes_io_name], regex: '(lockstep-operator);true'}
+  - {action: keep, source_labels: [__meta_kubernetes_endpoint_port_name], regex: http}
+  - {source_labels: [__meta_kubernetes_endpoint_address_target_kind, __meta_kubernetes_endpoint_address_target_name], separator: ';', regex: 'Node;(.*)', replacement: '${1}', target_label: node}
+  - {source_labels: [__meta_kubernetes_endpoint_address_target_kind, __meta_kubernetes_endpoint_address_target_name], separator: ';', regex: 'Pod;(.*)', replacement: '${1}', target_label: pod}
+  - {source_labels: [__meta_kubernetes_namespace], target_label: namespace}
+  - {source_labels: [__meta_kubernetes_service_name], target_label: service}
+  - {source_labels: [__meta_kubernetes_pod_name], target_label: pod}
+  - {source_labels: [__meta_kubernetes_pod_container_name], target_label: container}
+  - {action: drop, source_labels: [__meta_kubernetes_pod_phase], regex: '(Failed|Succeeded)'}
+  - {source_labels: [__meta_kubernetes_service_name], target_label: job, replacement: '${1}'}
+  - {target_label: endpoint, replacement: http}
+  - {source_labels: [__address__], target_label: __tmp_hash, modulus: 1, action: hashmod}
+  - {source_labels: [__tmp_hash], regex: '0', action: keep}
+)yaml";
+
+const char* kPodMonitorRelabel = R"yaml(  relabel_configs:
+  - {source_labels: [job], target_label: __tmp_prometheus_job_name}
+  - {action: drop, source_labels: [__meta_kubernetes_pod_phase], regex: '(Failed|Succeeded)'}
+  - {action: keep, source_labels: [__meta_kubernetes_pod_labelpresent_lockstep_dev_job_name], regex: 'true'}
+  - {action: keep, source_labels: [__meta_kubernetes_pod_container_port_name], regex: metrics}
+  - {source_labels: [__meta_kubernetes_namespace], target_label: namespace}
+  - {source_labels: [__meta_kubernetes_pod_container_name], target_label: container}
+  - {source_labels: [__meta_kubernetes_pod_name], target_label: pod}
+  - {target_label: job, replacement: 'lockstep-system/lockstep-training'}
+  - {target_label: endpoint, replacement: metrics}
+  - {source_labels: [__address__], target_label: __tmp_hash, modulus: 1, action: hashmod}
+  - {source_labels: [__tmp_hash], regex: '0', action: keep}
+)yaml";
+
+// kubernetes_sd: Prometheus discovers from the API server; else from file_sd files in sd_dir
+// (EmulatedKubernetesSd), one per role.
+std::string scrape_config(bool kubernetes_sd, const std::string& kubeconfig, const std::string& sd_dir) {
+  auto discovery = [&](const std::string& role, const std::string& ns) {
+    if (!kubernetes_sd)
+      return "  file_sd_configs:\n  - files: ['" + sd_dir + "/" + role + ".json']\n    refresh_interval: 1s\n";
+    std::string s = "  kubernetes_sd_configs:\n  - role: " + role + "\n    kubeconfig_file: '" + kubeconfig + "'\n";
+    if (!ns.empty()) s += "    namespaces:\n      names: [" + ns + "]\n";
+    return s;
+  };
+  std::ostringstream c;
+  c << "global: {scrape_interval: 1s, evaluation_interval: 1s}\nscrape_configs:\n"
+    // The ServiceMonitor: no namespaceSelector, so its own namespace.
+    << "- job_name: " << kServiceMonitorPool << "\n  honor_labels: false\n"
+    << discovery("endpoints", kOperatorNamespace) << "  scrape_interval: 1s\n  metrics_path: /metrics\n"
+    << kServiceMonitorRelabel
+    // The PodMonitor: namespaceSelector {any: true}, so no namespaces at all.
+    << "- job_name: " << kPodMonitorPool << "\n  honor_labels: false\n"
+    << discovery("pod", "") << "  scrape_interval: 1s\n  metrics_path: /metrics\n" << kPodMonitorRelabel;
+  return c.str();
+}
+
+// ---- Kubernetes discovery for a Prometheus without it -----------------------------------------
+// The target groups Prometheus 2.42's Kubernetes discovery makes (discovery/kubernetes/pod.go,
+// endpoints.go), from the same API objects, written for file_sd_configs. One group per target,
+// since file_sd has no per-target labels.
+std::string sanitize_label_name(std::string s) {
+  for (auto& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
+  return s;
+}
+
+void add_map(json& ls, const json& m, const std::string& prefix, const std::string& present_prefix) {
+  if (!m.is_object()) return;
+  for (const auto& [k, v] : m.items()) {
+    ls[prefix + sanitize_label_name(k)] = v.is_string() ? v.get<std::string>() : v.dump();
+    ls[present_prefix + sanitize_label_name(k)] = "true";
+  }
+}
+
+// podLabels()
+json pod_labels(const json& pod) {
+  const json& meta = pod["metadata"];
+  json status = pod.value("status", json::object()), spec = pod.value("spec", json::object());
+  std::string ready = "unknown";
+  for (const auto& c : status.value("conditions", json::array()))
+    if (c.value("type", "") == "Ready") {
+      ready = c.value("status", "Unknown");
+      for (auto& ch : ready) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    }
+  json ls = {{"__meta_kubernetes_pod_name", meta.value("name", "")},
+             {"__meta_kubernetes_pod_ip", status.value("podIP", "")},
+             {"__meta_kubernetes_pod_ready", ready},
+             {"__meta_kubernetes_pod_phase", status.value("phase", "")},
+             {"__meta_kubernetes_pod_node_name", spec.value("nodeName", "")},
+             {"__meta_kubernetes_pod_host_ip", status.value("hostIP", "")},
+             {"__meta_kubernetes_pod_uid", meta.value("uid", "")}};
+  for (const auto& o : meta.value("ownerReferences", json::array()))
+    if (o.value("controller", false)) {
+      ls["__meta_kubernetes_pod_controller_kind"] = o.value("kind", "");
+      ls["__meta_kubernetes_pod_controller_name"] = o.value("name", "");
+    }
+  add_map(ls, meta.value("labels", json::object()), "__meta_kubernetes_pod_label_", "__meta_kubernetes_pod_labelpresent_");
+  add_map(ls, meta.value("annotations", json::object()), "__meta_kubernetes_pod_annotation_",
+          "__meta_kubernetes_pod_annotationpresent_");
+  return ls;
+}
+
+json group(const std::string& address, const json& labels) {
+  return {{"targets", json::array({address})}, {"labels", labels}};
+}
+
+// Role pod, every namespace: buildPod().
+json pod_role_groups(const json& pods) {
+  json out = json::array();
+  for (const auto& pod : pods.value("items", json::array())) {
+    std::string ip = pod.value("status", json::object()).value("podIP", "");
+    if (ip.empty()) continue;  // a pod without an IP yet gives no targets
+    json base = pod_labels(pod);
+    base["__meta_kubernetes_namespace"] = pod["metadata"].value("namespace", "");
+    const json& spec = pod["spec"];
+    std::vector<std::pair<json, bool>> containers;
+    for (const auto& c : spec.value("containers", json::array())) containers.emplace_back(c, false);
+    for (const auto& c : spec.value("initContainers", json::array())) containers.emplace_back(c, true);
+    for (const auto& [c, init] : containers) {
+      json ls = base;
+      ls["__meta_kubernetes_pod_container_name"] = c.value("name", "");
+      ls["__meta_kubernetes_pod_container_image"] = c.value("image", "");
+      ls["__meta_kubernetes_pod_container_init"] = init ? "true" : "false";
+      json ports = c.value("ports", json::array());
+      if (ports.empty()) out.push_back(group(ip, ls));
+      for (const auto& p : ports) {
+        std::string number = std::to_string(p.value("containerPort", 0));
+        json t = ls;
+        t["__meta_kubernetes_pod_container_port_number"] = number;
+        t["__meta_kubernetes_pod_container_port_name"] = p.value("name", "");
+        t["__meta_kubernetes_pod_container_port_protocol"] = p.value("protocol", "TCP");
+        out.push_back(group(ip + ":" + number, t));
+      }
+    }
+  }
+  return out;
+}
+
+// Role endpoints, one namespace: buildEndpoints(), with the Service's labels and, for an address
+// that is a pod, the pod's labels and those of its container port that matches.
+json endpoints_role_groups(const json& endpoints, const json& services, const json& pods) {
+  std::map<std::string, json> service_of, pod_of;
+  for (const auto& s : services.value("items", json::array())) service_of[s["metadata"].value("name", "")] = s;
+  for (const auto& p : pods.value("items", json::array())) pod_of[p["metadata"].value("name", "")] = p;
+  json out = json::array();
+  for (const auto& eps : endpoints.value("items", json::array())) {
+    const json& meta = eps["metadata"];
+    std::string name = meta.value("name", "");
+    json base = {{"__meta_kubernetes_namespace", meta.value("namespace", "")}, {"__meta_kubernetes_endpoints_name", name}};
+    add_map(base, meta.value("labels", json::object()), "__meta_kubernetes_endpoints_label_",
+            "__meta_kubernetes_endpoints_labelpresent_");
+    if (service_of.count(name)) {
+      const json& sm = service_of[name]["metadata"];
+      base["__meta_kubernetes_service_name"] = name;
+      add_map(base, sm.value("labels", json::object()), "__meta_kubernetes_service_label_",
+              "__meta_kubernetes_service_labelpresent_");
+      add_map(base, sm.value("annotations", json::object()), "__meta_kubernetes_service_annotation_",
+              "__meta_kubernetes_service_annotationpresent_");
+    }
+    auto add = [&](const json& addr, const json& port, const std::string& ready) {
+      std::string number = std::to_string(port.value("port", 0));
+      json t = base;
+      t["__meta_kubernetes_endpoint_port_name"] = port.value("name", "");
+      t["__meta_kubernetes_endpoint_port_protocol"] = port.value("protocol", "TCP");
+      t["__meta_kubernetes_endpoint_ready"] = ready;
+      if (addr.contains("nodeName")) t["__meta_kubernetes_endpoint_node_name"] = addr.value("nodeName", "");
+      if (!addr.value("hostname", "").empty()) t["__meta_kubernetes_endpoint_hostname"] = addr.value("hostname", "");
+      json ref = addr.value("targetRef", json::object());
+      if (!ref.empty()) {
+        t["__meta_kubernetes_endpoint_address_target_kind"] = ref.value("kind", "");
+        t["__meta_kubernetes_endpoint_address_target_name"] = ref.value("name", "");
+      }
+      if (ref.value("kind", "") == "Pod" && pod_of.count(ref.value("name", ""))) {
+        const json& pod = pod_of[ref.value("name", "")];
+        t.update(pod_labels(pod));
+        bool found = false;
+        for (const auto& c : pod["spec"].value("containers", json::array())) {
+          for (const auto& cp : c.value("ports", json::array()))
+            if (cp.value("containerPort", 0) == port.value("port", 0)) {
+              t["__meta_kubernetes_pod_container_name"] = c.value("name", "");
+              t["__meta_kubernetes_pod_container_image"] = c.value("image", "");
+              t["__meta_kubernetes_pod_container_port_name"] = cp.value("name", "");
+              t["__meta_kubernetes_pod_container_port_number"] = number;
+              t["__meta_kubernetes_pod_container_port_protocol"] = port.value("protocol", "TCP");
+              found = true;
+              break;
+            }
+          if (found) break;
+        }
+      }
+      out.push_back(group(addr.value("ip", "") + ":" + number, t));
+    };
+    for (const auto& subset : eps.value("subsets", json::array()))
+      for (const auto& port : subset.value("ports", json::array())) {
+        for (const auto& a : subset.value("addresses", json::array())) add(a, port, "true");
+        for (const auto& a : subset.value("notReadyAddresses", json::array())) add(a, port, "false");
+      }
+  }
+  return out;
+}
+
+class EmulatedKubernetesSd {
+ public:
+  explicit EmulatedKubernetesSd(std::string dir) : dir_(std::move(dir)) {}
+
+  // At most once a second; Prometheus watches the files.
+  void refresh() {
+    auto now = std::chrono::steady_clock::now();
+    if (written_ && now - last_ < 1s) return;
+    last_ = now;
+    json pods = kubectl_json({"get", "pods", "-A", "-o", "json"});
+    json endpoints = kubectl_json({"-n", kOperatorNamespace, "get", "endpoints", "-o", "json"});
+    json services = kubectl_json({"-n", kOperatorNamespace, "get", "services", "-o", "json"});
+    json operator_pods = kubectl_json({"-n", kOperatorNamespace, "get", "pods", "-o", "json"});
+    if (!pods.is_object() || !endpoints.is_object() || !services.is_object() || !operator_pods.is_object()) return;
+    write("pod", pod_role_groups(pods));
+    write("endpoints", endpoints_role_groups(endpoints, services, operator_pods));
+    written_ = true;
+  }
+
+  std::string describe() const {
+    return "emulated discovery, pod.json:\n" + tail(lockstep::test::read_file(dir_ + "/pod.json"), 3000) +
+           "\nendpoints.json:\n" + tail(lockstep::test::read_file(dir_ + "/endpoints.json"), 3000) + "\n";
+  }
+
+ private:
+  void write(const std::string& role, const json& groups) {
+    std::string path = dir_ + "/" + role + ".json";
+    std::ofstream(path + ".tmp") << groups.dump(1);
+    std::filesystem::rename(path + ".tmp", path);  // whole files only, for the watcher
+  }
+
+  std::string dir_;
+  bool written_ = false;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+// ---- Prometheus --------------------------------------------------------------------------------
+json prom_get(int port, const std::string& path, const std::vector<std::string>& params = {}) {
+  std::vector<std::string> argv = {"curl", "-s", "--get"};
+  for (const auto& p : params) {
+    argv.push_back("--data-urlencode");
+    argv.push_back(p);
+  }
+  argv.push_back("http://127.0.0.1:" + std::to_string(port) + path);
+  auto r = run_capture(argv, {}, 20s);
+  json j = json::parse(r.output, nullptr, false);
+  return j.is_discarded() ? json{{"status", "error"}, {"error", r.output}} : j;
+}
+
+json prom_query(int port, const std::string& expr) { return prom_get(port, "/api/v1/query", {"query=" + expr}); }
+
+json result_of(const json& r) {
+  return r.value("status", "") == "success" && r["data"]["result"].is_array() ? r["data"]["result"] : json::array();
+}
+
+std::string label(const json& series, const std::string& name) {
+  return series.contains("metric") ? series["metric"].value(name, "") : "";
+}
+
+// Prometheus' targets as one line each: the pool, URL, health, last error and labels; and how
+// many each pool dropped.
+std::string targets_summary(int port) {
+  json active = prom_get(port, "/api/v1/targets", {"state=active"});
+  if (active.value("status", "") != "success") return "targets: " + active.dump() + "\n";
+  std::string out = "Prometheus' active targets:\n";
+  for (const auto& t : active["data"].value("activeTargets", json::array()))
+    out += "  " + t.value("scrapePool", "") + " " + t.value("scrapeUrl", "") + " " + t.value("health", "") + " '" +
+           t.value("lastError", "") + "' " + t.value("labels", json::object()).dump() + "\n";
+  json dropped = prom_get(port, "/api/v1/targets", {"state=dropped"});
+  std::map<std::string, int> per_pool;
+  for (const auto& t : dropped["data"].value("droppedTargets", json::array()))
+    ++per_pool[t.value("discoveredLabels", json::object()).value("job", "?")];
+  for (const auto& [pool, n] : per_pool) out += "  dropped by " + pool + ": " + std::to_string(n) + "\n";
+  return out;
+}
+
+// Grafana's variables and label_values() in PromQL Prometheus can run (as dashboards_test).
+std::string fill(std::string expr, const std::string& ns, const std::string& job) {
+  const std::vector<std::pair<std::string, std::string>> vars = {
+      {"$__rate_interval", "15s"}, {"$namespace", ns}, {"$trainingjob", job}, {"$rank", ".*"}, {"$peak_tflops", "989"}};
+  for (const auto& [k, v] : vars)
+    for (size_t pos; (pos = expr.find(k)) != std::string::npos;) expr.replace(pos, k.size(), v);
+  std::smatch m;
+  if (std::regex_match(expr, m, std::regex(R"(label_values\((.*),\s*(\w+)\))"))) return "count by (" + m[2].str() + ") (" + m[1].str() + ")";
+  if (std::regex_match(expr, m, std::regex(R"(label_values\((\w+)\))"))) return "count(" + m[1].str() + ")";
+  return expr;
+}
+
+// What the test leaves, taken away however it ends: Prometheus, the job, the directory.
+struct Leftovers {
+  std::string dir, ns;
+  lockstep::Process prometheus;
+  int port = 0;
+  std::string log() const { return dir + "/prometheus.log"; }
+  ~Leftovers() {
+    if (prometheus.pid() > 0 && prometheus.running()) prometheus.terminate(10s);
+    if (!ns.empty()) {
+      cluster_kubectl({"-n", ns, "delete", "trainingjob", kJob, "--wait=true"}, "", 120s);
+      cluster_kubectl({"delete", "namespace", ns, "--wait=true"}, "", 180s);
+    }
+    std::error_code ec;
+    if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+  }
+};
+
+// Starts `binary` on dir/prometheus.yml: "" once it is ready, else why not (its log).
+std::string start_prometheus(const std::string& binary, Leftovers& l) {
+  std::filesystem::remove_all(l.dir + "/tsdb");
+  std::filesystem::remove(l.log());
+  l.port = lockstep::free_loopback_port();
+  lockstep::SpawnOptions ps;
+  ps.argv = {binary, "--config.file=" + l.dir + "/prometheus.yml", "--storage.tsdb.path=" + l.dir + "/tsdb",
+             "--web.listen-address=127.0.0.1:" + std::to_string(l.port)};
+  ps.output_path = l.log();
+  ps.new_process_group = true;
+  l.prometheus = lockstep::Process::spawn(ps);
+  const std::string ready_url = "http://127.0.0.1:" + std::to_string(l.port) + "/-/ready";
+  bool exited = false;
+  bool ready = eventually([&] {
+    if (!l.prometheus.running()) return exited = true;
+    std::this_thread::sleep_for(200ms);
+    return run_capture({"curl", "-sf", ready_url}, {}, 5s).status.success();
+  }, 60s);
+  if (ready && !exited) return "";
+  if (l.prometheus.running()) {
+    l.prometheus.terminate(10s);
+    return "Prometheus was not ready within 60 s:\n" + tail(lockstep::test::read_file(l.log()), 3000);
+  }
+  return "Prometheus exited: " + tail(lockstep::test::read_file(l.log()), 3000);
+}
+
+// Images and the operator, once for the suite: a failure here fails every test, with why.
+class MetricsInCluster : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!real_cluster()) return;
+    problem_ = lockstep::test::install_lockstep({"replicas=1"}, &install_seconds_);
+    if (problem_.empty()) std::cerr << "[cluster] helm install: operator ready in " << install_seconds_ << " s\n";
+  }
+
+  void SetUp() override {
+    LOCKSTEP_REQUIRE_REAL_CLUSTER();
+    ASSERT_TRUE(problem_.empty()) << problem_;
+  }
+
+  static std::string problem_;
+  static double install_seconds_;
+};
+
+std::string MetricsInCluster::problem_;
+double MetricsInCluster::install_seconds_ = 0;
+
+// The scrape jobs above stand for the chart's monitors: the names, selectors and ports they
+// encode are the ones `helm template` renders with both monitors enabled.
+TEST_F(MetricsInCluster, TheScrapeJobsFollowTheChartsMonitors) {
+  auto r = lockstep::test::cluster_helm({"template", kRelease, source_path("charts/lockstep"), "-n", kOperatorNamespace,
+                                         "--set", "serviceMonitor.enabled=true", "--set", "podMonitor.enabled=true",
+                                         "--show-only", "templates/monitoring.yaml"});
+  ASSERT_TRUE(r.status.success()) << r.output;
+  const std::string& y = r.output;
+  size_t pm = y.find("kind: PodMonitor"), sm = y.find("kind: ServiceMonitor");
+  ASSERT_NE(pm, std::string::npos) << y;
+  ASSERT_NE(sm, std::string::npos) << y;
+  std::string service_monitor = pm > sm ? y.substr(sm, pm - sm) : y.substr(sm);
+  std::string pod_monitor = pm > sm ? y.substr(pm) : y.substr(pm, sm - pm);
+  for (const auto& want : {"metadata:\n  name: " + kServiceMonitor + "\n  namespace: " + kOperatorNamespace + "\n",
+                           std::string("{port: http, path: /metrics"), std::string("matchLabels:")})
+    EXPECT_NE(service_monitor.find(want), std::string::npos) << "'" << want << "' not in\n" << service_monitor;
+  EXPECT_EQ(service_monitor.find("namespaceSelector"), std::string::npos) << "the job looks in the monitor's namespace only";
+  for (const auto& want : {"metadata:\n  name: " + kPodMonitor + "\n  namespace: " + kOperatorNamespace + "\n",
+                           std::string("namespaceSelector: {any: true}"),
+                           std::string("- {key: lockstep.dev/job-name, operator: Exists}"),
+                           std::string("{port: metrics, path: /metrics")})
+    EXPECT_NE(pod_monitor.find(want), std::string::npos) << "'" << want << "' not in\n" << pod_monitor;
+  EXPECT_EQ(pod_monitor.find("matchLabels"), std::string::npos) << pod_monitor;
+  // The ServiceMonitor's matchLabels: exactly the two keep rules of its job.
+  std::set<std::string> match_labels;
+  size_t key = service_monitor.find("matchLabels:");
+  size_t line_start = service_monitor.rfind('\n', key);
+  line_start = line_start == std::string::npos ? 0 : line_start + 1;
+  const size_t indent = key - line_start;  // the lines under it are indented deeper
+  std::istringstream in(service_monitor.substr(line_start));
+  std::string first;
+  std::getline(in, first);
+  for (std::string line; std::getline(in, line) && line.find_first_not_of(' ') != std::string::npos &&
+                         line.find_first_not_of(' ') > indent;)
+    match_labels.insert(trim(line.substr(line.find_first_not_of(' '))));
+  EXPECT_EQ(match_labels, (std::set<std::string>{"app.kubernetes.io/name: lockstep-operator",
+                                                 "app.kubernetes.io/instance: " + kRelease}))
+      << service_monitor;
+}
+
+TEST_F(MetricsInCluster, PrometheusFindsThePodsAndTheOperatorAndEveryDashboardQueryHasData) {
+  const std::string prometheus = env_or("LOCKSTEP_PROMETHEUS_BIN", "prometheus");
+  if (!run_capture({"sh", "-c", "command -v \"$0\"", prometheus}, {}, 10s).status.success()) {
+    if (env_or("LOCKSTEP_REQUIRE_ALL", "") == "1") FAIL() << prometheus << " not found (scripts/setup.sh installs it)";
+    GTEST_SKIP() << "SKIPPED: " << prometheus << " not found";
+  }
+  Leftovers left;
+  left.dir = ::testing::TempDir() + "/metrics-in-cluster-" + std::to_string(::getpid());
+  std::filesystem::remove_all(left.dir);
+  std::filesystem::create_directories(left.dir + "/sd");
+
+  // examples/ddp.yaml, with steps it does not finish while the test looks: the PodMonitor's
+  // running filter drops a Succeeded pod, and its series then go stale. The test deletes it.
+  left.ns = create_test_namespace("metrics");
+  const std::string ns = left.ns;
+  std::string yaml = lockstep::test::read_file(source_path("examples/ddp.yaml"));
+  size_t at = yaml.find("--steps=200");
+  ASSERT_NE(at, std::string::npos) << "examples/ddp.yaml has no --steps=200";
+  yaml.replace(at, 11, "--steps=100000");
+  auto applied = cluster_kubectl({"-n", ns, "apply", "-f", "-"}, yaml);
+  ASSERT_TRUE(applied.status.success()) << applied.output;
+
+  // Prometheus, with Kubernetes discovery if it has it.
+  EmulatedKubernetesSd sd(left.dir + "/sd");
+  bool kubernetes_sd = true;
+  std::ofstream(left.dir + "/prometheus.yml") << scrape_config(true, real_cluster()->kubeconfig(), left.dir + "/sd");
+  std::string started = start_prometheus(prometheus, left);
+  if (!started.empty() && started.find("field kubernetes_sd_configs not found") != std::string::npos) {
+    kubernetes_sd = false;
+    std::cerr << "[cluster] " << prometheus << " has no Kubernetes discovery (Debian removes it): the test lists the "
+              << "pods and Endpoints and gives Prometheus the targets its Kubernetes discovery would, through "
+              << "file_sd_configs; the relabelling is the Prometheus Operator's either way\n";
+    sd.refresh();
+    std::ofstream(left.dir + "/prometheus.yml") << scrape_config(false, "", left.dir + "/sd");
+    started = start_prometheus(prometheus, left);
+  }
+  ASSERT_EQ(started, "");
+  RecordProperty("discovery", kubernetes_sd ? "kubernetes_sd_configs" : "file_sd_configs emulating kubernetes_sd_configs");
+  const int port = left.port;
+  auto diagnose = [&] {
+    std::string out = targets_summary(port);
+    out += "Prometheus log:\n" + tail(lockstep::test::read_file(left.log()), 2000) + "\n";
+    if (!kubernetes_sd) out += sd.describe();
+    out += cluster_kubectl({"-n", ns, "get", "pods", "-o", "wide"}).output;
+    out += cluster_kubectl({"-n", kOperatorNamespace, "get", "pods", "-o", "wide"}).output;
+    out += cluster_kubectl({"-n", ns, "describe", "trainingjobs"}).output;
+    return out;
+  };
+  auto refresh = [&] {
+    if (!kubernetes_sd) sd.refresh();
+  };
+  const std::string sel = "namespace=\"" + ns + "\", trainingjob=\"" + kJob + "\"";
+
+  // Both pods' agents scraped, with steps.
+  auto t0 = std::chrono::steady_clock::now();
+  auto last_line = t0;
+  ASSERT_TRUE(eventually([&] {
+    std::this_thread::sleep_for(1s);
+    refresh();
+    size_t pods = result_of(prom_query(port, "count by (pod) (lockstep_steps_total{" + sel + "} > 0)")).size();
+    if (std::chrono::steady_clock::now() - last_line >= 15s) {
+      last_line = std::chrono::steady_clock::now();
+      std::cerr << "[cluster] waiting for lockstep_steps_total from both pods: " << pods << " of 2 so far, job "
+                << phase(ns, kJob) << ", "
+                << std::chrono::duration_cast<std::chrono::seconds>(last_line - t0).count() << " s\n";
+    }
+    return pods == 2;
+  }, 300s)) << "Prometheus has no steps from both training pods\n" << diagnose();
+  std::cerr << "[cluster] Prometheus scrapes both training pods, "
+            << std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - t0).count()
+            << " s after apply\n";
+  // 20 s of samples of every rank, for the dashboards' 15 s rate windows.
+  ASSERT_TRUE(eventually([&] {
+    std::this_thread::sleep_for(1s);
+    refresh();
+    json r = result_of(prom_query(port, "min(count_over_time(lockstep_steps_total{" + sel + "}[20s]))"));
+    json n = result_of(prom_query(port, "count(lockstep_steps_total{" + sel + "})"));
+    return r.size() == 1 && n.size() == 1 && std::stod(r[0]["value"][1].get<std::string>()) >= 15 &&
+           n[0]["value"][1] == "4";
+  }, 120s)) << "no 20 s of samples from the four ranks\n" << diagnose();
+  ASSERT_EQ(phase(ns, kJob), "Running") << diagnose();
+
+  // The targets: two training pods from the PodMonitor's job and the operator's pod from the
+  // ServiceMonitor's, nothing else.
+  std::string operator_pod = trim(cluster_kubectl({"-n", kOperatorNamespace, "get", "pods", "-l",
+                                                   "app.kubernetes.io/name=lockstep-operator", "-o",
+                                                   "jsonpath={.items[*].metadata.name}"})
+                                      .output);
+  ASSERT_FALSE(operator_pod.empty());
+  ASSERT_EQ(operator_pod.find(' '), std::string::npos) << "replicas=1, yet: " << operator_pod;
+  std::map<std::string, std::string> pod_ip;
+  for (int i = 0; i < 2; ++i) {
+    std::string pod = kJob + "-" + std::to_string(i);
+    pod_ip[pod] = get_json(ns, "pod/" + pod)["status"].value("podIP", "");
+  }
+  json active = prom_get(port, "/api/v1/targets", {"state=active"});
+  std::multiset<std::string> targets;
+  for (const auto& t : active["data"].value("activeTargets", json::array())) {
+    const json& ls = t["labels"];
+    targets.insert(t.value("scrapePool", "") + " " + ls.value("job", "") + " " + ls.value("namespace", "") + "/" +
+                   ls.value("pod", "") + " " + ls.value("container", "") + " " + ls.value("endpoint", "") + " " +
+                   t.value("health", ""));
+  }
+  EXPECT_EQ(targets, (std::multiset<std::string>{
+                         kServiceMonitorPool + " " + kServiceMonitorJob + " " + kOperatorNamespace + "/" + operator_pod +
+                             " operator http up",
+                         kPodMonitorPool + " " + kPodMonitorJob + " " + ns + "/" + kJob + "-0 trainer metrics up",
+                         kPodMonitorPool + " " + kPodMonitorJob + " " + ns + "/" + kJob + "-1 trainer metrics up"}))
+      << diagnose();
+
+  // The training series: the real pod, the trainingjob, the pod's namespace; the agent's own
+  // `namespace` kept as exported_namespace (honor_labels false).
+  json steps = result_of(prom_query(port, "lockstep_steps_total{" + sel + "}"));
+  ASSERT_EQ(steps.size(), 4u) << steps.dump(1);
+  for (const auto& s : steps) {
+    SCOPED_TRACE(s["metric"].dump());
+    std::string pod = label(s, "pod");
+    EXPECT_EQ(pod, kJob + "-" + label(s, "node_rank")) << "pod label is not the rank's pod";
+    EXPECT_EQ(label(s, "trainingjob"), kJob);
+    EXPECT_EQ(label(s, "namespace"), ns);
+    EXPECT_EQ(label(s, "exported_namespace"), ns) << "the agent's namespace label, renamed by honor_labels: false";
+    EXPECT_EQ(label(s, "job"), kPodMonitorJob);
+    EXPECT_EQ(label(s, "container"), "trainer");
+    EXPECT_EQ(label(s, "endpoint"), "metrics");
+    EXPECT_EQ(label(s, "instance"), pod_ip[pod] + ":" + std::to_string(kAgentMetricsPort));
+  }
+  std::cerr << "[cluster] a training series as the dashboards see it: " << steps[0]["metric"].dump() << "\n";
+  // The operator's series: from the ServiceMonitor's job only, labelled with its pod.
+  json op = result_of(prom_query(port, "lockstep_operator_workqueue_depth"));
+  ASSERT_EQ(op.size(), 1u) << op.dump(1) << diagnose();
+  EXPECT_EQ(label(op[0], "job"), kServiceMonitorJob);
+  EXPECT_EQ(label(op[0], "service"), kOperatorService);
+  EXPECT_EQ(label(op[0], "pod"), operator_pod);
+  EXPECT_EQ(label(op[0], "container"), "operator");
+  EXPECT_EQ(label(op[0], "namespace"), kOperatorNamespace);
+  EXPECT_EQ(label(op[0], "endpoint"), "http");
+  EXPECT_TRUE(result_of(prom_query(port, "count({__name__=~\"lockstep_operator_.+\", job!=\"" + kServiceMonitorJob + "\"})"))
+                  .empty());
+  std::cerr << "[cluster] an operator series as the dashboards see it: " << op[0]["metric"].dump() << "\n";
+
+  // Every query of both dashboards, with this job chosen in the variables.
+  int checked = 0, skipped = 0;
+  for (const char* name : {"dashboards/lockstep-training.json", "dashboards/lockstep-operator.json"}) {
+    json dash = json::parse(lockstep::test::read_file(source_path(name)));
+    std::vector<std::pair<std::string, std::string>> queries;  // (what, expr)
+    for (const auto& v : dash["templating"]["list"])
+      if (v.value("type", "") == "query") queries.emplace_back("variable " + v["name"].get<std::string>(), v["query"]["query"]);
+    for (const auto& p : dash["panels"])
+      for (const auto& t : p["targets"]) queries.emplace_back("panel '" + p["title"].get<std::string>() + "'", t["expr"]);
+    for (const auto& [what, expr] : queries) {
+      SCOPED_TRACE(std::string(name) + ": " + what + ": " + expr);
+      std::string q = fill(expr, ns, kJob);
+      json r = prom_query(port, q);
+      ASSERT_EQ(r["status"], "success") << r.dump();
+      json result = result_of(r);
+      if (result.empty() && expr.find("lockstep_gpu_") != std::string::npos) {
+        std::cout << "SKIPPED (no GPU: examples/ddp.yaml trains on CPU): " << name << ": " << what << ": " << expr << "\n";
+        ++skipped;
+        continue;
+      }
+      EXPECT_FALSE(result.empty()) << "no series for " << q << "\n" << diagnose();
+      ++checked;
+    }
+  }
+  // The variables offer this namespace, this job and its four ranks.
+  auto values = [&](const std::string& expr, const std::string& name) {
+    std::set<std::string> out;
+    for (const auto& s : result_of(prom_query(port, fill(expr, ns, kJob)))) out.insert(label(s, name));
+    return out;
+  };
+  EXPECT_EQ(values("label_values(lockstep_steps_total, namespace)", "namespace").count(ns), 1u);
+  EXPECT_EQ(values("label_values(lockstep_steps_total{namespace=\"$namespace\"}, trainingjob)", "trainingjob"),
+            std::set<std::string>{kJob});
+  EXPECT_EQ(values("label_values(lockstep_steps_total{namespace=\"$namespace\", trainingjob=\"$trainingjob\"}, rank)", "rank"),
+            (std::set<std::string>{"0", "1", "2", "3"}));
+  RecordProperty("queries_checked", checked);
+  std::cerr << "[cluster] " << checked << " dashboard queries returned data from the cluster's pods; " << skipped
+            << " GPU queries skipped (no GPU)\n";
+  EXPECT_GE(checked, 15);
+  // Leftovers: Prometheus stopped, the job and its namespace deleted, the directory removed.
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return lockstep::test::run_tests_with_real_cluster(argc, argv); }
