@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "cluster_test_support.hpp"
+#include "dashboard_queries.hpp"
 #include "lockstep_install.hpp"
 #include "test_util.hpp"
 
@@ -366,18 +367,6 @@ std::string targets_summary(int port) {
   return out;
 }
 
-// Grafana's variables and label_values() in PromQL Prometheus can run (as dashboards_test).
-std::string fill(std::string expr, const std::string& ns, const std::string& job) {
-  const std::vector<std::pair<std::string, std::string>> vars = {
-      {"$__rate_interval", "15s"}, {"$namespace", ns}, {"$trainingjob", job}, {"$rank", ".*"}, {"$peak_tflops", "989"}};
-  for (const auto& [k, v] : vars)
-    for (size_t pos; (pos = expr.find(k)) != std::string::npos;) expr.replace(pos, k.size(), v);
-  std::smatch m;
-  if (std::regex_match(expr, m, std::regex(R"(label_values\((.*),\s*(\w+)\))"))) return "count by (" + m[2].str() + ") (" + m[1].str() + ")";
-  if (std::regex_match(expr, m, std::regex(R"(label_values\((\w+)\))"))) return "count(" + m[1].str() + ")";
-  return expr;
-}
-
 // What the test leaves, taken away however it ends: Prometheus, the job, the directory.
 struct Leftovers {
   std::string dir, ns;
@@ -626,14 +615,9 @@ TEST_F(MetricsInCluster, PrometheusFindsThePodsAndTheOperatorAndEveryDashboardQu
   int checked = 0, skipped = 0;
   for (const char* name : {"dashboards/lockstep-training.json", "dashboards/lockstep-operator.json"}) {
     json dash = json::parse(lockstep::test::read_file(source_path(name)));
-    std::vector<std::pair<std::string, std::string>> queries;  // (what, expr)
-    for (const auto& v : dash["templating"]["list"])
-      if (v.value("type", "") == "query") queries.emplace_back("variable " + v["name"].get<std::string>(), v["query"]["query"]);
-    for (const auto& p : dash["panels"])
-      for (const auto& t : p["targets"]) queries.emplace_back("panel '" + p["title"].get<std::string>() + "'", t["expr"]);
-    for (const auto& [what, expr] : queries) {
+    for (const auto& [what, expr] : lockstep::test::dashboard_queries(dash)) {
       SCOPED_TRACE(std::string(name) + ": " + what + ": " + expr);
-      std::string q = fill(expr, ns, kJob);
+      std::string q = lockstep::test::fill_dashboard_query(expr, ns, kJob);
       json r = prom_query(port, q);
       ASSERT_EQ(r["status"], "success") << r.dump();
       json result = result_of(r);
@@ -649,7 +633,7 @@ TEST_F(MetricsInCluster, PrometheusFindsThePodsAndTheOperatorAndEveryDashboardQu
   // The variables offer this namespace, this job and its four ranks.
   auto values = [&](const std::string& expr, const std::string& name) {
     std::set<std::string> out;
-    for (const auto& s : result_of(prom_query(port, fill(expr, ns, kJob)))) out.insert(label(s, name));
+    for (const auto& s : result_of(prom_query(port, lockstep::test::fill_dashboard_query(expr, ns, kJob)))) out.insert(label(s, name));
     return out;
   };
   EXPECT_EQ(values("label_values(lockstep_steps_total, namespace)", "namespace").count(ns), 1u);

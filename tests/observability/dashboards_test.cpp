@@ -11,6 +11,7 @@
 #include <regex>
 #include <thread>
 
+#include "dashboard_queries.hpp"
 #include "kube_test_support.hpp"
 #include "test_util.hpp"
 
@@ -31,18 +32,6 @@ json prom_query(int port, const std::string& expr) {
                         "http://127.0.0.1:" + std::to_string(port) + "/api/v1/query"}, {}, 20s);
   auto j = json::parse(r.output, nullptr, false);
   return j.is_discarded() ? json{{"status", "error"}, {"error", r.output}} : j;
-}
-
-// Grafana's variables and label_values() in PromQL Prometheus can run.
-std::string fill(std::string expr) {
-  const std::vector<std::pair<std::string, std::string>> vars = {
-      {"$__rate_interval", "15s"}, {"$namespace", "obs"}, {"$trainingjob", "e2e"}, {"$rank", ".*"}, {"$peak_tflops", "989"}};
-  for (const auto& [k, v] : vars)
-    for (size_t pos; (pos = expr.find(k)) != std::string::npos;) expr.replace(pos, k.size(), v);
-  std::smatch m;
-  if (std::regex_match(expr, m, std::regex(R"(label_values\((.*),\s*(\w+)\))"))) return "count by (" + m[2].str() + ") (" + m[1].str() + ")";
-  if (std::regex_match(expr, m, std::regex(R"(label_values\((\w+)\))"))) return "count(" + m[1].str() + ")";
-  return expr;
 }
 
 }  // namespace
@@ -118,14 +107,9 @@ TEST(Dashboards, EveryPanelQueryReturnsDataFromARealTrainingRun) {
   for (const char* name : {"dashboards/lockstep-training.json", "dashboards/lockstep-operator.json"}) {
     json dash = json::parse(read_text(source_path(name)));
     EXPECT_EQ(dash["schemaVersion"], 41) << name;  // Grafana 12
-    std::vector<std::pair<std::string, std::string>> queries;  // (what, expr)
-    for (const auto& v : dash["templating"]["list"])
-      if (v.value("type", "") == "query") queries.emplace_back("variable " + v["name"].get<std::string>(), v["query"]["query"]);
-    for (const auto& p : dash["panels"])
-      for (const auto& t : p["targets"]) queries.emplace_back("panel '" + p["title"].get<std::string>() + "'", t["expr"]);
-    for (const auto& [what, expr] : queries) {
+    for (const auto& [what, expr] : lockstep::test::dashboard_queries(dash)) {
       SCOPED_TRACE(std::string(name) + ": " + what + ": " + expr);
-      auto r = prom_query(prom_port, fill(expr));
+      auto r = prom_query(prom_port, lockstep::test::fill_dashboard_query(expr, "obs", "e2e"));
       ASSERT_EQ(r["status"], "success") << r.dump();
       bool empty = r["data"]["result"].empty();
       if (empty && !gpu && expr.find("lockstep_gpu_") != std::string::npos) {
@@ -133,7 +117,7 @@ TEST(Dashboards, EveryPanelQueryReturnsDataFromARealTrainingRun) {
         ++skipped;
         continue;
       }
-      EXPECT_FALSE(empty) << "no series for " << fill(expr);
+      EXPECT_FALSE(empty) << "no series for " << lockstep::test::fill_dashboard_query(expr, "obs", "e2e");
       ++checked;
     }
   }
