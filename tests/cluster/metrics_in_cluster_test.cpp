@@ -2,13 +2,10 @@
 // scrape jobs the Prometheus Operator generates for the chart's PodMonitor and ServiceMonitor, and every
 // query of both dashboards returns data from real pods, with `pod` and `trainingjob` labels.
 //
-// Discovery: kubernetes_sd_configs against the cluster (kubeconfig_file). Debian's Prometheus
-// is built without Kubernetes discovery ("Kubernetes support has been completely removed", its
-// NEWS.Debian); with such a build the test lists the pods and the operator's Endpoints and hands
-// Prometheus the same targets, with the same __meta_kubernetes_* labels its Kubernetes discovery
-// sets (discovery/kubernetes/pod.go and endpoints.go), through file_sd_configs: the relabelling
-// that selects and labels them is the same either way. LOCKSTEP_PROMETHEUS_BIN names a build
-// with Kubernetes discovery (upstream's), which is then used.
+// Discovery: kubernetes_sd_configs against the cluster (kubeconfig_file), by the Prometheus
+// scripts/setup.sh builds from the Go module proxy with Kubernetes discovery
+// (tests/cluster/prometheus; Debian's is built without it, "Kubernetes support has been
+// completely removed", its NEWS.Debian). scripts/test.sh passes it as LOCKSTEP_PROMETHEUS_BIN.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -124,12 +121,9 @@ const char* kPodMonitorRelabel = R"yaml(  relabel_configs:
   - {source_labels: [__tmp_hash], regex: '0', action: keep}
 )yaml";
 
-// kubernetes_sd: Prometheus discovers from the API server; else from file_sd files in sd_dir
-// (EmulatedKubernetesSd), one per role.
-std::string scrape_config(bool kubernetes_sd, const std::string& kubeconfig, const std::string& sd_dir) {
+// Prometheus discovers from the API server as the user of `kubeconfig`.
+std::string scrape_config(const std::string& kubeconfig) {
   auto discovery = [&](const std::string& role, const std::string& ns) {
-    if (!kubernetes_sd)
-      return "  file_sd_configs:\n  - files: ['" + sd_dir + "/" + role + ".json']\n    refresh_interval: 1s\n";
     std::string s = "  kubernetes_sd_configs:\n  - role: " + role + "\n    kubeconfig_file: '" + kubeconfig + "'\n";
     if (!ns.empty()) s += "    namespaces:\n      names: [" + ns + "]\n";
     return s;
@@ -145,187 +139,6 @@ std::string scrape_config(bool kubernetes_sd, const std::string& kubeconfig, con
     << discovery("pod", "") << "  scrape_interval: 1s\n  metrics_path: /metrics\n" << kPodMonitorRelabel;
   return c.str();
 }
-
-// ---- Kubernetes discovery for a Prometheus without it -----------------------------------------
-// The target groups Prometheus 2.42's Kubernetes discovery makes (discovery/kubernetes/pod.go,
-// endpoints.go), from the same API objects, written for file_sd_configs. One group per target,
-// since file_sd has no per-target labels.
-std::string sanitize_label_name(std::string s) {
-  for (auto& c : s)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
-  return s;
-}
-
-void add_map(json& ls, const json& m, const std::string& prefix, const std::string& present_prefix) {
-  if (!m.is_object()) return;
-  for (const auto& [k, v] : m.items()) {
-    ls[prefix + sanitize_label_name(k)] = v.is_string() ? v.get<std::string>() : v.dump();
-    ls[present_prefix + sanitize_label_name(k)] = "true";
-  }
-}
-
-// podLabels()
-json pod_labels(const json& pod) {
-  const json& meta = pod["metadata"];
-  json status = pod.value("status", json::object()), spec = pod.value("spec", json::object());
-  std::string ready = "unknown";
-  for (const auto& c : status.value("conditions", json::array()))
-    if (c.value("type", "") == "Ready") {
-      ready = c.value("status", "Unknown");
-      for (auto& ch : ready) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    }
-  json ls = {{"__meta_kubernetes_pod_name", meta.value("name", "")},
-             {"__meta_kubernetes_pod_ip", status.value("podIP", "")},
-             {"__meta_kubernetes_pod_ready", ready},
-             {"__meta_kubernetes_pod_phase", status.value("phase", "")},
-             {"__meta_kubernetes_pod_node_name", spec.value("nodeName", "")},
-             {"__meta_kubernetes_pod_host_ip", status.value("hostIP", "")},
-             {"__meta_kubernetes_pod_uid", meta.value("uid", "")}};
-  for (const auto& o : meta.value("ownerReferences", json::array()))
-    if (o.value("controller", false)) {
-      ls["__meta_kubernetes_pod_controller_kind"] = o.value("kind", "");
-      ls["__meta_kubernetes_pod_controller_name"] = o.value("name", "");
-    }
-  add_map(ls, meta.value("labels", json::object()), "__meta_kubernetes_pod_label_", "__meta_kubernetes_pod_labelpresent_");
-  add_map(ls, meta.value("annotations", json::object()), "__meta_kubernetes_pod_annotation_",
-          "__meta_kubernetes_pod_annotationpresent_");
-  return ls;
-}
-
-json group(const std::string& address, const json& labels) {
-  return {{"targets", json::array({address})}, {"labels", labels}};
-}
-
-// Role pod, every namespace: buildPod().
-json pod_role_groups(const json& pods) {
-  json out = json::array();
-  for (const auto& pod : pods.value("items", json::array())) {
-    std::string ip = pod.value("status", json::object()).value("podIP", "");
-    if (ip.empty()) continue;  // a pod without an IP yet gives no targets
-    json base = pod_labels(pod);
-    base["__meta_kubernetes_namespace"] = pod["metadata"].value("namespace", "");
-    const json& spec = pod["spec"];
-    std::vector<std::pair<json, bool>> containers;
-    for (const auto& c : spec.value("containers", json::array())) containers.emplace_back(c, false);
-    for (const auto& c : spec.value("initContainers", json::array())) containers.emplace_back(c, true);
-    for (const auto& [c, init] : containers) {
-      json ls = base;
-      ls["__meta_kubernetes_pod_container_name"] = c.value("name", "");
-      ls["__meta_kubernetes_pod_container_image"] = c.value("image", "");
-      ls["__meta_kubernetes_pod_container_init"] = init ? "true" : "false";
-      json ports = c.value("ports", json::array());
-      if (ports.empty()) out.push_back(group(ip, ls));
-      for (const auto& p : ports) {
-        std::string number = std::to_string(p.value("containerPort", 0));
-        json t = ls;
-        t["__meta_kubernetes_pod_container_port_number"] = number;
-        t["__meta_kubernetes_pod_container_port_name"] = p.value("name", "");
-        t["__meta_kubernetes_pod_container_port_protocol"] = p.value("protocol", "TCP");
-        out.push_back(group(ip + ":" + number, t));
-      }
-    }
-  }
-  return out;
-}
-
-// Role endpoints, one namespace: buildEndpoints(), with the Service's labels and, for an address
-// that is a pod, the pod's labels and those of its container port that matches.
-json endpoints_role_groups(const json& endpoints, const json& services, const json& pods) {
-  std::map<std::string, json> service_of, pod_of;
-  for (const auto& s : services.value("items", json::array())) service_of[s["metadata"].value("name", "")] = s;
-  for (const auto& p : pods.value("items", json::array())) pod_of[p["metadata"].value("name", "")] = p;
-  json out = json::array();
-  for (const auto& eps : endpoints.value("items", json::array())) {
-    const json& meta = eps["metadata"];
-    std::string name = meta.value("name", "");
-    json base = {{"__meta_kubernetes_namespace", meta.value("namespace", "")}, {"__meta_kubernetes_endpoints_name", name}};
-    add_map(base, meta.value("labels", json::object()), "__meta_kubernetes_endpoints_label_",
-            "__meta_kubernetes_endpoints_labelpresent_");
-    if (service_of.count(name)) {
-      const json& sm = service_of[name]["metadata"];
-      base["__meta_kubernetes_service_name"] = name;
-      add_map(base, sm.value("labels", json::object()), "__meta_kubernetes_service_label_",
-              "__meta_kubernetes_service_labelpresent_");
-      add_map(base, sm.value("annotations", json::object()), "__meta_kubernetes_service_annotation_",
-              "__meta_kubernetes_service_annotationpresent_");
-    }
-    auto add = [&](const json& addr, const json& port, const std::string& ready) {
-      std::string number = std::to_string(port.value("port", 0));
-      json t = base;
-      t["__meta_kubernetes_endpoint_port_name"] = port.value("name", "");
-      t["__meta_kubernetes_endpoint_port_protocol"] = port.value("protocol", "TCP");
-      t["__meta_kubernetes_endpoint_ready"] = ready;
-      if (addr.contains("nodeName")) t["__meta_kubernetes_endpoint_node_name"] = addr.value("nodeName", "");
-      if (!addr.value("hostname", "").empty()) t["__meta_kubernetes_endpoint_hostname"] = addr.value("hostname", "");
-      json ref = addr.value("targetRef", json::object());
-      if (!ref.empty()) {
-        t["__meta_kubernetes_endpoint_address_target_kind"] = ref.value("kind", "");
-        t["__meta_kubernetes_endpoint_address_target_name"] = ref.value("name", "");
-      }
-      if (ref.value("kind", "") == "Pod" && pod_of.count(ref.value("name", ""))) {
-        const json& pod = pod_of[ref.value("name", "")];
-        t.update(pod_labels(pod));
-        bool found = false;
-        for (const auto& c : pod["spec"].value("containers", json::array())) {
-          for (const auto& cp : c.value("ports", json::array()))
-            if (cp.value("containerPort", 0) == port.value("port", 0)) {
-              t["__meta_kubernetes_pod_container_name"] = c.value("name", "");
-              t["__meta_kubernetes_pod_container_image"] = c.value("image", "");
-              t["__meta_kubernetes_pod_container_port_name"] = cp.value("name", "");
-              t["__meta_kubernetes_pod_container_port_number"] = number;
-              t["__meta_kubernetes_pod_container_port_protocol"] = port.value("protocol", "TCP");
-              found = true;
-              break;
-            }
-          if (found) break;
-        }
-      }
-      out.push_back(group(addr.value("ip", "") + ":" + number, t));
-    };
-    for (const auto& subset : eps.value("subsets", json::array()))
-      for (const auto& port : subset.value("ports", json::array())) {
-        for (const auto& a : subset.value("addresses", json::array())) add(a, port, "true");
-        for (const auto& a : subset.value("notReadyAddresses", json::array())) add(a, port, "false");
-      }
-  }
-  return out;
-}
-
-class EmulatedKubernetesSd {
- public:
-  explicit EmulatedKubernetesSd(std::string dir) : dir_(std::move(dir)) {}
-
-  // At most once a second; Prometheus watches the files.
-  void refresh() {
-    auto now = std::chrono::steady_clock::now();
-    if (written_ && now - last_ < 1s) return;
-    last_ = now;
-    json pods = kubectl_json({"get", "pods", "-A", "-o", "json"});
-    json endpoints = kubectl_json({"-n", kOperatorNamespace, "get", "endpoints", "-o", "json"});
-    json services = kubectl_json({"-n", kOperatorNamespace, "get", "services", "-o", "json"});
-    json operator_pods = kubectl_json({"-n", kOperatorNamespace, "get", "pods", "-o", "json"});
-    if (!pods.is_object() || !endpoints.is_object() || !services.is_object() || !operator_pods.is_object()) return;
-    write("pod", pod_role_groups(pods));
-    write("endpoints", endpoints_role_groups(endpoints, services, operator_pods));
-    written_ = true;
-  }
-
-  std::string describe() const {
-    return "emulated discovery, pod.json:\n" + tail(lockstep::test::read_file(dir_ + "/pod.json"), 3000) +
-           "\nendpoints.json:\n" + tail(lockstep::test::read_file(dir_ + "/endpoints.json"), 3000) + "\n";
-  }
-
- private:
-  void write(const std::string& role, const json& groups) {
-    std::string path = dir_ + "/" + role + ".json";
-    std::ofstream(path + ".tmp") << groups.dump(1);
-    std::filesystem::rename(path + ".tmp", path);  // whole files only, for the watcher
-  }
-
-  std::string dir_;
-  bool written_ = false;
-  std::chrono::steady_clock::time_point last_{};
-};
 
 // ---- Prometheus --------------------------------------------------------------------------------
 json prom_get(int port, const std::string& path, const std::vector<std::string>& params = {}) {
@@ -480,7 +293,7 @@ TEST_F(MetricsInCluster, PrometheusFindsThePodsAndTheOperatorAndEveryDashboardQu
   Leftovers left;
   left.dir = ::testing::TempDir() + "/metrics-in-cluster-" + std::to_string(::getpid());
   std::filesystem::remove_all(left.dir);
-  std::filesystem::create_directories(left.dir + "/sd");
+  std::filesystem::create_directories(left.dir);
 
   // examples/ddp.yaml, with steps it does not finish while the test looks: the PodMonitor's
   // running filter drops a Succeeded pod, and its series then go stale. The test deletes it.
@@ -493,34 +306,21 @@ TEST_F(MetricsInCluster, PrometheusFindsThePodsAndTheOperatorAndEveryDashboardQu
   auto applied = cluster_kubectl({"-n", ns, "apply", "-f", "-"}, yaml);
   ASSERT_TRUE(applied.status.success()) << applied.output;
 
-  // Prometheus, with Kubernetes discovery if it has it.
-  EmulatedKubernetesSd sd(left.dir + "/sd");
-  bool kubernetes_sd = true;
-  std::ofstream(left.dir + "/prometheus.yml") << scrape_config(true, real_cluster()->kubeconfig(), left.dir + "/sd");
+  // Prometheus with Kubernetes discovery, as a Prometheus Operator user runs it.
+  std::ofstream(left.dir + "/prometheus.yml") << scrape_config(real_cluster()->kubeconfig());
   std::string started = start_prometheus(prometheus, left);
-  if (!started.empty() && started.find("field kubernetes_sd_configs not found") != std::string::npos) {
-    kubernetes_sd = false;
-    std::cerr << "[cluster] " << prometheus << " has no Kubernetes discovery (Debian removes it): the test lists the "
-              << "pods and Endpoints and gives Prometheus the targets its Kubernetes discovery would, through "
-              << "file_sd_configs; the relabelling is the Prometheus Operator's either way\n";
-    sd.refresh();
-    std::ofstream(left.dir + "/prometheus.yml") << scrape_config(false, "", left.dir + "/sd");
-    started = start_prometheus(prometheus, left);
-  }
+  ASSERT_EQ(started.find("field kubernetes_sd_configs not found"), std::string::npos)
+      << prometheus << " has no Kubernetes discovery (Debian's is built without it): scripts/setup.sh builds one "
+      << "and scripts/test.sh passes it as LOCKSTEP_PROMETHEUS_BIN";
   ASSERT_EQ(started, "");
-  RecordProperty("discovery", kubernetes_sd ? "kubernetes_sd_configs" : "file_sd_configs emulating kubernetes_sd_configs");
   const int port = left.port;
   auto diagnose = [&] {
     std::string out = targets_summary(port);
     out += "Prometheus log:\n" + tail(lockstep::test::read_file(left.log()), 2000) + "\n";
-    if (!kubernetes_sd) out += sd.describe();
     out += cluster_kubectl({"-n", ns, "get", "pods", "-o", "wide"}).output;
     out += cluster_kubectl({"-n", kOperatorNamespace, "get", "pods", "-o", "wide"}).output;
     out += cluster_kubectl({"-n", ns, "describe", "trainingjobs"}).output;
     return out;
-  };
-  auto refresh = [&] {
-    if (!kubernetes_sd) sd.refresh();
   };
   const std::string sel = "namespace=\"" + ns + "\", trainingjob=\"" + kJob + "\"";
 
@@ -529,7 +329,6 @@ TEST_F(MetricsInCluster, PrometheusFindsThePodsAndTheOperatorAndEveryDashboardQu
   auto last_line = t0;
   ASSERT_TRUE(eventually([&] {
     std::this_thread::sleep_for(1s);
-    refresh();
     size_t pods = result_of(prom_query(port, "count by (pod) (lockstep_steps_total{" + sel + "} > 0)")).size();
     if (std::chrono::steady_clock::now() - last_line >= 15s) {
       last_line = std::chrono::steady_clock::now();
@@ -545,7 +344,6 @@ TEST_F(MetricsInCluster, PrometheusFindsThePodsAndTheOperatorAndEveryDashboardQu
   // 20 s of samples of every rank, for the dashboards' 15 s rate windows.
   ASSERT_TRUE(eventually([&] {
     std::this_thread::sleep_for(1s);
-    refresh();
     json r = result_of(prom_query(port, "min(count_over_time(lockstep_steps_total{" + sel + "}[20s]))"));
     json n = result_of(prom_query(port, "count(lockstep_steps_total{" + sel + "})"));
     return r.size() == 1 && n.size() == 1 && std::stod(r[0]["value"][1].get<std::string>()) >= 15 &&
