@@ -20,6 +20,13 @@ inline constexpr const char* kMetricsPort = "LOCKSTEP_METRICS_PORT";
 inline constexpr const char* kCheckpointPath = "LOCKSTEP_CHECKPOINT_PATH";
 inline constexpr const char* kCheckpointEvery = "LOCKSTEP_CHECKPOINT_EVERY";
 inline constexpr const char* kCheckpointKeep = "LOCKSTEP_CHECKPOINT_KEEP";  // spec.checkpoint.keep
+// In-place gang restarts (DESIGN.md, Restarts): the budget per gang attempt
+// (spec.runPolicy.inPlaceRestarts; 0 when restartPolicy is Never), the policy the agents judge
+// a worker's exit code by (OnFailure | ExitCode | Never), and the port node 0's agent serves
+// the restart barrier on (default: the master port + 1).
+inline constexpr const char* kInPlaceRestarts = "LOCKSTEP_IN_PLACE_RESTARTS";
+inline constexpr const char* kRestartPolicy = "LOCKSTEP_RESTART_POLICY";
+inline constexpr const char* kAgentPort = "LOCKSTEP_AGENT_PORT";
 // torchrun's own, so a command that calls torchrun works unchanged.
 inline constexpr const char* kPetNnodes = "PET_NNODES";
 inline constexpr const char* kPetNodeRank = "PET_NODE_RANK";
