@@ -19,7 +19,14 @@ variables (set by the operator), else torchrun's PET_* variables, else these fla
   --nproc-per-node P         LOCKSTEP_NPROC_PER_NODE / PET_NPROC_PER_NODE (default 1)
   --master-addr HOST         LOCKSTEP_MASTER_ADDR / PET_MASTER_ADDR (default 127.0.0.1)
   --master-port PORT         LOCKSTEP_MASTER_PORT / PET_MASTER_PORT (default 29500)
-  --max-restarts N           local restarts of all workers, single-node jobs only (default 0)
+  --max-restarts N           LOCKSTEP_IN_PLACE_RESTARTS: in-place restarts of every worker of
+                             the job, on all nodes together, before the agents give up and
+                             exit (default 0; the operator passes spec.runPolicy.inPlaceRestarts)
+  --restart-policy P         LOCKSTEP_RESTART_POLICY: OnFailure (any failure restarts in place),
+                             ExitCode (worker codes 1..127 other than 75-77 are permanent), or
+                             Never (default OnFailure)
+  --agent-port PORT          LOCKSTEP_AGENT_PORT: node 0's agent serves the restart barrier
+                             here (default: the master port + 1)
   --run-id ID                TORCHELASTIC_RUN_ID (default: LOCKSTEP_JOB_UID, else the job name)
   --metrics-port PORT        LOCKSTEP_METRICS_PORT (default 9400; 0 disables /metrics)
   --metrics-address ADDR     address for /metrics (default 0.0.0.0)
@@ -100,6 +107,9 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
   cfg.master_port = env_int(env, {c::kMasterPort, c::kPetMasterPort}, 29500, 1, 65535);
   cfg.restart_attempt = env_int(env, {c::kRestartAttempt}, 0, 0, 1000000);
   cfg.metrics_port = env_int(env, {c::kMetricsPort}, 9400, 0, 65535);
+  cfg.max_restarts = env_int(env, {c::kInPlaceRestarts}, 0, 0, 1000);
+  cfg.agent_port = env_int(env, {c::kAgentPort}, 0, 1, 65535);
+  if (lookup(env, {c::kRestartPolicy}, v, from)) cfg.restart_policy = v;
   // Durations also from the environment: the operator starts `lockstep-agent -- COMMAND` with
   // no flags, so a pod's env is how a job changes them.
   cfg.stall_timeout = env_duration(env, "LOCKSTEP_STALL_TIMEOUT", cfg.stall_timeout);
@@ -131,6 +141,8 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
       else if (match(argc, argv.data(), i, "--master-addr", v)) cfg.master_addr = v;
       else if (match(argc, argv.data(), i, "--master-port", v)) cfg.master_port = to_int("--master-port", v, 1, 65535);
       else if (match(argc, argv.data(), i, "--max-restarts", v)) cfg.max_restarts = to_int("--max-restarts", v, 0, 1000);
+      else if (match(argc, argv.data(), i, "--restart-policy", v)) cfg.restart_policy = v;
+      else if (match(argc, argv.data(), i, "--agent-port", v)) cfg.agent_port = to_int("--agent-port", v, 1, 65535);
       else if (match(argc, argv.data(), i, "--run-id", v)) cfg.run_id = v;
       else if (match(argc, argv.data(), i, "--metrics-port", v)) cfg.metrics_port = to_int("--metrics-port", v, 0, 65535);
       else if (match(argc, argv.data(), i, "--metrics-address", v)) cfg.metrics_address = v;
@@ -162,9 +174,10 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
     throw ConfigError("node rank " + std::to_string(cfg.node_rank) + " (LOCKSTEP_NODE_RANK, PET_NODE_RANK or --node-rank) "
                       "must be below the number of nodes " + std::to_string(cfg.nnodes) +
                       " (LOCKSTEP_NNODES, PET_NNODES or --nnodes)");
-  if (cfg.max_restarts > 0 && cfg.nnodes > 1)
-    throw ConfigError("--max-restarts restarts workers locally, which only works for single-node jobs (nnodes is " +
-                      std::to_string(cfg.nnodes) + "); multi-node jobs are restarted as a gang by the operator");
+  if (cfg.restart_policy != "OnFailure" && cfg.restart_policy != "ExitCode" && cfg.restart_policy != "Never")
+    throw ConfigError("the restart policy (LOCKSTEP_RESTART_POLICY or --restart-policy) must be OnFailure, ExitCode or "
+                      "Never, got '" + cfg.restart_policy + "'");
+  if (cfg.restart_policy == "Never") cfg.max_restarts = 0;
   if (cfg.metrics_linger > std::chrono::minutes(10))
     throw ConfigError("--metrics-linger must be at most 10m (it delays the agent's exit after a stall), got " +
                       std::to_string(cfg.metrics_linger.count() / 1000) + "s");

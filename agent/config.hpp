@@ -23,7 +23,11 @@ struct Config {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   int restart_attempt = 0;        // the operator's gang attempt (LOCKSTEP_RESTART_ATTEMPT)
-  int max_restarts = 0;           // local restarts (single-node jobs only)
+  // In-place restarts of every worker of the job per gang attempt (Note [Restart barrier]):
+  // LOCKSTEP_IN_PLACE_RESTARTS, else --max-restarts (torchrun's name); TORCHELASTIC_MAX_RESTARTS.
+  int max_restarts = 0;
+  std::string restart_policy = "OnFailure";  // LOCKSTEP_RESTART_POLICY: OnFailure | ExitCode | Never
+  int agent_port = 0;                        // LOCKSTEP_AGENT_PORT; 0: the master port + 1
   std::string run_id = "none";    // TORCHELASTIC_RUN_ID: the job's UID, else its name
   std::string job_name, job_namespace;
   int metrics_port = 9400;        // 0: no /metrics
@@ -49,6 +53,7 @@ struct Config {
   std::vector<std::string> command{"lockstep-trainer"};
 
   int world_size() const { return nnodes * nproc_per_node; }
+  int barrier_port() const { return agent_port > 0 ? agent_port : master_port % 65535 + 1; }
   bool stall_detection() const { return stall_timeout.count() > 0; }
   bool first_step_detection() const { return stall_detection() && first_step_timeout.count() > 0; }
   // The step sockets exist for /metrics or for stall detection.

@@ -77,9 +77,26 @@ Metrics::Metrics(const Config& cfg, const std::string& socket_dir)
                             .Register(*registry_);
   restarts_ = &BuildCounter()
                    .Name("lockstep_worker_restarts_total")
-                   .Help("Local restarts of the worker group by this agent")
+                   .Help("Restarts of this agent's workers, in place (the whole job's, through the restart barrier)")
                    .Register(*registry_)
                    .Add(base_);
+  {
+    auto kind = base_;
+    kind["kind"] = "in_place";
+    in_place_ = &BuildCounter()
+                     .Name("lockstep_restarts_total")
+                     .Help("Restarts of the job by kind: in_place from the agents (this gang attempt), gang from the operator")
+                     .Register(*registry_)
+                     .Add(kind);
+    last_restart_ts_family_ = &BuildGauge()
+                                   .Name("lockstep_last_restart_timestamp_seconds")
+                                   .Help("Unix time of the last in-place restart (absent until the first)")
+                                   .Register(*registry_);
+    last_restart_info_ = &BuildGauge()
+                              .Name("lockstep_last_restart_info")
+                              .Help("The last in-place restart's cause: reason, rank and exit code as labels (value 1)")
+                              .Register(*registry_);
+  }
   stalls_ = &BuildCounter()
                  .Name("lockstep_stalls_total")
                  .Help("Stalls detected: no step reported within the stall timeout")
@@ -137,7 +154,25 @@ Metrics::~Metrics() {
 std::string Metrics::socket_path(int local_rank) const { return dir_ + "/rank-" + std::to_string(local_rank) + ".sock"; }
 
 void Metrics::set_worker_up(int local_rank, bool up) { ranks_[local_rank].worker_up->Set(up ? 1 : 0); }
-void Metrics::count_restart() { restarts_->Increment(); }
+void Metrics::count_in_place_restart(const std::string& reason, int rank, int exit_code) {
+  restarts_->Increment();
+  in_place_->Increment();
+  if (!last_restart_ts_) {
+    auto kind = base_;
+    kind["kind"] = "in_place";
+    last_restart_ts_ = &last_restart_ts_family_->Add(kind);
+  }
+  last_restart_ts_->Set(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+  // One series: the last cause only, so its labels never pile up.
+  if (last_restart_cause_) last_restart_info_->Remove(last_restart_cause_);
+  auto labels = base_;
+  labels["kind"] = "in_place";
+  labels["reason"] = reason;
+  labels["rank"] = std::to_string(rank);
+  labels["exit_code"] = std::to_string(exit_code);
+  last_restart_cause_ = &last_restart_info_->Add(labels);
+  last_restart_cause_->Set(1);
+}
 void Metrics::count_stall() { stalls_->Increment(); }
 
 std::vector<RankProgress> Metrics::progress() const {

@@ -41,7 +41,9 @@ class Metrics {
 
   std::string socket_path(int local_rank) const;
   void set_worker_up(int local_rank, bool up);
-  void count_restart();
+  // An in-place restart of every worker (Note [Restart barrier]): lockstep_worker_restarts_total,
+  // lockstep_restarts_total{kind="in_place"}, and the last one's time and cause.
+  void count_in_place_restart(const std::string& reason, int rank, int exit_code);
   void count_stall();
   std::vector<RankProgress> progress() const;
   void reset_progress();  // a new worker group starts now, from nothing
@@ -74,6 +76,11 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* comm_bytes_;
   prometheus::Family<prometheus::Counter>* comm_exposed_by_op_;
   prometheus::Counter* restarts_;
+  prometheus::Counter* in_place_;
+  prometheus::Family<prometheus::Gauge>* last_restart_ts_family_;
+  prometheus::Gauge* last_restart_ts_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* last_restart_info_;
+  prometheus::Gauge* last_restart_cause_ = nullptr;
   prometheus::Counter* stalls_;
   std::set<std::string> ops_;  // collective names seen, bounded by kMaxOps
   std::vector<Rank> ranks_;

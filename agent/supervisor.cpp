@@ -17,6 +17,7 @@
 
 #include "lockstep/contract.hpp"
 #include "lockstep/log.hpp"
+#include "barrier.hpp"
 #include "worker_env.hpp"
 
 namespace lockstep::agent {
@@ -121,7 +122,7 @@ bool Supervisor::wait_for_master() {
   }
 }
 
-void Supervisor::start_group(int local_restarts) {
+void Supervisor::start_group(int generation) {
   workers_.clear();
   workers_.resize(cfg_.nproc_per_node);
   auto inherited = current_environment();
@@ -133,7 +134,7 @@ void Supervisor::start_group(int local_restarts) {
     so.argv = cfg_.command;
     std::string errors = error_file(i);
     if (!errors.empty()) ::unlink(errors.c_str());  // only this attempt's error counts
-    so.env = worker_env(cfg_, i, local_restarts, metrics_ ? metrics_->socket_path(i) : "", inherited, errors);
+    so.env = worker_env(cfg_, i, generation, metrics_ ? metrics_->socket_path(i) : "", inherited, errors);
     so.new_process_group = true;
     int pipe_fds[2] = {-1, -1};
     if (!cfg_.log_dir.empty()) {
@@ -373,15 +374,87 @@ void Supervisor::linger_after_stall() {
   }
 }
 
+// Joins the restart barrier (Note [Restart barrier]): connects to node 0's agent, retrying
+// until the rendezvous timeout, says HELLO and waits for generation 0 to start. Returns the
+// agent's exit code if it must stop instead (a refusal, a timeout, a stop signal), else -1.
+int Supervisor::join_barrier(BarrierClient& barrier, const std::string& host, int port) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + cfg_.rendezvous_timeout + std::chrono::seconds(30);
+  auto next_note = start + std::chrono::seconds(10);
+  std::string error;
+  bool connected = false;
+  bool said_hello = false;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (int sig = pending_stop_signal()) return finish(128 + sig, std::string("stopped by ") + strsignal(sig) + " while joining the restart barrier", nullptr);
+    if (!connected) {
+      connected = barrier.connect(host, port, error);
+      if (!connected) {
+        if (std::chrono::steady_clock::now() >= next_note) {
+          LOCKSTEP_LOG(Info, "agent", "waiting for node 0's agent at " << host << ":" << port << " (" << error
+                                      << "; LOCKSTEP_AGENT_PORT)");
+          next_note += std::chrono::seconds(10);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;
+      }
+    }
+    if (!said_hello) {
+      barrier.send({"HELLO", {{"node", std::to_string(cfg_.node_rank)}, {"run", cfg_.run_id},
+                              {"attempt", std::to_string(cfg_.restart_attempt)}}});
+      said_hello = true;
+    }
+    auto m = barrier.poll(std::chrono::milliseconds(100));
+    if (m && m->verb == "START" && m->get_int("gen") == 0) {
+      if (cfg_.nnodes > 1)
+        LOCKSTEP_LOG(Info, "agent", "all " << cfg_.nnodes << " agents joined the restart barrier after "
+                                    << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count() / 1000.0
+                                    << " s (in-place restarts: up to " << cfg_.max_restarts << ", restartPolicy "
+                                    << cfg_.restart_policy << ")");
+      return -1;
+    }
+    if (m && m->verb == "EXIT") return finish(m->get_int("exit", contract::kExitRendezvous), m->get("why"), nullptr);
+    if (barrier.lost()) {  // node 0's agent restarted or refused us without a word: try again
+      connected = said_hello = false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+  return finish(contract::kExitRendezvous, "could not join the restart barrier of node 0's agent at " + host + ":" +
+                                               std::to_string(port) + " within the rendezvous timeout (" + error +
+                                               "; --rendezvous-timeout, LOCKSTEP_AGENT_PORT)",
+                nullptr);
+}
+
 int Supervisor::run() {
   // Note [The agent as init]: orphans below us come to us even when we are not PID 1.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   if (!wait_for_master()) return contract::kExitRendezvous;
-  for (int local_restarts = 0;; ++local_restarts) {
+  // Note [Restart barrier]: node 0's agent serves it; a single node keeps it on loopback.
+  std::unique_ptr<BarrierServer> server;
+  if (cfg_.node_rank == 0) {
+    try {
+      server = cfg_.nnodes == 1 ? std::make_unique<BarrierServer>(cfg_, "127.0.0.1", 0)
+                                : std::make_unique<BarrierServer>(cfg_, "0.0.0.0", cfg_.barrier_port());
+    } catch (const std::exception& e) {
+      return finish(contract::kExitUsage, e.what(), nullptr);
+    }
+  }
+  BarrierClient barrier;
+  if (int code = join_barrier(barrier, server ? "127.0.0.1" : cfg_.master_addr,
+                              server ? server->port() : cfg_.barrier_port());
+      code >= 0)
+    return code;
+
+  const auto lost_server = [&] {
+    return "lost node 0's agent (the restart barrier at " + cfg_.master_addr + ":" + std::to_string(cfg_.barrier_port()) +
+           "): its pod was deleted or its node lost";
+  };
+  for (int gen = 0;;) {
     if (metrics_) metrics_->reset_progress();
-    start_group(local_restarts);
-    const Worker* failed = nullptr;
+    start_group(gen);
+    std::optional<Failure> mine;  // this agent's first failure in this generation
+    const Worker* culprit = nullptr;
     int done = 0;
+    // Watch the workers and the barrier until this generation ends here.
     while (true) {
       pump_output();
       if (int sig = wait_for_event(std::chrono::milliseconds(20))) {
@@ -397,35 +470,87 @@ int Supervisor::run() {
           w.status = *st;
           if (metrics_) metrics_->set_worker_up(w.local_rank, false);
           if (st->success()) ++done;
-          else if (!failed) failed = &w;
+          // Of the workers found dead at once, one that is not a peer's consequence (a lost
+          // collective: contract::kExitCollective) is the cause.
+          else if (!culprit || (contract::exit_code_is_consequence(culprit->status.shell_code()) &&
+                                !contract::exit_code_is_consequence(st->shell_code())))
+            culprit = &w;
         }
       }
-      if (failed || done == cfg_.nproc_per_node) break;
+      if (culprit) {
+        mine = Failure{cfg_.node_rank, culprit->rank, culprit->status.shell_code(), "WorkerFailed", unix_ms(),
+                       "rank " + std::to_string(culprit->rank) + " (pid " + std::to_string(culprit->process.pid()) +
+                           ") " + culprit->status.describe()};
+        LOCKSTEP_LOG(Error, "agent", mine->what << " first; stopping the other workers");
+        barrier.send(failure_message("FAILED", gen, mine));
+        break;
+      }
+      if (done == cfg_.nproc_per_node) break;
       reap_orphans();
       std::string stuck = check_stall();
       if (!stuck.empty()) {
         metrics_->count_stall();
+        mine = Failure{cfg_.node_rank, std::atoi(stuck.c_str()), contract::kExitStall, "Stall", unix_ms(),
+                       "stall detected on rank(s) " + stuck};
+        barrier.send(failure_message("FAILED", gen, mine));
+        break;
+      }
+      auto m = barrier.poll(std::chrono::milliseconds(0));
+      if (m && m->verb == "STOP" && m->get_int("gen") == gen) {
+        LOCKSTEP_LOG(Info, "agent", "another node failed: stopping this node's workers for the restart barrier");
+        break;
+      }
+      if (m && m->verb == "EXIT") {
         stop_group();
-        linger_after_stall();
-        return finish(contract::kExitStall, "stall detected on rank(s) " + stuck, nullptr);
+        return finish(m->get_int("exit", contract::kExitRendezvous), m->get("why"), nullptr);
+      }
+      if (barrier.lost()) {
+        LOCKSTEP_LOG(Error, "agent", lost_server() << "; stopping the workers");
+        stop_group();
+        return finish(contract::kExitRendezvous, lost_server(), nullptr);
       }
     }
-    if (!failed) {
-      stop_group();  // collects output; everyone has exited
-      return finish(0, "all " + std::to_string(cfg_.nproc_per_node) + " worker(s) finished", nullptr);
+    const bool finished = !mine && done == cfg_.nproc_per_node;
+    stop_group();  // collects output; for a finished node, everyone has exited already
+    barrier.send(failure_message(finished ? "DONE" : "STOPPED", gen, mine));
+    // Wait for the barrier's verdict: the next generation, or the end. A finished node may
+    // wait as long as its peers train; a stopped one only as long as stopping can take.
+    const auto deadline = std::chrono::steady_clock::now() + cfg_.grace_period + std::chrono::seconds(60);
+    while (true) {
+      if (int sig = wait_for_event(std::chrono::milliseconds(0))) {
+        LOCKSTEP_LOG(Info, "agent", strsignal(sig) << " while waiting at the restart barrier");
+        return finish(128 + sig, std::string("stopped by ") + strsignal(sig), nullptr);
+      }
+      auto m = barrier.poll(std::chrono::milliseconds(50));
+      reap_orphans();
+      if (m && m->verb == "STOP" && m->get_int("gen") == gen) {  // after DONE: a peer failed
+        barrier.send(failure_message("STOPPED", gen, std::nullopt));
+        continue;
+      }
+      if (m && m->verb == "START" && m->get_int("gen") == gen + 1) {
+        gen += 1;
+        auto cause = failure_of(*m);
+        LOCKSTEP_LOG(Warn, "agent", "restart barrier: " << m->get("why") << "; starting generation " << gen
+                                                        << " (TORCHELASTIC_RESTART_COUNT=" << cfg_.restart_attempt + gen << ")");
+        if (metrics_) metrics_->count_in_place_restart(cause ? cause->reason : "WorkerFailed", cause ? cause->rank : -1,
+                                                       cause ? cause->code : 0);
+        break;
+      }
+      if (m && m->verb == "EXIT") {
+        int code = m->get_int("exit", contract::kExitRendezvous);
+        auto cause = failure_of(*m);
+        if (code == 0) return finish(0, "all " + std::to_string(cfg_.nproc_per_node) + " worker(s) finished", nullptr);
+        if (mine && mine->reason == "Stall") linger_after_stall();
+        const bool here = cause && cause->node == cfg_.node_rank;
+        return finish(code, m->get("why"), here && culprit ? culprit : nullptr);
+      }
+      if (barrier.lost()) {
+        if (finished) return finish(0, "all " + std::to_string(cfg_.nproc_per_node) + " worker(s) finished", nullptr);
+        return finish(contract::kExitRendezvous, lost_server(), nullptr);
+      }
+      if (!finished && std::chrono::steady_clock::now() > deadline)
+        return finish(contract::kExitRendezvous, "the restart barrier gave no verdict in time (a node could not stop its workers?)", nullptr);
     }
-    int code = failed->status.shell_code();
-    std::string why = "rank " + std::to_string(failed->rank) + " (pid " + std::to_string(failed->process.pid()) +
-                      ") " + failed->status.describe() + " first";
-    LOCKSTEP_LOG(Error, "agent", why << "; stopping the other workers");
-    stop_group();
-    if (local_restarts < cfg_.max_restarts) {
-      LOCKSTEP_LOG(Warn, "agent", why << "; restarting the worker group (" << local_restarts + 1 << " of "
-                                      << cfg_.max_restarts << ")");
-      if (metrics_) metrics_->count_restart();
-      continue;
-    }
-    return finish(code, why, failed);
   }
 }
 

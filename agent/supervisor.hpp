@@ -1,9 +1,10 @@
 // Runs the worker group and watches it (DESIGN.md, agent): spawns nproc workers with their
 // torchrun environment, passes their output through with a rank prefix (or to per-rank
 // files), and ends the group the moment anything goes wrong:
-//   * a worker fails        -> the others get SIGTERM, then SIGKILL after the grace period;
-//                              the agent exits with that worker's own exit code (or restarts
-//                              the group locally, up to --max-restarts, on a single node);
+//   * a worker fails        -> the others get SIGTERM, then SIGKILL after the grace period,
+//                              and every node's agent does the same (Note [Restart barrier]):
+//                              all workers restart in place, up to --max-restarts, or every
+//                              agent exits with that worker's own exit code;
 //   * no step for too long  -> a stall: the stuck ranks are logged, the group stopped, exit 75;
 //     also a rank with no first step within --first-step-timeout of its start (a hang in
 //     rendezvous or the first collective); /metrics then lingers so the stall is scraped;
@@ -31,6 +32,8 @@
 
 namespace lockstep::agent {
 
+class BarrierClient;
+
 class Supervisor {
  public:
   Supervisor(const Config& cfg, Metrics* metrics, std::string metrics_dir);
@@ -49,7 +52,8 @@ class Supervisor {
     ExitStatus status;
   };
   bool wait_for_master();
-  void start_group(int local_restarts);
+  int join_barrier(BarrierClient& barrier, const std::string& host, int port);
+  void start_group(int generation);
   void stop_group();
   void signal_everything(int sig, std::set<pid_t>* already = nullptr);
   bool descendants_left();  // a worker or an adopted child not yet gone

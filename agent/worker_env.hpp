@@ -10,7 +10,7 @@
 
 namespace lockstep::agent {
 
-// `local_restarts`: worker-group restarts this agent has done itself; TORCHELASTIC_RESTART_COUNT
+// `local_restarts`: the in-place generation (Note [Restart barrier]); TORCHELASTIC_RESTART_COUNT
 // counts those and the operator's gang restarts (LOCKSTEP_RESTART_ATTEMPT) together.
 // `inherited`: the agent's own environment (OMP_NUM_THREADS and TORCH_NCCL_ASYNC_ERROR_HANDLING
 // are looked at). `error_file`: TORCHELASTIC_ERROR_FILE, where a worker's @record writes its

@@ -13,16 +13,10 @@ bool is_retryable(RestartPolicy policy, const PodView& pod) {
     case RestartPolicy::ExitCode: break;
   }
   // Note [Exit codes]
-  int code = pod.exit_code;
-  if (code < 0 || code == 0) return true;
-  if (code >= 128) return true;
-  return is_consequence(pod);
+  return contract::exit_code_retryable(pod.exit_code);
 }
 
-bool is_consequence(const PodView& pod) {
-  return pod.exit_code == contract::kExitStall || pod.exit_code == contract::kExitRendezvous ||
-         pod.exit_code == contract::kExitCollective;
-}
+bool is_consequence(const PodView& pod) { return contract::exit_code_is_consequence(pod.exit_code); }
 
 const PodView* first_failure(const std::vector<const PodView*>& failed, RestartPolicy policy,
                              const FailureTiming& timing) {

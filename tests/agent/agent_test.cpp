@@ -60,10 +60,25 @@ Agent start_agent(const std::string& dir, int nnodes, int node_rank, int nproc, 
             {"LOCKSTEP_MASTER_PORT", std::to_string(master_port)}, {"LOCKSTEP_RESTART_ATTEMPT", "2"},
             {"LOCKSTEP_METRICS_PORT", std::to_string(a.metrics_port)}};
   so.unset_env = {"OMP_NUM_THREADS", "TORCH_NCCL_ASYNC_ERROR_HANDLING"};
+  // One barrier port per job (its master port), picked free rather than the default master
+  // port + 1, which a port picked earlier for /metrics may hold.
+  static std::map<int, int> agent_ports;
+  if (!agent_ports.count(master_port)) agent_ports[master_port] = lockstep::free_loopback_port();
+  so.env["LOCKSTEP_AGENT_PORT"] = std::to_string(agent_ports[master_port]);
   for (const auto& [k, v] : extra_env) so.env[k] = v;
   so.output_path = a.log;
   a.proc = Process::spawn(so);
   return a;
+}
+
+// The other nodes of a job, each running `command` (the restart barrier starts workers only
+// once every node's agent has joined: Note [Restart barrier]).
+std::vector<Agent> start_peers(const std::string& dir, int nnodes, int except_node, int nproc, int master_port,
+                               const std::vector<std::string>& command, std::vector<std::string> flags = {}) {
+  std::vector<Agent> peers;
+  for (int n = 0; n < nnodes; ++n)
+    if (n != except_node) peers.push_back(start_agent(dir, nnodes, n, nproc, master_port, command, flags));
+  return peers;
 }
 
 std::string scrape(int port) {
@@ -140,6 +155,7 @@ TEST(Agent, APythonProgramSeesWhatTorchrunWouldGiveIt) {
   int port = lockstep::free_loopback_port();
   // Under the operator's LOCKSTEP_* variables...
   auto a = start_agent(dir, 3, 1, 2, port, {"python3", script, "3", "1", "2", "127.0.0.1", std::to_string(port), "uid-123", "2"});
+  auto peers = start_peers(dir, 3, 1, 2, port, {"true"});
   auto st = a.wait(60s);
   ASSERT_TRUE(st.has_value());
   EXPECT_EQ(st->shell_code(), 0) << a.output();
@@ -153,6 +169,10 @@ TEST(Agent, APythonProgramSeesWhatTorchrunWouldGiveIt) {
   so.argv.insert(so.argv.begin() + 1, {"--run-id", "my-run"});
   so.output_path = dir + "/pet.log";
   auto p = Process::spawn(so);
+  so.env["PET_NODE_RANK"] = "1";  // its peer node, which only has to be there
+  so.argv = {agent_bin(), "--no-metrics", "--run-id", "my-run", "--", "true"};
+  so.output_path = dir + "/pet-1.log";
+  auto p1 = Process::spawn(so);
   auto pst = p.wait_for(60s);
   ASSERT_TRUE(pst.has_value());
   EXPECT_EQ(pst->shell_code(), 0) << lockstep::test::read_file(dir + "/pet.log");
@@ -380,8 +400,9 @@ TEST(Agent, AFailureWritesWhyAndTheRanksLastLinesAsTheTerminationMessage) {
 
 TEST(Agent, MetricsCarryStepCommAndWorkerSeriesWithTheirLabels) {
   std::string dir = temp_dir("metrics");
-  auto a = start_agent(dir, 2, 1, 2, lockstep::free_loopback_port(), {worker_bin(), "steps", "5", "then-hang"},
-                       {"--stall-timeout", "0"});
+  const int port = lockstep::free_loopback_port();
+  auto a = start_agent(dir, 2, 1, 2, port, {worker_bin(), "steps", "5", "then-hang"}, {"--stall-timeout", "0"});
+  auto peers = start_peers(dir, 2, 1, 1, port, {"sleep", "600"}, {"--stall-timeout", "0"});
   // Node 1 of 2 with 2 workers: ranks 2 and 3.
   std::string m;
   ASSERT_TRUE(eventually([&] {
@@ -401,6 +422,7 @@ TEST(Agent, MetricsCarryStepCommAndWorkerSeriesWithTheirLabels) {
         "lockstep_total_steps{namespace=\"ns\",node_rank=\"1\",rank=\"3\",trainingjob=\"tj\"} 5",
         "lockstep_last_step_timestamp_seconds{", "lockstep_worker_up{namespace=\"ns\",node_rank=\"1\",rank=\"3\",trainingjob=\"tj\"} 1",
         "lockstep_worker_restarts_total{namespace=\"ns\",node_rank=\"1\",trainingjob=\"tj\"} 0",
+        "lockstep_restarts_total{kind=\"in_place\",namespace=\"ns\",node_rank=\"1\",trainingjob=\"tj\"} 0",
         "lockstep_restart_attempt{namespace=\"ns\",node_rank=\"1\",trainingjob=\"tj\"} 2",
         "lockstep_stalls_total{namespace=\"ns\",node_rank=\"1\",trainingjob=\"tj\"} 0"})
     EXPECT_NE(m.find(series), std::string::npos) << series << "\n" << m;
@@ -409,8 +431,14 @@ TEST(Agent, MetricsCarryStepCommAndWorkerSeriesWithTheirLabels) {
   if (a.output().find("no NVIDIA GPU") != std::string::npos) {
     EXPECT_EQ(m.find("lockstep_gpu_"), std::string::npos) << m;
   }
+  EXPECT_EQ(m.find("lockstep_last_restart"), std::string::npos) << "no restart yet: no last-restart series\n" << m;
   a.proc.signal(SIGTERM);
   a.wait(20s);
+  // Node 1 is gone: node 0's agent ends its workers and says why.
+  auto s0 = peers[0].wait(30s);
+  ASSERT_TRUE(s0.has_value()) << peers[0].output();
+  EXPECT_EQ(s0->shell_code(), lockstep::contract::kExitRendezvous) << peers[0].output();
+  EXPECT_NE(peers[0].output().find("the agent of node 1 is gone"), std::string::npos) << peers[0].output();
 }
 
 TEST(Agent, MalformedReportsAreCountedAndIgnored) {
@@ -437,7 +465,152 @@ TEST(Agent, LocalRestartsOnASingleNodeThenTheExitCode) {
   auto st = a.wait(60s);
   ASSERT_TRUE(st.has_value()) << a.output();
   EXPECT_EQ(st->shell_code(), 7) << a.output();
-  EXPECT_NE(a.output().find("restarting the worker group (1 of 1)"), std::string::npos) << a.output();
+  EXPECT_NE(a.output().find("every worker restarts in place (1 of 1)"), std::string::npos) << a.output();
+  EXPECT_NE(a.output().find("in-place restarts spent (1 of 1"), std::string::npos) << a.output();
+}
+
+// ---- In-place restarts (Note [Restart barrier]) ----
+
+std::string trainer_bin() { return env_or("LOCKSTEP_TRAINER_BIN", "lockstep-trainer"); }
+
+// The one worker process of an agent with one worker: its direct child.
+pid_t only_worker(pid_t agent) {
+  for (pid_t p : descendants(agent)) {
+    std::string stat = lockstep::test::read_file("/proc/" + std::to_string(p) + "/stat");
+    auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == agent) return p;
+  }
+  return -1;
+}
+
+// The value of the first series of `metrics` that starts with `prefix`, or -1.
+double series(const std::string& metrics, const std::string& prefix) {
+  auto at = metrics.find(prefix);
+  if (at == std::string::npos) return -1;
+  auto sp = metrics.find(' ', at + prefix.size());
+  return sp == std::string::npos ? -1 : std::atof(metrics.c_str() + sp + 1);
+}
+
+// Two nodes x one worker train the tiny GPT for 100 steps, a checkpoint every 10; both share
+// the checkpoint directory, as pods on shared storage do.
+struct InPlaceJob {
+  std::string dir;
+  int port = lockstep::free_loopback_port();
+  std::vector<Agent> agents;
+  InPlaceJob(const std::string& name, int budget, std::vector<std::string> flags = {}, int steps = 100) {
+    dir = temp_dir(name);
+    std::vector<std::string> cmd = {trainer_bin(), "--device", "cpu", "--model", "tiny", "--steps", std::to_string(steps),
+                                    "--batch-size", "4", "--checkpoint-dir", dir + "/ckpt", "--checkpoint-every", "10",
+                                    "--log-every", "10", "--loss-log", dir + "/loss"};
+    flags.insert(flags.end(), {"--max-restarts", std::to_string(budget)});
+    for (int n = 0; n < 2; ++n)
+      agents.push_back(start_agent(dir, 2, n, 1, port, cmd, flags, {{"LOCKSTEP_RESTART_ATTEMPT", "0"}, {"GLOO_SOCKET_IFNAME", "lo"}}));
+  }
+  // Waits until node `n`'s rank reports step `step` or later.
+  bool reached(int n, int step, std::chrono::seconds t = 120s) {
+    return eventually([&] { return series(scrape(agents[n].metrics_port), "lockstep_step{") >= step; }, t);
+  }
+  std::string outputs() const { return "--- node 0:\n" + agents[0].output() + "\n--- node 1:\n" + agents[1].output(); }
+};
+
+TEST(InPlace, AWorkerKilledOnNode1RestartsEveryRankInTheSameAgentsAndTrainingResumes) {
+  InPlaceJob job("inplace-kill", 3);
+  ASSERT_TRUE(job.reached(1, 25)) << job.outputs();
+  const pid_t agent0 = job.agents[0].proc.pid(), agent1 = job.agents[1].proc.pid();
+  const pid_t old0 = only_worker(agent0), old1 = only_worker(agent1);
+  ASSERT_GT(old1, 0);
+  ::kill(old1, SIGKILL);
+  // Every rank of generation 1 runs under the same two agents, and no worker of generation 0
+  // is left.
+  std::string m;
+  ASSERT_TRUE(eventually([&] {
+    m = scrape(job.agents[0].metrics_port);
+    return series(m, "lockstep_restarts_total{kind=\"in_place\"") == 1;
+  }, 60s)) << m << job.outputs();
+  EXPECT_TRUE(job.agents[0].proc.running() && job.agents[1].proc.running()) << "an in-place restart keeps the agents";
+  ASSERT_TRUE(eventually([&] {
+    pid_t n0 = only_worker(agent0), n1 = only_worker(agent1);
+    return n0 > 0 && n1 > 0 && n0 != old0 && n1 != old1;
+  }, 30s)) << job.outputs();
+  EXPECT_FALSE(lockstep::test::is_running(old0)) << "a rank of generation 0 outlived the restart";
+  EXPECT_NE(m.find("lockstep_last_restart_info{exit_code=\"137\",kind=\"in_place\",namespace=\"ns\",node_rank=\"0\","
+                   "rank=\"1\",reason=\"WorkerFailed\",trainingjob=\"tj\"} 1"),
+            std::string::npos) << m;
+  EXPECT_GT(series(m, "lockstep_last_restart_timestamp_seconds{"), 1.6e9) << m;
+  for (auto& a : job.agents) {
+    auto st = a.wait(180s);
+    ASSERT_TRUE(st.has_value()) << job.outputs();
+    EXPECT_EQ(st->shell_code(), 0) << job.outputs();
+  }
+  const std::string out = job.outputs();
+  EXPECT_NE(out.find("rank 1 (pid " + std::to_string(old1) + ") killed by signal 9 (Killed) on node 1 first; every worker "
+                     "restarts in place (1 of 3)"), std::string::npos) << out;
+  std::smatch resumed;
+  ASSERT_TRUE(std::regex_search(out, resumed, std::regex("resumed from " + job.dir + "/ckpt at step (\\d+)"))) << out;
+  EXPECT_GE(std::stoi(resumed[1]), 20) << "the newest complete checkpoint before the kill";
+  std::string loss = lockstep::test::read_file(job.dir + "/loss");
+  EXPECT_NE(loss.find("\n100 "), std::string::npos) << "training finished: " << loss;
+}
+
+TEST(InPlace, AStalledRankRestartsEveryRankInPlaceThroughStallDetection) {
+  InPlaceJob job("inplace-stall", 3, {"--stall-timeout", "3s"}, 80);
+  ASSERT_TRUE(job.reached(1, 25)) << job.outputs();
+  const pid_t stalled = only_worker(job.agents[1].proc.pid());
+  ASSERT_GT(stalled, 0);
+  ::kill(stalled, SIGSTOP);
+  for (auto& a : job.agents) {
+    auto st = a.wait(180s);
+    ASSERT_TRUE(st.has_value()) << job.outputs();
+    EXPECT_EQ(st->shell_code(), 0) << job.outputs();
+  }
+  const std::string out = job.outputs();
+  EXPECT_NE(out.find("stall detected on rank(s)"), std::string::npos) << out;
+  EXPECT_NE(out.find("every worker restarts in place (1 of 3)"), std::string::npos) << out;
+  EXPECT_NE(out.find("starting generation 1"), std::string::npos) << out;
+  EXPECT_NE(lockstep::test::read_file(job.dir + "/loss").find("\n80 "), std::string::npos);
+}
+
+TEST(InPlace, BeyondTheBudgetEveryAgentExitsWithTheCausesCode) {
+  // Rank 3 fails with 7 in every generation: one in-place restart, then both agents give up
+  // with 7, for the operator's gang restart to take over.
+  std::string dir = temp_dir("inplace-budget");
+  int port = lockstep::free_loopback_port();
+  std::vector<std::string> cmd = {worker_bin(), "allreduce", dir + "/sum", "3", "7"};
+  auto a0 = start_agent(dir, 2, 0, 2, port, cmd, {"--max-restarts", "1"});
+  auto a1 = start_agent(dir, 2, 1, 2, port, cmd, {"--max-restarts", "1"});
+  for (Agent* a : {&a0, &a1}) {
+    auto st = a->wait(90s);
+    ASSERT_TRUE(st.has_value()) << a->output();
+    EXPECT_EQ(st->shell_code(), 7) << a->output();
+    EXPECT_NE(a->output().find("every worker restarts in place (1 of 1)"), std::string::npos) << a->output();
+    EXPECT_NE(a->output().find("in-place restarts spent (1 of 1, spec.runPolicy.inPlaceRestarts)"), std::string::npos)
+        << a->output();
+  }
+  EXPECT_NE(a1.output().find("last lines of rank 3"), std::string::npos) << "the culprit's node shows its last lines";
+  // Workers see the generation as torchrun shows it, on top of the gang attempt (2 here).
+  EXPECT_NE(a0.output().find("[rank 0] rank 0 restart count 2"), std::string::npos) << a0.output();
+  EXPECT_NE(a0.output().find("[rank 0] rank 0 restart count 3"), std::string::npos) << a0.output();
+}
+
+TEST(InPlace, APermanentExitCodeUnderExitCodeIsNotRestarted) {
+  std::string dir = temp_dir("inplace-permanent");
+  int port = lockstep::free_loopback_port();
+  std::vector<std::string> cmd = {worker_bin(), "allreduce", dir + "/sum", "2", "3"};
+  std::vector<std::string> flags = {"--max-restarts", "3", "--restart-policy", "ExitCode"};
+  auto a0 = start_agent(dir, 2, 0, 2, port, cmd, flags);
+  auto a1 = start_agent(dir, 2, 1, 2, port, cmd, flags);
+  for (Agent* a : {&a0, &a1}) {
+    auto st = a->wait(90s);
+    ASSERT_TRUE(st.has_value()) << a->output();
+    EXPECT_EQ(st->shell_code(), 3) << a->output();
+    EXPECT_NE(a->output().find("exit code 3 is permanent under restartPolicy ExitCode"), std::string::npos) << a->output();
+    EXPECT_EQ(a->output().find("starting generation 1"), std::string::npos) << a->output();
+  }
 }
 
 TEST(Agent, BadConfigurationNamesTheVariable) {

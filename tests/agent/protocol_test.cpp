@@ -12,6 +12,8 @@
 #include <random>
 #include <thread>
 
+#include "barrier.hpp"
+#include "lockstep/contract.hpp"
 #include "metrics.hpp"
 #include "protocol.hpp"
 #include "worker_env.hpp"
@@ -267,7 +269,27 @@ TEST(Config, FlagsOverrideEnvironmentAndPetIsTheFallback) {
   EXPECT_EQ(c.nproc_per_node, 4);  // LOCKSTEP_* wins over PET_*
   EXPECT_EQ(c.master_port, 1234);
   EXPECT_EQ(c.command, (std::vector<std::string>{"python", "train.py"}));
-  EXPECT_THROW(load_config({{"LOCKSTEP_NNODES", "2"}}, {"--max-restarts", "1"}), ConfigError);
+}
+
+TEST(Config, InPlaceRestartSettings) {
+  auto c = load_config({{"LOCKSTEP_NNODES", "2"}, {"LOCKSTEP_IN_PLACE_RESTARTS", "3"}, {"LOCKSTEP_RESTART_POLICY", "ExitCode"},
+                        {"LOCKSTEP_MASTER_PORT", "29600"}},
+                       {});
+  EXPECT_EQ(c.max_restarts, 3);  // multi-node jobs restart in place too (Note [Restart barrier])
+  EXPECT_EQ(c.restart_policy, "ExitCode");
+  EXPECT_EQ(c.barrier_port(), 29601);
+  EXPECT_EQ(load_config({{"LOCKSTEP_AGENT_PORT", "4000"}}, {}).barrier_port(), 4000);
+  EXPECT_EQ(load_config({{"LOCKSTEP_IN_PLACE_RESTARTS", "3"}, {"LOCKSTEP_RESTART_POLICY", "Never"}}, {}).max_restarts, 0)
+      << "Never restarts nothing, in place either";
+  EXPECT_EQ(load_config({{"LOCKSTEP_IN_PLACE_RESTARTS", "3"}}, {"--max-restarts", "1"}).max_restarts, 1);
+  try {
+    load_config({{"LOCKSTEP_RESTART_POLICY", "Always"}}, {});
+    ADD_FAILURE() << "an unknown policy must be refused";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("LOCKSTEP_RESTART_POLICY"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("OnFailure, ExitCode or Never"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(load_config({{"LOCKSTEP_IN_PLACE_RESTARTS", "-1"}}, {}), ConfigError);
 }
 
 TEST(Config, StallSettingsFromFlagsAndTheEnvironment) {
@@ -307,5 +329,162 @@ TEST(Config, StallSettingsFromFlagsAndTheEnvironment) {
     ADD_FAILURE() << "a bad duration was accepted";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("LOCKSTEP_FIRST_STEP_TIMEOUT"), std::string::npos) << e.what();
+  }
+}
+
+// ---- The restart barrier (Note [Restart barrier]) ----
+
+TEST(Barrier, MessagesRoundTripWhateverTheTextHolds) {
+  Message m{"EXIT", {{"why", "rank 3 (pid 9) killed = bad; 100% gone\nnext line"}, {"exit", "137"}}};
+  auto back = decode(encode(m));
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->verb, "EXIT");
+  EXPECT_EQ(back->fields, m.fields);
+  EXPECT_EQ(encode(m).find('\n'), std::string::npos);
+  EXPECT_FALSE(decode("").has_value());
+  EXPECT_FALSE(decode("start gen=1").has_value());
+  EXPECT_FALSE(decode("START gen").has_value());
+  EXPECT_FALSE(decode("START gen=%zz").has_value());
+  EXPECT_EQ(decode("START gen=x")->get_int("gen", -5), -5);
+}
+
+Failure failure(int node, int code, long long at, const std::string& reason = "WorkerFailed") {
+  return Failure{node, node * 2, code, reason, at, "rank " + std::to_string(node * 2) + " failed"};
+}
+
+TEST(Barrier, TheCauseIsTheEarliestFailureThatIsNotAPeersConsequence) {
+  // Node 0's rank lost its peer (77) a moment before node 1's OOM kill was seen: 137 is the cause.
+  auto c = pick_cause({failure(0, lockstep::contract::kExitCollective, 1000), failure(1, 137, 1005)});
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->node, 1);
+  EXPECT_EQ(pick_cause({failure(1, 3, 2000), failure(0, 137, 1000)})->node, 0) << "earliest wins";
+  EXPECT_EQ(pick_cause({failure(1, 77, 2000), failure(0, 75, 1000, "Stall")})->node, 0) << "only consequences: the earliest";
+  EXPECT_FALSE(pick_cause({}).has_value());
+}
+
+TEST(Barrier, TheVerdictFollowsThePolicyAndTheBudget) {
+  auto oom = failure(1, 137, 1000), bug = failure(1, 3, 1000);
+  EXPECT_TRUE(decide(oom, 0, 3, "OnFailure").restart);
+  EXPECT_TRUE(decide(bug, 2, 3, "OnFailure").restart);
+  auto spent = decide(oom, 3, 3, "OnFailure");
+  EXPECT_FALSE(spent.restart);
+  EXPECT_EQ(spent.exit_code, 137);
+  EXPECT_NE(spent.why.find("in-place restarts spent (3 of 3"), std::string::npos) << spent.why;
+  EXPECT_TRUE(decide(oom, 0, 3, "ExitCode").restart);
+  EXPECT_TRUE(decide(failure(1, lockstep::contract::kExitStall, 0, "Stall"), 0, 3, "ExitCode").restart);
+  auto permanent = decide(bug, 0, 3, "ExitCode");
+  EXPECT_FALSE(permanent.restart);
+  EXPECT_NE(permanent.why.find("exit code 3 is permanent under restartPolicy ExitCode"), std::string::npos);
+  EXPECT_FALSE(decide(oom, 0, 3, "Never").restart);
+  EXPECT_NE(decide(oom, 0, 0, "OnFailure").why.find("in-place restarts are off"), std::string::npos);
+}
+
+namespace {
+Config barrier_config(int nnodes, int budget) {
+  Config c;
+  c.nnodes = nnodes;
+  c.max_restarts = budget;
+  c.run_id = "run-1";
+  c.grace_period = std::chrono::seconds(1);
+  c.rendezvous_timeout = std::chrono::seconds(5);
+  return c;
+}
+std::optional<Message> next(BarrierClient& c, const std::string& verb) {
+  for (int i = 0; i < 100; ++i)
+    if (auto m = c.poll(std::chrono::milliseconds(50)); m && m->verb == verb) return m;
+  return std::nullopt;
+}
+void join(BarrierClient& c, int port, int node, const std::string& run = "run-1", int attempt = 0) {
+  std::string err;
+  ASSERT_TRUE(c.connect("127.0.0.1", port, err)) << err;
+  c.send({"HELLO", {{"node", std::to_string(node)}, {"run", run}, {"attempt", std::to_string(attempt)}}});
+}
+}  // namespace
+
+TEST(Barrier, AFailureStopsEveryNodeAndTheNextGenerationStartsOnlyWhenAllHaveStopped) {
+  BarrierServer server(barrier_config(2, 1), "127.0.0.1", 0);
+  BarrierClient n0, n1;
+  join(n0, server.port(), 0);
+  EXPECT_FALSE(n0.poll(std::chrono::milliseconds(200)).has_value()) << "generation 0 waits for every node";
+  join(n1, server.port(), 1);
+  ASSERT_TRUE(next(n0, "START")) << "all joined";
+  ASSERT_TRUE(next(n1, "START"));
+  n1.send(failure_message("FAILED", 0, failure(1, 137, unix_ms())));
+  ASSERT_TRUE(next(n0, "STOP"));
+  ASSERT_TRUE(next(n1, "STOP"));
+  n1.send(failure_message("STOPPED", 0, failure(1, 137, unix_ms())));
+  EXPECT_FALSE(n1.poll(std::chrono::milliseconds(300)).has_value()) << "node 0 has not stopped yet";
+  n0.send(failure_message("STOPPED", 0, failure(0, lockstep::contract::kExitCollective, unix_ms() - 5)));
+  auto start = next(n0, "START");
+  ASSERT_TRUE(start);
+  EXPECT_EQ(start->get_int("gen"), 1);
+  EXPECT_EQ(start->get_int("code"), 137) << "the peer's collective error was a consequence";
+  ASSERT_TRUE(next(n1, "START"));
+  // Generation 1 fails too: the budget of 1 is spent, and everyone is told to exit with 3.
+  n0.send(failure_message("FAILED", 1, failure(0, 3, unix_ms())));
+  ASSERT_TRUE(next(n1, "STOP"));
+  n0.send(failure_message("STOPPED", 1, failure(0, 3, unix_ms())));
+  n1.send(failure_message("STOPPED", 1, std::nullopt));
+  auto exit = next(n1, "EXIT");
+  ASSERT_TRUE(exit);
+  EXPECT_EQ(exit->get_int("exit"), 3);
+  EXPECT_NE(exit->get("why").find("in-place restarts spent (1 of 1"), std::string::npos) << exit->get("why");
+}
+
+TEST(Barrier, EveryNodeDoneIsExitZeroAndALostNodeEndsTheGeneration) {
+  {
+    BarrierServer server(barrier_config(2, 3), "127.0.0.1", 0);
+    BarrierClient n0, n1;
+    join(n0, server.port(), 0);
+    join(n1, server.port(), 1);
+    ASSERT_TRUE(next(n0, "START"));
+    ASSERT_TRUE(next(n1, "START"));
+    n1.send(failure_message("DONE", 0, std::nullopt));
+    EXPECT_FALSE(n1.poll(std::chrono::milliseconds(300)).has_value()) << "node 0 still trains: no verdict yet";
+    n0.send(failure_message("DONE", 0, std::nullopt));
+    auto exit = next(n0, "EXIT");
+    ASSERT_TRUE(exit);
+    EXPECT_EQ(exit->get_int("exit"), 0);
+  }
+  BarrierServer server(barrier_config(3, 3), "127.0.0.1", 0);
+  BarrierClient n0, n1;
+  auto n2 = std::make_unique<BarrierClient>();
+  join(n0, server.port(), 0);
+  join(n1, server.port(), 1);
+  join(*n2, server.port(), 2);
+  ASSERT_TRUE(next(n0, "START"));
+  n2.reset();  // node 2's pod is gone
+  auto exit = next(n0, "EXIT");
+  ASSERT_TRUE(exit);
+  EXPECT_EQ(exit->get_int("exit"), lockstep::contract::kExitRendezvous);
+  EXPECT_NE(exit->get("why").find("the agent of node 2 is gone"), std::string::npos) << exit->get("why");
+  ASSERT_TRUE(next(n1, "EXIT"));
+}
+
+TEST(Barrier, AnAgentOfAnotherRunOrAttemptOrADuplicateNodeIsRefused) {
+  BarrierServer server(barrier_config(2, 3), "127.0.0.1", 0);
+  BarrierClient stale, other, n0, dup;
+  join(stale, server.port(), 1, "run-1", 5);
+  auto m = next(stale, "EXIT");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->get("why").find("gang attempt 5, this is attempt 0"), std::string::npos) << m->get("why");
+  join(other, server.port(), 1, "run-2");
+  m = next(other, "EXIT");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->get("why").find("run 'run-2'"), std::string::npos) << m->get("why");
+  join(n0, server.port(), 0);
+  join(dup, server.port(), 0);
+  m = next(dup, "EXIT");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->get("why").find("node 0 has already joined"), std::string::npos) << m->get("why");
+}
+
+TEST(Barrier, APortInUseIsAClearError) {
+  BarrierServer first(barrier_config(2, 0), "127.0.0.1", 0);
+  try {
+    BarrierServer second(barrier_config(2, 0), "127.0.0.1", first.port());
+    ADD_FAILURE() << "a second server on one port";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("LOCKSTEP_AGENT_PORT"), std::string::npos) << e.what();
   }
 }

@@ -123,6 +123,8 @@ int main(int argc, char** argv) {
     opts.isServer = rank == 0;
     opts.numWorkers = world;
     opts.timeout = std::chrono::seconds(60);
+    const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
+    std::cout << "rank " << rank << " restart count " << (restarts ? restarts : "unset") << std::endl;
     auto store = c10::make_intrusive<c10d::TCPStore>(std::getenv("MASTER_ADDR"), opts);
     auto pg_opts = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(20));
     pg_opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
@@ -134,7 +136,12 @@ int main(int argc, char** argv) {
         std::_Exit(fail_code);
       }
       std::vector<at::Tensor> v{torch::full({4}, static_cast<float>(rank + 1))};
-      pg->allreduce(v)->wait();
+      try {
+        pg->allreduce(v)->wait();
+      } catch (const std::exception& e) {  // a peer is gone: the trainer's documented code for it
+        std::cout << "rank " << rank << ": collective failed: " << e.what() << std::endl;
+        std::_Exit(77);
+      }
       t = v[0];
       step(i, 1.0 / i);
     }

@@ -56,4 +56,13 @@ inline constexpr int kExitRendezvous = 76;   // the master address never resolve
 inline constexpr int kExitCollective = 77;
 inline constexpr int kExitUsage = 64;        // bad flags or environment (permanent)
 
+// A collective or rendezvous failure, or a stall: what a rank does when another one died.
+inline bool exit_code_is_consequence(int code) {
+  return code == kExitStall || code == kExitRendezvous || code == kExitCollective;
+}
+// restartPolicy ExitCode (Note [Exit codes] in operator/reconcile/failure_policy.hpp): 128+
+// (killed by a signal: OOM, preemption) and the codes above are retryable; any other code in
+// 1..127 is the program's own verdict, permanent.
+inline bool exit_code_retryable(int code) { return code <= 0 || code >= 128 || exit_code_is_consequence(code); }
+
 }  // namespace lockstep::contract
