@@ -1,5 +1,6 @@
 #include "reconcile/job.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "lockstep/contract.hpp"
@@ -47,6 +48,15 @@ int label_int(const json& labels, const char* key) {
 }
 
 }  // namespace
+
+const char* to_string(RestartPolicy policy) {
+  switch (policy) {
+    case RestartPolicy::ExitCode: return "ExitCode";
+    case RestartPolicy::Never: return "Never";
+    case RestartPolicy::OnFailure: break;
+  }
+  return "OnFailure";
+}
 
 const Condition* JobStatus::condition(const std::string& type) const {
   for (const auto& c : conditions)
@@ -132,6 +142,9 @@ JobView JobView::from_json(const json& obj) {
   std::string restart = get_or<std::string>(rp, "restartPolicy", "OnFailure");
   j.restart_policy = restart == "Never" ? RestartPolicy::Never
                      : restart == "ExitCode" ? RestartPolicy::ExitCode : RestartPolicy::OnFailure;
+  // The API server holds it to the CRD's bounds; clamped here as well, so the pods'
+  // LOCKSTEP_IN_PLACE_RESTARTS is one the agents accept whatever the object says.
+  j.in_place_restarts = std::clamp(get_or(rp, "inPlaceRestarts", 3), 0, kMaxInPlaceRestarts);
   if (rp.contains("activeDeadlineSeconds")) j.active_deadline_seconds = get_or<long long>(rp, "activeDeadlineSeconds", 0);
   if (rp.contains("ttlSecondsAfterFinished")) j.ttl_seconds_after_finished = get_or<long long>(rp, "ttlSecondsAfterFinished", 0);
   std::string clean = get_or<std::string>(rp, "cleanPodPolicy", "Running");

@@ -14,6 +14,7 @@
 namespace lockstep::reconcile {
 
 enum class RestartPolicy { OnFailure, ExitCode, Never };
+const char* to_string(RestartPolicy policy);  // as spec.runPolicy.restartPolicy spells it
 enum class CleanPodPolicy { Running, All, None };
 
 struct Condition {
@@ -61,6 +62,7 @@ struct JobView {
   std::string strategy = "Auto";
   int backoff_limit = 3;
   RestartPolicy restart_policy = RestartPolicy::OnFailure;
+  int in_place_restarts = 3;  // spec.runPolicy.inPlaceRestarts, within 0..kMaxInPlaceRestarts
   std::optional<long long> active_deadline_seconds, ttl_seconds_after_finished;
   CleanPodPolicy clean_pod_policy = CleanPodPolicy::Running;
   bool suspend = false, gang = true;
@@ -73,7 +75,13 @@ struct JobView {
   JobStatus status;
 
   static JobView from_json(const nlohmann::json& obj);
+  // The in-place restarts each gang attempt may make: none under restartPolicy Never, which
+  // retries nothing.
+  int in_place_budget() const { return restart_policy == RestartPolicy::Never ? 0 : in_place_restarts; }
 };
+
+// The CRD's maximum for spec.runPolicy.inPlaceRestarts.
+inline constexpr int kMaxInPlaceRestarts = 100;
 
 struct PodView {
   std::string name, uid;
