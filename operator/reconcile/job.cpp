@@ -77,6 +77,8 @@ json JobStatus::to_json() const {
   s["conditions"] = conds;
   s["nodes"] = {{"active", nodes.active}, {"ready", nodes.ready}, {"succeeded", nodes.succeeded}, {"failed", nodes.failed}};
   s["restarts"] = restarts;
+  s["inPlaceRestarts"] = in_place_restarts;
+  s["currentAttemptInPlaceRestarts"] = current_attempt_in_place_restarts;
   if (!start_time.empty()) s["startTime"] = start_time;
   if (!completion_time.empty()) s["completionTime"] = completion_time;
   s["observedGeneration"] = observed_generation;
@@ -108,6 +110,8 @@ JobStatus JobStatus::from_json(const json& s) {
   const json& n = child(s, "nodes");
   st.nodes = {get_or(n, "active", 0), get_or(n, "ready", 0), get_or(n, "succeeded", 0), get_or(n, "failed", 0)};
   st.restarts = get_or(s, "restarts", 0);
+  st.in_place_restarts = get_or(s, "inPlaceRestarts", 0);
+  st.current_attempt_in_place_restarts = get_or(s, "currentAttemptInPlaceRestarts", 0);
   st.start_time = get_or<std::string>(s, "startTime", "");
   st.completion_time = get_or<std::string>(s, "completionTime", "");
   st.observed_generation = get_or<long long>(s, "observedGeneration", 0);

@@ -36,15 +36,20 @@ struct JobStatus {
   std::string phase;  // "" until the operator first writes it
   std::vector<Condition> conditions;
   NodeCounts nodes;
-  int restarts = 0;
+  int restarts = 0;  // gang restarts: the current attempt's number
+  // In-place restarts over the job's life, and how many of them the current attempt made
+  // (Note [In-place restarts]).
+  int in_place_restarts = 0, current_attempt_in_place_restarts = 0;
   std::string start_time, completion_time;
   long long observed_generation = 0;
   std::optional<Progress> progress;  // Note [Progress]
 
   bool operator==(const JobStatus& o) const {
     return phase == o.phase && conditions == o.conditions && nodes == o.nodes && restarts == o.restarts &&
-           start_time == o.start_time && completion_time == o.completion_time &&
-           observed_generation == o.observed_generation && progress == o.progress;
+           in_place_restarts == o.in_place_restarts &&
+           current_attempt_in_place_restarts == o.current_attempt_in_place_restarts && start_time == o.start_time &&
+           completion_time == o.completion_time && observed_generation == o.observed_generation &&
+           progress == o.progress;
   }
   bool operator!=(const JobStatus& o) const { return !(*this == o); }
   const Condition* condition(const std::string& type) const;
