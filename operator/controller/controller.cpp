@@ -448,11 +448,16 @@ void Controller::refresh_metrics() {
   metrics_.queue_depth.Set(static_cast<double>(queue_.depth()));
   if (!jobs_) return;
   std::map<std::string, int> counts;
-  for (const auto& j : jobs_->list()) {
-    std::string phase = (*j).contains("status") ? (*j)["status"].value("phase", "Pending") : "Pending";
-    ++counts[phase];
+  std::vector<op::Metrics::JobRestarts> restarts;
+  for (const auto& obj : jobs_->list()) {
+    const json& j = *obj;
+    auto status = reconcile::JobStatus::from_json(j.value("status", json::object()));
+    ++counts[status.phase.empty() ? "Pending" : status.phase];
+    const json& md = j["metadata"];
+    restarts.push_back({md.value("namespace", ""), md.value("name", ""), md.value("uid", ""), status.restarts});
   }
   metrics_.set_phase_counts(counts);
+  metrics_.set_job_restarts(restarts);  // Note [Restarts by kind]
 }
 
 }  // namespace lockstep::controller

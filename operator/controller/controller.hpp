@@ -54,7 +54,7 @@ class Controller {
   void start_workers();
   // Stops taking work, lets in-flight reconciles finish.
   void stop();
-  void refresh_metrics();  // phase gauge and queue depth
+  void refresh_metrics();  // phase gauge, queue depth, the jobs' gang restarts
 
  private:
   void worker();

@@ -592,7 +592,7 @@ TEST_F(OperatorTest, KubectlGetShowsProgressReadFromRank0sAgent) {
 
 // #14, Note [In-place restarts]: the agents restart their workers in place and say so on rank
 // 0's /metrics; the operator counts it into status (summed across gang attempts), the
-// Restarted condition and Events.
+// Restarted condition and Events, and its own gang restarts beside them.
 TEST_F(OperatorTest, InPlaceRestartsFromRank0sAgentAreCountedAcrossGangRestarts) {
   const int metrics_port = lockstep::free_loopback_port();
   FakeAgent agent(metrics_port);
@@ -670,6 +670,9 @@ TEST_F(OperatorTest, InPlaceRestartsFromRank0sAgentAreCountedAcrossGangRestarts)
   // kubectl get tj: Restarts (gang) 0, In-Place 2.
   auto row = kubectl({"get", "tj", "inplace", "-n", ns_, "--no-headers"});
   EXPECT_TRUE(std::regex_search(row.output, std::regex(R"(^inplace\s+Running\s+2\s+2\s+0\s+2\s)"))) << row.output;
+  EXPECT_NE(operator_->http("/metrics").find("lockstep_restarts_total{kind=\"gang\",namespace=\"" + ns_ +
+                                              "\",trainingjob=\"inplace\"} 0"),
+            std::string::npos);
 
   // Past the budget a pod fails: the operator restarts the gang.
   set_pod("inplace-1", "Failed", 137, "OOMKilled");
@@ -682,6 +685,10 @@ TEST_F(OperatorTest, InPlaceRestartsFromRank0sAgentAreCountedAcrossGangRestarts)
   EXPECT_NE(c["message"].get<std::string>().find("restarting the gang as attempt 1 of 3, after 2 in-place restarts in attempt 0"),
             std::string::npos) << c;
   ASSERT_TRUE(eventually([&] { return events("GangRestart").size() == 1; })) << testing::PrintToString(events("GangRestart"));
+  ASSERT_TRUE(eventually([&] {
+    return operator_->http("/metrics").find("lockstep_restarts_total{kind=\"gang\",namespace=\"" + ns_ +
+                                            "\",trainingjob=\"inplace\"} 1") != std::string::npos;
+  })) << operator_->http("/metrics");
 
   // Attempt 1 runs while the endpoint still shows attempt 0's agent: it counts for nothing.
   start_attempt(1);
