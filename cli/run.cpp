@@ -113,6 +113,9 @@ int run_command(const std::vector<std::string>& args) {
   const std::string run_dir = (fs::current_path() / "lockstep-runs" / name).string();
   fs::create_directories(run_dir);
   const int master_port = free_loopback_port();
+  // Node 0's agent serves the in-place restart barrier on it; the agents' default (the master
+  // port + 1) was never checked to be free here.
+  const int agent_port = free_loopback_port();
   int total_steps = 0;
   for (const auto& a : view.args)
     if (a.rfind("--steps=", 0) == 0) total_steps = std::atoi(a.c_str() + 8);
@@ -141,6 +144,7 @@ int run_command(const std::vector<std::string>& args) {
     for (const char* k : {contract::kMasterAddr, contract::kPetMasterAddr}) so.env[k] = "127.0.0.1";
     for (const char* k : {contract::kMasterPort, contract::kPetMasterPort}) so.env[k] = std::to_string(master_port);
     so.env[contract::kMetricsPort] = std::to_string(metrics_ports.back());
+    so.env[contract::kAgentPort] = std::to_string(agent_port);
     // The pod path, under this run's directory: as on the cluster, each node gets its own
     // directory unless the path is on a volume every pod shares, so a job that needs shared
     // storage and lacks it fails here as it would there.

@@ -46,7 +46,12 @@ Metrics::Metrics()
                  .Name("lockstep_operator_leader")
                  .Help("1 while this replica holds the leader lease")
                  .Register(*registry)
-                 .Add({})) {}
+                 .Add({})),
+      restarts(BuildCounter()
+                   .Name("lockstep_restarts_total")
+                   .Help("Restarts of a TrainingJob by kind; the operator counts the gang restarts (pods recreated), "
+                         "the agents the in-place ones")
+                   .Register(*registry)) {}
 
 void Metrics::observe_request(const std::string& verb, int code) {
   api_requests.Add({{"verb", verb}, {"code", std::to_string(code)}}).Increment();
@@ -57,6 +62,28 @@ void Metrics::set_phase_counts(const std::map<std::string, int>& counts) {
     auto it = counts.find(phase);
     jobs_by_phase.Add({{"phase", phase}}).Set(it == counts.end() ? 0 : it->second);
   }
+}
+
+void Metrics::set_job_restarts(const std::vector<JobRestarts>& jobs) {
+  std::lock_guard<std::mutex> lock(job_series_mu_);
+  std::map<std::string, JobSeries> now;
+  for (const auto& j : jobs) {
+    std::string key = j.ns + "/" + j.name;
+    auto it = job_series_.find(key);
+    if (it != job_series_.end() && it->second.uid != j.uid) {  // another job of the same name
+      restarts.Remove(it->second.counter);
+      job_series_.erase(it);
+      it = job_series_.end();
+    }
+    Counter* c = it != job_series_.end()
+                     ? it->second.counter
+                     : &restarts.Add({{"kind", "gang"}, {"namespace", j.ns}, {"trainingjob", j.name}});
+    if (j.gang > c->Value()) c->Increment(j.gang - c->Value());  // a counter: it never goes down
+    now[key] = {j.uid, c};
+    if (it != job_series_.end()) job_series_.erase(it);
+  }
+  for (auto& [key, series] : job_series_) restarts.Remove(series.counter);  // jobs gone
+  job_series_ = std::move(now);
 }
 
 std::string Metrics::render() const { return TextSerializer().Serialize(registry->Collect()); }

@@ -255,7 +255,7 @@ bool Controller::reconcile(const std::string& key) {
   in.job = JobView::from_json(*obj);
   in.now = reconcile::Clock::now();
   in.gang_support = gang_support();
-  in.progress = progress_of(key);
+  read_agent(key, in);
   for (const auto& p : pods_->by_index(key)) {
     if (controller_uid(*p) != in.job.uid) {
       warn_foreign_pod(in.job, *p);  // not ours to delete, whatever its label says
@@ -392,7 +392,8 @@ std::optional<std::string> fetch_agent_metrics(const std::string& ip, int port) 
 
 // Note [Progress]: every progress_period, rank 0's agent of each Running job is read; a new
 // reading is kept with the one before it and the job is queued, and its reconcile writes the
-// status only when what `kubectl get tj` shows changed.
+// status only when what `kubectl get tj` shows changed. The same text carries the agents'
+// in-place restarts (Note [In-place restarts]), kept for the reconcile to count.
 void Controller::poll_progress() {
   std::unique_lock<std::mutex> lock(progress_mu_);
   while (!stopping_) {
@@ -413,14 +414,19 @@ void Controller::poll_progress() {
       auto text = fetch_agent_metrics(view.ip, job.metrics_port);
       if (!text) continue;
       auto sample = reconcile::parse_progress(*text, 0, reconcile::Clock::now());
-      if (!sample) continue;
+      auto in_place = reconcile::parse_in_place(*text, view.attempt);
+      if (!sample && !in_place) continue;
       {
         std::lock_guard<std::mutex> guard(progress_mu_);
         auto& jp = progress_[key];
-        if (jp.attempt_pod != view.uid || (jp.last && sample->step < jp.last->step)) jp.last.reset();  // a new attempt
+        if (jp.attempt_pod != view.uid) jp = JobProgress{};  // a new attempt's pod starts afresh
         jp.attempt_pod = view.uid;
-        jp.progress = reconcile::progress_between(jp.last, *sample, job.nodes * job.procs_per_node);
-        jp.last = sample;
+        if (sample) {
+          if (jp.last && sample->step < jp.last->step) jp.last.reset();  // it went back to a checkpoint
+          jp.progress = reconcile::progress_between(jp.last, *sample, job.nodes * job.procs_per_node);
+          jp.last = sample;
+        }
+        if (in_place) jp.in_place = in_place;
       }
       queue_.add(key);
     }
@@ -430,22 +436,28 @@ void Controller::poll_progress() {
   }
 }
 
-std::optional<reconcile::Progress> Controller::progress_of(const std::string& key) {
+void Controller::read_agent(const std::string& key, reconcile::Observed& in) {
   std::lock_guard<std::mutex> lock(progress_mu_);
   auto it = progress_.find(key);
-  if (it == progress_.end()) return std::nullopt;
-  return it->second.progress;
+  if (it == progress_.end()) return;
+  in.progress = it->second.progress;
+  in.in_place = it->second.in_place;
 }
 
 void Controller::refresh_metrics() {
   metrics_.queue_depth.Set(static_cast<double>(queue_.depth()));
   if (!jobs_) return;
   std::map<std::string, int> counts;
-  for (const auto& j : jobs_->list()) {
-    std::string phase = (*j).contains("status") ? (*j)["status"].value("phase", "Pending") : "Pending";
-    ++counts[phase];
+  std::vector<op::Metrics::JobRestarts> restarts;
+  for (const auto& obj : jobs_->list()) {
+    const json& j = *obj;
+    auto status = reconcile::JobStatus::from_json(j.value("status", json::object()));
+    ++counts[status.phase.empty() ? "Pending" : status.phase];
+    const json& md = j["metadata"];
+    restarts.push_back({md.value("namespace", ""), md.value("name", ""), md.value("uid", ""), status.restarts});
   }
   metrics_.set_phase_counts(counts);
+  metrics_.set_job_restarts(restarts);  // Note [Restarts by kind]
 }
 
 }  // namespace lockstep::controller

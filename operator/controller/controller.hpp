@@ -54,7 +54,7 @@ class Controller {
   void start_workers();
   // Stops taking work, lets in-flight reconciles finish.
   void stop();
-  void refresh_metrics();  // phase gauge and queue depth
+  void refresh_metrics();  // phase gauge, queue depth, the jobs' gang restarts
 
  private:
   void worker();
@@ -70,7 +70,8 @@ class Controller {
   void on_child(const kube::Object& old, const kube::Object& now);
   void enqueue_owner(const kube::Object& obj);
   void poll_progress();  // the progress thread: Note [Progress]
-  std::optional<reconcile::Progress> progress_of(const std::string& key);
+  // The latest reading of the job's rank 0 agent, into in.progress and in.in_place.
+  void read_agent(const std::string& key, reconcile::Observed& in);
 
   kube::Client& client_;
   Config config_;
@@ -89,6 +90,7 @@ class Controller {
     std::string attempt_pod;  // the pod uid the samples came from; another one starts afresh
     std::optional<reconcile::ProgressSample> last;
     std::optional<reconcile::Progress> progress;
+    std::optional<reconcile::InPlaceReading> in_place;  // Note [In-place restarts]
   };
   std::map<std::string, JobProgress> progress_;  // by job key
   std::mutex foreign_mu_;

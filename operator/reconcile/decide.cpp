@@ -59,6 +59,17 @@ struct Pass {
     s().conditions.push_back({type, status, reason, message, now});
   }
 
+  // The Restarted condition: the last restart, in place or of the gang, and when it happened.
+  void restarted(const std::string& reason, const std::string& message, Time at) {
+    std::string when = format_time(at);
+    for (auto& c : s().conditions) {
+      if (c.type != "Restarted") continue;
+      c = {"Restarted", "True", reason, message, when};
+      return;
+    }
+    s().conditions.push_back({"Restarted", "True", reason, message, when});
+  }
+
   void delete_pod(const PodView* p) {
     if (!p->deleting) out.delete_pods.push_back(p->name);
   }
@@ -143,6 +154,19 @@ struct Pass {
     return true;
   }
 
+  // Note [In-place restarts]: what rank 0's agent counted beyond what the status holds for
+  // this attempt is added to the job's total, with the Restarted condition and one Event.
+  void count_in_place_restarts() {
+    const auto& r = in.in_place;
+    if (!r || r->attempt != s().restarts) return;  // none yet, or a reading of an earlier attempt
+    int added = r->restarts - s().current_attempt_in_place_restarts;
+    if (added <= 0) return;
+    s().in_place_restarts += added;
+    s().current_attempt_in_place_restarts = r->restarts;
+    restarted("InPlaceRestart", in_place_message(*r, job.in_place_budget()), r->last_at.value_or(in.now));
+    event("Warning", "InPlaceRestart", in_place_event_message(*r, job.in_place_budget(), added));
+  }
+
   // A failed or vanished pod of the current attempt: fail the job or restart the gang.
   // True when it acted (or is waiting for the peers' status to judge the failure).
   bool handle_failure() {
@@ -200,14 +224,20 @@ struct Pass {
     }
     // Note [Partly succeeded]: the whole gang reruns, the pods that succeeded included.
     for (const auto* p : current) delete_pod(p);
+    const int in_place = s().current_attempt_in_place_restarts;
     s().restarts += 1;
+    s().current_attempt_in_place_restarts = 0;  // the new pods' agents count from 0
     s().phase = "Restarting";
     std::string msg = what + "; restarting the gang as attempt " + std::to_string(s().restarts) + " of " +
                       std::to_string(job.backoff_limit);
+    if (in_place > 0)
+      msg += ", after " + std::to_string(in_place) + " in-place restart" + (in_place == 1 ? "" : "s") +
+             " in attempt " + std::to_string(s().restarts - 1);
     if (!succeeded.empty())
       msg += " (" + join(succeeded) + " had succeeded; every rank reruns from the last checkpoint)";
     condition("Restarting", "True", "GangRestart", msg, /*new_transition=*/true);  // backoff counts from now
     condition("Running", "False", "GangRestart", msg);
+    restarted("GangRestart", msg, in.now);
     event("Warning", "GangRestart", msg);
     requeue(restart_delay(s().restarts, opt));
     return true;
@@ -342,6 +372,7 @@ struct Pass {
     }
     if (handle_suspend()) return;
     if (s().start_time.empty()) s().start_time = now;
+    count_in_place_restarts();  // before a gang restart can end the attempt they belong to
     if (handle_deadline()) return;
     if (handle_failure()) return;
     if (waiting_to_restart()) return;

@@ -6,6 +6,8 @@
 //   suspended?        remove every pod, phase Suspended (resume resets startTime, as Jobs do)
 //   deadline passed?  remove every pod, Failed/DeadlineExceeded
 //   stale pods        pods of an earlier attempt are deleted; the next attempt waits for them
+//   in-place restarts the agents' own, read from rank 0's agent, counted into the status
+//                     (in_place.hpp, Note [In-place restarts])
 //   failures          the first failure in time fails the job or restarts the whole gang
 //                     (failure_policy.hpp); see Note [Partly succeeded]
 //   backoff           a restarting gang waits restart_backoff * 2^(restarts-1)
@@ -29,6 +31,7 @@
 #include <vector>
 
 #include "reconcile/failure_policy.hpp"
+#include "reconcile/in_place.hpp"
 #include "reconcile/job.hpp"
 
 namespace lockstep::reconcile {
@@ -48,6 +51,7 @@ struct Observed {
   bool podgroup_exists = false;
   GangSupport gang_support = GangSupport::Available;
   std::optional<Progress> progress;  // the latest reading of rank 0's agent (Note [Progress])
+  std::optional<InPlaceReading> in_place;  // from the same reading (Note [In-place restarts])
   Time now;
 };
 

@@ -1,5 +1,6 @@
 #include "reconcile/job.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "lockstep/contract.hpp"
@@ -48,6 +49,15 @@ int label_int(const json& labels, const char* key) {
 
 }  // namespace
 
+const char* to_string(RestartPolicy policy) {
+  switch (policy) {
+    case RestartPolicy::ExitCode: return "ExitCode";
+    case RestartPolicy::Never: return "Never";
+    case RestartPolicy::OnFailure: break;
+  }
+  return "OnFailure";
+}
+
 const Condition* JobStatus::condition(const std::string& type) const {
   for (const auto& c : conditions)
     if (c.type == type) return &c;
@@ -67,6 +77,8 @@ json JobStatus::to_json() const {
   s["conditions"] = conds;
   s["nodes"] = {{"active", nodes.active}, {"ready", nodes.ready}, {"succeeded", nodes.succeeded}, {"failed", nodes.failed}};
   s["restarts"] = restarts;
+  s["inPlaceRestarts"] = in_place_restarts;
+  s["currentAttemptInPlaceRestarts"] = current_attempt_in_place_restarts;
   if (!start_time.empty()) s["startTime"] = start_time;
   if (!completion_time.empty()) s["completionTime"] = completion_time;
   s["observedGeneration"] = observed_generation;
@@ -98,6 +110,8 @@ JobStatus JobStatus::from_json(const json& s) {
   const json& n = child(s, "nodes");
   st.nodes = {get_or(n, "active", 0), get_or(n, "ready", 0), get_or(n, "succeeded", 0), get_or(n, "failed", 0)};
   st.restarts = get_or(s, "restarts", 0);
+  st.in_place_restarts = get_or(s, "inPlaceRestarts", 0);
+  st.current_attempt_in_place_restarts = get_or(s, "currentAttemptInPlaceRestarts", 0);
   st.start_time = get_or<std::string>(s, "startTime", "");
   st.completion_time = get_or<std::string>(s, "completionTime", "");
   st.observed_generation = get_or<long long>(s, "observedGeneration", 0);
@@ -132,6 +146,9 @@ JobView JobView::from_json(const json& obj) {
   std::string restart = get_or<std::string>(rp, "restartPolicy", "OnFailure");
   j.restart_policy = restart == "Never" ? RestartPolicy::Never
                      : restart == "ExitCode" ? RestartPolicy::ExitCode : RestartPolicy::OnFailure;
+  // The API server holds it to the CRD's bounds; clamped here as well, so the pods'
+  // LOCKSTEP_IN_PLACE_RESTARTS is one the agents accept whatever the object says.
+  j.in_place_restarts = std::clamp(get_or(rp, "inPlaceRestarts", 3), 0, kMaxInPlaceRestarts);
   if (rp.contains("activeDeadlineSeconds")) j.active_deadline_seconds = get_or<long long>(rp, "activeDeadlineSeconds", 0);
   if (rp.contains("ttlSecondsAfterFinished")) j.ttl_seconds_after_finished = get_or<long long>(rp, "ttlSecondsAfterFinished", 0);
   std::string clean = get_or<std::string>(rp, "cleanPodPolicy", "Running");

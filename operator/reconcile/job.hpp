@@ -14,6 +14,7 @@
 namespace lockstep::reconcile {
 
 enum class RestartPolicy { OnFailure, ExitCode, Never };
+const char* to_string(RestartPolicy policy);  // as spec.runPolicy.restartPolicy spells it
 enum class CleanPodPolicy { Running, All, None };
 
 struct Condition {
@@ -35,15 +36,20 @@ struct JobStatus {
   std::string phase;  // "" until the operator first writes it
   std::vector<Condition> conditions;
   NodeCounts nodes;
-  int restarts = 0;
+  int restarts = 0;  // gang restarts: the current attempt's number
+  // In-place restarts over the job's life, and how many of them the current attempt made
+  // (Note [In-place restarts]).
+  int in_place_restarts = 0, current_attempt_in_place_restarts = 0;
   std::string start_time, completion_time;
   long long observed_generation = 0;
   std::optional<Progress> progress;  // Note [Progress]
 
   bool operator==(const JobStatus& o) const {
     return phase == o.phase && conditions == o.conditions && nodes == o.nodes && restarts == o.restarts &&
-           start_time == o.start_time && completion_time == o.completion_time &&
-           observed_generation == o.observed_generation && progress == o.progress;
+           in_place_restarts == o.in_place_restarts &&
+           current_attempt_in_place_restarts == o.current_attempt_in_place_restarts && start_time == o.start_time &&
+           completion_time == o.completion_time && observed_generation == o.observed_generation &&
+           progress == o.progress;
   }
   bool operator!=(const JobStatus& o) const { return !(*this == o); }
   const Condition* condition(const std::string& type) const;
@@ -61,6 +67,7 @@ struct JobView {
   std::string strategy = "Auto";
   int backoff_limit = 3;
   RestartPolicy restart_policy = RestartPolicy::OnFailure;
+  int in_place_restarts = 3;  // spec.runPolicy.inPlaceRestarts, within 0..kMaxInPlaceRestarts
   std::optional<long long> active_deadline_seconds, ttl_seconds_after_finished;
   CleanPodPolicy clean_pod_policy = CleanPodPolicy::Running;
   bool suspend = false, gang = true;
@@ -73,7 +80,13 @@ struct JobView {
   JobStatus status;
 
   static JobView from_json(const nlohmann::json& obj);
+  // The in-place restarts each gang attempt may make: none under restartPolicy Never, which
+  // retries nothing.
+  int in_place_budget() const { return restart_policy == RestartPolicy::Never ? 0 : in_place_restarts; }
 };
+
+// The CRD's maximum for spec.runPolicy.inPlaceRestarts.
+inline constexpr int kMaxInPlaceRestarts = 100;
 
 struct PodView {
   std::string name, uid;

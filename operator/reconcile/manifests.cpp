@@ -83,6 +83,10 @@ json pod_manifest(const JobView& job, int index, int attempt) {
   set_env(env, c::kRestartAttempt, std::to_string(attempt));
   set_env(env, c::kStrategy, job.strategy);
   set_env(env, c::kMetricsPort, std::to_string(job.metrics_port));
+  // The agents' in-place restarts (Note [In-place restarts]): their budget per attempt, and
+  // the policy they judge a worker's exit by, as the operator judges a pod's.
+  set_env(env, c::kInPlaceRestarts, std::to_string(job.in_place_budget()));
+  set_env(env, c::kRestartPolicy, to_string(job.restart_policy));
   if (!job.checkpoint_path.empty()) {
     set_env(env, c::kCheckpointPath, job.checkpoint_path);
     set_env(env, c::kCheckpointEvery, std::to_string(job.checkpoint_every));

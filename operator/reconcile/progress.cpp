@@ -2,42 +2,20 @@
 
 #include <cctype>
 #include <cmath>
-#include <cstdlib>
-#include <sstream>
+
+#include "reconcile/exposition.hpp"
 
 namespace lockstep::reconcile {
-namespace {
-
-// The value of `name{...rank="R"...}` in one exposition line, if the line is that series.
-std::optional<double> series_value(const std::string& line, const std::string& name, const std::string& rank_label) {
-  if (line.compare(0, name.size(), name) != 0) return std::nullopt;
-  size_t i = name.size();
-  if (i >= line.size() || line[i] != '{') return std::nullopt;  // another series with this prefix
-  size_t close = line.find('}', i);
-  if (close == std::string::npos) return std::nullopt;
-  // The label itself, not node_rank="0" (which ends in the same text).
-  std::string labels = line.substr(i, close - i);
-  if (labels.find("{" + rank_label) == std::string::npos && labels.find("," + rank_label) == std::string::npos)
-    return std::nullopt;
-  const char* start = line.c_str() + close + 1;
-  char* end = nullptr;
-  double v = std::strtod(start, &end);
-  if (end == start || !std::isfinite(v)) return std::nullopt;
-  return v;
-}
-
-}  // namespace
 
 std::optional<ProgressSample> parse_progress(const std::string& text, int rank, Time at) {
   ProgressSample s;
   s.at = at;
-  const std::string label = "rank=\"" + std::to_string(rank) + "\"";
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] == '#') continue;
-    if (auto v = series_value(line, "lockstep_step", label)) s.step = static_cast<long long>(*v);
-    else if (auto v = series_value(line, "lockstep_total_steps", label)) s.total_steps = static_cast<long long>(*v);
-    else if (auto v = series_value(line, "lockstep_tokens_total", label)) s.tokens = *v;
+  const std::string want = std::to_string(rank);
+  for (const auto& x : samples_of(text, {"lockstep_step", "lockstep_total_steps", "lockstep_tokens_total"})) {
+    if (x.label("rank") != want || !std::isfinite(x.value)) continue;
+    if (x.name == "lockstep_step") s.step = static_cast<long long>(x.value);
+    else if (x.name == "lockstep_total_steps") s.total_steps = static_cast<long long>(x.value);
+    else s.tokens = x.value;
   }
   if (s.step < 0) return std::nullopt;
   return s;

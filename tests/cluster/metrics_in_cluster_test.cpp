@@ -86,9 +86,11 @@ std::string phase(const std::string& ns, const std::string& job) {
 // Succeeded pods dropped); selector keep rules on the label and labelpresent meta labels
 // (matchLabels: "(value);true", sorted by key; Exists: labelpresent "true"); the port kept by
 // name; namespace, service, pod, container (and node) target labels; job; endpoint; the shard
-// rules with one shard ($(SHARD) is 0). honor_labels false, the operator's default: the agent's
-// own `namespace` label becomes `exported_namespace`. Differences: scrape_interval 1s rather
-// than the monitors' 15s and 30s, and discovery from a kubeconfig rather than in-cluster.
+// rules with one shard ($(SHARD) is 0). The PodMonitor keeps honor_labels false, the
+// operator's default: the agent's own `namespace` label becomes `exported_namespace`. The
+// ServiceMonitor sets honorLabels: the operator's per-job series keep their job's `namespace`.
+// Differences: scrape_interval 1s rather than the monitors' 15s and 30s, and discovery from a
+// kubeconfig rather than in-cluster.
 const char* kServiceMonitorRelabel = R"yaml(  relabel_configs:
   - {source_labels: [job], target_label: __tmp_prometheus_job_name}
   - {action: keep, source_labels: [__meta_kubernetes_service_label_app_kubernetes_io_instance, __meta_kubernetes_service_labelpresent_app_kubernetes_io_instance], regex: '(lockstep);true'}
@@ -131,7 +133,7 @@ std::string scrape_config(const std::string& kubeconfig) {
   std::ostringstream c;
   c << "global: {scrape_interval: 1s, evaluation_interval: 1s}\nscrape_configs:\n"
     // The ServiceMonitor: no namespaceSelector, so its own namespace.
-    << "- job_name: " << kServiceMonitorPool << "\n  honor_labels: false\n"
+    << "- job_name: " << kServiceMonitorPool << "\n  honor_labels: true\n"
     << discovery("endpoints", kOperatorNamespace) << "  scrape_interval: 1s\n  metrics_path: /metrics\n"
     << kServiceMonitorRelabel
     // The PodMonitor: namespaceSelector {any: true}, so no namespaces at all.
@@ -258,7 +260,8 @@ TEST_F(MetricsInCluster, TheScrapeJobsFollowTheChartsMonitors) {
   std::string service_monitor = pm > sm ? y.substr(sm, pm - sm) : y.substr(sm);
   std::string pod_monitor = pm > sm ? y.substr(pm) : y.substr(pm, sm - pm);
   for (const auto& want : {"metadata:\n  name: " + kServiceMonitor + "\n  namespace: " + kOperatorNamespace + "\n",
-                           std::string("{port: http, path: /metrics"), std::string("matchLabels:")})
+                           std::string("{port: http, path: /metrics"), std::string("honorLabels: true}"),
+                           std::string("matchLabels:")})
     EXPECT_NE(service_monitor.find(want), std::string::npos) << "'" << want << "' not in\n" << service_monitor;
   EXPECT_EQ(service_monitor.find("namespaceSelector"), std::string::npos) << "the job looks in the monitor's namespace only";
   for (const auto& want : {"metadata:\n  name: " + kPodMonitor + "\n  namespace: " + kOperatorNamespace + "\n",
@@ -408,6 +411,12 @@ TEST_F(MetricsInCluster, PrometheusFindsThePodsAndTheOperatorAndEveryDashboardQu
   EXPECT_TRUE(result_of(prom_query(port, "count({__name__=~\"lockstep_operator_.+\", job!=\"" + kServiceMonitorJob + "\"})"))
                   .empty());
   std::cerr << "[cluster] an operator series as the dashboards see it: " << op[0]["metric"].dump() << "\n";
+  // The operator's per-job series keep the job's namespace (honorLabels), as the agents' have it.
+  json gang = result_of(prom_query(port, "lockstep_restarts_total{kind=\"gang\", " + sel + "}"));
+  ASSERT_EQ(gang.size(), 1u) << diagnose();
+  EXPECT_EQ(label(gang[0], "job"), kServiceMonitorJob);
+  EXPECT_EQ(label(gang[0], "pod"), operator_pod);
+  EXPECT_EQ(gang[0]["value"][1], "0");
 
   // Every query of both dashboards, with this job chosen in the variables.
   int checked = 0, skipped = 0;

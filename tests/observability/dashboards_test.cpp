@@ -46,17 +46,25 @@ TEST(Dashboards, EveryPanelQueryReturnsDataFromARealTrainingRun) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
 
-  // An operator with something to reconcile, for the operator dashboard.
+  // An operator with something to reconcile, for the operator dashboard: the job the agents
+  // below train (obs/e2e), so its own per-job series (lockstep_restarts_total{kind="gang"})
+  // name the same job as theirs.
   for (const char* f : {"crds/lockstep.dev_trainingjobs.yaml", "tests/crds/podgroup.yaml"})
     ASSERT_TRUE(kubectl({"apply", "-f", source_path(f)}).status.success());
   kubectl({"wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"});
+  kubectl({"create", "namespace", "obs"});
+  std::string job = read_text(source_path("examples/ddp.yaml"));
+  size_t name_at = job.find("name: tiny-ddp\n");
+  ASSERT_NE(name_at, std::string::npos) << "examples/ddp.yaml is no longer named tiny-ddp";
+  job.replace(name_at, 14, "name: e2e");
   int op_port = lockstep::free_loopback_port();
   lockstep::SpawnOptions op_opts;
   op_opts.argv = {env_or("LOCKSTEP_OPERATOR_BIN", "lockstep-operator"), "--kubeconfig", control_plane()->kubeconfig(),
                   "--http-address", "127.0.0.1", "--http-port", std::to_string(op_port), "--leader-elect=false"};
   op_opts.output_path = dir + "/operator.log";
   auto op = Process::spawn(op_opts);
-  ASSERT_TRUE(kubectl({"apply", "-f", source_path("examples/ddp.yaml")}).status.success());
+  auto applied = kubectl({"apply", "-n", "obs", "-f", "-"}, job);
+  ASSERT_TRUE(applied.status.success()) << applied.output;
 
   // Training: two agents (nodes) of two trainer ranks each, labelled trainingjob=e2e, namespace=obs.
   int master = lockstep::free_loopback_port();
@@ -121,6 +129,12 @@ TEST(Dashboards, EveryPanelQueryReturnsDataFromARealTrainingRun) {
       ++checked;
     }
   }
+  // Restarts by kind: the operator's gang series is there at 0 for this job (the agents'
+  // in_place one is theirs to serve).
+  auto gang = prom_query(prom_port, "lockstep_restarts_total{kind=\"gang\", namespace=\"obs\", trainingjob=\"e2e\"}");
+  ASSERT_EQ(gang["status"], "success") << gang.dump();
+  ASSERT_EQ(gang["data"]["result"].size(), 1u) << gang.dump();
+  EXPECT_EQ(gang["data"]["result"][0]["value"][1], "0") << gang.dump();
   RecordProperty("queries_checked", checked);
   std::cout << checked << " queries returned data; " << skipped << " GPU queries skipped (no GPU)\n";
   EXPECT_GE(checked, 15);

@@ -15,6 +15,8 @@
 #include <sstream>
 #include <thread>
 
+#include <cpprest/http_listener.h>
+
 #include "kube/client.hpp"
 #include "kube/informer.hpp"
 #include "kube/resource.hpp"
@@ -146,6 +148,33 @@ class PodEvents {
   std::multiset<std::string> types_;
   lockstep::kube::Cancellation cancel_;
   std::thread thread_;
+};
+
+// A stand-in for rank 0's agent: serves on 127.0.0.1:port/metrics whatever text the test
+// sets, so a test can say what the agents did (their own tests check that they say it).
+class FakeAgent {
+ public:
+  explicit FakeAgent(int port) : listener_("http://127.0.0.1:" + std::to_string(port)) {
+    listener_.support(web::http::methods::GET, [this](web::http::http_request req) {
+      std::string body;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        body = text_;
+      }
+      req.reply(web::http::status_codes::OK, body, "text/plain; version=0.0.4");
+    });
+    listener_.open().wait();
+  }
+  ~FakeAgent() { listener_.close().wait(); }
+  void serve(const std::string& text) {
+    std::lock_guard<std::mutex> lock(mu_);
+    text_ = text;
+  }
+
+ private:
+  std::mutex mu_;
+  std::string text_;
+  web::http::experimental::listener::http_listener listener_;
 };
 
 // Pauses an operator (SIGSTOP) for a scope, so only the one a test starts acts.
@@ -307,7 +336,8 @@ TEST_F(OperatorTest, CreatesServicePodGroupAndPodsWithTheExactEnvironment) {
         {"LOCKSTEP_JOB_NAME", "envjob"}, {"LOCKSTEP_JOB_NAMESPACE", ns_}, {"LOCKSTEP_JOB_UID", uid},
         {"LOCKSTEP_NNODES", "3"}, {"LOCKSTEP_NODE_RANK", std::to_string(rank)}, {"LOCKSTEP_NPROC_PER_NODE", "2"},
         {"LOCKSTEP_MASTER_ADDR", master}, {"LOCKSTEP_MASTER_PORT", "29600"}, {"LOCKSTEP_RESTART_ATTEMPT", "0"},
-        {"LOCKSTEP_STRATEGY", "DDP"}, {"LOCKSTEP_METRICS_PORT", "9500"}, {"LOCKSTEP_CHECKPOINT_PATH", "/ckpt"},
+        {"LOCKSTEP_STRATEGY", "DDP"}, {"LOCKSTEP_METRICS_PORT", "9500"}, {"LOCKSTEP_IN_PLACE_RESTARTS", "3"},
+        {"LOCKSTEP_RESTART_POLICY", "OnFailure"}, {"LOCKSTEP_CHECKPOINT_PATH", "/ckpt"},
         {"LOCKSTEP_CHECKPOINT_EVERY", "7"}, {"LOCKSTEP_CHECKPOINT_KEEP", "3"}, {"PET_NNODES", "3"}, {"PET_NODE_RANK", std::to_string(rank)},
         {"PET_NPROC_PER_NODE", "2"}, {"PET_MASTER_ADDR", master}, {"PET_MASTER_PORT", "29600"}};
     EXPECT_EQ(env_of(pod), want);
@@ -558,6 +588,127 @@ TEST_F(OperatorTest, KubectlGetShowsProgressReadFromRank0sAgent) {
   EXPECT_NE(table.output.find("STEP"), std::string::npos) << table.output;
   EXPECT_NE(table.output.find("ETA"), std::string::npos) << table.output;
   agent.terminate(10s);
+}
+
+// #14, Note [In-place restarts]: the agents restart their workers in place and say so on rank
+// 0's /metrics; the operator counts it into status (summed across gang attempts), the
+// Restarted condition and Events, and its own gang restarts beside them.
+TEST_F(OperatorTest, InPlaceRestartsFromRank0sAgentAreCountedAcrossGangRestarts) {
+  const int metrics_port = lockstep::free_loopback_port();
+  FakeAgent agent(metrics_port);
+  // What node 0's agent serves in gang attempt `attempt` after `restarts` in-place restarts,
+  // the last at `at` for `info` (the labels of lockstep_last_restart_info).
+  auto agent_text = [&](int attempt, int restarts, std::chrono::system_clock::time_point at = {},
+                        const std::string& info = "") {
+    std::string labels = "namespace=\"" + ns_ + "\",node_rank=\"0\",trainingjob=\"inplace\"";
+    std::string t = "# TYPE lockstep_restarts_total counter\nlockstep_restarts_total{kind=\"in_place\"," + labels + "} " +
+                    std::to_string(restarts) + "\nlockstep_restart_attempt{" + labels + "} " + std::to_string(attempt) + "\n";
+    if (restarts > 0)
+      t += "lockstep_last_restart_timestamp_seconds{kind=\"in_place\"," + labels + "} " +
+           std::to_string(std::chrono::system_clock::to_time_t(at)) + "\nlockstep_last_restart_info{kind=\"in_place\"," +
+           labels + "," + info + "} 1\n";
+    return t;
+  };
+  auto status = [&] { return job("inplace")["status"]; };
+  auto restarted = [&] {
+    json s = status();
+    for (const auto& c : s.value("conditions", json::array()))
+      if (c["type"] == "Restarted") return c;
+    return json();
+  };
+  // The messages of the job's Events with `reason`, oldest first.
+  auto events = [&](const std::string& reason) {
+    auto r = kubectl({"get", "events", "-n", ns_, "--field-selector", "involvedObject.name=inplace,reason=" + reason,
+                      "--sort-by=.metadata.creationTimestamp", "-o", "json"});
+    std::vector<std::string> out;
+    json list = json::parse(r.output, nullptr, false);
+    if (!list.is_discarded())
+      for (const auto& e : list["items"]) out.push_back(e.value("message", ""));
+    return out;
+  };
+  auto start_attempt = [&](int attempt) {
+    ASSERT_TRUE(wait_pods("inplace", 2, attempt));
+    run_all("inplace", 2);
+    auto ip = client_->patch(res::kPods.path(ns_, "inplace-0", "status"), {{"status", {{"podIP", "127.0.0.1"}}}});
+    ASSERT_TRUE(ip.ok()) << ip.message();
+    ASSERT_TRUE(wait_phase("inplace", "Running"));
+  };
+
+  agent.serve(agent_text(0, 0));
+  create_job("inplace", 2, "  metrics: {port: " + std::to_string(metrics_port) + "}\n  runPolicy: {inPlaceRestarts: 3}\n");
+  start_attempt(0);
+  for (const auto& p : pods("inplace", 0)) {
+    EXPECT_EQ(env_of(p)["LOCKSTEP_IN_PLACE_RESTARTS"], "3");
+    EXPECT_EQ(env_of(p)["LOCKSTEP_RESTART_POLICY"], "OnFailure");
+  }
+  std::this_thread::sleep_for(1500ms);  // a reading of 0: nothing to count
+  EXPECT_EQ(status().value("inPlaceRestarts", -1), 0) << status();
+  EXPECT_TRUE(restarted().is_null()) << restarted();
+
+  // Two in-place restarts between two readings (the poll runs every second here).
+  auto first_at = std::chrono::system_clock::now() - 5s;
+  agent.serve(agent_text(0, 2, first_at, "exit_code=\"137\",rank=\"3\",reason=\"WorkerFailed\""));
+  ASSERT_TRUE(eventually([&] { return status().value("inPlaceRestarts", 0) == 2; }, 15s)) << status();
+  json s = status();
+  EXPECT_EQ(s["restarts"], 0);
+  EXPECT_EQ(s["currentAttemptInPlaceRestarts"], 2);
+  EXPECT_EQ(s["phase"], "Running");
+  json c = restarted();
+  EXPECT_EQ(c["status"], "True");
+  EXPECT_EQ(c["reason"], "InPlaceRestart");
+  EXPECT_EQ(c["message"], "rank 3 exited with code 137 (WorkerFailed); every worker restarted in place in the same pods "
+                          "(2 of 3 in gang attempt 0)");
+  EXPECT_EQ(c["lastTransitionTime"], rfc3339(first_at)) << "the restart's time, from the agent";
+  ASSERT_TRUE(eventually([&] { return !events("InPlaceRestart").empty(); })) << operator_->log().substr(0, 2000);
+  auto in_place_events = events("InPlaceRestart");
+  ASSERT_EQ(in_place_events.size(), 1u) << testing::PrintToString(in_place_events);
+  EXPECT_EQ(in_place_events[0].rfind("2 in-place restarts since the last reading; the last: rank 3 exited", 0), 0u)
+      << in_place_events[0];
+  auto type = kubectl({"get", "events", "-n", ns_, "--field-selector", "involvedObject.name=inplace,reason=InPlaceRestart",
+                       "-o", "jsonpath={.items[*].type}"});
+  EXPECT_EQ(type.output, "Warning");
+  // kubectl get tj: Restarts (gang) 0, In-Place 2.
+  auto row = kubectl({"get", "tj", "inplace", "-n", ns_, "--no-headers"});
+  EXPECT_TRUE(std::regex_search(row.output, std::regex(R"(^inplace\s+Running\s+2\s+2\s+0\s+2\s)"))) << row.output;
+  EXPECT_NE(operator_->http("/metrics").find("lockstep_restarts_total{kind=\"gang\",namespace=\"" + ns_ +
+                                              "\",trainingjob=\"inplace\"} 0"),
+            std::string::npos);
+
+  // Past the budget a pod fails: the operator restarts the gang.
+  set_pod("inplace-1", "Failed", 137, "OOMKilled");
+  ASSERT_TRUE(eventually([&] { return status().value("restarts", 0) == 1; })) << status();
+  s = status();
+  EXPECT_EQ(s["inPlaceRestarts"], 2);
+  EXPECT_EQ(s["currentAttemptInPlaceRestarts"], 0);
+  c = restarted();
+  EXPECT_EQ(c["reason"], "GangRestart");
+  EXPECT_NE(c["message"].get<std::string>().find("restarting the gang as attempt 1 of 3, after 2 in-place restarts in attempt 0"),
+            std::string::npos) << c;
+  ASSERT_TRUE(eventually([&] { return events("GangRestart").size() == 1; })) << testing::PrintToString(events("GangRestart"));
+  ASSERT_TRUE(eventually([&] {
+    return operator_->http("/metrics").find("lockstep_restarts_total{kind=\"gang\",namespace=\"" + ns_ +
+                                            "\",trainingjob=\"inplace\"} 1") != std::string::npos;
+  })) << operator_->http("/metrics");
+
+  // Attempt 1 runs while the endpoint still shows attempt 0's agent: it counts for nothing.
+  start_attempt(1);
+  std::this_thread::sleep_for(2500ms);
+  EXPECT_EQ(status().value("inPlaceRestarts", -1), 2) << status();
+  // The new pods' agent counts from 0: its first in-place restart makes 3 for the job.
+  auto second_at = std::chrono::system_clock::now() - 1s;
+  agent.serve(agent_text(1, 1, second_at, "rank=\"1\",reason=\"Stall\""));
+  ASSERT_TRUE(eventually([&] { return status().value("inPlaceRestarts", 0) == 3; }, 15s)) << status();
+  s = status();
+  EXPECT_EQ(s["restarts"], 1);
+  EXPECT_EQ(s["currentAttemptInPlaceRestarts"], 1);
+  c = restarted();
+  EXPECT_EQ(c["reason"], "InPlaceRestart");
+  EXPECT_EQ(c["message"], "rank 1 reported no step in time (Stall); every worker restarted in place in the same pods "
+                          "(1 of 3 in gang attempt 1)");
+  EXPECT_EQ(c["lastTransitionTime"], rfc3339(second_at));
+  ASSERT_TRUE(eventually([&] { return events("InPlaceRestart").size() == 2; })) << testing::PrintToString(events("InPlaceRestart"));
+  EXPECT_EQ(events("InPlaceRestart").back(), c["message"]);
+  EXPECT_EQ(events("GangRestart").size(), 1u);
 }
 
 TEST_F(OperatorTest, SuspendRemovesPodsAndResumeRecreatesThem) {

@@ -87,3 +87,35 @@ TEST(QueueManifest, TheQueueIsTheKueueLabelOnEveryPodAsTheCrdSays) {
   j.queue.clear();
   EXPECT_FALSE(pod_manifest(j, 0, 0)["metadata"]["labels"].contains(lockstep::contract::kLabelKueueQueue));
 }
+
+// Every pod tells its agent the in-place budget per gang attempt and the restart policy to
+// judge a worker's exit by; under Never the budget is 0 (Note [In-place restarts]).
+TEST(PodManifest, CarriesTheInPlaceBudgetAndTheRestartPolicy) {
+  auto env_of = [](const json& pod) {
+    std::map<std::string, std::string> env;
+    for (const auto& e : pod["spec"]["containers"][0]["env"]) env[e["name"]] = e["value"];
+    return env;
+  };
+  JobView j;
+  j.name = "tj";
+  j.ns = "team";
+  j.nodes = 2;
+  for (int i = 0; i < j.nodes; ++i) {
+    auto env = env_of(pod_manifest(j, i, 0));
+    EXPECT_EQ(env[lockstep::contract::kInPlaceRestarts], "3") << i;  // the CRD's default
+    EXPECT_EQ(env[lockstep::contract::kRestartPolicy], "OnFailure") << i;
+    EXPECT_FALSE(env.count(lockstep::contract::kAgentPort)) << "the agents default it";
+  }
+  j.in_place_restarts = 5;
+  j.restart_policy = RestartPolicy::ExitCode;
+  auto env = env_of(pod_manifest(j, 1, 2));
+  EXPECT_EQ(env[lockstep::contract::kInPlaceRestarts], "5");
+  EXPECT_EQ(env[lockstep::contract::kRestartPolicy], "ExitCode");
+  j.restart_policy = RestartPolicy::Never;
+  env = env_of(pod_manifest(j, 0, 0));
+  EXPECT_EQ(env[lockstep::contract::kInPlaceRestarts], "0");
+  EXPECT_EQ(env[lockstep::contract::kRestartPolicy], "Never");
+  j.restart_policy = RestartPolicy::OnFailure;
+  j.in_place_restarts = 0;
+  EXPECT_EQ(env_of(pod_manifest(j, 0, 0))[lockstep::contract::kInPlaceRestarts], "0");
+}
