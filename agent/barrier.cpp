@@ -278,8 +278,8 @@ void BarrierServer::loop() {
     m.fields["why"] = why;
     broadcast(m);
     phase = Phase::Finished;
-    if (code == 0) LOCKSTEP_LOG(Info, "barrier", "generation " << gen << " ends for every node: " << why);
-    else LOCKSTEP_LOG(Warn, "barrier", "generation " << gen << " ends for every node: " << why << " (exit " << code << ")");
+    if (code == 0 && n > 1) LOCKSTEP_LOG(Info, "barrier", "generation " << gen << " ends for every node: " << why);
+    else if (code != 0) LOCKSTEP_LOG(Warn, "barrier", "generation " << gen << " ends for every node: " << why << " (exit " << code << ")");
   };
   auto begin_stop = [&](const std::string& why) {
     phase = Phase::Stopping;
