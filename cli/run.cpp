@@ -17,6 +17,7 @@
 
 #include "lockstep/contract.hpp"
 #include "lockstep/process.hpp"
+#include "reconcile/failure_policy.hpp"
 #include "reconcile/job.hpp"
 #include "reconcile/manifests.hpp"
 #include "validate.hpp"
@@ -113,9 +114,6 @@ int run_command(const std::vector<std::string>& args) {
   const std::string run_dir = (fs::current_path() / "lockstep-runs" / name).string();
   fs::create_directories(run_dir);
   const int master_port = free_loopback_port();
-  // Node 0's agent serves the in-place restart barrier on it; the agents' default (the master
-  // port + 1) was never checked to be free here.
-  const int agent_port = free_loopback_port();
   int total_steps = 0;
   for (const auto& a : view.args)
     if (a.rfind("--steps=", 0) == 0) total_steps = std::atoi(a.c_str() + 8);
@@ -126,128 +124,168 @@ int run_command(const std::vector<std::string>& args) {
   for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop, s);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
 
-  std::vector<Process> agents;
-  std::vector<int> metrics_ports;
-  int out_fd = -1;
   const std::string path = tool_path();
+  std::vector<int> metrics_ports;
+  for (int i = 0; i < nodes; ++i) metrics_ports.push_back(free_loopback_port());
+  const int agent_port = free_loopback_port();
   std::string checkpoint_note;
-  for (int i = 0; i < nodes; ++i) {
-    json pod = reconcile::pod_manifest(view, i, 0);
-    json ctr;
-    for (const auto& c : pod["spec"]["containers"])
-      if (c.value("name", "") == contract::kTrainerContainer || ctr.is_null()) ctr = c;
-    SpawnOptions so;
-    for (const auto& a : ctr["command"]) so.argv.push_back(a);
-    for (const auto& e : ctr["env"]) so.env[e["name"]] = e.value("value", "");
-    // Loopback instead of the pod DNS names, and ports that are free here.
-    metrics_ports.push_back(free_loopback_port());
-    for (const char* k : {contract::kMasterAddr, contract::kPetMasterAddr}) so.env[k] = "127.0.0.1";
-    for (const char* k : {contract::kMasterPort, contract::kPetMasterPort}) so.env[k] = std::to_string(master_port);
-    so.env[contract::kMetricsPort] = std::to_string(metrics_ports.back());
-    so.env[contract::kAgentPort] = std::to_string(agent_port);
-    // The pod path, under this run's directory: as on the cluster, each node gets its own
-    // directory unless the path is on a volume every pod shares, so a job that needs shared
-    // storage and lacks it fails here as it would there.
-    if (so.env.count(contract::kCheckpointPath)) {
-      const std::string pod_path = so.env[contract::kCheckpointPath];
-      const Storage st = storage_of(pod["spec"], ctr, pod_path);
-      const std::string dir = run_dir + (st.shared ? "/shared" : "/node-" + std::to_string(i)) + pod_path;
-      so.env[contract::kCheckpointPath] = dir;
-      if (i == 0)
-        checkpoint_note = st.shared ? "checkpoints in " + dir + " for every node (" + st.why + ")"
-                                    : "checkpoints in " + run_dir + "/node-N" + pod_path + ", one per node (" + st.why + ")";
-    }
-    so.env["GLOO_SOCKET_IFNAME"] = "lo";
-    so.env["PATH"] = path;
-    so.new_process_group = true;
-    so.argv.insert(so.argv.begin() + 1, {"--metrics-address", "127.0.0.1"});
-    if (i == 0) {
-      int p[2];
-      if (::pipe2(p, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
-      so.output_fd = p[1];
-      agents.push_back(Process::spawn(so));
-      ::close(p[1]);
-      out_fd = p[0];
-    } else {
-      so.output_path = run_dir + "/node-" + std::to_string(i) + ".log";
-      fs::remove(so.output_path);
-      agents.push_back(Process::spawn(so));
-    }
-  }
-  std::cout << "lockstep run: " << name << ": " << nodes << " node(s) x " << view.procs_per_node << " worker(s), strategy "
-            << view.strategy << "; logs in " << run_dir << std::endl;
-  if (!checkpoint_note.empty()) std::cout << "lockstep run: " << checkpoint_note << std::endl;
-
-  // Node 0's output: the trainer's progress lines become one live line.
-  const bool tty = ::isatty(STDOUT_FILENO);
-  static const std::regex progress(R"(\[rank 0\] step\s+(\d+)/(\d+)\s+loss ([0-9.]+)\s+(\d+) tok/s\s+([0-9.]+) ms/step\s+comm (\d+)%.*)");
-  std::ofstream node0_log(run_dir + "/node-0.log");
-  std::string partial, last_status;
-  double first_loss = -1, last_loss = -1;
-  int last_step = 0;
-  auto start = Clock::now();
-  int interrupted = 0;
-  char buf[8192];
-  while (out_fd >= 0) {
-    pollfd pfd{out_fd, POLLIN, 0};
-    ::poll(&pfd, 1, 200);
-    timespec zero{0, 0};
-    if (int sig = sigtimedwait(&stop, nullptr, &zero); sig > 0 && !interrupted) {
-      interrupted = sig;
-      std::cout << (tty ? "\n" : "") << "lockstep run: " << strsignal(sig) << ": stopping " << nodes << " node(s)..." << std::endl;
-      for (auto& a : agents) a.signal(SIGTERM);
-    }
-    if (!(pfd.revents & (POLLIN | POLLHUP))) continue;
-    ssize_t n = ::read(out_fd, buf, sizeof buf);
-    if (n <= 0) break;
-    partial.append(buf, static_cast<size_t>(n));
-    for (size_t pos; (pos = partial.find('\n')) != std::string::npos;) {
-      std::string line = partial.substr(0, pos);
-      partial.erase(0, pos + 1);
-      node0_log << line << "\n";
-      std::smatch m;
-      if (std::regex_match(line, m, progress)) {
-        last_step = std::stoi(m[1]);
-        total_steps = std::stoi(m[2]);
-        last_loss = std::stod(m[3]);
-        if (first_loss < 0) first_loss = last_loss;
-        double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-        double eta = last_step > 0 ? elapsed / last_step * (total_steps - last_step) : 0;
-        std::ostringstream s;
-        s << "step " << last_step << "/" << total_steps << "  loss " << m[3] << "  " << m[4] << " tok/s  " << m[5]
-          << " ms/step  comm " << m[6] << "%  ETA " << fmt_duration(eta);
-        last_status = s.str();
-        if (tty) std::cout << "\r\033[K" << last_status << std::flush;
-        else std::cout << last_status << std::endl;  // a file or pipe: a line each report
-      } else if (line.find("[rank") == 0 || line.find("lockstep-agent:") != std::string::npos ||
-                 line.find("ERROR") != std::string::npos || line.find("error") != std::string::npos) {
-        std::cout << (tty && !last_status.empty() ? "\r\033[K" : "") << line << "\n";
-        if (tty && !last_status.empty()) std::cout << last_status << std::flush;
+  // The gang as the operator makes it (one "pod" per node, each an agent process tree), for
+  // gang attempt `attempt`. Returns node 0's output pipe; the other nodes log to files.
+  std::vector<Process> agents;
+  auto start_gang = [&](int attempt) -> int {
+    agents.clear();
+    int out_fd = -1;
+    for (int i = 0; i < nodes; ++i) {
+      json pod = reconcile::pod_manifest(view, i, attempt);
+      json ctr;
+      for (const auto& c : pod["spec"]["containers"])
+        if (c.value("name", "") == contract::kTrainerContainer || ctr.is_null()) ctr = c;
+      SpawnOptions so;
+      for (const auto& a : ctr["command"]) so.argv.push_back(a);
+      for (const auto& e : ctr["env"]) so.env[e["name"]] = e.value("value", "");
+      // Loopback instead of the pod DNS names, and ports that are free here.
+      for (const char* k : {contract::kMasterAddr, contract::kPetMasterAddr}) so.env[k] = "127.0.0.1";
+      for (const char* k : {contract::kMasterPort, contract::kPetMasterPort}) so.env[k] = std::to_string(master_port);
+      so.env[contract::kMetricsPort] = std::to_string(metrics_ports[i]);
+      so.env[contract::kAgentPort] = std::to_string(agent_port);
+      // The pod path, under this run's directory: as on the cluster, each node gets its own
+      // directory unless the path is on a volume every pod shares, so a job that needs shared
+      // storage and lacks it fails here as it would there.
+      if (so.env.count(contract::kCheckpointPath)) {
+        const std::string pod_path = so.env[contract::kCheckpointPath];
+        const Storage st = storage_of(pod["spec"], ctr, pod_path);
+        const std::string dir = run_dir + (st.shared ? "/shared" : "/node-" + std::to_string(i)) + pod_path;
+        so.env[contract::kCheckpointPath] = dir;
+        if (i == 0)
+          checkpoint_note = st.shared ? "checkpoints in " + dir + " for every node (" + st.why + ")"
+                                      : "checkpoints in " + run_dir + "/node-N" + pod_path + ", one per node (" + st.why + ")";
+      }
+      so.env["GLOO_SOCKET_IFNAME"] = "lo";
+      so.env["PATH"] = path;
+      so.new_process_group = true;
+      so.argv.insert(so.argv.begin() + 1, {"--metrics-address", "127.0.0.1"});
+      if (i == 0) {
+        int p[2];
+        if (::pipe2(p, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+        so.output_fd = p[1];
+        agents.push_back(Process::spawn(so));
+        ::close(p[1]);
+        out_fd = p[0];
+      } else {
+        so.output_path = run_dir + "/node-" + std::to_string(i) + (attempt ? "-attempt-" + std::to_string(attempt) : "") + ".log";
+        fs::remove(so.output_path);
+        agents.push_back(Process::spawn(so));
       }
     }
-  }
-  if (out_fd >= 0) ::close(out_fd);
-  if (tty && !last_status.empty()) std::cout << "\n";
-  // Everyone ends: node 0 has; the rest follow (their peers are gone) or are stopped.
+    return out_fd;
+  };
+
+  // Node 0's output: the trainer's progress lines become one live line; restarts are said.
+  const bool tty = ::isatty(STDOUT_FILENO);
+  static const std::regex progress(R"(\[rank 0\] step\s+(\d+)/(\d+)\s+loss ([0-9.]+)\s+(\d+) tok/s\s+([0-9.]+) ms/step\s+comm (\d+)%.*)");
+  static const std::regex in_place(R"(restart barrier: (.*); starting generation (\d+).*)");
+  std::ofstream node0_log(run_dir + "/node-0.log");
+  std::string last_status;
+  double first_loss = -1, last_loss = -1;
+  int last_step = 0, in_place_restarts = 0, gang_restarts = 0;
+  auto start = Clock::now();
+  int interrupted = 0;
+  auto say = [&](const std::string& line) {
+    std::cout << (tty && !last_status.empty() ? "\r\033[K" : "") << line << "\n";
+    if (tty && !last_status.empty()) std::cout << last_status << std::flush;
+  };
   int code = 0;
   std::string culprit;
-  for (int i = 0; i < nodes; ++i) {
-    auto st = agents[i].wait_for(std::chrono::seconds(interrupted ? 40 : 120));
-    if (!st) {
-      agents[i].terminate(std::chrono::seconds(30));
-      st = agents[i].try_wait();
+  for (int attempt = 0;; ++attempt) {
+    int out_fd = start_gang(attempt);
+    if (attempt == 0) {
+      std::cout << "lockstep run: " << name << ": " << nodes << " node(s) x " << view.procs_per_node << " worker(s), strategy "
+                << view.strategy << "; in-place restarts up to " << view.in_place_budget() << ", gang restarts up to "
+                << view.backoff_limit << "; logs in " << run_dir << std::endl;
+      if (!checkpoint_note.empty()) std::cout << "lockstep run: " << checkpoint_note << std::endl;
     }
-    if (st && !st->success() && code == 0) {
-      code = st->shell_code();
-      culprit = "node " + std::to_string(i) + " " + st->describe();
+    std::string partial;
+    char buf[8192];
+    while (out_fd >= 0) {
+      pollfd pfd{out_fd, POLLIN, 0};
+      ::poll(&pfd, 1, 200);
+      timespec zero{0, 0};
+      if (int sig = sigtimedwait(&stop, nullptr, &zero); sig > 0 && !interrupted) {
+        interrupted = sig;
+        std::cout << (tty ? "\n" : "") << "lockstep run: " << strsignal(sig) << ": stopping " << nodes << " node(s)..." << std::endl;
+        for (auto& a : agents) a.signal(SIGTERM);
+      }
+      if (!(pfd.revents & (POLLIN | POLLHUP))) continue;
+      ssize_t n = ::read(out_fd, buf, sizeof buf);
+      if (n <= 0) break;
+      partial.append(buf, static_cast<size_t>(n));
+      for (size_t pos; (pos = partial.find('\n')) != std::string::npos;) {
+        std::string line = partial.substr(0, pos);
+        partial.erase(0, pos + 1);
+        node0_log << line << "\n";
+        std::smatch m;
+        if (std::regex_match(line, m, progress)) {
+          last_step = std::stoi(m[1]);
+          total_steps = std::stoi(m[2]);
+          last_loss = std::stod(m[3]);
+          if (first_loss < 0) first_loss = last_loss;
+          double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+          double eta = last_step > 0 ? elapsed / last_step * (total_steps - last_step) : 0;
+          std::ostringstream s;
+          s << "step " << last_step << "/" << total_steps << "  loss " << m[3] << "  " << m[4] << " tok/s  " << m[5]
+            << " ms/step  comm " << m[6] << "%  ETA " << fmt_duration(eta);
+          if (in_place_restarts + gang_restarts > 0)
+            s << "  restarts " << in_place_restarts << " in place, " << gang_restarts << " gang";
+          last_status = s.str();
+          if (tty) std::cout << "\r\033[K" << last_status << std::flush;
+          else std::cout << last_status << std::endl;  // a file or pipe: a line each report
+        } else if (std::regex_search(line, m, in_place)) {
+          ++in_place_restarts;
+          say("lockstep run: restarted in place (generation " + m[2].str() + "): " + m[1].str());
+        } else if (line.find("[rank") == 0 || line.find("lockstep-agent:") != std::string::npos ||
+                   line.find("ERROR") != std::string::npos || line.find("error") != std::string::npos) {
+          say(line);
+        }
+      }
     }
+    if (out_fd >= 0) ::close(out_fd);
+    // Everyone ends: node 0 has; the rest follow (the restart barrier ends them together) or
+    // are stopped.
+    code = 0;
+    culprit.clear();
+    for (int i = 0; i < nodes; ++i) {
+      auto st = agents[i].wait_for(std::chrono::seconds(interrupted ? 40 : 120));
+      if (!st) {
+        agents[i].terminate(std::chrono::seconds(30));
+        st = agents[i].try_wait();
+      }
+      if (st && !st->success() && code == 0) {
+        code = st->shell_code();
+        culprit = "node " + std::to_string(i) + " " + st->describe();
+      }
+    }
+    if (interrupted || code == 0) break;
+    // The operator's gang restart, locally: every agent anew, as attempt + 1 (Note [Exit codes]).
+    reconcile::PodView failed;
+    failed.exit_code = code;
+    if (!reconcile::is_retryable(view.restart_policy, failed) || gang_restarts >= view.backoff_limit) {
+      if (gang_restarts >= view.backoff_limit && reconcile::is_retryable(view.restart_policy, failed))
+        culprit += "; " + std::to_string(gang_restarts) + " gang restart(s) reached spec.runPolicy.backoffLimit=" +
+                   std::to_string(view.backoff_limit);
+      break;
+    }
+    ++gang_restarts;
+    say("lockstep run: " + culprit + "; restarting the gang as attempt " + std::to_string(attempt + 1) + " of " +
+        std::to_string(view.backoff_limit) + " (every node anew, as the operator recreates the pods)");
   }
+  if (tty && !last_status.empty()) std::cout << "\n";
   double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   std::cout << "\nlockstep run: " << name << " ";
   if (interrupted) std::cout << "stopped by " << strsignal(interrupted) << " after " << fmt_duration(elapsed);
   else if (code == 0) std::cout << "finished: " << last_step << " steps in " << fmt_duration(elapsed);
   else std::cout << "FAILED: " << culprit;
   if (first_loss >= 0) std::cout << "; loss " << first_loss << " -> " << last_loss;
+  std::cout << "\n  restarts: " << in_place_restarts << " in place, " << gang_restarts << " gang";
   std::cout << "\n  metrics were served while it ran at";
   for (int p : metrics_ports) std::cout << " http://127.0.0.1:" << p << "/metrics";
   std::cout << "\n  logs: " << run_dir << "/node-*.log" << std::endl;

@@ -290,3 +290,45 @@ TEST(Run, PersistentVolumeCheckpointsAreSharedByEveryNode) {
     EXPECT_FALSE(fs::exists(runs + "/node-0")) << r.output;
   }
 }
+
+// #14: `lockstep run` restarts as the cluster would: in place first (the agents' restart
+// barrier, the same agent processes), then the gang anew once that budget is spent, and says
+// so as it goes and in the summary. Every generation of this job crashes (137) after step 12,
+// having checkpointed step 10, so it resumes at 10 each time and spends both budgets.
+TEST(Run, RestartsInPlaceThenAsAGangAndSaysSo) {
+  std::string dir = ::testing::TempDir() + "/run-restarts-" + std::to_string(::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir + "/job.yaml") << R"(apiVersion: lockstep.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: crashy}
+spec:
+  nodes: 2
+  procsPerNode: 1
+  strategy: DDP
+  template:
+    spec:
+      containers:
+      - name: trainer
+        image: lockstep/trainer:0.1.0
+        volumeMounts: [{name: ckpt, mountPath: /ckpt}]
+      volumes:
+      - name: ckpt
+        persistentVolumeClaim: {claimName: ckpt}
+  trainer:
+    command: [lockstep-trainer]
+    args: [--model=tiny, --device=cpu, --steps=40, --batch-size=4, --exit-after-step=12]
+  checkpoint: {path: /ckpt, everySteps: 10}
+  runPolicy: {inPlaceRestarts: 1, backoffLimit: 1, restartPolicy: OnFailure}
+)";
+  auto r = lockstep::run_capture({"/bin/sh", "-c", "cd '" + dir + "' && exec '" + cli() + "' run job.yaml"}, {}, 300s);
+  EXPECT_EQ(r.status.shell_code(), 137) << r.output;
+  EXPECT_NE(r.output.find("in-place restarts up to 1, gang restarts up to 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("lockstep run: restarted in place (generation 1): rank "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("restarting the gang as attempt 1 of 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("1 gang restart(s) reached spec.runPolicy.backoffLimit=1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("restarts: 2 in place, 1 gang"), std::string::npos) << "one in place in each gang attempt\n"
+                                                                                << r.output;
+  std::string node0 = lockstep::test::read_file(dir + "/lockstep-runs/crashy/node-0.log");
+  EXPECT_NE(node0.find("resumed from"), std::string::npos) << node0;
+}
