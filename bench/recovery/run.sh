@@ -2,12 +2,14 @@
 # Issue #13's recovery benchmark, one command (root, on a machine that can run the real-node
 # cluster):   bench/recovery/run.sh
 # Sets up, builds and builds the images (all cached), then runs the fault scenario of the
-# cluster tier (lockstep_cluster_test's FaultsRestartTheGangWhichResumesFromItsLastCheckpoint)
-# in a real cluster of its own: examples/ddp-checkpoint.yaml trains, and each fault is
-# injected in turn (SIGKILL of a trainer, kubectl delete pod, a container killed through
-# containerd with the operator's pod deleted during the restart, SIGSTOP of a trainer, the
-# kubelet away for 60 s). It prints, per fault: the step it hit, the checkpoint the gang
-# resumed from, the steps redone, and the time from the fault to every rank stepping again
+# cluster tier (lockstep_cluster_test's FaultsRestartInPlaceThenAsAGangAndResumeFromTheLastCheckpoint)
+# in a real cluster of its own: examples/ddp-checkpoint.yaml trains with one in-place restart
+# allowed per gang attempt, and each fault is injected in turn (SIGKILL of a trainer: an
+# in-place restart; SIGSTOP of a trainer, beyond that budget: a gang restart; kubectl delete
+# pod; a container killed through containerd with the operator's pod deleted during the
+# restart; the kubelet away for 60 s). It prints, per fault: the step it hit, the checkpoint
+# the gang resumed from, the steps redone, and the time from the fault to every rank stepping
+# again
 # (rank 0's first step after the resume: DDP steps only when every rank takes part); and the
 # faulty job's wall time against the same job run without faults, in the same run.
 set -euo pipefail
