@@ -190,7 +190,8 @@ std::string job_yaml(const Options& o, const std::string& name, const std::strin
                              (cluster ? std::string("/ckpt/loss.txt") : dir + "/loss.txt"));
   replace("everySteps: 20", "everySteps: " + std::to_string(o.checkpoint_every));
   replace("keep: 3", "keep: 2");
-  replace("backoffLimit: 10", "backoffLimit: 1000\n    inPlaceRestarts: " + std::to_string(in_place));
+  replace("backoffLimit: 10", "backoffLimit: 1000");
+  replace("inPlaceRestarts: 3", "inPlaceRestarts: " + std::to_string(in_place));
   return y;
 }
 

@@ -343,14 +343,15 @@ std::chrono::system_clock::time_point parse_rfc3339(const std::string& t) {
   return tp;
 }
 
-// What rank 0's log of the current attempt says: the step it resumed at (-1: none yet, 0:
-// started afresh) and when it finished its first step after that (DDP steps only when every
+// What rank 0's log says from `since` on: the step it resumed at (-1: none yet, 0: started
+// afresh) and when it finished its first step after that (DDP steps only when every
 // rank takes part, so that is when all ranks step again).
 struct Resume {
   int step = -1;
   std::optional<std::chrono::system_clock::time_point> first_step_at;
 };
-Resume resume_of(const std::string& ns, const std::string& pod) {
+Resume resume_of(const std::string& ns, const std::string& pod,
+                 std::chrono::system_clock::time_point since = std::chrono::system_clock::time_point{}) {
   Resume r;
   auto logs = cluster_kubectl({"-n", ns, "logs", "--timestamps", pod});
   if (!logs.status.success()) return r;
@@ -360,6 +361,8 @@ Resume resume_of(const std::string& ns, const std::string& pod) {
   std::istringstream in(logs.output);
   bool started = false;
   for (std::string line; std::getline(in, line);) {
+    // An in-place restart keeps the pod, so its log holds the generations before the fault too.
+    if (parse_rfc3339(line.substr(0, line.find(' '))) < since) continue;
     std::smatch m;
     if (std::regex_search(line, m, resumed)) r.step = std::stoi(m[1]);
     else if (line.find("lockstep-trainer: tiny") != std::string::npos || line.find("parameters),") != std::string::npos)
@@ -407,7 +410,7 @@ double final_loss(const std::string& loss_log) {
 // examples/ddp-checkpoint.yaml, into `ns`, with its hostPath in the tests' state directory
 // (nothing of a test stays on the machine), rank 0's loss log and a step line per step in the
 // checkpoint directory, and the agents' stall window shortened to 10 s.
-std::string checkpoint_job(const std::string& name, const std::string& dir, int steps) {
+std::string checkpoint_job(const std::string& name, const std::string& dir, int steps, int in_place_restarts = 3) {
   std::string yaml = lockstep::test::read_file(source_path("examples/ddp-checkpoint.yaml"));
   auto replace = [&](const std::string& from, const std::string& to) {
     size_t at = yaml.find(from);
@@ -417,6 +420,7 @@ std::string checkpoint_job(const std::string& name, const std::string& dir, int 
   replace("name: tiny-ddp-ckpt", "name: " + name);
   replace("/var/lib/lockstep/checkpoints/tiny-ddp-ckpt", dir);
   replace("--steps=400", "--steps=" + std::to_string(steps) + ", --log-every=1, --loss-log=/ckpt/loss.txt");
+  replace("inPlaceRestarts: 3", "inPlaceRestarts: " + std::to_string(in_place_restarts));
   replace("        volumeMounts: [{name: checkpoints, mountPath: /ckpt}]\n      volumes:",
           "        volumeMounts: [{name: checkpoints, mountPath: /ckpt}]\n"
           "        env: [{name: LOCKSTEP_STALL_TIMEOUT, value: 10s}, {name: LOCKSTEP_METRICS_LINGER, value: 1s}]\n"
@@ -424,24 +428,42 @@ std::string checkpoint_job(const std::string& name, const std::string& dir, int 
   return yaml;
 }
 
-// #13 items 1-3: faults injected while examples/ddp-checkpoint.yaml trains. Each one ends in a
-// gang restart that resumes from the newest complete checkpoint (never step 0), status.restarts
-// and the Events count them, no pod of an old attempt or a duplicate is left, and the final
-// loss equals an uninterrupted run of the same job.
-TEST_F(LockstepInCluster, FaultsRestartTheGangWhichResumesFromItsLastCheckpoint) {
+// #13 items 1-3 and #14: faults injected while examples/ddp-checkpoint.yaml trains, with one
+// in-place restart allowed per gang attempt. A lost trainer process is restarted in place: the
+// same pods (UIDs unchanged), every rank anew, resumed from the newest complete checkpoint,
+// counted in status.inPlaceRestarts with a Restarted condition and an Event. The next failure
+// is beyond that budget, so the agents exit and the operator recreates the gang; so do a pod
+// deleted and a container killed. Every recovery resumes from the newest complete checkpoint
+// (never step 0), status and Events count each kind, no pod of an old attempt or a duplicate is
+// left, and the final loss equals an uninterrupted run of the same job.
+TEST_F(LockstepInCluster, FaultsRestartInPlaceThenAsAGangAndResumeFromTheLastCheckpoint) {
   std::string ns = create_test_namespace("faults");
   std::string volumes = lockstep::test::real_cluster_state_dir() + "/run/volumes/" + ns;
   const std::string job = "faulty", dir = volumes + "/faulty";
-  const int steps = 1200;  // enough for five faults and a 60 s kubelet outage
-  auto r = cluster_kubectl({"-n", ns, "apply", "-f", "-"}, checkpoint_job(job, dir, steps));
+  const int steps = 1300;  // enough for five faults and a 60 s kubelet outage
+  auto r = cluster_kubectl({"-n", ns, "apply", "-f", "-"}, checkpoint_job(job, dir, steps, 1));
   ASSERT_TRUE(r.status.success()) << r.output;
   ASSERT_TRUE(wait_phase(ns, job, "Running", 120s)) << diagnose(ns);
 
-  auto restarts = [&] { return get_json(ns, "trainingjob/" + job)["status"].value("restarts", -1); };
+  auto status = [&] {  // {} while the API server is briefly unreachable (the operator's restart)
+    json j = get_json(ns, "trainingjob/" + job);
+    return j.is_object() && j.contains("status") && j["status"].is_object() ? j["status"] : json::object();
+  };
+  auto restarts = [&] { return status().value("restarts", -1); };
+  auto in_place = [&] { return status().value("inPlaceRestarts", 0); };
   auto pod_json = [&](int i) { return get_json(ns, "pod/" + job + "-" + std::to_string(i)); };
-  int expected_restarts = 0;
+  auto pod_uids = [&] {
+    std::vector<std::string> uids;
+    for (int i = 0; i < 2; ++i) {
+      json p = pod_json(i);
+      uids.push_back(p.is_object() && p.contains("metadata") ? p["metadata"].value("uid", "") : "");
+    }
+    return uids;
+  };
+  int expected_restarts = 0, expected_in_place = 0;
+  enum class Kind { InPlace, Gang };
   // Waits for a checkpoint newer than `after`, injects the fault, and checks the recovery.
-  auto inject = [&](const std::string& what, const std::function<void()>& fault) {
+  auto inject = [&](const std::string& what, Kind kind, const std::function<void()>& fault) {
     SCOPED_TRACE(what);
     int before = latest_checkpoint(dir);
     ASSERT_TRUE(eventually([&] { return latest_checkpoint(dir) >= before + 20 && phase(ns, job) == "Running"; }, 120s))
@@ -449,41 +471,67 @@ TEST_F(LockstepInCluster, FaultsRestartTheGangWhichResumesFromItsLastCheckpoint)
     int saved = latest_checkpoint(dir);
     // Mid-way to the next checkpoint, as a fault would come: half an interval to redo.
     ASSERT_TRUE(eventually([&] { return last_logged_step(dir + "/loss.txt") >= saved + 10; }, 60s)) << diagnose(ns);
+    const auto uids = pod_uids();
+    ASSERT_FALSE(uids[0].empty() || uids[1].empty()) << "both pods, before the fault\n" << diagnose(ns);
     auto at = std::chrono::system_clock::now();
     int at_step = last_logged_step(dir + "/loss.txt");
     fault();
-    ++expected_restarts;
-    ASSERT_TRUE(eventually([&] { return restarts() >= expected_restarts; }, 90s)) << diagnose(ns);
-    EXPECT_EQ(restarts(), expected_restarts) << "one fault, one gang restart";
     Resume res;
-    ASSERT_TRUE(eventually([&] {
-      auto p = pod_json(0);
-      if (!p.is_object() || p["metadata"]["labels"].value("lockstep.dev/restart-attempt", "") !=
-                                std::to_string(expected_restarts))
-        return false;
-      res = resume_of(ns, job + "-0");
-      return res.first_step_at.has_value();
-    }, 120s)) << diagnose(ns);
+    if (kind == Kind::InPlace) {
+      ++expected_in_place;
+      // status follows the agents' /metrics at the operator's progress period (2 s here).
+      ASSERT_TRUE(eventually([&] { return in_place() >= expected_in_place; }, 90s)) << diagnose(ns);
+      EXPECT_EQ(in_place(), expected_in_place) << "one fault, one in-place restart";
+      const json tj = get_json(ns, "trainingjob/" + job);
+      const json* c = condition(tj, "Restarted");
+      ASSERT_NE(c, nullptr) << tj.dump();
+      EXPECT_EQ(c->value("reason", ""), "InPlaceRestart") << c->dump();
+      ASSERT_TRUE(eventually([&] {
+        res = resume_of(ns, job + "-0", at);
+        return res.first_step_at.has_value();
+      }, 120s)) << diagnose(ns);
+      EXPECT_EQ(pod_uids(), uids) << "an in-place restart keeps the pods";
+    } else {
+      ++expected_restarts;
+      ASSERT_TRUE(eventually([&] { return restarts() >= expected_restarts; }, 120s)) << diagnose(ns);
+      EXPECT_EQ(restarts(), expected_restarts) << "one fault, one gang restart";
+      ASSERT_TRUE(eventually([&] {
+        auto p = pod_json(0);
+        if (!p.is_object() || p["metadata"]["labels"].value("lockstep.dev/restart-attempt", "") !=
+                                  std::to_string(expected_restarts))
+          return false;
+        res = resume_of(ns, job + "-0", at);
+        return res.first_step_at.has_value();
+      }, 120s)) << diagnose(ns);
+      auto now = pod_uids();
+      EXPECT_NE(now[0], uids[0]) << "a gang restart recreates the pods";
+      EXPECT_NE(now[1], uids[1]) << "a gang restart recreates the pods";
+    }
     EXPECT_GT(res.step, 0) << "the gang started again from step 0";
     EXPECT_GE(res.step, saved) << "resumed before the newest complete checkpoint";
     double seconds = std::chrono::duration<double>(*res.first_step_at - at).count();
-    std::cerr << "[cluster] fault '" << what << "' at step " << at_step << ", after checkpoint " << saved
-              << ": resumed at step " << res.step << " (" << at_step - res.step << " steps redone), every rank stepping again "
-              << seconds << " s after the fault\n";
+    std::cerr << "[cluster] fault '" << what << "' (" << (kind == Kind::InPlace ? "in place" : "gang") << ") at step " << at_step
+              << ", after checkpoint " << saved << ": resumed at step " << res.step << " (" << at_step - res.step
+              << " steps redone), every rank stepping again " << seconds << " s after the fault\n";
     report_recovery(what, saved, at_step, res.step, seconds);
-    RecordProperty("recovery_seconds_" + std::to_string(expected_restarts), std::to_string(seconds));
+    RecordProperty("recovery_seconds_" + std::to_string(expected_restarts + expected_in_place), std::to_string(seconds));
   };
 
-  inject("SIGKILL of the trainer in pod 1", [&] {
+  inject("SIGKILL of the trainer in pod 1: an in-place restart", Kind::InPlace, [&] {
     auto pids = trainer_pids(ns, job, 1);
     ASSERT_EQ(pids.size(), 1u) << "pod 1's trainer process, seen from the host";
     ASSERT_EQ(::kill(pids[0], SIGKILL), 0);
   });
-  inject("kubectl delete pod " + job + "-0", [&] {
+  inject("SIGSTOP of the trainer in pod 0 (a stalled rank), beyond the in-place budget: a gang restart", Kind::Gang, [&] {
+    auto pids = trainer_pids(ns, job, 0);
+    ASSERT_EQ(pids.size(), 1u);
+    ASSERT_EQ(::kill(pids[0], SIGSTOP), 0);
+  });
+  inject("kubectl delete pod " + job + "-0", Kind::Gang, [&] {
     auto d = cluster_kubectl({"-n", ns, "delete", "pod", job + "-0", "--wait=false"});
     ASSERT_TRUE(d.status.success()) << d.output;
   });
-  inject("the container of pod 1 killed through containerd, and the operator's pod deleted during the restart", [&] {
+  inject("the container of pod 1 killed through containerd, and the operator's pod deleted during the restart", Kind::Gang, [&] {
     std::string id = pod_json(1)["status"]["containerStatuses"][0].value("containerID", "");
     ASSERT_EQ(id.rfind("containerd://", 0), 0u) << id;
     auto k = lockstep::run_capture({"ctr", "--address", lockstep::test::real_cluster_state_dir() + "/run/containerd/containerd.sock",
@@ -496,11 +544,6 @@ TEST_F(LockstepInCluster, FaultsRestartTheGangWhichResumesFromItsLastCheckpoint)
     auto d = cluster_kubectl({"-n", kOperatorNamespace, "delete", "pod", "-l", "app.kubernetes.io/name=lockstep-operator",
                               "--wait=false"});
     ASSERT_TRUE(d.status.success()) << d.output;
-  });
-  inject("SIGSTOP of the trainer in pod 0 (a stalled rank)", [&] {
-    auto pids = trainer_pids(ns, job, 0);
-    ASSERT_EQ(pids.size(), 1u);
-    ASSERT_EQ(::kill(pids[0], SIGSTOP), 0);
   });
 
   // The kubelet away for 60 s: the containers train on under containerd, the node turns
@@ -537,14 +580,19 @@ TEST_F(LockstepInCluster, FaultsRestartTheGangWhichResumesFromItsLastCheckpoint)
   }
 
   ASSERT_TRUE(wait_phase(ns, job, "Succeeded", 420s)) << diagnose(ns);
-  json status = get_json(ns, "trainingjob/" + job)["status"];
-  EXPECT_EQ(status.value("restarts", -1), expected_restarts) << status.dump();
-  // Events say why: one GangRestart per fault.
+  json final_status = status();
+  EXPECT_EQ(final_status.value("restarts", -1), expected_restarts) << final_status.dump();
+  EXPECT_EQ(final_status.value("inPlaceRestarts", -1), expected_in_place) << final_status.dump();
+  // Events say why: one GangRestart per gang fault, an InPlaceRestart for the in-place one.
   json events = get_json(ns, "events");
-  int gang_restart_events = 0;  // each restart's Event has its own message, so its own object
-  for (const auto& e : events.value("items", json::array()))
-    gang_restart_events += e.value("reason", "") == "GangRestart" && e["involvedObject"].value("name", "") == job;
+  int gang_restart_events = 0, in_place_events = 0;  // each restart's Event has its own message
+  for (const auto& e : events.value("items", json::array())) {
+    if (e["involvedObject"].value("name", "") != job) continue;
+    gang_restart_events += e.value("reason", "") == "GangRestart";
+    in_place_events += e.value("reason", "") == "InPlaceRestart";
+  }
   EXPECT_EQ(gang_restart_events, expected_restarts) << events.dump(1);
+  EXPECT_EQ(in_place_events, expected_in_place) << events.dump(1);
   // No pod of an earlier attempt, and no duplicate.
   json pods = get_json(ns, "pods");
   ASSERT_EQ(pods["items"].size(), 2u) << pods.dump(1);
