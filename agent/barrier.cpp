@@ -157,6 +157,8 @@ Message failure_message(const std::string& verb, int generation, const std::opti
     m.fields["reason"] = f->reason;
     m.fields["at"] = std::to_string(f->at_ms);
     m.fields["what"] = f->what;
+    if (!f->tail.empty())
+      m.fields["tail"] = f->tail.size() > kFailureTailBytes ? f->tail.substr(f->tail.size() - kFailureTailBytes) : f->tail;
   }
   return m;
 }
@@ -174,6 +176,7 @@ std::optional<Failure> failure_of(const Message& m) {
     f.at_ms = 0;
   }
   f.what = m.get("what");
+  f.tail = m.get("tail");
   return f;
 }
 

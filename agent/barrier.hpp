@@ -48,7 +48,10 @@ struct Failure {
   std::string reason;         // "WorkerFailed" | "Stall"
   long long at_ms = 0;        // unix time it was seen, milliseconds
   std::string what;           // e.g. "rank 3 (pid 812) was killed by SIGKILL"
+  std::string tail;           // the failing rank's last output lines ('\n'-separated, at most
+                              // kFailureTailBytes): every node's agent can quote the cause's own words
 };
+inline constexpr size_t kFailureTailBytes = 2048;
 
 // The barrier's wire format.
 struct Message {

@@ -23,6 +23,18 @@
 namespace lockstep::agent {
 namespace {
 
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
+
 sigset_t stop_signals() {
   sigset_t s;
   sigemptyset(&s);
@@ -288,13 +300,17 @@ void Supervisor::stop_group() {
   }
 }
 
-int Supervisor::finish(int code, const std::string& why, const Worker* culprit) {
+int Supervisor::finish(int code, const std::string& why, const Worker* culprit, const std::optional<Failure>& remote) {
   std::lock_guard<std::mutex> lock(out_mu_);
   std::cout.flush();
   std::cerr << "\nlockstep-agent: " << why << "; exiting with code " << code << "\n";
-  if (culprit && !culprit->tail.empty()) {
-    std::cerr << "last lines of rank " << culprit->rank << ":\n";
-    for (const auto& l : culprit->tail) std::cerr << "  | " << l << "\n";
+  std::vector<std::string> tail;
+  if (culprit) tail.assign(culprit->tail.begin(), culprit->tail.end());
+  else if (remote) tail = split_lines(remote->tail);
+  if (!tail.empty()) {
+    std::cerr << "last lines of rank " << (culprit ? culprit->rank : remote->rank)
+              << (culprit ? "" : " (node " + std::to_string(remote->node) + ")") << ":\n";
+    for (const auto& l : tail) std::cerr << "  | " << l << "\n";
   }
   // What torch.distributed.elastic's @record wrote (TORCHELASTIC_ERROR_FILE), as torchrun
   // shows it: the exception and its traceback, bounded.
@@ -307,25 +323,25 @@ int Supervisor::finish(int code, const std::string& why, const Worker* culprit) 
     }
   }
   std::cerr.flush();
-  if (code != 0) write_termination_message(why, culprit);
+  if (code != 0) write_termination_message(why, tail);
   return code;
 }
 
 // Note [Termination message]
 // In a pod, the kubelet reads /dev/termination-log when the container ends and the operator
 // quotes its last line in the TrainingJob's condition (describe_failure). The agent writes
-// why it exits, then the failing rank's last lines, so that last line is the program's own
+// why it exits, then the failing rank's last lines (sent through the restart barrier when
+// that rank ran on another node), so that last line is the program's own
 // last words (a flag error, a Python exception) rather than the agent's summary. The file
 // exists only in a container (the kubelet mounts it; the agent never creates one under
 // /dev); LOCKSTEP_TERMINATION_LOG names another path. Kubernetes keeps 4096 bytes of it:
 // the end is kept.
-void Supervisor::write_termination_message(const std::string& why, const Worker* culprit) const {
+void Supervisor::write_termination_message(const std::string& why, const std::vector<std::string>& tail) const {
   const char* env = std::getenv("LOCKSTEP_TERMINATION_LOG");
   std::string path = env && *env ? env : "/dev/termination-log";
   if (!env && ::access(path.c_str(), W_OK) != 0) return;
   std::string text = "lockstep-agent: " + why + "\n";
-  if (culprit)
-    for (const auto& l : culprit->tail) text += l + "\n";
+  for (const auto& l : tail) text += l + "\n";
   if (text.size() > 4096) text = text.substr(text.size() - 4096);
   std::ofstream out(path, std::ios::trunc);
   out << text;
@@ -478,9 +494,11 @@ int Supervisor::run() {
         }
       }
       if (culprit) {
+        pump_output();  // the culprit has exited: its last words are in the pipe now
         mine = Failure{cfg_.node_rank, culprit->rank, culprit->status.shell_code(), "WorkerFailed", unix_ms(),
                        "rank " + std::to_string(culprit->rank) + " (pid " + std::to_string(culprit->process.pid()) +
-                           ") " + culprit->status.describe()};
+                           ") " + culprit->status.describe(), ""};
+        for (const auto& l : culprit->tail) mine->tail += l + "\n";
         LOCKSTEP_LOG(Error, "agent", mine->what << " first; stopping the other workers");
         barrier.send(failure_message("FAILED", gen, mine));
         break;
@@ -491,7 +509,7 @@ int Supervisor::run() {
       if (!stuck.empty()) {
         metrics_->count_stall();
         mine = Failure{cfg_.node_rank, std::atoi(stuck.c_str()), contract::kExitStall, "Stall", unix_ms(),
-                       "stall detected on rank(s) " + stuck};
+                       "stall detected on rank(s) " + stuck, ""};
         barrier.send(failure_message("FAILED", gen, mine));
         break;
       }
@@ -542,7 +560,10 @@ int Supervisor::run() {
         if (code == 0) return finish(0, "all " + std::to_string(cfg_.nproc_per_node) + " worker(s) finished", nullptr);
         if (mine && mine->reason == "Stall") linger_after_stall();
         const bool here = cause && cause->node == cfg_.node_rank;
-        return finish(code, m->get("why"), here && culprit ? culprit : nullptr);
+        if (here && culprit) return finish(code, m->get("why"), culprit);
+        // The cause ran on another node: quote its last words as that node's agent sent them,
+        // so whichever pod the operator reads first tells the user what went wrong.
+        return finish(code, m->get("why"), nullptr, cause ? std::optional<Failure>(cause) : std::nullopt);
       }
       if (barrier.lost()) {
         if (finished) return finish(0, "all " + std::to_string(cfg_.nproc_per_node) + " worker(s) finished", nullptr);

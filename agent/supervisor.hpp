@@ -21,11 +21,13 @@
 
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "barrier.hpp"
 #include "config.hpp"
 #include "lockstep/process.hpp"
 #include "metrics.hpp"
@@ -61,10 +63,12 @@ class Supervisor {
   std::string check_stall();
   void linger_after_stall();
   std::string error_file(int local_rank) const;
-  void write_termination_message(const std::string& why, const Worker* culprit) const;
+  void write_termination_message(const std::string& why, const std::vector<std::string>& tail) const;
   void pump_output();
   void print_line(Worker& w, const std::string& line);
-  int finish(int code, const std::string& why, const Worker* culprit);
+  // Says why the agent exits, quotes the failing rank's last lines (its own worker's, or
+  // `remote`'s as another node sent them) and writes the termination message.
+  int finish(int code, const std::string& why, const Worker* culprit, const std::optional<Failure>& remote = std::nullopt);
 
   Config cfg_;
   Metrics* metrics_;

@@ -613,6 +613,37 @@ TEST(InPlace, APermanentExitCodeUnderExitCodeIsNotRestarted) {
   }
 }
 
+// The operator quotes whichever pod's termination message it reads first; a pod whose
+// workers were only stopped must still carry the failing rank's words, sent through the
+// restart barrier from the node where it ran (the cluster tier's bad-flag job once quoted
+// only "rank 1 exited with code 64 on node 1 first").
+TEST(InPlace, EveryNodesTerminationMessageQuotesTheFailingRankOnAnotherNode) {
+  std::string dir = temp_dir("inplace-remote-words");
+  int port = lockstep::free_loopback_port();
+  std::vector<std::string> cmd = {
+      "sh", "-c",
+      "if [ \"$RANK\" = 1 ]; then echo 'lockstep-trainer: --steps must be an integer >= 1' >&2; exit 64; fi; exec sleep 60"};
+  std::vector<std::string> flags = {"--max-restarts", "3", "--restart-policy", "ExitCode"};
+  std::string log0 = dir + "/termination-0", log1 = dir + "/termination-1";
+  auto a0 = start_agent(dir, 2, 0, 1, port, cmd, flags, {{"LOCKSTEP_TERMINATION_LOG", log0}});
+  auto a1 = start_agent(dir, 2, 1, 1, port, cmd, flags, {{"LOCKSTEP_TERMINATION_LOG", log1}});
+  for (Agent* a : {&a0, &a1}) {
+    auto st = a->wait(60s);
+    ASSERT_TRUE(st.has_value()) << a->output();
+    EXPECT_EQ(st->shell_code(), 64) << a->output();
+  }
+  for (const auto& log : {log0, log1}) {
+    std::string text = lockstep::test::read_file(log);
+    EXPECT_NE(text.find("rank 1 "), std::string::npos) << log << ":\n" << text;
+    EXPECT_NE(text.find("on node 1 first"), std::string::npos) << log << ":\n" << text;
+    ASSERT_GE(text.size(), 2u) << log;
+    std::string last = text.substr(0, text.size() - 1);
+    last = last.substr(last.rfind('\n') + 1);
+    EXPECT_EQ(last, "lockstep-trainer: --steps must be an integer >= 1") << log << ":\n" << text;
+  }
+  EXPECT_NE(a0.output().find("last lines of rank 1 (node 1):"), std::string::npos) << a0.output();
+}
+
 TEST(Agent, BadConfigurationNamesTheVariable) {
   auto r = lockstep::run_capture({agent_bin(), "--", "true"}, {{"LOCKSTEP_NNODES", "2"}, {"LOCKSTEP_NODE_RANK", "2"}});
   EXPECT_EQ(r.status.shell_code(), lockstep::contract::kExitUsage);

@@ -346,10 +346,19 @@ TEST(Barrier, MessagesRoundTripWhateverTheTextHolds) {
   EXPECT_FALSE(decode("START gen").has_value());
   EXPECT_FALSE(decode("START gen=%zz").has_value());
   EXPECT_EQ(decode("START gen=x")->get_int("gen", -5), -5);
+  // A failure travels with the failing rank's last lines, bounded, the newest kept.
+  Failure f{1, 3, 64, "WorkerFailed", 1700000000123, "rank 3 (pid 9) exited with code 64",
+            std::string(3000, 'x') + "\nlockstep-trainer: --steps must be an integer >= 1\n"};
+  auto f2 = failure_of(*decode(encode(failure_message("FAILED", 0, f))));
+  ASSERT_TRUE(f2.has_value());
+  EXPECT_EQ(f2->what, f.what);
+  EXPECT_EQ(f2->at_ms, f.at_ms);
+  EXPECT_EQ(f2->tail.size(), kFailureTailBytes);
+  EXPECT_EQ(f2->tail, f.tail.substr(f.tail.size() - kFailureTailBytes));
 }
 
 Failure failure(int node, int code, long long at, const std::string& reason = "WorkerFailed") {
-  return Failure{node, node * 2, code, reason, at, "rank " + std::to_string(node * 2) + " failed"};
+  return Failure{node, node * 2, code, reason, at, "rank " + std::to_string(node * 2) + " failed", ""};
 }
 
 TEST(Barrier, TheCauseIsTheEarliestFailureThatIsNotAPeersConsequence) {
