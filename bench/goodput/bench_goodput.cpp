@@ -1,5 +1,6 @@
 // bench/goodput (#14): how much of the wall time a job spends on useful steps when a rank is
-// SIGKILLed every K seconds, for in-place restarts (the agents restart every worker in the same
+// SIGKILLed every K seconds of training (the first K s after the first step, each next one K s
+// after every rank is stepping again: failures strike a job while it trains), for in-place restarts (the agents restart every worker in the same
 // processes' pods: runPolicy.inPlaceRestarts) against pod recreation (inPlaceRestarts 0: every
 // failure is a gang restart, as the operator recreates the pods), and a run without faults, all
 // in the same run, on one tier:
@@ -283,6 +284,10 @@ Result run_mode(const Options& o, const std::string& mode, const std::string& wo
                   << std::setprecision(2) << pending->recovery_s << " s, resumed at step " << pending->resumed_from
                   << " (" << pending->step_at_kill - pending->resumed_from << " steps redone)" << std::endl;
         pending = nullptr;
+        // Failures strike a job while it trains: the next one comes --every seconds after the
+        // job is training again (else pod recreation's growing backoff would meet the next
+        // fault at once, and a job that never gets to train would never finish).
+        next_fault = Clock::now() + std::chrono::milliseconds(static_cast<long>(o.every_s * 1000));
         break;
       }
     }

@@ -6,7 +6,7 @@
 # the cluster, installs the chart, and takes it all down at the end unless the cluster was
 # already up). Then lockstep-bench-goodput runs the same job in three modes in one run:
 # in-place restarts, pod recreation (inPlaceRestarts 0) and no faults, SIGKILLing a random
-# rank every --every seconds (default 60), and prints goodput, recovery p50/p99 and steps
+# rank every --every seconds of training (default 60), and prints goodput, recovery p50/p99 and steps
 # redone for each (bench_goodput.cpp says how each is measured). FLAGS go to the bench:
 #   --every S  --steps N  --checkpoint-every N  --seed N  --modes in-place,recreate,none
 set -euo pipefail
