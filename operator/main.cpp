@@ -24,8 +24,8 @@ struct Options {
   std::string kubeconfig, context, watch_namespace;
   int workers = 4;
   int create_parallelism = 8;
-  double qps = 50;
-  int burst = 100;
+  double qps = 500;  // docs/operator.md, "Client rate limit": 100 jobs x 8 pods in one API-server-bound wave
+  int burst = 1000;
   int http_port = 8080;
   std::string http_address = "0.0.0.0";
   bool leader_elect = true;
@@ -43,8 +43,8 @@ const char* kUsage = R"(usage: lockstep-operator [flags]
   --namespace NS               watch only NS (default: all namespaces)
   --workers N                  concurrent reconciles (default 4)
   --create-parallelism N       concurrent pod creates per reconcile (default 8)
-  --kube-api-qps Q             client-side request rate limit (default 50)
-  --kube-api-burst B           and its burst (default 100)
+  --kube-api-qps Q             client-side request rate limit (default 500)
+  --kube-api-burst B           and its burst (default 1000)
   --http-port P                /healthz, /readyz and /metrics port (default 8080; 0 disables)
   --http-address A             address to serve them on (default 0.0.0.0)
   --leader-elect BOOL          elect a leader through a Lease (default true)

@@ -15,6 +15,10 @@ K8S_NODE_BIN="$CACHE/kubernetes-$KUBERNETES_VERSION/node-bin"
 COREDNS_BIN="$CACHE/coredns-$COREDNS_VERSION/bin"
 SCHEDULER_PLUGINS_BIN="$CACHE/scheduler-plugins-$SCHEDULER_PLUGINS_VERSION/bin"  # the gang scheduler (scripts/cluster.sh)
 PROMETHEUS_BIN="$CACHE/prometheus-$PROMETHEUS_VERSION/bin"  # the cluster tier's Prometheus (Kubernetes discovery)
+# bench/operator's peer (scripts/setup.sh --bench-operator): Kubeflow training-operator's
+# manager, and its PyTorchJob CRD from the same module in the Go module cache.
+KUBEFLOW_BIN="$CACHE/kubeflow-training-operator-$KUBEFLOW_TRAINING_OPERATOR_VERSION/bin"
+KUBEFLOW_CRD="$CACHE/go/mod/github.com/kubeflow/training-operator@$KUBEFLOW_TRAINING_OPERATOR_VERSION/manifests/base/crds/kubeflow.org_pytorchjobs.yaml"
 CLUSTER_IMAGES="$CACHE/cluster-images"
 PAUSE_IMAGE=lockstep.local/pause:1
 NETTEST_IMAGE=lockstep.local/nettest:1

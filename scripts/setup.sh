@@ -13,13 +13,18 @@
 # Each cached step is keyed on its pin: a second run downloads and rebuilds nothing.
 # `scripts/setup.sh --trainer`: only what lockstep-trainer builds with (steps 1 and 2, the
 # trainer's packages), as bench/trainer/gpu.sh uses on a GPU machine.
+# `scripts/setup.sh --bench-operator`: steps 1 to 4, then Kubeflow training-operator's manager
+# built from the Go module proxy (bench/operator/kubeflow/go.mod), the peer bench/operator
+# measures lockstep-operator against; only bench/operator/run.sh asks for it.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 only_trainer=0
+bench_operator=0
 case ${1:-} in
   "") ;;
   --trainer) only_trainer=1 ;;
-  *) die "usage: scripts/setup.sh [--trainer]" ;;
+  --bench-operator) bench_operator=1 ;;
+  *) die "usage: scripts/setup.sh [--trainer | --bench-operator]" ;;
 esac
 mkdir -p "$CACHE/downloads"
 
@@ -38,6 +43,31 @@ fetch_wheel() {
   echo "$sha  $file" | sha256sum -c --quiet || die "sha256 of $file does not match scripts/versions.env"
 }
 sudo_if_needed() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
+# go_build_cached DESC MODULE_DIR BIN_DIR STAMP LDFLAGS PACKAGE...: `go build` each package of
+# the Go module in MODULE_DIR into BIN_DIR (named after its last path element, or NAME when
+# given as PACKAGE=NAME), unless BIN_DIR/.stamp already says STAMP. Builds run under nice:
+# this is a shared 2-core machine.
+go_build_cached() {
+  local desc=$1 dir=$2 bin=$3 stamp=$4 ldflags=$5; shift 5
+  local names=() p name
+  for p in "$@"; do name=${p##*/}; names+=("${name#*=}"); done
+  if [[ $(cat "$bin/.stamp" 2>/dev/null) == "$stamp" ]] && (cd "$bin" && ls "${names[@]}" >/dev/null 2>&1); then
+    log "$desc: ${names[*]} cached in $bin"
+    return 0
+  fi
+  command -v go >/dev/null || die "Go is needed to build ${names[*]}; install the Go toolchain"
+  log "$desc: building ${names[*]} from the Go module proxy (minutes on 2 cores, once)"
+  mkdir -p "$bin"
+  rm -f "$bin/.stamp"
+  (cd "$dir" && run_with_heartbeat "go mod download ($desc)" go mod download)
+  for p in "$@"; do
+    local start=$SECONDS
+    name=${p##*/}; name=${name#*=}
+    (cd "$dir" && run_with_heartbeat "building $name" nice go build -trimpath -ldflags "$ldflags" -o "$bin/$name" "${p%%=*}")
+    log "  $name: built in $((SECONDS - start)) s"
+  done
+  echo "$stamp" > "$bin/.stamp"
+}
 
 # --- 1. Debian packages -------------------------------------------------------------
 missing=()
@@ -156,33 +186,23 @@ else
   log "kubectl and helm: ready in $TOOLS_BIN"
 fi
 
-# --- 5. The real-node cluster ------------------------------------------------------------
-# go_build_cached DESC MODULE_DIR BIN_DIR STAMP LDFLAGS PACKAGE...: `go build` each package of
-# the Go module in MODULE_DIR into BIN_DIR (named after its last path element, or NAME when
-# given as PACKAGE=NAME), unless BIN_DIR/.stamp already says STAMP. Builds run under nice:
-# this is a shared 2-core machine.
-go_build_cached() {
-  local desc=$1 dir=$2 bin=$3 stamp=$4 ldflags=$5; shift 5
-  local names=() p name
-  for p in "$@"; do name=${p##*/}; names+=("${name#*=}"); done
-  if [[ $(cat "$bin/.stamp" 2>/dev/null) == "$stamp" ]] && (cd "$bin" && ls "${names[@]}" >/dev/null 2>&1); then
-    log "$desc: ${names[*]} cached in $bin"
-    return 0
-  fi
-  command -v go >/dev/null || die "Go is needed to build ${names[*]}; install the Go toolchain"
-  log "$desc: building ${names[*]} from the Go module proxy (minutes on 2 cores, once)"
-  mkdir -p "$bin"
-  rm -f "$bin/.stamp"
-  (cd "$dir" && run_with_heartbeat "go mod download ($desc)" go mod download)
-  for p in "$@"; do
-    local start=$SECONDS
-    name=${p##*/}; name=${name#*=}
-    (cd "$dir" && run_with_heartbeat "building $name" nice go build -trimpath -ldflags "$ldflags" -o "$bin/$name" "${p%%=*}")
-    log "  $name: built in $((SECONDS - start)) s"
-  done
-  echo "$stamp" > "$bin/.stamp"
-}
+# --- Kubeflow training-operator (bench/operator's peer; --bench-operator only) -------------
+# Its manager, cmd/training-operator.v1, from the module bench/operator/kubeflow/go.mod pins;
+# its PyTorchJob CRD is read from the same module in the module cache (KUBEFLOW_CRD).
+if ((bench_operator)); then
+  kf_mod="$ROOT/bench/operator/kubeflow"
+  grep -q "^require github.com/kubeflow/training-operator $KUBEFLOW_TRAINING_OPERATOR_VERSION\$" "$kf_mod/go.mod" ||
+    die "$kf_mod/go.mod must require github.com/kubeflow/training-operator $KUBEFLOW_TRAINING_OPERATOR_VERSION, as scripts/versions.env pins"
+  go_build_cached "Kubeflow training-operator $KUBEFLOW_TRAINING_OPERATOR_VERSION" "$kf_mod" "$KUBEFLOW_BIN" \
+    "$(cat "$kf_mod/go.mod" "$kf_mod/go.sum" | sha256sum | cut -c1-16)" "-s -w" \
+    github.com/kubeflow/training-operator/cmd/training-operator.v1=training-operator
+  [[ -x $KUBEFLOW_BIN/training-operator && -f $KUBEFLOW_CRD ]] ||
+    die "Kubeflow training-operator did not build into $KUBEFLOW_BIN, or its CRD is not at $KUBEFLOW_CRD"
+  log "set-up for bench/operator complete (cache: $CACHE)"
+  exit 0
+fi
 
+# --- 5. The real-node cluster ------------------------------------------------------------
 node_mod="$ROOT/tests/cluster/gotools"
 grep -q "^require k8s.io/kubernetes $KUBERNETES_VERSION\$" "$node_mod/go.mod" ||
   die "$node_mod/go.mod must require k8s.io/kubernetes $KUBERNETES_VERSION, as scripts/versions.env pins"

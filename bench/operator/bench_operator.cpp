@@ -7,6 +7,8 @@
 //    operator's reconcile durations, and its peak RSS.
 // Prints the operator's pod-create rate as a ratio of the raw rate. Targets (issue #3):
 // ratio >= 0.70, peak RSS <= 30 MB.
+// 3. `--peer kubeflow`: lockstep-operator against Kubeflow training-operator instead of the raw
+//    baseline, both at their defaults (issue #15; "Peer mode" below, bench/operator/run.sh).
 #include <signal.h>
 #include <unistd.h>
 
@@ -14,11 +16,14 @@
 #include <atomic>
 #include <fstream>
 #include <iomanip>
+#include <iterator>
 #include <sstream>
 #include <iostream>
 #include <map>
 #include <mutex>
 #include <thread>
+
+#include <cpprest/asyncrt_utils.h>
 
 #include "control_plane.hpp"
 #include "kube/client.hpp"
@@ -84,8 +89,9 @@ void parallel(int total, int threads, const std::function<void(int)>& task) {
 // phases), with the time each job's last pod appeared.
 class PodCounter {
  public:
-  PodCounter(const lockstep::kube::RestConfig& config, const std::string& ns, int nodes)
-      : client_(config), ns_(ns), nodes_(nodes) {
+  PodCounter(const lockstep::kube::RestConfig& config, const std::string& ns, int nodes,
+             std::string job_label = "lockstep.dev/job-name")
+      : client_(config), ns_(ns), job_label_(std::move(job_label)), nodes_(nodes) {
     rv_ = client_.get(res::kPods.path(ns)).body["metadata"].value("resourceVersion", "");
     thread_ = std::thread([this] { run(); });
     std::this_thread::sleep_for(300ms);  // the watch is open before the first create
@@ -114,7 +120,7 @@ class PodCounter {
       auto r = client_.watch(res::kPods.path(ns_), rv_, 60, [&](const std::string& type, json& obj) {
         rv_ = obj["metadata"].value("resourceVersion", rv_);
         if (type != "ADDED") return;
-        std::string job = obj["metadata"]["labels"].value("lockstep.dev/job-name", "");
+        std::string job = obj["metadata"]["labels"].value(job_label_, "");
         std::lock_guard<std::mutex> lock(mu_);
         last_ = Clock::now();
         if (!job.empty() && ++per_job_[job] == nodes_) job_done_[job] = last_;
@@ -124,7 +130,7 @@ class PodCounter {
     }
   }
   lockstep::kube::Client client_;
-  std::string ns_, rv_;
+  std::string ns_, job_label_, rv_;
   int nodes_;
   std::mutex mu_;
   std::map<std::string, int> per_job_;
@@ -136,11 +142,416 @@ class PodCounter {
   std::thread thread_;
 };
 
+// --- Peer mode: lockstep-operator against Kubeflow training-operator -------------------------
+//
+// Both operators run at once against one control plane; rounds alternate (lockstep,
+// kubeflow, lockstep, ...) so drift on a shared machine hits both. Each round applies J jobs
+// of N pods in a fresh namespace: a TrainingJob with `nodes: N`, or a PyTorchJob with one
+// Master and N-1 Workers, the same image and command. No kubelet runs, so the pods stay
+// Pending: what is timed is their creation. Per operator and round: the time from the first
+// apply to the last pod created (a watch sees it), the operator's CPU seconds and its peak RSS
+// over the round, and the API requests it made per job (its own client-side counter: lockstep's
+// lockstep_operator_api_requests_total, Kubeflow's controller-runtime rest_client_requests_total).
+// CPU and requests are read once the operator has gone quiet after the last pod (its status
+// writes included); the round then deletes its jobs and pods and waits until they are gone.
+
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_interrupt(int) { g_interrupted = true; }
+struct Interrupted : std::runtime_error {
+  Interrupted() : std::runtime_error("interrupted") {}
+};
+void check_interrupt() {
+  if (g_interrupted) throw Interrupted();
+}
+// Sleeps, waking early on Ctrl-C.
+void nap(std::chrono::milliseconds d) {
+  auto until = Clock::now() + d;
+  while (Clock::now() < until) {
+    check_interrupt();
+    std::this_thread::sleep_for(std::min<Clock::duration>(20ms, until - Clock::now()));
+  }
+}
+
+std::vector<std::string> split_words(const std::string& s) {
+  std::istringstream in(s);
+  return {std::istream_iterator<std::string>(in), {}};
+}
+
+std::string http_get(const std::string& url) {
+  auto r = lockstep::run_capture({"curl", "-sf", "--max-time", "5", url}, {}, 10s);
+  return r.status.success() ? r.output : "";
+}
+
+// The sum of every sample of a counter in Prometheus text format; -1 if it has none.
+double counter_sum(const std::string& metrics, const std::string& name) {
+  double sum = -1;
+  std::istringstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name, 0) != 0 || line.size() <= name.size()) continue;
+    char next = line[name.size()];
+    if (next != '{' && next != ' ') continue;
+    sum = std::max(sum, 0.0) + std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return sum;
+}
+
+// Resets the kernel's peak-RSS mark (VmHWM) of a process we own; false if the kernel refuses.
+bool reset_peak_rss(pid_t pid) {
+  std::ofstream out("/proc/" + std::to_string(pid) + "/clear_refs");
+  out << "5";
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+const lockstep::kube::Resource kNamespaces{"", "v1", "namespaces", "Namespace", false};
+const lockstep::kube::Resource kPyTorchJobs{"kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"};
+const char* const kKubeflowCertDir = "/tmp/k8s-webhook-server/serving-certs";  // fixed in its pkg/cert
+
+struct PeerOptions {
+  int jobs = 100, nodes = 8, rounds = 3, concurrency = 32;
+  std::vector<std::string> operators{"lockstep", "kubeflow"};
+  std::string kubeflow_bin, kubeflow_crd;
+  std::vector<std::string> lockstep_flags, kubeflow_flags;
+};
+
+struct Operator {
+  std::string name;
+  std::vector<std::string> argv;
+  lockstep::Process proc;
+  std::string log, metrics_url, request_counter, job_label;
+  lockstep::kube::Resource job_resource;
+  std::function<json(const std::string& ns, const std::string& name)> manifest;
+  std::vector<double> seconds, cpu, rss_mb, requests_per_job;
+  bool rss_per_round = true;
+  int incomplete_rounds = 0;
+
+  double requests() const { return counter_sum(http_get(metrics_url), request_counter); }
+};
+
+std::string log_tail(const std::string& path) { return lockstep::test::tail_file(path, 20); }
+
+// Deletes a round's jobs, then its pods, Services and PodGroups, until no pod is left (an
+// operator that has not yet seen a job's deletion may create a pod after the first sweep).
+void clean_namespace(lockstep::kube::Client& client, const std::string& ns, const lockstep::kube::Resource& jobs,
+                     const std::string& who) {
+  auto t0 = Clock::now();
+  auto count = [&](const std::string& path) {
+    auto r = client.get(path + "?limit=500");
+    return r.ok() ? static_cast<int>(r.body["items"].size()) : -1;
+  };
+  client.remove(jobs.path(ns));
+  auto last_print = Clock::now();
+  while (count(jobs.path(ns)) != 0) {
+    if (Clock::now() - t0 > 120s) throw std::runtime_error(who + ": jobs in " + ns + " still there after 120 s");
+    nap(100ms);
+  }
+  int quiet = 0;
+  while (quiet < 2) {
+    for (const auto* r : {&res::kPods, &res::kServices, &res::kPodGroups}) client.remove(r->path(ns));
+    nap(500ms);
+    int left = count(res::kPods.path(ns));
+    quiet = left == 0 ? quiet + 1 : 0;
+    if (Clock::now() - last_print > 3s) {
+      std::cout << "    " << who << ": deleting, " << left << " pods left after "
+                << std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - t0).count() << " s" << std::endl;
+      last_print = Clock::now();
+    }
+    if (Clock::now() - t0 > 180s) throw std::runtime_error(who + ": pods in " + ns + " still there after 180 s");
+  }
+}
+
+void measure_round(Operator& op, lockstep::kube::Client& client, const lockstep::kube::RestConfig& config,
+                   const PeerOptions& o, int round) {
+  const int total = o.jobs * o.nodes;
+  std::string ns = op.name + "-" + std::to_string(round);
+  if (!client.create(kNamespaces.path(), {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}}).ok())
+    throw std::runtime_error("cannot create namespace " + ns);
+  PodCounter counter(config, ns, o.nodes, op.job_label);
+  double req0 = op.requests(), cpu0 = bench::cpu_seconds(op.proc.pid());
+  op.rss_per_round &= reset_peak_rss(op.proc.pid());
+  std::atomic<int> apply_errors{0};
+  auto t0 = Clock::now();
+  std::atomic<bool> applied{false};
+  std::thread applier([&] {  // the applies run while the loop below reports progress
+    parallel(o.jobs, o.concurrency, [&](int i) {
+      if (g_interrupted) return;
+      std::string name = "job-" + std::to_string(i);
+      auto r = client.create(op.job_resource.path(ns), op.manifest(ns, name));
+      if (!r.ok() && apply_errors++ < 3) std::cerr << "    apply " << op.job_resource.kind << " " << name << ": " << r.message() << "\n";
+    });
+    applied = true;
+  });
+  struct Join {
+    std::thread& t;
+    ~Join() { t.join(); }
+  } join{applier};
+  auto last_print = Clock::now();
+  while (counter.total() < total) {
+    if (applied && apply_errors) throw std::runtime_error(op.name + ": " + std::to_string(apply_errors) + " applies failed");
+    nap(20ms);
+    if (!op.proc.running()) throw std::runtime_error(op.name + " exited; its log ends:\n" + log_tail(op.log));
+    if (Clock::now() - t0 > 600s) break;
+    if (Clock::now() - last_print >= 2s) {
+      last_print = Clock::now();
+      std::cout << "    " << op.name << " round " << round << ": " << counter.total() << "/" << total << " pods after "
+                << std::fixed << std::setprecision(1) << std::chrono::duration<double>(last_print - t0).count() << " s"
+                << std::endl;
+    }
+  }
+  int created = counter.total();
+  double secs = std::chrono::duration<double>(counter.wait(created, 0s, [] { return true; }) - t0).count();
+  // The work the round set off ends after the last pod (status writes, Events): read CPU and
+  // requests once the request counter has stood still for a second (at most 15 s on).
+  double prev = op.requests(), now_req = prev;
+  auto settle0 = Clock::now();
+  for (int still = 0; still < 2 && Clock::now() - settle0 < 15s;) {
+    nap(500ms);
+    now_req = op.requests();
+    still = now_req == prev ? still + 1 : 0;
+    prev = now_req;
+  }
+  double cpu = bench::cpu_seconds(op.proc.pid()) - cpu0;
+  double rss = bench::status_kb(op.proc.pid(), "VmHWM:") / 1024.0;
+  double per_job = (now_req - req0) / o.jobs;
+  if (created < total) ++op.incomplete_rounds;
+  op.seconds.push_back(secs);
+  op.cpu.push_back(cpu);
+  op.rss_mb.push_back(rss);
+  op.requests_per_job.push_back(per_job);
+  std::cout << "  round " << round << "/" << o.rounds << " " << std::left << std::setw(8) << op.name << std::right << ": "
+            << created << "/" << total << " pods in " << std::fixed << std::setprecision(2) << secs << " s; CPU "
+            << cpu << " s; peak RSS " << std::setprecision(1) << rss << " MB; " << per_job << " API requests per job"
+            << (created < total ? " (INCOMPLETE after 600 s)" : "") << std::endl;
+  clean_namespace(client, ns, op.job_resource, op.name);
+}
+
+// Starts Kubeflow's manager as its Deployment would run, minus what a pod gives it: its
+// webhook Secret and ValidatingWebhookConfiguration must exist (it fills in the first and
+// patches the CA into the second), and the kubelet would copy the Secret's certificate into
+// its fixed certificate directory, which it waits for before it starts any controller.
+void start_kubeflow(Operator& op, lockstep::kube::Client& client, lockstep::test::ControlPlane& cp,
+                    const std::map<std::string, std::string>& env, const std::vector<std::string>& extra) {
+  const std::string ns = "kubeflow", secret = "training-operator-webhook-cert";
+  client.create(kNamespaces.path(), {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}});
+  auto r = client.create("/api/v1/namespaces/" + ns + "/secrets",
+                         {{"apiVersion", "v1"}, {"kind", "Secret"}, {"metadata", {{"name", secret}, {"namespace", ns}}}});
+  if (!r.ok()) throw std::runtime_error("creating Kubeflow's webhook Secret: " + r.message());
+  // No webhooks in it: the API server would reach them through a Service of a cluster this
+  // is not, so PyTorchJob creates here are not validated by Kubeflow's webhook (a cost its
+  // Deployment pays and this run does not).
+  r = client.create("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+                    {{"apiVersion", "admissionregistration.k8s.io/v1"}, {"kind", "ValidatingWebhookConfiguration"},
+                     {"metadata", {{"name", "validator.training-operator.kubeflow.org"}}}, {"webhooks", json::array()}});
+  if (!r.ok()) throw std::runtime_error("creating Kubeflow's ValidatingWebhookConfiguration: " + r.message());
+  for (const char* f : {"tls.crt", "tls.key"}) ::unlink((std::string(kKubeflowCertDir) + "/" + f).c_str());
+  lockstep::run_capture({"mkdir", "-p", kKubeflowCertDir});
+
+  int metrics_port = lockstep::free_loopback_port(), health_port = lockstep::free_loopback_port(),
+      webhook_port = lockstep::free_loopback_port();
+  op.argv.insert(op.argv.end(), {"--kubeconfig", cp.kubeconfig(), "--enable-scheme=pytorchjob", "--metrics-bind-address",
+                                 "127.0.0.1:" + std::to_string(metrics_port), "--health-probe-bind-address",
+                                 "127.0.0.1:" + std::to_string(health_port), "--webhook-server-port",
+                                 std::to_string(webhook_port)});
+  op.argv.insert(op.argv.end(), extra.begin(), extra.end());  // after ours: Go's flag package keeps the last
+  lockstep::SpawnOptions so;
+  so.argv = op.argv;
+  so.output_path = op.log = cp.dir() + "/kubeflow.log";
+  so.new_process_group = true;  // Ctrl-C reaches the benchmark, which stops it
+  so.env = env;
+  op.proc = lockstep::Process::spawn(so);
+  op.metrics_url = "http://127.0.0.1:" + std::to_string(metrics_port) + "/metrics";
+
+  auto deadline = Clock::now() + 180s;
+  bool copied = false;
+  while (true) {
+    check_interrupt();
+    if (!op.proc.running()) throw std::runtime_error("Kubeflow's manager exited; its log ends:\n" + log_tail(op.log));
+    if (Clock::now() > deadline) throw std::runtime_error("Kubeflow's manager not ready after 180 s; its log ends:\n" + log_tail(op.log));
+    if (!copied) {
+      auto s = client.get("/api/v1/namespaces/" + ns + "/secrets/" + secret);
+      auto& data = s.body["data"];
+      if (s.ok() && data.is_object() && data.contains("tls.crt") && data.contains("tls.key")) {
+        for (const char* f : {"tls.key", "tls.crt"}) {  // the certificate last: its presence is what it waits for
+          auto bytes = utility::conversions::from_base64(data[f].get<std::string>());
+          std::string path = std::string(kKubeflowCertDir) + "/" + f, tmp = path + ".tmp";
+          std::ofstream(tmp, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+          std::rename(tmp.c_str(), path.c_str());
+        }
+        copied = true;
+      }
+    } else if (!http_get("http://127.0.0.1:" + std::to_string(health_port) + "/readyz").empty()) {
+      break;
+    }
+    nap(100ms);
+  }
+}
+
+void start_lockstep(Operator& op, lockstep::test::ControlPlane& cp, const std::vector<std::string>& extra) {
+  int port = lockstep::free_loopback_port();
+  op.argv.insert(op.argv.end(), {"--kubeconfig", cp.kubeconfig(), "--http-address", "127.0.0.1", "--http-port",
+                                 std::to_string(port), "--leader-elect", "false", "--log-level", "warn"});
+  op.argv.insert(op.argv.end(), extra.begin(), extra.end());  // after ours: its parser keeps the last
+  lockstep::SpawnOptions so;
+  so.argv = op.argv;
+  so.output_path = op.log = cp.dir() + "/lockstep-operator.log";
+  so.new_process_group = true;
+  op.proc = lockstep::Process::spawn(so);
+  op.metrics_url = "http://127.0.0.1:" + std::to_string(port) + "/metrics";
+  auto deadline = Clock::now() + 60s;
+  while (http_get("http://127.0.0.1:" + std::to_string(port) + "/readyz").empty()) {
+    if (!op.proc.running()) throw std::runtime_error("lockstep-operator exited; its log ends:\n" + log_tail(op.log));
+    if (Clock::now() > deadline) throw std::runtime_error("lockstep-operator not ready after 60 s");
+    nap(50ms);
+  }
+}
+
+std::string joined(const std::vector<double>& v, int precision) {
+  std::ostringstream o;
+  for (size_t i = 0; i < v.size(); ++i) o << (i ? ", " : "") << std::fixed << std::setprecision(precision) << v[i];
+  return o.str();
+}
+
+int run_peers(const PeerOptions& o) {
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt;
+  for (int s : {SIGINT, SIGTERM}) ::sigaction(s, &sa, nullptr);
+  const int total = o.jobs * o.nodes;
+  bool want_kubeflow = std::find(o.operators.begin(), o.operators.end(), "kubeflow") != o.operators.end();
+  if (want_kubeflow) {
+    if (::access(o.kubeflow_bin.c_str(), X_OK) != 0)
+      throw lockstep::flags::FlagError("--kubeflow-bin: no executable at '" + o.kubeflow_bin +
+                                       "' (bench/operator/run.sh builds it: scripts/setup.sh --bench-operator)");
+    if (::access(o.kubeflow_crd.c_str(), R_OK) != 0)
+      throw lockstep::flags::FlagError("--kubeflow-crd: cannot read '" + o.kubeflow_crd + "'");
+  }
+  std::cout << "bench/operator: lockstep-operator against Kubeflow training-operator, " << o.jobs << " jobs x " << o.nodes
+            << " pods = " << total << " pods a round, " << o.rounds << " rounds (operators in turn: " << [&] {
+                 std::string s;
+                 for (const auto& n : o.operators) s += (s.empty() ? "" : ", ") + n;
+                 return s;
+               }() << ")" << std::endl;
+
+  std::unique_ptr<lockstep::test::ControlPlane> cp = lockstep::test::ControlPlane::start();
+  std::vector<std::unique_ptr<Operator>> ops;
+  auto stop_all = [&] {
+    for (auto& op : ops)
+      if (op->proc.pid() > 0 && op->proc.running()) op->proc.terminate(5s);
+    if (cp) cp->stop();
+  };
+  try {
+    std::map<std::string, std::string> env = {{"KUBECONFIG", cp->kubeconfig()}};
+    std::vector<std::string> crds = {std::string(LOCKSTEP_SOURCE_DIR) + "/crds/lockstep.dev_trainingjobs.yaml",
+                                     std::string(LOCKSTEP_SOURCE_DIR) + "/tests/crds/podgroup.yaml"};
+    if (want_kubeflow) crds.push_back(o.kubeflow_crd);
+    for (const auto& f : crds) {
+      // create, not apply: Kubeflow's CRD is larger than apply's last-applied annotation allows
+      auto r = lockstep::run_capture({"kubectl", "create", "-f", f}, env);
+      if (!r.status.success()) throw std::runtime_error("kubectl create -f " + f + ": " + r.output);
+    }
+    lockstep::run_capture({"kubectl", "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"}, env);
+    auto config = lockstep::kube::RestConfig::from_kubeconfig(cp->kubeconfig());
+    config.qps = 1e6;  // the benchmark's own applies never wait on a token bucket
+    config.burst = 1000000;
+    lockstep::kube::Client client(config);
+
+    // The same pod each: the image and command lockstep's pods get (the agent, which would
+    // launch procsPerNode trainers), one pod per node.
+    json tj_spec = {{"nodes", o.nodes}, {"procsPerNode", 8}, {"strategy", "DDP"},
+                    {"template", {{"spec", {{"containers", json::array({{{"name", "trainer"}, {"image", "lockstep/trainer:bench"}}})}}}}}};
+    json probe = {{"metadata", {{"name", "probe"}, {"namespace", "probe"}, {"uid", "00000000-0000-0000-0000-000000000000"}}},
+                  {"spec", tj_spec}};
+    json pod = lockstep::reconcile::pod_manifest(lockstep::reconcile::JobView::from_json(probe), 0, 0);
+    json container = {{"name", "pytorch"}, {"image", "lockstep/trainer:bench"}, {"command", pod["spec"]["containers"][0]["command"]}};
+
+    for (const auto& name : o.operators) {
+      auto op = std::make_unique<Operator>();
+      op->name = name;
+      if (name == "lockstep") {
+        op->argv = {LOCKSTEP_OPERATOR_BIN};
+        op->request_counter = "lockstep_operator_api_requests_total";
+        op->job_label = "lockstep.dev/job-name";
+        op->job_resource = res::kTrainingJobs;
+        op->manifest = [tj_spec](const std::string& ns, const std::string& n) {
+          return json{{"apiVersion", "lockstep.dev/v1alpha1"}, {"kind", "TrainingJob"},
+                      {"metadata", {{"name", n}, {"namespace", ns}}}, {"spec", tj_spec}};
+        };
+      } else {
+        op->argv = {o.kubeflow_bin};
+        op->request_counter = "rest_client_requests_total";
+        op->job_label = "training.kubeflow.org/job-name";
+        op->job_resource = kPyTorchJobs;
+        int nodes = o.nodes;
+        op->manifest = [container, nodes](const std::string& ns, const std::string& n) {
+          auto replica = [&](int replicas) {
+            return json{{"replicas", replicas}, {"template", {{"spec", {{"containers", json::array({container})}}}}}};
+          };
+          json specs = {{"Master", replica(1)}};
+          if (nodes > 1) specs["Worker"] = replica(nodes - 1);
+          return json{{"apiVersion", "kubeflow.org/v1"}, {"kind", "PyTorchJob"}, {"metadata", {{"name", n}, {"namespace", ns}}},
+                      {"spec", {{"nprocPerNode", "8"}, {"pytorchReplicaSpecs", specs}}}};
+        };
+      }
+      ops.push_back(std::move(op));
+    }
+    // Kubeflow starts last: its start waits on its certificate.
+    for (auto& op : ops) {
+      if (op->name == "lockstep") start_lockstep(*op, *cp, o.lockstep_flags);
+      else start_kubeflow(*op, client, *cp, env, o.kubeflow_flags);
+    }
+    for (auto& op : ops) std::cout << "  " << op->name << ": " << lockstep::shell_join(op->argv) << "\n";
+    std::cout << std::flush;
+
+    for (int round = 1; round <= o.rounds; ++round)
+      for (auto& op : ops) measure_round(*op, client, config, o, round);
+
+    std::cout << "\nresults: median of " << o.rounds << " rounds (" << o.jobs << " jobs x " << o.nodes
+              << " pods; kube-apiserver v1.34.4 on loopback; " << std::thread::hardware_concurrency() << " cores)\n";
+    auto med = [](const std::vector<double>& v) { return bench::percentile(v, 0.5); };
+    auto row = [&](const std::string& label, std::vector<double> Operator::*field, int prec,
+                   const std::string& unit) {
+      std::cout << "  " << std::left << std::setw(34) << label << std::right;
+      for (auto& op : ops)
+        std::cout << std::setw(10) << op->name << " " << std::fixed << std::setprecision(prec) << med((*op).*field) << unit
+                  << " (" << joined((*op).*field, prec) << ")  ";
+      if (ops.size() == 2 && med((*ops[0]).*field) > 0)
+        std::cout << " " << ops[1]->name << "/" << ops[0]->name << " " << std::setprecision(2)
+                  << med((*ops[1]).*field) / med((*ops[0]).*field);
+      std::cout << "\n";
+    };
+    row("first apply -> all pods", &Operator::seconds, 2, " s");
+    row("operator CPU seconds per round", &Operator::cpu, 2, " s");
+    row("peak RSS (VmHWM)", &Operator::rss_mb, 1, " MB");
+    row("API requests per job", &Operator::requests_per_job, 1, "");
+    bool complete = true;
+    for (auto& op : ops) {
+      if (!op->rss_per_round) std::cout << "  (" << op->name << "'s peak RSS is over its whole life: clear_refs was refused)\n";
+      if (op->incomplete_rounds) {
+        std::cout << "  " << op->name << ": " << op->incomplete_rounds << " rounds did not create all pods\n";
+        complete = false;
+      }
+    }
+    std::cout << std::flush;
+    stop_all();
+    return complete ? 0 : 1;
+  } catch (const Interrupted&) {
+    std::cout << "\ninterrupted: stopping the operators and the control plane" << std::endl;
+    stop_all();
+    return 130;
+  } catch (...) {
+    stop_all();
+    throw;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   lockstep::kube::init_http_threads(2);  // as the operator does: the baseline gets the same client
   int jobs = 100, nodes = 8, concurrency = 32, workers = 4, parallelism = 8, rounds = 3;
+  bool peer_mode = false, raw_only_flag = false;
+  PeerOptions peer;
+  if (const char* e = std::getenv("LOCKSTEP_KUBEFLOW_BIN")) peer.kubeflow_bin = e;
+  if (const char* e = std::getenv("LOCKSTEP_KUBEFLOW_CRD")) peer.kubeflow_crd = e;
   try {
     for (int i = 1; i < argc; ++i) {
       std::string v;
@@ -149,9 +560,45 @@ int main(int argc, char** argv) {
       else if (match(argc, argv, i, "--nodes", v)) nodes = to_int("--nodes", v, 1, 512);
       else if (match(argc, argv, i, "--concurrency", v)) concurrency = to_int("--concurrency", v, 1, 256);
       else if (match(argc, argv, i, "--rounds", v)) rounds = to_int("--rounds", v, 1, 20);
-      else if (match(argc, argv, i, "--workers", v)) workers = to_int("--workers", v, 1, 64);
-      else if (match(argc, argv, i, "--create-parallelism", v)) parallelism = to_int("--create-parallelism", v, 1, 64);
-      else throw FlagError(std::string("unknown flag '") + argv[i] + "' (flags: --jobs --nodes --concurrency --workers)");
+      else if (match(argc, argv, i, "--workers", v)) workers = to_int("--workers", v, 1, 64), raw_only_flag = true;
+      else if (match(argc, argv, i, "--create-parallelism", v)) parallelism = to_int("--create-parallelism", v, 1, 64), raw_only_flag = true;
+      else if (match(argc, argv, i, "--peer", v)) {
+        if (v != "kubeflow") throw FlagError("--peer must be 'kubeflow', not '" + v + "'");
+        peer_mode = true;
+      } else if (match(argc, argv, i, "--operators", v)) {
+        peer.operators.clear();
+        std::stringstream in(v);
+        for (std::string name; std::getline(in, name, ',');) {
+          if (name != "lockstep" && name != "kubeflow")
+            throw FlagError("--operators: '" + name + "' is neither lockstep nor kubeflow (a comma-separated list)");
+          peer.operators.push_back(name);
+        }
+        if (peer.operators.empty()) throw FlagError("--operators: give lockstep, kubeflow or both");
+        peer_mode = true;
+      } else if (match(argc, argv, i, "--lockstep-flags", v)) peer.lockstep_flags = split_words(v), peer_mode = true;
+      else if (match(argc, argv, i, "--kubeflow-flags", v)) peer.kubeflow_flags = split_words(v), peer_mode = true;
+      else if (match(argc, argv, i, "--kubeflow-bin", v)) peer.kubeflow_bin = v;
+      else if (match(argc, argv, i, "--kubeflow-crd", v)) peer.kubeflow_crd = v;
+      else throw FlagError(std::string("unknown flag '") + argv[i] +
+                           "' (flags: --jobs --nodes --rounds --concurrency; raw baseline: --workers --create-parallelism; "
+                           "against Kubeflow: --peer kubeflow --operators --lockstep-flags --kubeflow-flags --kubeflow-bin "
+                           "--kubeflow-crd)");
+    }
+    if (peer_mode && raw_only_flag)
+      throw lockstep::flags::FlagError("--workers and --create-parallelism set the raw baseline's operator; against Kubeflow each "
+                      "operator runs at its defaults: give lockstep's through --lockstep-flags");
+    if (peer_mode) {
+      peer.jobs = jobs, peer.nodes = nodes, peer.rounds = rounds, peer.concurrency = concurrency;
+      int rc = 1;
+      try {
+        rc = run_peers(peer);
+      } catch (const lockstep::flags::FlagError&) {
+        throw;
+      } catch (const std::exception& e) {
+        std::cerr << "lockstep-bench-operator: " << e.what() << "\n";
+      }
+      std::fflush(nullptr);
+      ::_exit(rc);  // as below: no static destructors of the HTTP client's threads
     }
   } catch (const std::exception& e) {
     std::cerr << "lockstep-bench-operator: " << e.what() << "\n";
