@@ -15,6 +15,7 @@ K8S_NODE_BIN="$CACHE/kubernetes-$KUBERNETES_VERSION/node-bin"
 COREDNS_BIN="$CACHE/coredns-$COREDNS_VERSION/bin"
 SCHEDULER_PLUGINS_BIN="$CACHE/scheduler-plugins-$SCHEDULER_PLUGINS_VERSION/bin"  # the gang scheduler (scripts/cluster.sh)
 PROMETHEUS_BIN="$CACHE/prometheus-$PROMETHEUS_VERSION/bin"  # the cluster tier's Prometheus (Kubernetes discovery)
+KWOK_BIN="$CACHE/kwok-$KWOK_VERSION/bin"  # fake nodes: bench/operator/bench_scale.cpp, scale_test
 CLUSTER_IMAGES="$CACHE/cluster-images"
 PAUSE_IMAGE=lockstep.local/pause:1
 NETTEST_IMAGE=lockstep.local/nettest:1
