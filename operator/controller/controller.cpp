@@ -446,6 +446,7 @@ void Controller::read_agent(const std::string& key, reconcile::Observed& in) {
 
 void Controller::refresh_metrics() {
   metrics_.queue_depth.Set(static_cast<double>(queue_.depth()));
+  metrics_.queue_depth_max.Set(static_cast<double>(queue_.max_depth()));
   if (!jobs_) return;
   std::map<std::string, int> counts;
   std::vector<op::Metrics::JobRestarts> restarts;
