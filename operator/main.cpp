@@ -42,7 +42,7 @@ const char* kUsage = R"(usage: lockstep-operator [flags]
   --context NAME               kubeconfig context (default: current-context)
   --namespace NS               watch only NS (default: all namespaces)
   --workers N                  concurrent reconciles (default 4)
-  --create-parallelism N       concurrent pod creates per reconcile (default 8)
+  --create-parallelism N       concurrent pod creates or deletes per reconcile (default 8)
   --kube-api-qps Q             client-side request rate limit (default 500)
   --kube-api-burst B           and its burst (default 1000)
   --http-port P                /healthz, /readyz and /metrics port (default 8080; 0 disables)

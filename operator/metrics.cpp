@@ -24,6 +24,11 @@ Metrics::Metrics()
                       .Help("TrainingJobs waiting to be reconciled")
                       .Register(*registry)
                       .Add({})),
+      queue_depth_max(BuildGauge()
+                          .Name("lockstep_operator_workqueue_depth_max")
+                          .Help("The most TrainingJobs that waited to be reconciled at once since the operator started")
+                          .Register(*registry)
+                          .Add({})),
       api_requests(BuildCounter()
                        .Name("lockstep_operator_api_requests_total")
                        .Help("Kubernetes API requests by HTTP verb and status code (0: no answer)")

@@ -33,6 +33,7 @@ struct Metrics {
   prometheus::Histogram& reconcile_duration;                 // lockstep_operator_reconcile_duration_seconds
   prometheus::Counter& reconcile_errors;                     // lockstep_operator_reconcile_errors_total
   prometheus::Gauge& queue_depth;                            // lockstep_operator_workqueue_depth
+  prometheus::Gauge& queue_depth_max;                        // lockstep_operator_workqueue_depth_max
   prometheus::Family<prometheus::Counter>& api_requests;     // lockstep_operator_api_requests_total{verb,code}
   prometheus::Family<prometheus::Gauge>& jobs_by_phase;      // lockstep_operator_trainingjobs{phase}
   prometheus::Counter& pods_created;                         // lockstep_operator_pods_created_total

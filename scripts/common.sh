@@ -19,6 +19,7 @@ PROMETHEUS_BIN="$CACHE/prometheus-$PROMETHEUS_VERSION/bin"  # the cluster tier's
 # manager, and its PyTorchJob CRD from the same module in the Go module cache.
 KUBEFLOW_BIN="$CACHE/kubeflow-training-operator-$KUBEFLOW_TRAINING_OPERATOR_VERSION/bin"
 KUBEFLOW_CRD="$CACHE/go/mod/github.com/kubeflow/training-operator@$KUBEFLOW_TRAINING_OPERATOR_VERSION/manifests/base/crds/kubeflow.org_pytorchjobs.yaml"
+KWOK_BIN="$CACHE/kwok-$KWOK_VERSION/bin"  # fake nodes: bench/operator/bench_scale.cpp, scale_test
 CLUSTER_IMAGES="$CACHE/cluster-images"
 PAUSE_IMAGE=lockstep.local/pause:1
 NETTEST_IMAGE=lockstep.local/nettest:1

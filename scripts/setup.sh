@@ -10,6 +10,7 @@
 #      with scheduler-plugins' Coscheduling) built from the Go module proxy, and its two
 #      images (pause, nettest) from static C; containerd, runc and the CNI plugins come with
 #      step 1
+#   6. KWOK (fake nodes for the operator's scale benchmark and scale_test), from the Go module proxy
 # Each cached step is keyed on its pin: a second run downloads and rebuilds nothing.
 # `scripts/setup.sh --trainer`: only what lockstep-trainer builds with (steps 1 and 2, the
 # trainer's packages), as bench/trainer/gpu.sh uses on a GPU machine.
@@ -251,6 +252,17 @@ GOFLAGS="$GOFLAGS -tags=remove_all_sd,enable_kubernetes_sd" go_build_cached "Pro
   "-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}" \
   github.com/prometheus/prometheus/cmd/prometheus
 [[ -x $PROMETHEUS_BIN/prometheus ]] || die "Prometheus did not build into $PROMETHEUS_BIN"
+
+# KWOK, the kubelet of many fake nodes for the operator's scale benchmark and its small
+# version in the test suite (bench/operator/bench_scale.cpp, scale_test): cmd/kwok of the pinned
+# release (bench/operator/kwok/go.mod), with its Stage CRDs from the same module.
+kwok_mod="$ROOT/bench/operator/kwok"
+grep -q "^require sigs.k8s.io/kwok $KWOK_VERSION\$" "$kwok_mod/go.mod" ||
+  die "$kwok_mod/go.mod must require sigs.k8s.io/kwok $KWOK_VERSION, as scripts/versions.env pins"
+go_build_cached "KWOK $KWOK_VERSION" "$kwok_mod" "$KWOK_BIN" \
+  "$(cat "$kwok_mod/go.mod" "$kwok_mod/go.sum" | sha256sum | cut -c1-16)" \
+  "-s -w" sigs.k8s.io/kwok/cmd/kwok
+[[ -x $KWOK_BIN/kwok ]] || die "KWOK did not build into $KWOK_BIN"
 
 # pack_image NAME:TAG ROOTFS OUT.tar ENTRYPOINT...: a one-layer image in the docker-archive
 # format `ctr images import` reads; the same inputs give the same bytes (no dates, owner 0).

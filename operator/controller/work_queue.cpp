@@ -1,5 +1,7 @@
 #include "controller/work_queue.hpp"
 
+#include <algorithm>
+
 namespace lockstep::controller {
 
 WorkQueue::WorkQueue(Duration base, Duration max) : base_(base), max_(max) {}
@@ -12,6 +14,7 @@ void WorkQueue::add_locked(const std::string& key) {
   }
   if (queued_.insert(key).second) {
     queue_.push_back(key);
+    max_depth_ = std::max(max_depth_, queue_.size());
     cv_.notify_one();
   }
 }
@@ -100,6 +103,11 @@ void WorkQueue::shutdown() {
 size_t WorkQueue::depth() {
   std::lock_guard<std::mutex> lock(mu_);
   return queue_.size();
+}
+
+size_t WorkQueue::max_depth() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return max_depth_;
 }
 
 size_t WorkQueue::delayed() {

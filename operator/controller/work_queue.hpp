@@ -37,6 +37,7 @@ class WorkQueue {
   void shutdown();
 
   size_t depth();    // keys waiting (not delayed, not in progress)
+  size_t max_depth();  // the most keys that were waiting at once since the queue was made
   size_t delayed();  // keys waiting for their add_after() time
 
  private:
@@ -53,6 +54,7 @@ class WorkQueue {
   std::map<std::string, Clock::time_point> delayed_at_;
   std::map<std::string, int> failures_;
   Duration base_, max_;
+  size_t max_depth_ = 0;
   bool shutdown_ = false;
 };
 

@@ -35,6 +35,22 @@ TEST(WorkQueue, DeduplicatesQueuedKeys) {
   EXPECT_EQ(*q.get(), "b");
 }
 
+TEST(WorkQueue, MaxDepthIsTheHighWaterMark) {
+  WorkQueue q;
+  EXPECT_EQ(q.max_depth(), 0u);
+  q.add("a");
+  q.add("b");
+  q.add("b");  // deduplicated: not deeper
+  q.add("c");
+  EXPECT_EQ(q.max_depth(), 3u);
+  q.done(*q.get());
+  q.done(*q.get());
+  EXPECT_EQ(q.depth(), 1u);
+  EXPECT_EQ(q.max_depth(), 3u);  // drained: the mark stays
+  q.add("d");
+  EXPECT_EQ(q.max_depth(), 3u);
+}
+
 TEST(WorkQueue, AKeyInProgressIsNotHandedOutTwiceButIsRequeuedWhenDone) {
   WorkQueue q;
   q.add("a");
