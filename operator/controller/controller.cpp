@@ -326,16 +326,24 @@ void Controller::execute(const JobView& job, const std::string& resource_version
   // and one at a time it took a reconcile 8 round trips (bench/operator/bench_scale.cpp's storm).
   for (size_t start = 0; start < d.delete_pods.size(); start += static_cast<size_t>(config_.create_parallelism)) {
     std::vector<std::string> batch, paths;
+    std::vector<json> options;
     for (size_t i = start; i < std::min(d.delete_pods.size(), start + static_cast<size_t>(config_.create_parallelism)); ++i) {
       batch.push_back(d.delete_pods[i]);
       paths.push_back(res::kPods.path(ns, d.delete_pods[i]));
+      json o = {{"propagationPolicy", "Background"}};
+      // Only the pod the decision saw: a newer pod of the same name (the next attempt's) is a
+      // 409 here, never deleted by a decision made before it existed.
+      if (i < d.delete_pod_uids.size() && !d.delete_pod_uids[i].empty()) o["preconditions"] = {{"uid", d.delete_pod_uids[i]}};
+      options.push_back(std::move(o));
       expectations_.expect_delete(key, d.delete_pods[i]);
     }
-    auto results = client_.remove_all(paths, {{"propagationPolicy", "Background"}});
+    auto results = client_.remove_all(paths, options);
     for (size_t i = 0; i < results.size(); ++i) {
       if (results[i].ok()) continue;
       expectations_.observed_delete(key, batch[i]);
-      if (!results[i].not_found()) fail("delete pod " + batch[i], results[i]);
+      if (results[i].conflict())
+        LOCKSTEP_LOG(Debug, "reconcile", key << ": pod " << batch[i] << " was replaced before its delete; the new one stays");
+      else if (!results[i].not_found()) fail("delete pod " + batch[i], results[i]);
     }
   }
   bool status_written = !d.status_changed;

@@ -171,6 +171,19 @@ std::vector<Response> Client::remove_all(const std::vector<std::string>& paths, 
   return out;
 }
 
+std::vector<Response> Client::remove_all(const std::vector<std::string>& paths, const std::vector<json>& options) {
+  std::vector<std::shared_ptr<Pending>> pending;
+  pending.reserve(paths.size());
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const json* o = i < options.size() && !options[i].is_null() ? &options[i] : nullptr;
+    pending.push_back(start("DELETE", paths[i], o, "application/json"));
+  }
+  std::vector<Response> out;
+  out.reserve(paths.size());
+  for (auto& p : pending) out.push_back(finish(*p));
+  return out;
+}
+
 Response Client::get(const std::string& path) { return request("GET", path, nullptr, ""); }
 Response Client::create(const std::string& path, const json& body) {
   return request("POST", path, &body, "application/json");

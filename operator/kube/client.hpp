@@ -78,6 +78,8 @@ class Client {
   std::vector<Response> create_all(const std::string& path, const std::vector<nlohmann::json>& bodies);
   // The same for deletes: each of `paths` with the same options, the responses in order.
   std::vector<Response> remove_all(const std::vector<std::string>& paths, const nlohmann::json& options = nullptr);
+  // The same with DeleteOptions per path (for example a UID precondition each).
+  std::vector<Response> remove_all(const std::vector<std::string>& paths, const std::vector<nlohmann::json>& options);
 
   // One watch request: streams events to `on_event(type, object)` until the server ends the
   // stream (after timeout_seconds), `cancel` is cancelled, or an error. Returns the final

@@ -71,7 +71,9 @@ struct Pass {
   }
 
   void delete_pod(const PodView* p) {
-    if (!p->deleting) out.delete_pods.push_back(p->name);
+    if (p->deleting) return;
+    out.delete_pods.push_back(p->name);
+    out.delete_pod_uids.push_back(p->uid);
   }
 
   void count_nodes() {

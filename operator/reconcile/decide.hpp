@@ -65,6 +65,9 @@ struct Decision {
   bool create_podgroup = false;
   std::vector<int> create_pods;           // node ranks, for attempt status.restarts
   std::vector<std::string> delete_pods;   // pod names
+  // The UID each of delete_pods was seen with, in the same order: a delete is conditional on
+  // it, so a delete decided from a stale cache never removes a newer pod of the same name.
+  std::vector<std::string> delete_pod_uids;
   bool delete_job = false;
   JobStatus status;                       // the status the job should have
   bool status_changed = false;

@@ -25,6 +25,7 @@ JobView job(int nodes = 2) {
 PodView pod(int index, const std::string& phase, int attempt = 0, int exit_code = -1) {
   PodView p;
   p.name = "tj-" + std::to_string(index);
+  p.uid = "uid-" + std::to_string(index) + "-" + std::to_string(attempt);
   p.index = index;
   p.attempt = attempt;
   p.phase = phase;
@@ -155,6 +156,8 @@ TEST(Decide, AFailedPodRestartsTheGangWithBackoff) {
   EXPECT_EQ(d.status.restarts, 1);
   EXPECT_EQ(d.status.phase, "Restarting");
   EXPECT_EQ(d.delete_pods, (std::vector<std::string>{"tj-0", "tj-1", "tj-2"}));
+  // Each delete names the pod it saw: a newer pod of the same name is never deleted.
+  EXPECT_EQ(d.delete_pod_uids, (std::vector<std::string>{"uid-0-0", "uid-1-0", "uid-2-0"}));
   EXPECT_TRUE(d.create_pods.empty());
   ASSERT_TRUE(d.requeue_after.has_value());
   EXPECT_EQ(*d.requeue_after, 10s);
