@@ -185,11 +185,21 @@ class FsdpUnit {
   torch::Tensor gather() {
     torch::NoGradGuard no_grad;
     if (prefetch_work_) {  // started earlier, while the previous unit computed
-      c_->wait(prefetch_work_, kGather);  // exposed: only what the compute did not hide
-      if (!c_->on_gpu) {  // in flight from launch to completion
+      if (c_->on_gpu) {
+        c_->wait(prefetch_work_, kGather);  // exposed: only what the compute did not hide
+      } else {
+        // In flight from launch to completion (the Gloo thread's callback). Exposed is the
+        // part of the wait while it was in flight: waking up after it completed is the
+        // scheduler's delay, not communication, and on two busy cores it can exceed the
+        // collective itself.
+        const auto wait_start = Clock::now();
+        prefetch_work_->wait();
+        const auto wait_end = Clock::now();
         const int64_t done = prefetch_done_->load();
-        const auto end = done > 0 ? Clock::time_point(Clock::duration(done)) : Clock::now();
-        c_->ops[kGather].stats.comm_s += std::chrono::duration<double>(end - prefetch_start_).count();
+        const auto end = done > 0 ? std::min(Clock::time_point(Clock::duration(done)), wait_end) : wait_end;
+        auto& stats = c_->ops[kGather].stats;
+        stats.comm_s += std::chrono::duration<double>(end - prefetch_start_).count();
+        stats.exposed_s += std::max(0.0, std::chrono::duration<double>(end - std::max(wait_start, prefetch_start_)).count());
       }
       prefetch_work_.reset();
       return std::exchange(prefetched_, torch::Tensor());
