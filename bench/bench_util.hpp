@@ -1,14 +1,20 @@
-// What the benchmarks share: a process's CPU time and memory from /proc, and percentiles.
+// What the benchmarks share: a process's CPU time and memory from /proc, percentiles, a
+// parallel loop, and readings of Prometheus text.
 #pragma once
 
 #include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <csignal>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 namespace lockstep::bench {
@@ -40,6 +46,61 @@ inline double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5))];
+}
+
+// Runs `total` tasks on `threads` threads: task(i) for i in [0, total). Stops taking new
+// tasks once *stop is set (a Ctrl-C flag), when one is given.
+inline void parallel(int total, int threads, const std::function<void(int)>& task,
+                     const volatile std::sig_atomic_t* stop = nullptr) {
+  std::atomic<int> next{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&] {
+      for (int i; !(stop && *stop) && (i = next++) < total;) task(i);
+    });
+  for (auto& t : pool) t.join();
+}
+
+// Quantile of a Prometheus histogram in text format, interpolated within its bucket.
+inline double histogram_quantile(const std::string& metrics, const std::string& name, double q) {
+  std::vector<std::pair<double, double>> buckets;  // le, cumulative count
+  std::istringstream in(metrics);
+  const std::string prefix = name + "_bucket{le=\"";
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    auto end = line.find('"', prefix.size());
+    std::string le = line.substr(prefix.size(), end - prefix.size());
+    buckets.emplace_back(le == "+Inf" ? 1e300 : std::stod(le), std::stod(line.substr(line.rfind(' ') + 1)));
+  }
+  if (buckets.empty() || buckets.back().second == 0) return 0;
+  double rank = q * buckets.back().second, prev_bound = 0, prev_count = 0;
+  for (auto [bound, count] : buckets) {
+    if (count >= rank) {
+      if (bound > 1e299) return prev_bound;
+      return prev_bound + (bound - prev_bound) * (count == prev_count ? 0 : (rank - prev_count) / (count - prev_count));
+    }
+    prev_bound = bound;
+    prev_count = count;
+  }
+  return prev_bound;
+}
+
+// Sum of a metric's samples in Prometheus text, over the series whose line contains `filter`;
+// `none` when no sample matches.
+inline double metric_sum(const std::string& metrics, const std::string& name, const std::string& filter = "",
+                         double none = 0) {
+  double sum = 0;
+  bool any = false;
+  std::istringstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name, 0) != 0 || line.size() <= name.size()) continue;
+    char next = line[name.size()];
+    if (next != ' ' && next != '{') continue;
+    if (!filter.empty() && line.find(filter) == std::string::npos) continue;
+    sum += std::stod(line.substr(line.rfind(' ') + 1));
+    any = true;
+  }
+  return any ? sum : none;
 }
 
 }  // namespace lockstep::bench

@@ -224,7 +224,8 @@ Result run_mode(const Options& o, const std::string& mode, const std::string& wo
   fs::create_directories(dir);
   if (cluster) ::chmod(dir.c_str(), 0777);
   const std::string yaml = job_yaml(o, name, dir, in_place, cluster);
-  LossTail tail{dir + "/loss.txt"};
+  LossTail tail;
+  tail.path = dir + "/loss.txt";
   std::mt19937 rng(o.seed);
   std::optional<lockstep::Process> local;
   auto t0 = Clock::now();

@@ -42,47 +42,11 @@ namespace res = lockstep::kube::resources;
 
 namespace {
 
-// Quantile of a Prometheus histogram in text format, interpolated within its bucket.
-double histogram_quantile(const std::string& metrics, const std::string& name, double q) {
-  std::vector<std::pair<double, double>> buckets;  // le, cumulative count
-  std::istringstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    std::string prefix = name + "_bucket{le=\"";
-    if (line.rfind(prefix, 0) != 0) continue;
-    auto end = line.find('"', prefix.size());
-    std::string le = line.substr(prefix.size(), end - prefix.size());
-    double bound = le == "+Inf" ? 1e300 : std::stod(le);
-    buckets.emplace_back(bound, std::stod(line.substr(line.rfind(' ') + 1)));
-  }
-  if (buckets.empty() || buckets.back().second == 0) return 0;
-  double rank = q * buckets.back().second, prev_bound = 0, prev_count = 0;
-  for (auto [bound, count] : buckets) {
-    if (count >= rank) {
-      if (bound > 1e299) return prev_bound;
-      return prev_bound + (bound - prev_bound) * (count == prev_count ? 0 : (rank - prev_count) / (count - prev_count));
-    }
-    prev_bound = bound;
-    prev_count = count;
-  }
-  return prev_bound;
-}
-
 std::string memory_breakdown(pid_t pid) {
   std::string out;
   for (const char* field : {"RssAnon", "RssFile"})
     out += std::string(field) + " " + std::to_string(bench::status_kb(pid, std::string(field) + ":") / 1024) + " MB; ";
   return out;
-}
-
-// Runs `total` tasks on `threads` threads; task(i) for i in [0, total).
-void parallel(int total, int threads, const std::function<void(int)>& task) {
-  std::atomic<int> next{0};
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t)
-    pool.emplace_back([&] {
-      for (int i; (i = next++) < total;) task(i);
-    });
-  for (auto& t : pool) t.join();
 }
 
 // Counts pods of a namespace as a watch sees them appear (the same instrument for both
@@ -182,19 +146,6 @@ std::string http_get(const std::string& url) {
   return r.status.success() ? r.output : "";
 }
 
-// The sum of every sample of a counter in Prometheus text format; -1 if it has none.
-double counter_sum(const std::string& metrics, const std::string& name) {
-  double sum = -1;
-  std::istringstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(name, 0) != 0 || line.size() <= name.size()) continue;
-    char next = line[name.size()];
-    if (next != '{' && next != ' ') continue;
-    sum = std::max(sum, 0.0) + std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  return sum;
-}
-
 // Resets the kernel's peak-RSS mark (VmHWM) of a process we own; false if the kernel refuses.
 bool reset_peak_rss(pid_t pid) {
   std::ofstream out("/proc/" + std::to_string(pid) + "/clear_refs");
@@ -225,7 +176,8 @@ struct Operator {
   bool rss_per_round = true;
   int incomplete_rounds = 0;
 
-  double requests() const { return counter_sum(http_get(metrics_url), request_counter); }
+  // -1 while the counter has no sample yet.
+  double requests() const { return bench::metric_sum(http_get(metrics_url), request_counter, "", -1); }
 };
 
 std::string log_tail(const std::string& path) { return lockstep::test::tail_file(path, 20); }
@@ -273,7 +225,7 @@ void measure_round(Operator& op, lockstep::kube::Client& client, const lockstep:
   auto t0 = Clock::now();
   std::atomic<bool> applied{false};
   std::thread applier([&] {  // the applies run while the loop below reports progress
-    parallel(o.jobs, o.concurrency, [&](int i) {
+    bench::parallel(o.jobs, o.concurrency, [&](int i) {
       if (g_interrupted) return;
       std::string name = "job-" + std::to_string(i);
       auto r = client.create(op.job_resource.path(ns), op.manifest(ns, name));
@@ -666,7 +618,7 @@ int main(int argc, char** argv) {
       PodCounter seen(config, raw_ns, nodes);
       double api0 = bench::cpu_seconds(cp->apiserver_pid()), self0 = bench::cpu_seconds(getpid());
       auto t_raw = Clock::now();
-      parallel(total, concurrency, [&](int i) {
+      bench::parallel(total, concurrency, [&](int i) {
         json pod = lockstep::reconcile::pod_manifest(view, i, 0);
         pod["metadata"]["name"] = "raw-" + std::to_string(i);
         pod["metadata"]["namespace"] = raw_ns;
@@ -688,7 +640,7 @@ int main(int argc, char** argv) {
     std::mutex applied_mu;
     double api1 = bench::cpu_seconds(cp->apiserver_pid()), op1 = bench::cpu_seconds(op.pid());
     auto t_op = Clock::now();
-    parallel(jobs, concurrency, [&](int i) {
+    bench::parallel(jobs, concurrency, [&](int i) {
       json tj = job_obj;
       std::string name = "job-" + std::to_string(i);
       tj["apiVersion"] = "lockstep.dev/v1alpha1";
@@ -729,7 +681,7 @@ int main(int argc, char** argv) {
   const int n = 200;
   auto cost = [&](const std::function<void(int)>& request) {
     double api0 = bench::cpu_seconds(cp->apiserver_pid());
-    parallel(n, concurrency, request);
+    bench::parallel(n, concurrency, request);
     return (bench::cpu_seconds(cp->apiserver_pid()) - api0) / n * 1000;  // ms per request
   };
   json tj = job_obj;
@@ -782,8 +734,8 @@ int main(int argc, char** argv) {
                }() << "; target >= 0.70)\n"
             << "  job apply -> all its pods:    p50 " << std::setprecision(3) << bench::percentile(job_latency, 0.5)
             << " s, p99 " << bench::percentile(job_latency, 0.99) << " s\n"
-            << "  reconcile duration:           p50 " << histogram_quantile(metrics, hist, 0.5) * 1000 << " ms, p99 "
-            << histogram_quantile(metrics, hist, 0.99) * 1000 << " ms\n"
+            << "  reconcile duration:           p50 " << bench::histogram_quantile(metrics, hist, 0.5) * 1000 << " ms, p99 "
+            << bench::histogram_quantile(metrics, hist, 0.99) * 1000 << " ms\n"
             << "  CPU seconds per round:        apiserver " << std::setprecision(2) << bench::percentile(api_cpu_raw, 0.5)
             << " (raw) vs " << bench::percentile(api_cpu_op, 0.5) << " (operator); operator " << bench::percentile(op_cpu, 0.5)
             << "; raw client " << bench::percentile(client_cpu, 0.5) << "\n"

@@ -123,55 +123,6 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// Runs `total` tasks on `threads` threads; task(i) for i in [0, total). Stops early on Ctrl-C.
-void parallel(int total, int threads, const std::function<void(int)>& task) {
-  std::atomic<int> next{0};
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t)
-    pool.emplace_back([&] {
-      for (int i; !g_stop && (i = next++) < total;) task(i);
-    });
-  for (auto& t : pool) t.join();
-}
-
-// Quantile of a Prometheus histogram in text format, interpolated within its bucket.
-double histogram_quantile(const std::string& metrics, const std::string& name, double q) {
-  std::vector<std::pair<double, double>> buckets;  // le, cumulative count
-  std::istringstream in(metrics);
-  std::string prefix = name + "_bucket{le=\"";
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(prefix, 0) != 0) continue;
-    auto end = line.find('"', prefix.size());
-    std::string le = line.substr(prefix.size(), end - prefix.size());
-    buckets.emplace_back(le == "+Inf" ? 1e300 : std::stod(le), std::stod(line.substr(line.rfind(' ') + 1)));
-  }
-  if (buckets.empty() || buckets.back().second == 0) return 0;
-  double rank = q * buckets.back().second, prev_bound = 0, prev_count = 0;
-  for (auto [bound, count] : buckets) {
-    if (count >= rank) {
-      if (bound > 1e299) return prev_bound;
-      return prev_bound + (bound - prev_bound) * (count == prev_count ? 0 : (rank - prev_count) / (count - prev_count));
-    }
-    prev_bound = bound;
-    prev_count = count;
-  }
-  return prev_bound;
-}
-
-// Sum of a metric's samples in Prometheus text, over the series whose labels contain `filter`.
-double metric_sum(const std::string& metrics, const std::string& name, const std::string& filter = "") {
-  double sum = 0;
-  std::istringstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(name, 0) != 0 || line.size() <= name.size()) continue;
-    char next = line[name.size()];
-    if (next != ' ' && next != '{') continue;
-    if (!filter.empty() && line.find(filter) == std::string::npos) continue;
-    sum += std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  return sum;
-}
-
 // The operator's requests by verb: "GET 123, POST 456, ...".
 std::string requests_by_verb(const std::string& metrics, double per) {
   std::map<std::string, double> verbs;
@@ -578,7 +529,7 @@ int main(int argc, char** argv) {
 
     // --- fake nodes and KWOK --------------------------------------------------------------
     std::atomic<int> node_errors{0};
-    parallel(o.nodes, 16, [&](int i) {
+    bench::parallel(o.nodes, 16, [&](int i) {
       json alloc = {{"cpu", "32"}, {"memory", "256Gi"}, {"pods", "110"}};
       json node = {{"apiVersion", "v1"}, {"kind", "Node"},
                    {"metadata", {{"name", "kwok-node-" + std::to_string(i)}, {"annotations", {{kNodeAnnotation, "fake"}}},
@@ -589,7 +540,7 @@ int main(int argc, char** argv) {
       // lift it once KWOK reports the node Ready.
       else if (!client.patch("/api/v1/nodes/" + node["metadata"]["name"].get<std::string>(), {{"spec", {{"taints", nullptr}}}}).ok())
         ++node_errors;
-    });
+    }, &g_stop);
     if (node_errors) throw std::runtime_error(std::to_string(node_errors) + " nodes could not be created");
     {
       std::ofstream(dir + "/kwok.yaml") << kwok_stages(o.succeed_after);
@@ -664,7 +615,7 @@ int main(int argc, char** argv) {
       ++scrapes;
       return lockstep::run_capture({"curl", "-sf", metrics_url}, {}, 10s).output;
     };
-    auto requests = [&](const std::string& m) { return metric_sum(m, "lockstep_operator_api_requests_total"); };
+    auto requests = [&](const std::string& m) { return bench::metric_sum(m, "lockstep_operator_api_requests_total"); };
     // Waits until done() holds, with a progress line every 5 s; false on timeout, Ctrl-C or a
     // component gone. Reads the operator's request count with each line, for its highest rate
     // over 5 s (peak_rate).
@@ -697,7 +648,7 @@ int main(int argc, char** argv) {
                   << c.bound << ", Running " << c.running << ", Succeeded " << c.succeeded << ", Failed " << c.failed
                   << "; jobs" << jobs.str() << "; operator " << fmt(bench::cpu_seconds(op.pid())) << " CPU s, RSS "
                   << fmt(bench::status_kb(op.pid(), "VmRSS:") / 1024.0) << " MB, " << fmt(rate, 0) << " req/s, queue max "
-                  << metric_sum(m, "lockstep_operator_workqueue_depth_max") << std::endl;
+                  << bench::metric_sum(m, "lockstep_operator_workqueue_depth_max") << std::endl;
       }
       return true;
     };
@@ -707,7 +658,7 @@ int main(int argc, char** argv) {
     double op_cpu0 = bench::cpu_seconds(op.pid()), req0 = requests(scrape());
     auto t_apply = Clock::now();
     std::atomic<int> apply_errors{0};
-    parallel(o.jobs, 16, [&](int i) {
+    bench::parallel(o.jobs, 16, [&](int i) {
       json labels = storm ? json{{kHoldLabel, "true"}} : json::object();
       json tj = {{"apiVersion", "lockstep.dev/v1alpha1"}, {"kind", "TrainingJob"},
                  {"metadata", {{"name", "job-" + std::to_string(i)}, {"namespace", kNamespace}}},
@@ -720,7 +671,7 @@ int main(int argc, char** argv) {
       if (!r.ok()) {
         if (apply_errors++ < 3) std::cerr << "  apply job-" << i << ": " << r.message() << "\n";
       }
-    });
+    }, &g_stop);
     double apply_s = std::chrono::duration<double>(Clock::now() - t_apply).count();
     std::cout << "  applied in " << fmt(apply_s) << " s (" << apply_errors << " errors)" << std::endl;
     auto since_apply = [&](Clock::time_point t) { return std::chrono::duration<double>(t - t_apply).count(); };
@@ -771,7 +722,7 @@ int main(int argc, char** argv) {
       for (const auto& n : names) hit.insert(n.substr(0, n.rfind('-')));
       std::cout << "phase 2: storm: " << names.size() << " running pods fail at once (exit code " << o.storm_exit_code << "), "
                 << hit.size() << " jobs hit" << std::endl;
-      double op_cpu2 = bench::cpu_seconds(op.pid()), req2 = requests(scrape()), gang0 = metric_sum(scrape(), "lockstep_operator_gang_restarts_total");
+      double op_cpu2 = bench::cpu_seconds(op.pid()), req2 = requests(scrape()), gang0 = bench::metric_sum(scrape(), "lockstep_operator_gang_restarts_total");
       peak_rate = 0;
       auto t_storm = Clock::now();
       // A pod can be gone before its failure is written: another pod of its gang failed first
@@ -784,7 +735,7 @@ int main(int argc, char** argv) {
         std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
         return std::string(buf);
       }();
-      parallel(static_cast<int>(names.size()), 32, [&](int i) {
+      bench::parallel(static_cast<int>(names.size()), 32, [&](int i) {
         json status = {{"metadata", {{"uid", uids[names[i]]}}}, {"status", {{"phase", "Failed"}, {"reason", "Error"},
                                    {"conditions", json::array({{{"type", "Ready"}, {"status", "False"}, {"lastTransitionTime", now}},
                                                                {{"type", "ContainersReady"}, {"status", "False"}, {"lastTransitionTime", now}}})},
@@ -796,7 +747,7 @@ int main(int argc, char** argv) {
         if (r.ok()) return;
         if (r.not_found() || r.conflict()) ++already_gone;
         else if (patch_errors++ < 3) std::cerr << "  fail " << names[i] << ": " << r.message() << "\n";
-      });
+      }, &g_stop);
       double patch_s = std::chrono::duration<double>(Clock::now() - t_storm).count();
       std::cout << "  " << names.size() - already_gone << " pods Failed in " << fmt(patch_s, 2) << " s (" << already_gone
                 << " already deleted by their gang's restart; " << patch_errors << " errors)" << std::endl;
@@ -818,7 +769,7 @@ int main(int argc, char** argv) {
              << ", " << hit.size() << " jobs hit):\n"
              << "    storm -> every job hit Running again (all pods of attempt 1): " << (recovered_s < 0 ? "not reached" : fmt(recovered_s) + " s")
              << " (includes the operator's --restart-backoff)\n"
-             << "    gang restarts: " << fmt(metric_sum(m2, "lockstep_operator_gang_restarts_total") - gang0, 0)
+             << "    gang restarts: " << fmt(bench::metric_sum(m2, "lockstep_operator_gang_restarts_total") - gang0, 0)
              << " (lockstep_operator_gang_restarts_total); jobs with status.restarts > 0: " << restarted << "\n"
              << "    operator requests: " << fmt(req3 - req2, 0) << " in " << fmt(storm_s) << " s = " << fmt((req3 - req2) / storm_s, 1)
              << " req/s on average, " << (peak_rate > 0 ? fmt(peak_rate, 1) : std::string("n/a")) << " req/s at most over 5 s (--kube-api-qps " << qps
@@ -836,10 +787,10 @@ int main(int argc, char** argv) {
       std::cout << "phase 3: release " << names.size() << " pods to succeed" << std::endl;
       auto t_release = Clock::now();
       std::atomic<int> errors{0};
-      parallel(static_cast<int>(names.size()), 32, [&](int i) {
+      bench::parallel(static_cast<int>(names.size()), 32, [&](int i) {
         auto r = client.patch(res::kPods.path(kNamespace, names[i]), {{"metadata", {{"labels", {{kHoldLabel, nullptr}}}}}});
         if (!r.ok() && !r.not_found() && errors++ < 3) std::cerr << "  release " << names[i] << ": " << r.message() << "\n";
-      });
+      }, &g_stop);
       ok = errors == 0 && wait_for("phase 3", [&] { return cluster.job_count("Succeeded") == o.jobs; });
       double done_s = ok ? std::chrono::duration<double>(Clock::now() - t_release).count() : -1;
       report << "  phase 3: release -> all jobs Succeeded: " << (done_s < 0 ? "not reached" : fmt(done_s) + " s")
@@ -885,10 +836,10 @@ int main(int argc, char** argv) {
     }
     double per_k = cluster.created / 1000.0;
     report << "  whole run (" << cluster.created << " pods created):\n"
-           << "    reconcile duration:  p50 " << fmt(histogram_quantile(m, "lockstep_operator_reconcile_duration_seconds", 0.5) * 1000, 2)
-           << " ms, p99 " << fmt(histogram_quantile(m, "lockstep_operator_reconcile_duration_seconds", 0.99) * 1000, 2) << " ms ("
-           << fmt(metric_sum(m, "lockstep_operator_reconcile_duration_seconds_count"), 0) << " reconciles)\n"
-           << "    work queue depth at most: " << fmt(metric_sum(m, "lockstep_operator_workqueue_depth_max"), 0) << " jobs\n"
+           << "    reconcile duration:  p50 " << fmt(bench::histogram_quantile(m, "lockstep_operator_reconcile_duration_seconds", 0.5) * 1000, 2)
+           << " ms, p99 " << fmt(bench::histogram_quantile(m, "lockstep_operator_reconcile_duration_seconds", 0.99) * 1000, 2) << " ms ("
+           << fmt(bench::metric_sum(m, "lockstep_operator_reconcile_duration_seconds_count"), 0) << " reconciles)\n"
+           << "    work queue depth at most: " << fmt(bench::metric_sum(m, "lockstep_operator_workqueue_depth_max"), 0) << " jobs\n"
            << "    operator RSS:        peak (VmHWM) " << fmt(hwm / 1024.0) << " MB, at the end " << fmt(rss / 1024.0)
            << " MB (anonymous " << fmt(bench::status_kb(op.pid(), "RssAnon:") / 1024.0) << " MB, files " << fmt(bench::status_kb(op.pid(), "RssFile:") / 1024.0)
            << " MB; target <= 64 MB at 10,000 pods: " << (hwm > 0 && hwm <= 64 * 1024 ? "met" : "NOT met") << ")\n"

@@ -161,16 +161,6 @@ std::vector<Response> Client::create_all(const std::string& path, const std::vec
   return out;
 }
 
-std::vector<Response> Client::remove_all(const std::vector<std::string>& paths, const json& options) {
-  std::vector<std::shared_ptr<Pending>> pending;
-  pending.reserve(paths.size());
-  for (const auto& p : paths) pending.push_back(start("DELETE", p, options.is_null() ? nullptr : &options, "application/json"));
-  std::vector<Response> out;
-  out.reserve(paths.size());
-  for (auto& p : pending) out.push_back(finish(*p));
-  return out;
-}
-
 std::vector<Response> Client::remove_all(const std::vector<std::string>& paths, const std::vector<json>& options) {
   std::vector<std::shared_ptr<Pending>> pending;
   pending.reserve(paths.size());

@@ -76,9 +76,8 @@ class Client {
   // Starts creates without a thread each: the requests share cpprestsdk's I/O threads and
   // their connections; returns the responses in order once all have answered.
   std::vector<Response> create_all(const std::string& path, const std::vector<nlohmann::json>& bodies);
-  // The same for deletes: each of `paths` with the same options, the responses in order.
-  std::vector<Response> remove_all(const std::vector<std::string>& paths, const nlohmann::json& options = nullptr);
-  // The same with DeleteOptions per path (for example a UID precondition each).
+  // The same for deletes, with DeleteOptions per path (for example a UID precondition each;
+  // null for none); the responses in order.
   std::vector<Response> remove_all(const std::vector<std::string>& paths, const std::vector<nlohmann::json>& options);
 
   // One watch request: streams events to `on_event(type, object)` until the server ends the
