@@ -17,21 +17,22 @@ using lockstep::reconcile::PodView;
 namespace lockstep::controller {
 namespace {
 
-// ns/<job name> from the job-name label of a child, "" if it has none.
-std::string owner_key(const json& obj) {
-  const auto& md = obj["metadata"];
-  if (!md.contains("labels") || !md["labels"].contains(contract::kLabelJobName)) return "";
-  return md.value("namespace", "") + "/" + md["labels"][contract::kLabelJobName].get<std::string>();
-}
+using reconcile::ChildRef;
+using reconcile::JobRecord;
+using reconcile::PodRecord;
 
-// The UID of the TrainingJob that controls `obj`, "" if none does.
-std::string controller_uid(const json& obj) {
-  const auto& md = obj["metadata"];
-  if (md.contains("ownerReferences"))
-    for (const auto& o : md["ownerReferences"])
-      if (o.value("kind", "") == "TrainingJob" && o.value("controller", false)) return o.value("uid", "");
-  return "";
+// What the informers never parse (Note [Pruned parsing]): managedFields everywhere; a pod's
+// spec and the annotations of children (the controller reads neither); a TrainingJob's
+// last-applied annotation (a second copy of its spec).
+kube::Prune child_prune(bool pods) {
+  kube::Prune p{{{"metadata", "managedFields"}, {"metadata", "annotations"}}};
+  if (pods) p.drop.push_back({"spec"});
+  return p;
 }
+const kube::Prune kJobPrune{{{"metadata", "managedFields"},
+                             {"metadata", "annotations", "kubectl.kubernetes.io/last-applied-configuration"}}};
+// Of a created pod, Service or PodGroup only the answer's status code is read.
+const kube::Prune kCreatedPrune{{{"metadata", "managedFields"}, {"spec"}, {"status"}}};
 
 std::pair<std::string, std::string> split_key(const std::string& key) {
   auto slash = key.find('/');
@@ -51,53 +52,49 @@ Controller::Controller(kube::Client& client, Config config, op::Metrics& metrics
 
 Controller::~Controller() { stop(); }
 
-void Controller::enqueue_owner(const kube::Object& obj) {
-  std::string key = owner_key(*obj);
-  if (!key.empty()) queue_.add(key);
-}
-
-kube::Informer::Options Controller::child_options(bool pods) const {
-  kube::Informer::Options o;
+kube::InformerBase::Options Controller::child_options(bool pods) const {
+  kube::InformerBase::Options o;
   o.ns = config_.watch_namespace;
   o.label_selector = contract::kLabelJobName;
-  o.index = owner_key;
-  o.trim = pods ? reconcile::trim_pod : reconcile::trim_object;
+  o.prune = child_prune(pods);
   return o;
 }
 
 // A child changed: observe expectations, then reconcile its job.
-void Controller::on_child(const kube::Object& old, const kube::Object& now) {
-  const kube::Object& obj = now ? now : old;
-  std::string key = owner_key(*obj);
+void Controller::on_child(const ChildRef* old, const ChildRef* now) {
+  const ChildRef& obj = now ? *now : *old;
+  std::string key = obj.owner_key();
   if (key.empty()) return;
-  std::string name = (*obj)["metadata"].value("name", "");
-  if (!old && now) expectations_.observed_create(key, name);
-  if (old && !now) expectations_.observed_delete(key, name);
+  if (!old && now) expectations_.observed_create(key, obj.name);
+  if (old && !now) expectations_.observed_delete(key, obj.name);
   queue_.add(key);
 }
 
 void Controller::start_informers() {
-  auto child_handler = [this](const kube::Object& old, const kube::Object& now) { on_child(old, now); };
-  kube::Informer::Options job_opts;
-  job_opts.ns = config_.watch_namespace;
-  job_opts.trim = [](json j) {
-    if (j.contains("metadata")) {
-      j["metadata"].erase("managedFields");
-      if (j["metadata"].contains("annotations"))
-        j["metadata"]["annotations"].erase("kubectl.kubernetes.io/last-applied-configuration");
-    }
-    return j;
+  auto child_handler = [this](const ChildInformer::Ptr& old, const ChildInformer::Ptr& now) {
+    on_child(old.get(), now.get());
   };
-  jobs_ = std::make_unique<kube::Informer>(client_, res::kTrainingJobs, job_opts,
-                                           [this](const kube::Object& old, const kube::Object& now) {
-                                             std::string key = kube::object_key(now ? *now : *old);
-                                             if (now)
-                                               expectations_.observed_version(
-                                                   key, (*now)["metadata"].value("resourceVersion", ""));
-                                             queue_.add(key);
-                                           });
-  pods_ = std::make_unique<kube::Informer>(client_, res::kPods, child_options(true), child_handler);
-  services_ = std::make_unique<kube::Informer>(client_, res::kServices, child_options(false), child_handler);
+  auto child_typed = ChildInformer::Typed{[](json& obj) { return ChildRef::from_json(obj); },
+                                          [](const ChildRef& c) { return c.owner_key(); }};
+  kube::InformerBase::Options job_opts;
+  job_opts.ns = config_.watch_namespace;
+  job_opts.prune = kJobPrune;
+  jobs_ = std::make_unique<JobInformer>(
+      client_, res::kTrainingJobs, job_opts, JobInformer::Typed{[](json& obj) { return JobRecord::from_json(obj); }, {}},
+      [this](const JobInformer::Ptr& old, const JobInformer::Ptr& now) {
+        const auto& view = (now ? now : old)->view;
+        std::string key = view.ns + "/" + view.name;
+        if (now) expectations_.observed_version(key, now->resource_version);
+        queue_.add(key);
+      });
+  pods_ = std::make_unique<PodInformer>(
+      client_, res::kPods, child_options(true),
+      PodInformer::Typed{[](json& obj) { return PodRecord::from_json(obj); },
+                         [](const PodRecord& p) { return p.ref.owner_key(); }},
+      [this](const PodInformer::Ptr& old, const PodInformer::Ptr& now) {
+        on_child(old ? &old->ref : nullptr, now ? &now->ref : nullptr);
+      });
+  services_ = std::make_unique<ChildInformer>(client_, res::kServices, child_options(false), child_typed, child_handler);
   jobs_->start();
   pods_->start();
   services_->start();
@@ -134,7 +131,7 @@ void Controller::stop() {
   for (auto& t : workers_)
     if (t.joinable()) t.join();
   std::lock_guard<std::mutex> lock(gang_mu_);  // no PodGroup informer starts after this
-  for (auto* inf : {jobs_.get(), pods_.get(), services_.get(), podgroups_.get()})
+  for (kube::InformerBase* inf : std::initializer_list<kube::InformerBase*>{jobs_.get(), pods_.get(), services_.get(), podgroups_.get()})
     if (inf) inf->stop();
 }
 
@@ -184,11 +181,13 @@ reconcile::GangSupport Controller::gang_support() {
       // Jobs reconciled before this cache filled saw no PodGroups (a PodGroup deleted in
       // that window sent us no event): every job is looked at again once it has.
       options.on_synced = [this] {
-        for (const auto& obj : jobs_->list()) queue_.add(kube::object_key(*obj));
+        for (const auto& job : jobs_->list()) queue_.add(job->view.ns + "/" + job->view.name);
       };
-      podgroups_ = std::make_unique<kube::Informer>(
+      podgroups_ = std::make_unique<ChildInformer>(
           client_, res::kPodGroups, options,
-          [this](const kube::Object& old, const kube::Object& now) { on_child(old, now); });
+          ChildInformer::Typed{[](json& obj) { return ChildRef::from_json(obj); },
+                               [](const ChildRef& c) { return c.owner_key(); }},
+          [this](const ChildInformer::Ptr& old, const ChildInformer::Ptr& now) { on_child(old.get(), now.get()); });
       podgroups_->start();
       podgroups_ptr_ = podgroups_.get();
     }
@@ -202,13 +201,13 @@ reconcile::GangSupport Controller::gang_support() {
 // never deleted: the label proves nothing about ownership. It is left out of the decision;
 // if it holds the name of one of the job's pods, that pod's create is a 409 until the pod
 // is gone, and its delete event brings the job back. A Warning says so, once per pod.
-void Controller::warn_foreign_pod(const JobView& job, const json& pod) {
-  const auto& md = pod["metadata"];
-  if (md.contains("deletionTimestamp")) return;
-  std::string name = md.value("name", ""), owner = controller_uid(pod);
+void Controller::warn_foreign_pod(const JobView& job, const PodRecord& pod) {
+  if (pod.ref.deleting) return;
+  const std::string& name = pod.ref.name;
+  const std::string& owner = pod.ref.controller_uid;
   {
     std::lock_guard<std::mutex> lock(foreign_mu_);
-    if (!foreign_warned_.insert(job.ns + "/" + job.name + "/" + md.value("uid", "")).second) return;
+    if (!foreign_warned_.insert(job.ns + "/" + job.name + "/" + pod.ref.uid).second) return;
   }
   bool takes_a_name = false;
   for (int i = 0; i < job.nodes; ++i) takes_a_name |= name == reconcile::pod_name(job, i);
@@ -224,15 +223,15 @@ void Controller::delete_orphans(const std::string& ns, const std::string& name) 
   // The job is gone. The garbage collector removes what it owned; doing it here as well
   // keeps a cluster without one (or a slow one) from keeping pods of a deleted job.
   std::string key = ns + "/" + name;
-  for (auto* inf : {pods_.get(), services_.get(), podgroups_ptr_.load()}) {
-    if (!inf) continue;
-    for (const auto& obj : inf->by_index(key)) {
-      if (controller_uid(*obj).empty() || (*obj)["metadata"].contains("deletionTimestamp")) continue;
-      std::string child = (*obj)["metadata"].value("name", "");
-      auto r = client_.remove(inf->resource().path(ns, child), {{"propagationPolicy", "Background"}});
-      if (r.ok()) LOCKSTEP_LOG(Info, "reconcile", key << ": deleted orphaned " << inf->resource().kind << " " << child);
-    }
-  }
+  auto remove = [&](const kube::Resource& resource, const ChildRef& child) {
+    if (child.controller_uid.empty() || child.deleting) return;
+    auto r = client_.remove(resource.path(ns, child.name), {{"propagationPolicy", "Background"}});
+    if (r.ok()) LOCKSTEP_LOG(Info, "reconcile", key << ": deleted orphaned " << resource.kind << " " << child.name);
+  };
+  for (const auto& pod : pods_->by_index(key)) remove(res::kPods, pod->ref);
+  for (auto* inf : {services_.get(), podgroups_ptr_.load()})
+    if (inf)
+      for (const auto& child : inf->by_index(key)) remove(inf->resource(), *child);
   expectations_.forget(key);
   std::lock_guard<std::mutex> lock(foreign_mu_);
   foreign_warned_.erase(foreign_warned_.lower_bound(key + "/"), foreign_warned_.lower_bound(key + "0"));  // '0' follows '/'
@@ -247,27 +246,27 @@ bool Controller::reconcile(const std::string& key) {
   }
   if (config_.resync_period.count() > 0) queue_.add_after(key, config_.resync_period);
   // The version this decision is computed from: the status write's precondition.
-  const std::string resource_version = (*obj)["metadata"].value("resourceVersion", "");
+  const std::string& resource_version = obj->resource_version;
   expectations_.observed_version(key, resource_version);
   if (hold_for_expectations(expectations_, queue_, key)) return true;  // the cache is behind our own writes
 
   reconcile::Observed in;
-  in.job = JobView::from_json(*obj);
+  in.job = obj->view;
   in.now = reconcile::Clock::now();
   in.gang_support = gang_support();
   read_agent(key, in);
   for (const auto& p : pods_->by_index(key)) {
-    if (controller_uid(*p) != in.job.uid) {
+    if (p->ref.controller_uid != in.job.uid) {
       warn_foreign_pod(in.job, *p);  // not ours to delete, whatever its label says
       continue;
     }
-    in.pods.push_back(PodView::from_json(*p));
+    in.pods.push_back(p->view);
   }
   auto svc = services_->get(ns, name);
-  in.service_exists = svc && controller_uid(*svc) == in.job.uid;
+  in.service_exists = svc && svc->controller_uid == in.job.uid;
   auto* podgroups = podgroups_ptr_.load();  // after gang_support(), which may start it
   auto pg = podgroups ? podgroups->get(ns, name) : nullptr;
-  in.podgroup_exists = pg && controller_uid(*pg) == in.job.uid;
+  in.podgroup_exists = pg && pg->controller_uid == in.job.uid;
 
   Decision d = reconcile::decide(in, config_.decide);
   bool ok = true;
@@ -300,7 +299,7 @@ void Controller::execute(const JobView& job, const std::string& resource_version
       std::vector<json> batch;
       for (size_t i = start; i < std::min(d.create_pods.size(), start + step); ++i)
         batch.push_back(reconcile::pod_manifest(job, d.create_pods[i], d.status.restarts));
-      for (auto& r : client_.create_all(res::kPods.path(ns), batch)) results.push_back(std::move(r));
+      for (auto& r : client_.create_all(res::kPods.path(ns), batch, &kCreatedPrune)) results.push_back(std::move(r));
     }
     int created = 0;
     std::vector<std::string> failed_creates;
@@ -419,13 +418,13 @@ void Controller::poll_progress() {
     std::set<std::string> running;
     for (const auto& obj : jobs_->list()) {
       if (stopping_) break;
-      auto job = JobView::from_json(*obj);
+      const JobView& job = obj->view;
       if (job.status.phase != "Running") continue;
       std::string key = job.ns + "/" + job.name;
       running.insert(key);
       auto pod = pods_->get(job.ns, reconcile::pod_name(job, 0));
       if (!pod) continue;
-      auto view = PodView::from_json(*pod);
+      const PodView& view = pod->view;
       if (view.ip.empty() || view.phase != "Running" || view.attempt != job.status.restarts) continue;
       auto text = fetch_agent_metrics(view.ip, job.metrics_port);
       if (!text) continue;
@@ -467,11 +466,9 @@ void Controller::refresh_metrics() {
   std::map<std::string, int> counts;
   std::vector<op::Metrics::JobRestarts> restarts;
   for (const auto& obj : jobs_->list()) {
-    const json& j = *obj;
-    auto status = reconcile::JobStatus::from_json(j.value("status", json::object()));
-    ++counts[status.phase.empty() ? "Pending" : status.phase];
-    const json& md = j["metadata"];
-    restarts.push_back({md.value("namespace", ""), md.value("name", ""), md.value("uid", ""), status.restarts});
+    const JobView& j = obj->view;
+    ++counts[j.status.phase.empty() ? "Pending" : j.status.phase];
+    restarts.push_back({j.ns, j.name, j.uid, j.status.restarts});
   }
   metrics_.set_phase_counts(counts);
   metrics_.set_job_restarts(restarts);  // Note [Restarts by kind]

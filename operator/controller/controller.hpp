@@ -64,11 +64,10 @@ class Controller {
   void record_event(const reconcile::JobView& job, const std::string& type, const std::string& reason,
                     const std::string& message);
   void delete_orphans(const std::string& ns, const std::string& name);
-  void warn_foreign_pod(const reconcile::JobView& job, const nlohmann::json& pod);  // Note [Pods we do not control]
+  void warn_foreign_pod(const reconcile::JobView& job, const reconcile::PodRecord& pod);  // Note [Pods we do not control]
   reconcile::GangSupport gang_support();  // may start the PodGroup informer
-  kube::Informer::Options child_options(bool pods) const;
-  void on_child(const kube::Object& old, const kube::Object& now);
-  void enqueue_owner(const kube::Object& obj);
+  kube::InformerBase::Options child_options(bool pods) const;
+  void on_child(const reconcile::ChildRef* old, const reconcile::ChildRef* now);
   void poll_progress();  // the progress thread: Note [Progress]
   // The latest reading of the job's rank 0 agent, into in.progress and in.in_place.
   void read_agent(const std::string& key, reconcile::Observed& in);
@@ -78,9 +77,14 @@ class Controller {
   op::Metrics& metrics_;
   WorkQueue queue_;
   Expectations expectations_;
-  std::unique_ptr<kube::Informer> jobs_, pods_, services_;
-  std::unique_ptr<kube::Informer> podgroups_;        // started by gang_support(), under gang_mu_
-  std::atomic<kube::Informer*> podgroups_ptr_{nullptr};  // read without the lock
+  using JobInformer = kube::Informer<reconcile::JobRecord>;
+  using PodInformer = kube::Informer<reconcile::PodRecord>;
+  using ChildInformer = kube::Informer<reconcile::ChildRef>;  // Services, PodGroups
+  std::unique_ptr<JobInformer> jobs_;
+  std::unique_ptr<PodInformer> pods_;
+  std::unique_ptr<ChildInformer> services_;
+  std::unique_ptr<ChildInformer> podgroups_;            // started by gang_support(), under gang_mu_
+  std::atomic<ChildInformer*> podgroups_ptr_{nullptr};  // read without the lock
   std::vector<std::thread> workers_;
   std::atomic<bool> stopping_{false};
   std::thread progress_thread_;

@@ -109,11 +109,13 @@ Client::~Client() = default;
 
 struct Client::Pending {
   std::string verb;
+  const Prune* prune = nullptr;
+  PruneRoot root = PruneRoot::Document;
   pplx::task<std::pair<int, std::string>> task;
 };
 
 std::shared_ptr<Client::Pending> Client::start(const std::string& verb, const std::string& path, const json* body,
-                                               const std::string& content_type) {
+                                               const std::string& content_type, const Prune* prune, PruneRoot root) {
   limiter_.acquire();
   http::http_request req(verb);
   req.set_request_uri(path);
@@ -123,6 +125,8 @@ std::shared_ptr<Client::Pending> Client::start(const std::string& verb, const st
   if (body && !body->is_null()) req.set_body(body->dump(), content_type);
   auto p = std::make_shared<Pending>();
   p->verb = verb;
+  p->prune = prune;
+  p->root = root;
   p->task = impl_->client->request(req).then([](http::http_response resp) {
     int status = resp.status_code();
     return resp.extract_utf8string(true).then([status](std::string text) { return std::make_pair(status, text); });
@@ -135,7 +139,8 @@ Response Client::finish(Pending& p) {
   try {
     auto [status, text] = p.task.get();
     r.status = status;
-    r.body = json::parse(text, nullptr, false);
+    // An error's Status is read whole: its message and reason are what the caller reports.
+    r.body = parse_pruned(text, r.ok() ? p.prune : nullptr, p.root);
     if (r.body.is_discarded()) r.body = nullptr;
   } catch (const std::exception& e) {
     r.status = 0;
@@ -146,15 +151,16 @@ Response Client::finish(Pending& p) {
 }
 
 Response Client::request(const std::string& verb, const std::string& path, const json* body,
-                         const std::string& content_type) {
-  auto p = start(verb, path, body, content_type);
+                         const std::string& content_type, const Prune* prune, PruneRoot root) {
+  auto p = start(verb, path, body, content_type, prune, root);
   return finish(*p);
 }
 
-std::vector<Response> Client::create_all(const std::string& path, const std::vector<json>& bodies) {
+std::vector<Response> Client::create_all(const std::string& path, const std::vector<json>& bodies,
+                                         const Prune* prune) {
   std::vector<std::shared_ptr<Pending>> pending;
   pending.reserve(bodies.size());
-  for (const auto& b : bodies) pending.push_back(start("POST", path, &b, "application/json"));
+  for (const auto& b : bodies) pending.push_back(start("POST", path, &b, "application/json", prune));
   std::vector<Response> out;
   out.reserve(bodies.size());
   for (auto& p : pending) out.push_back(finish(*p));
@@ -174,7 +180,9 @@ std::vector<Response> Client::remove_all(const std::vector<std::string>& paths, 
   return out;
 }
 
-Response Client::get(const std::string& path) { return request("GET", path, nullptr, ""); }
+Response Client::get(const std::string& path, const Prune* prune, PruneRoot root) {
+  return request("GET", path, nullptr, "", prune, root);
+}
 Response Client::create(const std::string& path, const json& body) {
   return request("POST", path, &body, "application/json");
 }
@@ -191,9 +199,15 @@ Response Client::remove(const std::string& path, const json& options) {
   return request("DELETE", path, options.is_null() ? nullptr : &options, "application/json");
 }
 
+// Note [Reading a watch]
+// A watch is one long response of newline-separated JSON events. cpprestsdk's read_line
+// takes it a byte at a time through its task machinery, which at 10,000 pods cost more CPU
+// than parsing the events (bench/operator/RESULTS.md). Here the stream is read in chunks of
+// whatever has arrived (waiting only for the first byte of the next one) and split into
+// lines in place; each complete line is parsed (pruned) and handed on.
 Response Client::watch(const std::string& path, const std::string& resource_version, int timeout_seconds,
                        const std::function<void(const std::string&, json&)>& on_event,
-                       const Cancellation& cancel) {
+                       const Cancellation& cancel, const Prune* prune) {
   limiter_.acquire();
   std::string query = path + (path.find('?') == std::string::npos ? "?" : "&") +
                       "watch=1&allowWatchBookmarks=true&timeoutSeconds=" + std::to_string(timeout_seconds);
@@ -211,7 +225,7 @@ Response Client::watch(const std::string& path, const std::string& resource_vers
     return r;
   }
   try {
-    // The token closes the connection when cancelled, ending a blocked read_line below.
+    // The token closes the connection when cancelled, ending a blocked read below.
     auto resp = client.request(req, cancel.state_->source.get_token()).get();
     r.status = resp.status_code();
     if (r.status != 200) {
@@ -220,23 +234,37 @@ Response Client::watch(const std::string& path, const std::string& resource_vers
       return r;
     }
     if (observer_) observer_("WATCH", r.status);
-    auto stream = resp.body();
+    auto buf = resp.body().streambuf();
+    using traits = concurrency::streams::streambuf<uint8_t>::traits;
+    std::string data;     // bytes read and not yet handed on: at most a partial line
+    std::vector<uint8_t> chunk(64 * 1024);
     while (!cancel.cancelled()) {
-      concurrency::streams::container_buffer<std::string> line;
-      size_t n = stream.read_line(line).get();
-      if (n == 0) {
-        if (stream.is_eof()) break;
-        continue;
+      size_t avail = buf.in_avail();
+      if (avail == 0) {  // wait for the next byte (or the end), then take what came with it
+        auto c = buf.bumpc().get();
+        if (c == traits::eof()) break;
+        data.push_back(static_cast<char>(c));
+        avail = buf.in_avail();
       }
-      json event = json::parse(line.collection(), nullptr, false);
-      if (!event.is_object() || !event.contains("type")) continue;
-      std::string type = event["type"];
-      if (type == "ERROR") {  // the object is a Status; 410 means "re-list"
-        r.body = event["object"];
-        r.status = r.body.value("code", 500);
-        return r;
+      if (avail > 0) {
+        size_t n = buf.getn(chunk.data(), std::min(avail, chunk.size())).get();
+        data.append(reinterpret_cast<const char*>(chunk.data()), n);
       }
-      on_event(type, event["object"]);
+      size_t start = 0;
+      for (size_t nl; (nl = data.find('\n', start)) != std::string::npos; start = nl + 1) {
+        std::string_view line(data.data() + start, nl - start);
+        if (line.empty()) continue;
+        json event = parse_pruned(line, prune, PruneRoot::WatchObject);
+        if (!event.is_object() || !event.contains("type") || !event["type"].is_string()) continue;
+        const std::string& type = event["type"].get_ref<const std::string&>();
+        if (type == "ERROR") {  // the object is a Status, read whole; 410 means "re-list"
+          r.body = json::parse(line, nullptr, false).value("object", json::object());
+          r.status = r.body.value("code", 500);
+          return r;
+        }
+        on_event(type, event["object"]);
+      }
+      data.erase(0, start);
     }
   } catch (const std::exception& e) {
     r.status = 0;

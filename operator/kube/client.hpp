@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kube/prune.hpp"
 #include "kube/rest_config.hpp"
 
 namespace lockstep::kube {
@@ -68,14 +69,18 @@ class Client {
   const RestConfig& config() const { return config_; }
   void set_observer(RequestObserver observer) { observer_ = std::move(observer); }
 
-  Response get(const std::string& path);
+  // A prune (Note [Pruned parsing]) leaves subtrees of the answer's object(s) unbuilt;
+  // `root` says where they are (a list's items, or the answer itself).
+  Response get(const std::string& path, const Prune* prune = nullptr, PruneRoot root = PruneRoot::Document);
   Response create(const std::string& path, const nlohmann::json& body);
   Response replace(const std::string& path, const nlohmann::json& body);
   Response patch(const std::string& path, const nlohmann::json& body, PatchType type = PatchType::Merge);
   Response remove(const std::string& path, const nlohmann::json& options = nullptr);
   // Starts creates without a thread each: the requests share cpprestsdk's I/O threads and
   // their connections; returns the responses in order once all have answered.
-  std::vector<Response> create_all(const std::string& path, const std::vector<nlohmann::json>& bodies);
+  // `prune` applies to each answer (a created object is sent back whole, and is rarely read).
+  std::vector<Response> create_all(const std::string& path, const std::vector<nlohmann::json>& bodies,
+                                   const Prune* prune = nullptr);
   // The same for deletes, with DeleteOptions per path (for example a UID precondition each;
   // null for none); the responses in order.
   std::vector<Response> remove_all(const std::vector<std::string>& paths, const std::vector<nlohmann::json>& options);
@@ -83,18 +88,21 @@ class Client {
   // One watch request: streams events to `on_event(type, object)` until the server ends the
   // stream (after timeout_seconds), `cancel` is cancelled, or an error. Returns the final
   // Response: 200 for a normal end; an ERROR event's Status code (410 when the
-  // resourceVersion is too old); status 0 when cancelled or on a transport error.
+  // resourceVersion is too old); status 0 when cancelled or on a transport error. Each
+  // event's object is parsed with `prune` (optional) applied.
   Response watch(const std::string& path, const std::string& resource_version, int timeout_seconds,
                  const std::function<void(const std::string& type, nlohmann::json& object)>& on_event,
-                 const Cancellation& cancel);
+                 const Cancellation& cancel, const Prune* prune = nullptr);
 
  private:
   struct Impl;
   Response request(const std::string& verb, const std::string& path, const nlohmann::json* body,
-                   const std::string& content_type);
+                   const std::string& content_type, const Prune* prune = nullptr,
+                   PruneRoot root = PruneRoot::Document);
   struct Pending;
   std::shared_ptr<Pending> start(const std::string& verb, const std::string& path, const nlohmann::json* body,
-                                 const std::string& content_type);
+                                 const std::string& content_type, const Prune* prune = nullptr,
+                                 PruneRoot root = PruneRoot::Document);
   Response finish(Pending& pending);
   RestConfig config_;
   RateLimiter limiter_;

@@ -15,93 +15,24 @@ std::string object_key(const json& obj) {
   return md.value("namespace", "") + "/" + md.value("name", "");
 }
 
-Informer::Informer(Client& client, Resource resource, Options options, Handler handler)
-    : client_(client), resource_(std::move(resource)), options_(std::move(options)), handler_(std::move(handler)) {}
+InformerBase::InformerBase(Client& client, Resource resource, Options options)
+    : client_(client), resource_(std::move(resource)), options_(std::move(options)) {}
 
-Informer::~Informer() { stop(); }
+InformerBase::~InformerBase() { stop(); }
 
-void Informer::start() {
+void InformerBase::start() {
   std::lock_guard<std::mutex> lock(thread_mu_);
   if (!stop_ && !thread_.joinable()) thread_ = std::thread([this] { run(); });
 }
 
-void Informer::stop() {
+void InformerBase::stop() {
   stop_ = true;
   cancel_.cancel();
   std::lock_guard<std::mutex> lock(thread_mu_);
   if (thread_.joinable()) thread_.join();
 }
 
-Object Informer::get(const std::string& ns, const std::string& name) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = items_.find(ns + "/" + name);
-  return it == items_.end() ? nullptr : it->second;
-}
-
-std::vector<Object> Informer::by_index(const std::string& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<Object> out;
-  auto it = index_.find(key);
-  if (it == index_.end()) return out;
-  for (const auto& k : it->second) {
-    auto obj = items_.find(k);
-    if (obj != items_.end()) out.push_back(obj->second);
-  }
-  return out;
-}
-
-std::vector<Object> Informer::list() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<Object> out;
-  out.reserve(items_.size());
-  for (const auto& [k, v] : items_) out.push_back(v);
-  return out;
-}
-
-size_t Informer::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return items_.size();
-}
-
-void Informer::upsert(json obj) {
-  if (options_.trim) obj = options_.trim(std::move(obj));
-  auto now = std::make_shared<const json>(std::move(obj));
-  std::string key = object_key(*now);
-  Object old;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = items_.find(key);
-    if (it != items_.end()) {
-      old = it->second;
-      if (options_.index) index_[options_.index(*old)].erase(key);
-    }
-    items_[key] = now;
-    if (options_.index) index_[options_.index(*now)].insert(key);
-  }
-  if (handler_) handler_(old, now);
-}
-
-void Informer::erase(const json& obj) {
-  std::string key = object_key(obj);
-  Object old;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = items_.find(key);
-    if (it == items_.end()) return;
-    old = it->second;
-    items_.erase(it);
-    if (options_.index) {
-      auto idx = index_.find(options_.index(*old));
-      if (idx != index_.end()) {
-        idx->second.erase(key);
-        if (idx->second.empty()) index_.erase(idx);
-      }
-    }
-  }
-  if (handler_) handler_(old, nullptr);
-}
-
-void Informer::backoff(int& failures) {
+void InformerBase::backoff(int& failures) {
   static thread_local std::mt19937 rng{std::random_device{}()};
   double base = std::min(30.0, 0.2 * (1 << std::min(failures, 8)));
   ++failures;
@@ -110,49 +41,39 @@ void Informer::backoff(int& failures) {
   while (!stop_ && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(50));
 }
 
-bool Informer::list_and_replace(std::string& resource_version) {
+bool InformerBase::list(std::string& resource_version) {
   std::string base = resource_.path(options_.ns) + "?limit=" + std::to_string(options_.page_size);
   if (!options_.label_selector.empty()) base += "&labelSelector=" + url_encode(options_.label_selector);
-  std::vector<json> items;
+  const Prune* prune = options_.prune.empty() ? nullptr : &options_.prune;
+  list_begin();  // each page is converted as it comes: a list never holds every object parsed
   std::string cont;
   do {
-    Response r = client_.get(base + (cont.empty() ? "" : "&continue=" + url_encode(cont)));
+    Response r = client_.get(base + (cont.empty() ? "" : "&continue=" + url_encode(cont)), prune, PruneRoot::ListItems);
     if (!r.ok()) {
       LOCKSTEP_LOG(Warn, "informer", resource_.plural << ": list failed (will retry): " << r.message());
       return false;
     }
     for (auto& item : r.body["items"]) {
-      // List items carry no kind/apiVersion; handlers and trims may want them.
+      // List items carry no kind/apiVersion; conversions may want them.
       item["kind"] = resource_.kind;
       item["apiVersion"] = resource_.api_version();
-      items.push_back(std::move(item));
+      list_item(item);
     }
     const auto& md = r.body["metadata"];
     cont = md.value("continue", "");
     resource_version = md.value("resourceVersion", "");
   } while (!cont.empty() && !stop_);
-
-  // Replace the cache: deletes for what vanished, upserts for the rest.
-  std::set<std::string> seen;
-  for (const auto& item : items) seen.insert(object_key(item));
-  std::vector<Object> vanished;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [k, v] : items_)
-      if (!seen.count(k)) vanished.push_back(v);
-  }
-  for (const auto& v : vanished) erase(*v);
-  for (auto& item : items) upsert(std::move(item));
-  items.clear();
+  if (stop_) return false;
+  list_end();
   ::malloc_trim(0);  // a large list's parse leaves freed pages behind; give them back
   return true;
 }
 
-void Informer::run() {
+void InformerBase::run() {
   int failures = 0;
   while (!stop_) {
     std::string rv;
-    if (!list_and_replace(rv)) {
+    if (!list(rv)) {
       backoff(failures);
       continue;
     }
@@ -168,9 +89,9 @@ void Informer::run() {
             if (!v.empty()) rv = v;
             if (type == "BOOKMARK") return;
             if (type == "DELETED") erase(obj);
-            else upsert(std::move(obj));
+            else upsert(obj);
           },
-          cancel_);
+          cancel_, options_.prune.empty() ? nullptr : &options_.prune);
       if (stop_) break;
       if (r.gone()) break;  // re-list
       if (r.status == 200) {

@@ -3,10 +3,17 @@
 // It lists (paginated), then watches from the list's resourceVersion with bookmarks;
 // a watch that ends normally resumes from the last resourceVersion seen; 410 Gone (the
 // version was compacted away) re-lists; errors back off exponentially (200 ms .. 30 s,
-// with jitter). Objects pass through a `trim` function before they are cached, so the
-// cache holds only what the controller reads. Handlers run on the informer's thread,
-// after the cache is updated. stop() cancels an open watch (closing its connection) and
-// joins the thread, so an informer never outlives its owner's objects.
+// with jitter). Handlers run on the informer's thread, after the cache is updated.
+// stop() cancels an open watch (closing its connection) and joins the thread, so an
+// informer never outlives its owner's objects.
+//
+// Note [Lean caches]
+// The cache holds what the controller reads, not the objects: Informer<T> converts each
+// object to a T (a few strings and numbers for a pod) as it arrives, after a Prune has kept
+// the parser from building the parts no T needs (Note [Pruned parsing]). As nlohmann::json,
+// a pod the controller had trimmed to its needs still took about 4.5 KB of heap (a map node
+// per field, a heap block per string); at 10,000 pods that was most of the operator's
+// memory (bench/operator/RESULTS.md).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -26,57 +33,164 @@
 
 namespace lockstep::kube {
 
-using Object = std::shared_ptr<const nlohmann::json>;
+std::string object_key(const nlohmann::json& obj);  // namespace/name
 
-class Informer {
+// The list + watch loop, whatever the cache holds.
+class InformerBase {
  public:
   struct Options {
     std::string ns;              // "" for all namespaces
     std::string label_selector;  // e.g. "lockstep.dev/job-name"
-    std::function<nlohmann::json(nlohmann::json)> trim;       // optional
-    std::function<std::string(const nlohmann::json&)> index;  // optional secondary key
+    Prune prune;                 // subtrees of each object never parsed (optional)
     // Called once, after the first complete list: what was decided before it from an
     // empty cache can be looked at again (optional).
     std::function<void()> on_synced;
     int page_size = 500;
     int watch_timeout_seconds = 240;
   };
-  // old is null for an add, now is null for a delete.
-  using Handler = std::function<void(const Object& old, const Object& now)>;
 
-  Informer(Client& client, Resource resource, Options options, Handler handler);
-  ~Informer();
-
+  virtual ~InformerBase();
   void start();
   void stop();  // ends the watch at once and joins the thread; idempotent
   bool synced() const { return synced_.load(); }
   const Resource& resource() const { return resource_; }
 
-  Object get(const std::string& ns, const std::string& name) const;
-  std::vector<Object> by_index(const std::string& key) const;
-  std::vector<Object> list() const;
-  size_t size() const;
+ protected:
+  InformerBase(Client& client, Resource resource, Options options);
+  // A list: begin, each item (with kind and apiVersion set), end (replace the cache).
+  virtual void list_begin() = 0;
+  virtual void list_item(nlohmann::json& obj) = 0;
+  virtual void list_end() = 0;
+  virtual void upsert(nlohmann::json& obj) = 0;
+  virtual void erase(const nlohmann::json& obj) = 0;
 
  private:
   void run();
-  bool list_and_replace(std::string& resource_version);
-  void upsert(nlohmann::json obj);
-  void erase(const nlohmann::json& obj);
+  bool list(std::string& resource_version);
   void backoff(int& failures);
 
   Client& client_;
   Resource resource_;
   Options options_;
-  Handler handler_;
-  mutable std::mutex mu_;
-  std::map<std::string, Object> items_;                 // ns/name -> object
-  std::map<std::string, std::set<std::string>> index_;  // index key -> ns/name
   std::atomic<bool> stop_{false}, synced_{false};
   Cancellation cancel_;
   std::mutex thread_mu_;  // start() and stop() from different threads
   std::thread thread_;
 };
 
-std::string object_key(const nlohmann::json& obj);  // namespace/name
+template <class T>
+class Informer : public InformerBase {
+ public:
+  using Ptr = std::shared_ptr<const T>;
+  // old is null for an add, now is null for a delete.
+  using Handler = std::function<void(const Ptr& old, const Ptr& now)>;
+  struct Typed {
+    std::function<T(nlohmann::json& obj)> convert;  // the object (pruned) to what is cached
+    std::function<std::string(const T&)> index;     // optional secondary key
+  };
+
+  Informer(Client& client, Resource resource, Options options, Typed typed, Handler handler)
+      : InformerBase(client, std::move(resource), std::move(options)), typed_(std::move(typed)),
+        handler_(std::move(handler)) {}
+  ~Informer() override { stop(); }  // before the cache goes: the thread writes it
+
+  Ptr get(const std::string& ns, const std::string& name) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = items_.find(ns + "/" + name);
+    return it == items_.end() ? nullptr : it->second;
+  }
+  std::vector<Ptr> by_index(const std::string& key) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<Ptr> out;
+    auto it = index_.find(key);
+    if (it == index_.end()) return out;
+    for (const auto& k : it->second) {
+      auto obj = items_.find(k);
+      if (obj != items_.end()) out.push_back(obj->second);
+    }
+    return out;
+  }
+  std::vector<Ptr> list() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<Ptr> out;
+    out.reserve(items_.size());
+    for (const auto& [k, v] : items_) out.push_back(v);
+    return out;
+  }
+  size_t size() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return items_.size();
+  }
+
+ protected:
+  void list_begin() override { listed_.clear(); }
+  void list_item(nlohmann::json& obj) override {
+    std::string key = object_key(obj);
+    listed_.emplace_back(std::move(key), std::make_shared<const T>(typed_.convert(obj)));
+  }
+  void list_end() override {
+    // Replace the cache: deletes for what vanished, upserts for the rest.
+    std::set<std::string> seen;
+    for (const auto& [k, v] : listed_) seen.insert(k);
+    std::vector<std::pair<std::string, Ptr>> vanished;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [k, v] : items_)
+        if (!seen.count(k)) vanished.emplace_back(k, v);
+    }
+    for (const auto& [k, v] : vanished) remove(k);
+    auto listed = std::move(listed_);
+    listed_.clear();
+    for (auto& [k, v] : listed) put(k, std::move(v));
+  }
+  void upsert(nlohmann::json& obj) override {
+    std::string key = object_key(obj);
+    put(key, std::make_shared<const T>(typed_.convert(obj)));
+  }
+  void erase(const nlohmann::json& obj) override { remove(object_key(obj)); }
+
+ private:
+  void put(const std::string& key, Ptr now) {
+    Ptr old;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = items_.find(key);
+      if (it != items_.end()) {
+        old = it->second;
+        if (typed_.index) unindex(typed_.index(*old), key);
+        it->second = now;
+      } else {
+        items_.emplace(key, now);
+      }
+      if (typed_.index) index_[typed_.index(*now)].insert(key);
+    }
+    if (handler_) handler_(old, now);
+  }
+  void remove(const std::string& key) {
+    Ptr old;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = items_.find(key);
+      if (it == items_.end()) return;
+      old = it->second;
+      items_.erase(it);
+      if (typed_.index) unindex(typed_.index(*old), key);
+    }
+    if (handler_) handler_(old, nullptr);
+  }
+  void unindex(const std::string& index_key, const std::string& key) {  // under mu_
+    auto idx = index_.find(index_key);
+    if (idx == index_.end()) return;
+    idx->second.erase(key);
+    if (idx->second.empty()) index_.erase(idx);
+  }
+
+  Typed typed_;
+  Handler handler_;
+  mutable std::mutex mu_;
+  std::map<std::string, Ptr> items_;                    // ns/name -> what is cached
+  std::map<std::string, std::set<std::string>> index_;  // index key -> ns/name
+  std::vector<std::pair<std::string, Ptr>> listed_;     // a list in progress (informer thread)
+};
 
 }  // namespace lockstep::kube

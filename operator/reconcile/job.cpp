@@ -216,73 +216,33 @@ PodView PodView::from_json(const json& obj) {
   return p;
 }
 
-namespace {
-
-// metadata fields any cached child needs: identity, our labels, the controller reference.
-json trim_metadata(const json& md) {
-  json out = json::object();
-  for (const char* k : {"name", "namespace", "uid", "resourceVersion", "deletionTimestamp"})
-    if (md.contains(k)) out[k] = md[k];
-  if (md.contains("labels")) {
-    json labels = json::object();
-    for (const char* k : {contract::kLabelJobName, contract::kLabelNodeRank, contract::kLabelRestartAttempt})
-      if (md["labels"].contains(k)) labels[k] = md["labels"][k];
-    out["labels"] = labels;
-  }
-  if (md.contains("ownerReferences"))
+ChildRef ChildRef::from_json(const json& obj) {
+  ChildRef r;
+  const json& md = child(obj, "metadata");
+  r.ns = get_or<std::string>(md, "namespace", "");
+  r.name = get_or<std::string>(md, "name", "");
+  r.uid = get_or<std::string>(md, "uid", "");
+  r.job = get_or<std::string>(child(md, "labels"), contract::kLabelJobName, "");
+  r.deleting = md.contains("deletionTimestamp");
+  if (md.contains("ownerReferences") && md["ownerReferences"].is_array())
     for (const auto& o : md["ownerReferences"])
-      if (o.value("controller", false))
-        out["ownerReferences"] = json::array({{{"kind", o.value("kind", "")}, {"uid", o.value("uid", "")},
-                                               {"controller", true}}});
-  return out;
-}
-
-}  // namespace
-
-json trim_object(json obj) {
-  return {{"metadata", trim_metadata(child(obj, "metadata"))}};
-}
-
-json trim_pod(json pod) {
-  json out = {{"metadata", trim_metadata(child(pod, "metadata"))}};
-  const json& st = child(pod, "status");
-  json status = json::object();
-  for (const char* k : {"phase", "reason", "podIP"})
-    if (st.contains(k)) status[k] = st[k];
-  if (st.contains("conditions") && st["conditions"].is_array()) {
-    json conditions = json::array();
-    for (const auto& c : st["conditions"]) {
-      std::string type = get_or<std::string>(c, "type", "");
-      if (type == "Ready") conditions.push_back({{"type", "Ready"}, {"status", get_or<std::string>(c, "status", "")}});
-      if (type == "PodScheduled" && get_or<std::string>(c, "status", "") == "False")
-        conditions.push_back({{"type", type}, {"status", "False"}, {"reason", get_or<std::string>(c, "reason", "")},
-                              {"message", head(get_or<std::string>(c, "message", ""), 1024)}});
-    }
-    if (!conditions.empty()) status["conditions"] = conditions;
-  }
-  if (st.contains("containerStatuses")) {
-    json list = json::array();
-    for (const auto& cs : st["containerStatuses"]) {
-      const json& term = child(child(cs, "state"), "terminated");
-      const json& waiting = child(child(cs, "state"), "waiting");
-      json entry = {{"name", get_or<std::string>(cs, "name", "")}};
-      if (!term.empty()) {
-        json t = {{"exitCode", get_or(term, "exitCode", -1)}};
-        for (const char* k : {"reason", "finishedAt"})
-          if (term.contains(k)) t[k] = term[k];
-        std::string message = get_or<std::string>(term, "message", "");
-        if (!message.empty()) t["message"] = tail(message, 1024);
-        entry["state"] = {{"terminated", t}};
-      } else if (!waiting.empty()) {
-        entry["state"] = {{"waiting", {{"reason", get_or<std::string>(waiting, "reason", "")},
-                                       {"message", head(get_or<std::string>(waiting, "message", ""), 1024)}}}};
+      if (get_or<std::string>(o, "kind", "") == "TrainingJob" && get_or(o, "controller", false)) {
+        r.controller_uid = get_or<std::string>(o, "uid", "");
+        break;
       }
-      list.push_back(entry);
-    }
-    status["containerStatuses"] = list;
-  }
-  out["status"] = status;
-  return out;
+  return r;
+}
+
+PodRecord PodRecord::from_json(const json& pod) {
+  PodRecord r{ChildRef::from_json(pod), PodView::from_json(pod)};
+  r.view.termination_message = tail(r.view.termination_message, 1024);
+  r.view.waiting_message = head(r.view.waiting_message, 1024);
+  r.view.unschedulable_message = head(r.view.unschedulable_message, 1024);
+  return r;
+}
+
+JobRecord JobRecord::from_json(const json& job) {
+  return {JobView::from_json(job), get_or<std::string>(child(job, "metadata"), "resourceVersion", "")};
 }
 
 }  // namespace lockstep::reconcile

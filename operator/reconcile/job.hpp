@@ -114,9 +114,29 @@ struct PodView {
   static PodView from_json(const nlohmann::json& obj);
 };
 
-// Keep only what the operator reads, so thousands of cached pods stay small: identity,
-// our labels and the controller reference; for pods also phase, readiness and exit codes.
-nlohmann::json trim_pod(nlohmann::json pod);
-nlohmann::json trim_object(nlohmann::json obj);  // Services, PodGroups
+// What the operator caches of each object (Note [Lean caches] in kube/informer.hpp): read
+// once per change, a few strings and numbers each.
+struct ChildRef {  // a pod, Service or PodGroup
+  std::string ns, name, uid;
+  std::string job;             // its job-name label; "" if none
+  std::string controller_uid;  // of the TrainingJob that controls it; "" if none
+  bool deleting = false;
+  std::string owner_key() const { return job.empty() ? "" : ns + "/" + job; }  // ns/<job name>
+  static ChildRef from_json(const nlohmann::json& obj);
+};
+
+// A pod: its ref and what decide() reads. Messages are bounded (the termination message's
+// last 1 KiB, the others' first), so a pod with a huge one costs the cache no more.
+struct PodRecord {
+  ChildRef ref;
+  PodView view;
+  static PodRecord from_json(const nlohmann::json& pod);
+};
+
+struct JobRecord {
+  JobView view;
+  std::string resource_version;
+  static JobRecord from_json(const nlohmann::json& job);
+};
 
 }  // namespace lockstep::reconcile

@@ -988,9 +988,12 @@ TEST_F(OperatorTest, AnInformerDestroyedMidWatchEndsItsThreadAtOnce) {
   // The watch is open for 240 s (the informer's default); destroying the informer must
   // cancel it and join its thread rather than leave a detached thread using the object.
   auto cycle = [&] {
-    lockstep::kube::Informer::Options options;
+    lockstep::kube::InformerBase::Options options;
     options.ns = ns_;
-    auto inf = std::make_unique<lockstep::kube::Informer>(*client_, res::kPods, options, nullptr);
+    using PodNames = lockstep::kube::Informer<std::string>;
+    auto inf = std::make_unique<PodNames>(*client_, res::kPods, options,
+                                          PodNames::Typed{[](nlohmann::json& p) { return lockstep::kube::object_key(p); }, {}},
+                                          nullptr);
     inf->start();
     ASSERT_TRUE(eventually([&] { return inf->synced(); }, 10s));
     std::this_thread::sleep_for(300ms);  // blocked in the watch's read by now
@@ -1002,6 +1005,81 @@ TEST_F(OperatorTest, AnInformerDestroyedMidWatchEndsItsThreadAtOnce) {
   int before = thread_count();
   for (int i = 0; i < 5; ++i) cycle();
   EXPECT_EQ(thread_count(), before) << "an informer's thread outlived it";
+}
+
+TEST_F(OperatorTest, AnInformerReadsEventsOfAnySizeAndNeverParsesWhatItPrunes) {
+  // Note [Reading a watch] and [Pruned parsing]: events are read in chunks of whatever has
+  // arrived, so one larger than a chunk (64 KiB) spans reads; a small one after it must come
+  // out whole and at once. The conversion sees the object without its pruned parts.
+  struct Seen {
+    std::string name, note;
+    bool spec = false, managed_fields = false;
+    size_t note_size = 0;
+  };
+  using Pods = lockstep::kube::Informer<Seen>;
+  lockstep::kube::InformerBase::Options options;
+  options.ns = ns_;
+  options.prune = {{{"spec"}, {"metadata", "managedFields"}}};
+  std::mutex mu;
+  std::map<std::string, Seen> seen;
+  auto convert = [](nlohmann::json& p) {
+    Seen s;
+    s.name = p["metadata"].value("name", "");
+    s.spec = p.contains("spec");
+    s.managed_fields = p["metadata"].contains("managedFields");
+    s.note = p["metadata"].value("annotations", json::object()).value("note", "");
+    s.note_size = s.note.size();
+    s.note = s.note.substr(0, 8) + s.note.substr(s.note.size() > 8 ? s.note.size() - 8 : 0);
+    return s;
+  };
+  auto pods = std::make_unique<Pods>(*client_, res::kPods, options, Pods::Typed{convert, {}},
+                                     [&](const Pods::Ptr&, const Pods::Ptr& now) {
+                                       std::lock_guard<std::mutex> lock(mu);
+                                       if (now) seen[now->name] = *now;
+                                     });
+  pods->start();
+  ASSERT_TRUE(eventually([&] { return pods->synced(); }, 10s));
+  auto make = [&](const std::string& name, size_t note_size) {
+    std::string note(note_size, 'n');
+    note.front() = '<';
+    note.back() = '>';
+    json pod = {{"apiVersion", "v1"}, {"kind", "Pod"},
+                {"metadata", {{"name", name}, {"annotations", {{"note", note}}}}},
+                {"spec", {{"containers", json::array({{{"name", "c"}, {"image", "busybox"}}})}}}};
+    auto r = client_->create(res::kPods.path(ns_), pod);
+    ASSERT_TRUE(r.ok()) << r.message();
+  };
+  make("big", 200 * 1024);  // one event of three chunks and more
+  make("small", 10);
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return seen.count("big") && seen.count("small");
+  }, 10s));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(seen["big"].note_size, 200u * 1024);
+    EXPECT_EQ(seen["big"].note, "<nnnnnnnnnnnnnn>");  // its first and last 8 bytes
+    EXPECT_EQ(seen["small"].note_size, 10u);
+    for (const auto& name : {"big", "small"}) {
+      EXPECT_FALSE(seen[name].spec) << name << ": the pruned spec was parsed";
+      EXPECT_FALSE(seen[name].managed_fields) << name << ": the pruned managedFields were parsed";
+    }
+  }
+  // A list is pruned the same way: a fresh informer fills from a list of these two.
+  std::map<std::string, Seen> listed;
+  auto again = std::make_unique<Pods>(*client_, res::kPods, options, Pods::Typed{convert, {}},
+                                      [&](const Pods::Ptr&, const Pods::Ptr& now) {
+                                        std::lock_guard<std::mutex> lock(mu);
+                                        if (now) listed[now->name] = *now;
+                                      });
+  again->start();
+  ASSERT_TRUE(eventually([&] { return again->synced(); }, 10s));
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_EQ(listed["big"].note_size, 200u * 1024);
+  EXPECT_FALSE(listed["big"].spec);
+  EXPECT_FALSE(listed["big"].managed_fields);
+  EXPECT_EQ(again->get(ns_, "small")->name, "small");
 }
 
 // Short leases, so a takeover happens within the test's time.

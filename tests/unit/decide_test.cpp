@@ -475,7 +475,7 @@ TEST(FailureMessage, QuotesTheLastLineOfTheTerminationMessage) {
   EXPECT_EQ(describe_failure(p0).size(), std::string("pod tj-0 failed with exit code 64: \"").size() + 300 + 4);
 }
 
-TEST(PodView, ReadsWhyAPendingPodWaitsAndTrimKeepsIt) {
+TEST(PodView, ReadsWhyAPendingPodWaitsAndTheCacheKeepsIt) {
   nlohmann::json pod = {
       {"metadata", {{"name", "tj-0"}}},
       {"status",
@@ -485,16 +485,15 @@ TEST(PodView, ReadsWhyAPendingPodWaitsAndTrimKeepsIt) {
         {"containerStatuses",
          {{{"name", lockstep::contract::kTrainerContainer},
            {"state", {{"waiting", {{"reason", "ErrImagePull"}, {"message", std::string(5000, 'm')}}}}}}}}}}};
-  for (const auto& j : {pod, trim_pod(pod)}) {
-    auto p = PodView::from_json(j);
+  for (const auto& p : {PodView::from_json(pod), PodRecord::from_json(pod).view}) {
     EXPECT_EQ(p.unschedulable_message, "0/1 nodes");
     EXPECT_EQ(p.waiting_reason, "ErrImagePull");
     EXPECT_GE(p.waiting_message.size(), 1024u);
   }
-  EXPECT_EQ(PodView::from_json(trim_pod(pod)).waiting_message.size(), 1024u);  // the cache keeps a bounded message
+  EXPECT_EQ(PodRecord::from_json(pod).view.waiting_message.size(), 1024u);  // the cache keeps a bounded message
 }
 
-TEST(PodView, ReadsTheTrainerContainersTerminationTimeAndTrimKeepsIt) {
+TEST(PodView, ReadsTheTrainerContainersTerminationTimeAndTheCacheKeepsIt) {
   nlohmann::json pod = {
       {"metadata", {{"name", "tj-1"}, {"labels", {{lockstep::contract::kLabelNodeRank, "1"}}}}},
       {"status",
@@ -505,8 +504,7 @@ TEST(PodView, ReadsTheTrainerContainersTerminationTimeAndTrimKeepsIt) {
            {"state",
             {{"terminated",
               {{"exitCode", 137}, {"reason", "OOMKilled"}, {"finishedAt", "2026-11-22T10:00:05Z"}}}}}}}}}}};
-  for (const auto& j : {pod, trim_pod(pod)}) {
-    auto p = PodView::from_json(j);
+  for (const auto& p : {PodView::from_json(pod), PodRecord::from_json(pod).view}) {
     EXPECT_EQ(p.exit_code, 137);
     EXPECT_EQ(p.reason, "OOMKilled");
     ASSERT_TRUE(p.finished_at.has_value());

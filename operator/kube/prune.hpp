@@ -1,0 +1,39 @@
+// Parsing API responses without building what nobody reads.
+//
+// Note [Pruned parsing]
+// A pod as the API server sends it is 4 to 6 KB of JSON, most of it spec and managedFields,
+// and an informer gets it again with every change. Parsed into nlohmann::json, every field
+// is a map node and most strings a heap block: at 10,000 pods that parse was a large part
+// of the operator's CPU (bench/operator/RESULTS.md). A Prune names the subtrees of an object
+// to skip; parse_pruned() is a SAX parser that builds the document as json::parse() would,
+// except that a skipped subtree is read past and never built. The rules are relative to the
+// object; `root` says where objects sit in the response (a watch event's "object", a list's
+// "items" elements, or the response itself).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lockstep::kube {
+
+struct Prune {
+  // Each rule is a path of keys from the object's root; "*" matches any key or array
+  // element. {"spec"} skips the object's spec; {"metadata", "managedFields"} skips that.
+  std::vector<std::vector<std::string>> drop;
+  bool empty() const { return drop.empty(); }
+};
+
+enum class PruneRoot {
+  Document,     // the response is the object
+  WatchObject,  // {"type": ..., "object": OBJECT}
+  ListItems,    // {"items": [OBJECT, ...], ...}
+};
+
+// Parses `text` as json::parse(text, nullptr, false) would (a discarded value when it is
+// not JSON), leaving out every subtree `prune` drops. A null or empty prune parses all.
+nlohmann::json parse_pruned(std::string_view text, const Prune* prune, PruneRoot root);
+
+}  // namespace lockstep::kube
