@@ -31,8 +31,9 @@ kube::Prune child_prune(bool pods) {
 }
 const kube::Prune kJobPrune{{{"metadata", "managedFields"},
                              {"metadata", "annotations", "kubectl.kubernetes.io/last-applied-configuration"}}};
-// Of a created pod, Service or PodGroup only the answer's status code is read.
-const kube::Prune kCreatedPrune{{{"metadata", "managedFields"}, {"spec"}, {"status"}}};
+// Of the answer to a status write only metadata.resourceVersion is read; of the answers to
+// creates and deletes, only their status codes (kube::kDiscardBody).
+const kube::Prune kStatusWritePrune{{{"metadata", "managedFields"}, {"spec"}, {"status"}}};
 
 std::pair<std::string, std::string> split_key(const std::string& key) {
   auto slash = key.find('/');
@@ -225,7 +226,7 @@ void Controller::delete_orphans(const std::string& ns, const std::string& name) 
   std::string key = ns + "/" + name;
   auto remove = [&](const kube::Resource& resource, const ChildRef& child) {
     if (child.controller_uid.empty() || child.deleting) return;
-    auto r = client_.remove(resource.path(ns, child.name), {{"propagationPolicy", "Background"}});
+    auto r = client_.remove(resource.path(ns, child.name), {{"propagationPolicy", "Background"}}, &kube::kDiscardBody);
     if (r.ok()) LOCKSTEP_LOG(Info, "reconcile", key << ": deleted orphaned " << resource.kind << " " << child.name);
   };
   for (const auto& pod : pods_->by_index(key)) remove(res::kPods, pod->ref);
@@ -283,11 +284,11 @@ void Controller::execute(const JobView& job, const std::string& resource_version
     ok = false;
   };
   if (d.create_service) {
-    auto r = client_.create(res::kServices.path(ns), reconcile::service_manifest(job));
+    auto r = client_.create(res::kServices.path(ns), reconcile::service_manifest(job), &kube::kDiscardBody);
     if (!r.ok() && !r.conflict()) fail("create Service", r);
   }
   if (d.create_podgroup) {
-    auto r = client_.create(res::kPodGroups.path(ns), reconcile::podgroup_manifest(job));
+    auto r = client_.create(res::kPodGroups.path(ns), reconcile::podgroup_manifest(job), &kube::kDiscardBody);
     if (!r.ok() && !r.conflict()) fail("create PodGroup", r);
   }
   // Pods of a gang are created together, create_parallelism requests in flight at a time.
@@ -299,7 +300,7 @@ void Controller::execute(const JobView& job, const std::string& resource_version
       std::vector<json> batch;
       for (size_t i = start; i < std::min(d.create_pods.size(), start + step); ++i)
         batch.push_back(reconcile::pod_manifest(job, d.create_pods[i], d.status.restarts));
-      for (auto& r : client_.create_all(res::kPods.path(ns), batch, &kCreatedPrune)) results.push_back(std::move(r));
+      for (auto& r : client_.create_all(res::kPods.path(ns), batch, &kube::kDiscardBody)) results.push_back(std::move(r));
     }
     int created = 0;
     std::vector<std::string> failed_creates;
@@ -336,7 +337,7 @@ void Controller::execute(const JobView& job, const std::string& resource_version
       options.push_back(std::move(o));
       expectations_.expect_delete(key, d.delete_pods[i]);
     }
-    auto results = client_.remove_all(paths, options);
+    auto results = client_.remove_all(paths, options, &kube::kDiscardBody);
     for (size_t i = 0; i < results.size(); ++i) {
       if (results[i].ok()) continue;
       expectations_.observed_delete(key, batch[i]);
@@ -350,7 +351,8 @@ void Controller::execute(const JobView& job, const std::string& resource_version
     // Conditional on the version the decision was computed from: if the job changed since
     // (even while this reconcile ran), the write is a 409 and the reconcile is retried.
     json patch = {{"metadata", {{"resourceVersion", resource_version}}}, {"status", d.status.to_json()}};
-    auto r = client_.patch(res::kTrainingJobs.path(ns, job.name, "status"), patch);
+    auto r = client_.patch(res::kTrainingJobs.path(ns, job.name, "status"), patch, kube::PatchType::Merge,
+                           &kStatusWritePrune);
     if (!r.ok()) {
       if (r.conflict()) {  // retried with fresher data
         LOCKSTEP_LOG(Debug, "reconcile", key << ": the job changed since version " << resource_version << "; retrying");
@@ -372,7 +374,7 @@ void Controller::execute(const JobView& job, const std::string& resource_version
   if (status_written)
     for (const auto& e : d.events) record_event(job, e.type, e.reason, e.message);
   if (d.delete_job) {
-    auto r = client_.remove(res::kTrainingJobs.path(ns, job.name), {{"propagationPolicy", "Background"}});
+    auto r = client_.remove(res::kTrainingJobs.path(ns, job.name), {{"propagationPolicy", "Background"}}, &kube::kDiscardBody);
     if (r.ok()) LOCKSTEP_LOG(Info, "reconcile", key << ": deleted after ttlSecondsAfterFinished");
     else if (!r.not_found()) fail("delete TrainingJob", r);
   }
@@ -382,7 +384,8 @@ void Controller::record_event(const JobView& job, const std::string& type, const
                               const std::string& message) {
   std::string now = reconcile::format_time(reconcile::Clock::now());
   auto r = client_.create(res::kEvents.path(job.ns),
-                          reconcile::event_manifest(job, type, reason, message, now, config_.component));
+                          reconcile::event_manifest(job, type, reason, message, now, config_.component),
+                          &kube::kDiscardBody);
   if (!r.ok()) LOCKSTEP_LOG(Warn, "reconcile", job.ns << "/" << job.name << ": event " << reason << " not recorded: " << r.message());
 }
 

@@ -52,7 +52,8 @@ namespace {
 // system roots are no longer trusted for the cluster, and their memory is freed at once.
 // The load's CPU is still spent, once per new connection (pooled connections are reused).
 // Nothing here touches the process environment (SSL_CERT_FILE), which other TLS users of
-// the process rely on.
+// a process may rely on; lockstep-operator, whose only TLS peer is the API server, points
+// it at an empty file itself when the CA is given (operator/main.cpp).
 void trust_only(boost::asio::ssl::context& ctx, const std::string& ca_pem) {
   X509_STORE* store = X509_STORE_new();
   if (!store) throw std::runtime_error("cannot allocate an X509 store for the cluster CA");
@@ -167,12 +168,13 @@ std::vector<Response> Client::create_all(const std::string& path, const std::vec
   return out;
 }
 
-std::vector<Response> Client::remove_all(const std::vector<std::string>& paths, const std::vector<json>& options) {
+std::vector<Response> Client::remove_all(const std::vector<std::string>& paths, const std::vector<json>& options,
+                                         const Prune* prune) {
   std::vector<std::shared_ptr<Pending>> pending;
   pending.reserve(paths.size());
   for (size_t i = 0; i < paths.size(); ++i) {
     const json* o = i < options.size() && !options[i].is_null() ? &options[i] : nullptr;
-    pending.push_back(start("DELETE", paths[i], o, "application/json"));
+    pending.push_back(start("DELETE", paths[i], o, "application/json", prune));
   }
   std::vector<Response> out;
   out.reserve(paths.size());
@@ -183,20 +185,20 @@ std::vector<Response> Client::remove_all(const std::vector<std::string>& paths, 
 Response Client::get(const std::string& path, const Prune* prune, PruneRoot root) {
   return request("GET", path, nullptr, "", prune, root);
 }
-Response Client::create(const std::string& path, const json& body) {
-  return request("POST", path, &body, "application/json");
+Response Client::create(const std::string& path, const json& body, const Prune* prune) {
+  return request("POST", path, &body, "application/json", prune);
 }
 Response Client::replace(const std::string& path, const json& body) {
   return request("PUT", path, &body, "application/json");
 }
-Response Client::patch(const std::string& path, const json& body, PatchType type) {
+Response Client::patch(const std::string& path, const json& body, PatchType type, const Prune* prune) {
   const char* ct = type == PatchType::Merge            ? "application/merge-patch+json"
                    : type == PatchType::StrategicMerge ? "application/strategic-merge-patch+json"
                                                        : "application/json-patch+json";
-  return request("PATCH", path, &body, ct);
+  return request("PATCH", path, &body, ct, prune);
 }
-Response Client::remove(const std::string& path, const json& options) {
-  return request("DELETE", path, options.is_null() ? nullptr : &options, "application/json");
+Response Client::remove(const std::string& path, const json& options, const Prune* prune) {
+  return request("DELETE", path, options.is_null() ? nullptr : &options, "application/json", prune);
 }
 
 // Note [Reading a watch]

@@ -72,10 +72,12 @@ class Client {
   // A prune (Note [Pruned parsing]) leaves subtrees of the answer's object(s) unbuilt;
   // `root` says where they are (a list's items, or the answer itself).
   Response get(const std::string& path, const Prune* prune = nullptr, PruneRoot root = PruneRoot::Document);
-  Response create(const std::string& path, const nlohmann::json& body);
+  // `prune` (optional) applies to a successful answer; errors are always read whole.
+  Response create(const std::string& path, const nlohmann::json& body, const Prune* prune = nullptr);
   Response replace(const std::string& path, const nlohmann::json& body);
-  Response patch(const std::string& path, const nlohmann::json& body, PatchType type = PatchType::Merge);
-  Response remove(const std::string& path, const nlohmann::json& options = nullptr);
+  Response patch(const std::string& path, const nlohmann::json& body, PatchType type = PatchType::Merge,
+                 const Prune* prune = nullptr);
+  Response remove(const std::string& path, const nlohmann::json& options = nullptr, const Prune* prune = nullptr);
   // Starts creates without a thread each: the requests share cpprestsdk's I/O threads and
   // their connections; returns the responses in order once all have answered.
   // `prune` applies to each answer (a created object is sent back whole, and is rarely read).
@@ -83,7 +85,8 @@ class Client {
                                    const Prune* prune = nullptr);
   // The same for deletes, with DeleteOptions per path (for example a UID precondition each;
   // null for none); the responses in order.
-  std::vector<Response> remove_all(const std::vector<std::string>& paths, const std::vector<nlohmann::json>& options);
+  std::vector<Response> remove_all(const std::vector<std::string>& paths, const std::vector<nlohmann::json>& options,
+                                   const Prune* prune = nullptr);
 
   // One watch request: streams events to `on_event(type, object)` until the server ends the
   // stream (after timeout_seconds), `cancel` is cancelled, or an error. Returns the final

@@ -130,6 +130,7 @@ class PrunedBuilder : public nlohmann::json_sax<json> {
 
 json parse_pruned(std::string_view text, const Prune* prune, PruneRoot root) {
   if (!prune || prune->empty()) return json::parse(text, nullptr, false);
+  if (prune->all) return json::object();
   json out;
   PrunedBuilder builder(out, *prune, root);
   json::sax_parse(text, &builder);

@@ -23,8 +23,12 @@ struct Prune {
   // Each rule is a path of keys from the object's root; "*" matches any key or array
   // element. {"spec"} skips the object's spec; {"metadata", "managedFields"} skips that.
   std::vector<std::vector<std::string>> drop;
-  bool empty() const { return drop.empty(); }
+  // Nothing of a successful answer is read but its status code: it is not parsed at all.
+  bool all = false;
+  bool empty() const { return drop.empty() && !all; }
 };
+
+inline const Prune kDiscardBody{{}, true};
 
 enum class PruneRoot {
   Document,     // the response is the object
@@ -33,7 +37,8 @@ enum class PruneRoot {
 };
 
 // Parses `text` as json::parse(text, nullptr, false) would (a discarded value when it is
-// not JSON), leaving out every subtree `prune` drops. A null or empty prune parses all.
+// not JSON), leaving out every subtree `prune` drops. A null or empty prune parses all;
+// one with `all` set gives an empty object without reading the text.
 nlohmann::json parse_pruned(std::string_view text, const Prune* prune, PruneRoot root);
 
 }  // namespace lockstep::kube

@@ -128,3 +128,9 @@ TEST(Prune, MatchesParseThenEraseOnRandomDocuments) {
     EXPECT_EQ(parse_pruned(list.dump(), &kPodPrune, PruneRoot::ListItems), want) << list.dump();
   }
 }
+
+TEST(Prune, DiscardBodyReadsNothing) {
+  // Not even whether it is JSON: the caller reads only the status code.
+  EXPECT_EQ(parse_pruned(pod("a").dump(), &lockstep::kube::kDiscardBody, PruneRoot::Document), json::object());
+  EXPECT_EQ(parse_pruned("not json", &lockstep::kube::kDiscardBody, PruneRoot::Document), json::object());
+}
