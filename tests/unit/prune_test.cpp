@@ -2,6 +2,7 @@
 // subtrees, wherever the objects sit in the response.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 
 #include "kube/prune.hpp"
@@ -97,8 +98,19 @@ TEST(Prune, MatchesParseThenEraseOnRandomDocuments) {
     int kind = std::uniform_int_distribution<int>(0, depth > 4 ? 3 : 5)(rng);
     switch (kind) {
       case 0: return nullptr;
-      case 1: return std::uniform_int_distribution<int>(-5, 5)(rng);
-      case 2: return std::string(std::uniform_int_distribution<int>(0, 20)(rng), 'x');
+      case 1:
+        switch (std::uniform_int_distribution<int>(0, 2)(rng)) {
+          case 0: return std::uniform_int_distribution<std::int64_t>(std::numeric_limits<std::int64_t>::min(), 5)(rng);
+          case 1: return std::uniform_int_distribution<std::uint64_t>(0, std::numeric_limits<std::uint64_t>::max())(rng);
+          default: return std::uniform_real_distribution<double>(-1e6, 1e6)(rng);
+        }
+      case 2: {  // quotes, backslashes, control characters and multi-byte characters among plain ones
+        static const std::vector<std::string> parts = {"x", "\"", "\\", "\n", "\t", "\x01", "}", "]", "\u00e9", "\u20ac", "\U0001F600", "/"};
+        std::string str;
+        for (int i = std::uniform_int_distribution<int>(0, 12)(rng); i > 0; --i)
+          str += parts[std::uniform_int_distribution<size_t>(0, parts.size() - 1)(rng)];
+        return str;
+      }
       case 3: return std::uniform_int_distribution<int>(0, 1)(rng) == 1;
       case 4: {
         json a = json::array();
@@ -133,4 +145,33 @@ TEST(Prune, DiscardBodyReadsNothing) {
   // Not even whether it is JSON: the caller reads only the status code.
   EXPECT_EQ(parse_pruned(pod("a").dump(), &lockstep::kube::kDiscardBody, PruneRoot::Document), json::object());
   EXPECT_EQ(parse_pruned("not json", &lockstep::kube::kDiscardBody, PruneRoot::Document), json::object());
+}
+
+TEST(Prune, StringsAndNumbersAsParseReadsThem) {
+  // Escapes (surrogate pairs included), numbers at the edges of each type, and dropped
+  // subtrees holding the same: the pruned parse builds what json::parse builds.
+  std::string text = R"({"s": "a\"b\\c\/d\b\f\n\r\t\u00e9\u20ac\ud83d\ude00 \u0000x", "k\u00e9y": 1,
+    "u": 18446744073709551615, "big": 18446744073709551616, "i": -9223372036854775808,
+    "small": -9223372036854775809, "z": -0, "f": 1.5e-3, "e": 2E+2, "tiny": 1e-400,
+    "spec": {"s": "}\"]", "a": [1, {"b": "\\"}], "n": -1.5e3},
+    "metadata": {"managedFields": [{"x": "\"{["}], "name": "n"},
+    "arr": [true, false, null, [], {}, "", 0]})";
+  json full = json::parse(text);
+  json pruned = parse_pruned(text, &kPodPrune, PruneRoot::Document);
+  json want = without(full);
+  EXPECT_EQ(pruned, want);
+  EXPECT_EQ(pruned.dump(), want.dump());  // the same types: unsigned, signed, double
+  EXPECT_EQ(pruned["u"].type(), json::value_t::number_unsigned);
+  EXPECT_EQ(pruned["i"].type(), json::value_t::number_integer);
+  EXPECT_EQ(pruned["small"].type(), json::value_t::number_float);
+  EXPECT_EQ(pruned["s"].get<std::string>(), full["s"].get<std::string>());
+}
+
+TEST(Prune, MalformedTextIsDiscardedWhereParseRefusesIt) {
+  for (const char* bad : {"{\"a\": tru}", "{\"a\": 01}", "{\"a\": 1.}", "{\"a\": -}", "{\"a\": \"\\x\"}",
+                          "{\"a\": \"\\ud800\"}", "{\"a\": \"\\udc00\"}", "{\"a\": 1,}", "[1,]", "{\"a\" 1}",
+                          "{a: 1}", "{\"a\": 1} x", "{\"a\": \"tab\there\"}", "{\"spec\": {\"a\": \"x}", "{\"a\": 1e400}"}) {
+    EXPECT_TRUE(json::parse(bad, nullptr, false).is_discarded()) << bad;
+    EXPECT_TRUE(parse_pruned(bad, &kPodPrune, PruneRoot::Document).is_discarded()) << bad;
+  }
 }
