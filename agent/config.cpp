@@ -44,6 +44,8 @@ variables (set by the operator), else torchrun's PET_* variables, else these fla
   --rendezvous-timeout D     wait this long for the master address to resolve (default 10m)
   --grace-period D           SIGTERM to SIGKILL for workers (default 25s)
   --log-dir DIR              worker output to DIR/rank-N.log instead of prefixed lines
+  --step-log DIR             append each rank's step reports to DIR/rank-N.jsonl, one JSON
+                             object a line (docs/metrics.md; lockstep run's report reads them)
 Exit codes: the failing worker's own code (128+N if killed by signal N); 64 bad
 configuration; 75 stall; 76 rendezvous failure (docs/exit-codes.md).
 )";
@@ -155,6 +157,7 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
       else if (match(argc, argv.data(), i, "--rendezvous-timeout", v)) cfg.rendezvous_timeout = to_duration("--rendezvous-timeout", v);
       else if (match(argc, argv.data(), i, "--grace-period", v)) cfg.grace_period = to_duration("--grace-period", v);
       else if (match(argc, argv.data(), i, "--log-dir", v)) cfg.log_dir = v;
+      else if (match(argc, argv.data(), i, "--step-log", v)) cfg.step_log_dir = v;
       else throw FlagError("unknown flag '" + a + "' (see --help)");
     }
   } catch (const flags::FlagError& e) {

@@ -50,14 +50,15 @@ struct Config {
   std::chrono::milliseconds rendezvous_timeout{std::chrono::minutes(10)};
   std::chrono::milliseconds grace_period{std::chrono::seconds(25)};
   std::string log_dir;            // per-rank files instead of prefixed passthrough
+  std::string step_log_dir;       // each rank's step reports appended to DIR/rank-N.jsonl
   std::vector<std::string> command{"lockstep-trainer"};
 
   int world_size() const { return nnodes * nproc_per_node; }
   int barrier_port() const { return agent_port > 0 ? agent_port : master_port % 65535 + 1; }
   bool stall_detection() const { return stall_timeout.count() > 0; }
   bool first_step_detection() const { return stall_detection() && first_step_timeout.count() > 0; }
-  // The step sockets exist for /metrics or for stall detection.
-  bool step_sockets() const { return metrics || stall_detection(); }
+  // The step sockets exist for /metrics, stall detection or the step log.
+  bool step_sockets() const { return metrics || stall_detection() || !step_log_dir.empty(); }
 };
 
 // Builds the configuration from `env` (usually the process environment) and argv.

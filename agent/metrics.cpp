@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
+#include <iomanip>
 #include <stdexcept>
 
 #include "lockstep/log.hpp"
@@ -128,6 +130,13 @@ Metrics::Metrics(const Config& cfg, const std::string& socket_dir)
     r.last_step_ts = &last.Add(r.labels);
     r.worker_up = &up.Add(r.labels);
     r.fd = bind_datagram_socket(socket_path(i));
+    if (!cfg.step_log_dir.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(cfg.step_log_dir, ec);
+      const std::string path = cfg.step_log_dir + "/rank-" + std::to_string(r.progress.rank) + ".jsonl";
+      r.step_log.open(path, std::ios::app);
+      if (!r.step_log) throw std::runtime_error("cannot append to the step log " + path + " (--step-log)");
+    }
   }
   if (cfg.metrics_port > 0) {
     endpoint_ = cfg.metrics_address + ":" + std::to_string(cfg.metrics_port);
@@ -182,7 +191,8 @@ std::vector<RankProgress> Metrics::progress() const {
   return out;
 }
 
-void Metrics::reset_progress() {
+void Metrics::reset_progress(int generation) {
+  generation_ = generation;
   std::lock_guard<std::mutex> lock(mu_);
   auto now = std::chrono::steady_clock::now();
   for (auto& r : ranks_) {
@@ -241,6 +251,29 @@ void Metrics::record(int local_rank, const StepReport& s) {
   r.progress.last_time = std::chrono::steady_clock::now();
 }
 
+// Note [Step log]: `--step-log DIR` keeps every step of every local rank, for what /metrics
+// cannot give after the run: `lockstep run` draws its report.html from these files. One JSON
+// object a line, appended (a gang restart's new agent adds to the same file), flushed per
+// line so a crash loses at most the step in flight:
+//   {"rank":0,"attempt":0,"generation":0,"time":1764000000.123,"step":12,"step_s":0.05,...}
+// attempt is the operator's gang restart (LOCKSTEP_RESTART_ATTEMPT), generation the in-place
+// restart, time the arrival's Unix time; then the report's own figures, each only when sent:
+// step_s, compute_s, comm_s, exposed_comm_s, tokens, flops, loss, total_steps.
+void Metrics::log_step(Rank& r, const StepReport& s) {
+  if (!r.step_log.is_open()) return;
+  auto& o = r.step_log;
+  o << std::setprecision(10) << "{\"rank\":" << r.progress.rank << ",\"attempt\":" << cfg_.restart_attempt
+    << ",\"generation\":" << generation_.load() << ",\"time\":" << std::fixed << std::setprecision(3)
+    << std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()
+    << std::defaultfloat << std::setprecision(9) << ",\"step\":" << s.step;
+  const std::pair<const char*, const std::optional<double>*> fields[] = {
+      {"step_s", &s.step_s}, {"compute_s", &s.compute_s}, {"comm_s", &s.comm_s}, {"exposed_comm_s", &s.exposed_comm_s},
+      {"tokens", &s.tokens}, {"flops", &s.flops},     {"loss", &s.loss},     {"total_steps", &s.total_steps}};
+  for (const auto& [key, value] : fields)
+    if (*value) o << ",\"" << key << "\":" << **value;  // finite: the parser admits nothing else
+  o << "}" << std::endl;
+}
+
 void Metrics::receive_loop() {
   std::vector<pollfd> fds;
   for (const auto& r : ranks_) fds.push_back({r.fd, POLLIN, 0});
@@ -271,6 +304,7 @@ void Metrics::receive_loop() {
           continue;
         }
         record(static_cast<int>(i), *report);
+        log_step(ranks_[i], *report);
       }
     }
   }

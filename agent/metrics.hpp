@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -33,7 +34,8 @@ struct RankProgress {
 class Metrics {
  public:
   // Binds one datagram socket per local rank under `socket_dir`, and serves /metrics on
-  // cfg.metrics_port unless it is 0. Throws std::runtime_error naming what failed.
+  // cfg.metrics_port unless it is 0; with cfg.step_log_dir, appends every valid report to
+  // that directory's rank-N.jsonl (Note [Step log]). Throws std::runtime_error naming what failed.
   // Series: DESIGN.md and docs/metrics.md; lockstep_restart_attempt is cfg.restart_attempt,
   // the operator's gang restart this pod belongs to.
   Metrics(const Config& cfg, const std::string& socket_dir);
@@ -46,7 +48,7 @@ class Metrics {
   void count_in_place_restart(const std::string& reason, int rank, int exit_code);
   void count_stall();
   std::vector<RankProgress> progress() const;
-  void reset_progress();  // a new worker group starts now, from nothing
+  void reset_progress(int generation);  // worker group `generation` starts now, from nothing
   std::string endpoint() const { return endpoint_; }
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
   prometheus::Labels base_labels() const { return base_; }
@@ -64,7 +66,9 @@ class Metrics {
     prometheus::Gauge *loss, *last_step_ts, *worker_up, *step, *total_steps;
     RankProgress progress;
     int fd = -1;
+    std::ofstream step_log;  // open when cfg.step_log_dir is set
   };
+  void log_step(Rank& r, const StepReport& s);
   void receive_loop();
 
   Config cfg_;
@@ -84,6 +88,7 @@ class Metrics {
   prometheus::Counter* stalls_;
   std::set<std::string> ops_;  // collective names seen, bounded by kMaxOps
   std::vector<Rank> ranks_;
+  std::atomic<int> generation_{0};  // the worker group now running (in-place restarts)
   mutable std::mutex mu_;
   std::atomic<bool> stop_{false};
   std::thread receiver_;

@@ -465,7 +465,7 @@ int Supervisor::run() {
            "): its pod was deleted or its node lost";
   };
   for (int gen = 0;;) {
-    if (metrics_) metrics_->reset_progress();
+    if (metrics_) metrics_->reset_progress(gen);
     start_group(gen);
     std::optional<Failure> mine;  // this agent's first failure in this generation
     const Worker* culprit = nullptr;

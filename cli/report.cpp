@@ -1,0 +1,189 @@
+#include "report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+#include "report_page.hpp"  // kReportPage: cli/report_page.html, embedded at build time
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace lockstep::cli {
+namespace {
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// Six significant digits: what a chart can show, and a page a tenth the size of full doubles.
+json figure(const std::optional<double>& v, double scale = 1) {
+  if (!v) return nullptr;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", *v * scale);
+  return std::stod(buf);
+}
+
+std::string fixed(double v, int digits) {
+  std::ostringstream o;
+  o.setf(std::ios::fixed);
+  o.precision(digits);
+  o << v;
+  return o.str();
+}
+
+std::string seconds_text(double s) {
+  if (s >= 60) return std::to_string(static_cast<int>(s / 60)) + " min " + std::to_string(static_cast<int>(std::fmod(s, 60))) + " s";
+  return fixed(s, 1) + " s";
+}
+
+// Replaces the one occurrence of `key` in `page`.
+void fill(std::string& page, const std::string& key, const std::string& value) {
+  auto at = page.find(key);
+  if (at == std::string::npos) throw std::logic_error("report page template lacks " + key);
+  page.replace(at, key.size(), value);
+}
+
+}  // namespace
+
+std::vector<StepRecord> read_step_logs(const std::string& dir) {
+  std::vector<StepRecord> out;
+  std::error_code ec;
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().extension() == ".jsonl") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    std::ifstream in(f);
+    for (std::string line; std::getline(in, line);) {
+      json j = json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.is_object()) continue;
+      auto number = [&](const char* key) -> std::optional<double> {
+        if (j.contains(key) && j[key].is_number()) return j[key].get<double>();
+        return std::nullopt;
+      };
+      auto step = number("step");
+      if (!step) continue;
+      StepRecord r;
+      r.rank = static_cast<int>(number("rank").value_or(0));
+      r.attempt = static_cast<int>(number("attempt").value_or(0));
+      r.generation = static_cast<int>(number("generation").value_or(0));
+      r.step = static_cast<long long>(*step);
+      r.step_s = number("step_s");
+      r.compute_s = number("compute_s");
+      r.comm_s = number("comm_s");
+      r.exposed_comm_s = number("exposed_comm_s");
+      r.loss = number("loss");
+      r.tokens = number("tokens");
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
+std::string report_html(const RunSummary& run, const std::vector<StepRecord>& records) {
+  // Per rank, the latest figures of each step (a restart from a checkpoint runs steps again).
+  std::map<int, std::map<long long, StepRecord>> by_rank;
+  for (const auto& r : records) by_rank[r.rank][r.step] = r;
+  // Restarts, as the lowest rank saw them: where its attempt or generation changed.
+  json restarts = json::array();
+  if (!by_rank.empty()) {
+    const int first_rank = by_rank.begin()->first;
+    const StepRecord* prev = nullptr;
+    for (const auto& r : records) {
+      if (r.rank != first_rank) continue;
+      if (prev && (r.attempt != prev->attempt || r.generation != prev->generation))
+        restarts.push_back({{"step", r.step},
+                            {"label", r.attempt != prev->attempt ? "gang restart (attempt " + std::to_string(r.attempt) + ")"
+                                                                 : "in-place restart (generation " + std::to_string(r.generation) + ")"}});
+      prev = &r;
+    }
+  }
+
+  json ranks = json::array();
+  std::string table;
+  long long last_step = 0;
+  std::optional<double> final_loss;
+  for (const auto& [rank, steps] : by_rank) {
+    json s = {{"rank", rank}, {"step", json::array()}, {"loss", json::array()}, {"step_ms", json::array()},
+              {"compute_ms", json::array()}, {"exposed_ms", json::array()}};
+    std::vector<double> step_ms;
+    double sum_step = 0, sum_compute = 0, sum_exposed = 0, sum_comm = 0;
+    for (const auto& [step, r] : steps) {
+      std::optional<double> compute = r.compute_s;
+      if (!compute && r.step_s && r.exposed_comm_s) compute = std::max(0.0, *r.step_s - *r.exposed_comm_s);
+      s["step"].push_back(step);
+      s["loss"].push_back(figure(r.loss));
+      s["step_ms"].push_back(figure(r.step_s, 1000));
+      s["compute_ms"].push_back(figure(compute, 1000));
+      s["exposed_ms"].push_back(figure(r.exposed_comm_s, 1000));
+      if (r.step_s) {
+        step_ms.push_back(*r.step_s * 1000);
+        sum_step += *r.step_s;
+        sum_compute += compute.value_or(0);
+        sum_exposed += r.exposed_comm_s.value_or(0);
+        sum_comm += r.comm_s.value_or(0);
+      }
+    }
+    ranks.push_back(s);
+    if (rank == by_rank.begin()->first) {
+      last_step = steps.rbegin()->first;
+      final_loss = steps.rbegin()->second.loss;
+    }
+    std::sort(step_ms.begin(), step_ms.end());
+    auto share = [&](double x) { return sum_step > 0 ? fixed(100 * x / sum_step, 1) + "%" : std::string("-"); };
+    table += "<tr><td>" + std::to_string(rank) + "</td><td>" + std::to_string(steps.size()) + "</td><td>" +
+             (step_ms.empty() ? "-" : fixed(step_ms[step_ms.size() / 2], 1)) + "</td><td>" + share(sum_compute) +
+             "</td><td>" + share(sum_exposed) + "</td><td>" + share(sum_comm) + "</td></tr>\n";
+  }
+
+  const std::string job = html_escape(run.job);
+  std::string facts = std::to_string(run.nodes) + " node(s) x " + std::to_string(run.procs_per_node) + " worker(s)";
+  if (!run.strategy.empty()) facts += ", " + html_escape(run.strategy);
+  facts += " &middot; " + std::to_string(last_step) + (run.total_steps > 0 ? " of " + std::to_string(run.total_steps) : "") +
+           " steps &middot; final loss " + (final_loss ? fixed(*final_loss, 4) : std::string("-")) + " &middot; " +
+           html_escape(run.outcome) + " in " + seconds_text(run.elapsed_s) + " &middot; restarts: " +
+           std::to_string(run.in_place_restarts) + " in place, " + std::to_string(run.gang_restarts) + " gang";
+
+  json data = {{"job", run.job}, {"world", run.nodes * run.procs_per_node}, {"totalSteps", run.total_steps},
+               {"ranks", ranks}, {"restarts", restarts}};
+  std::string data_text = data.dump(-1, ' ', true);  // ASCII only
+  for (size_t at = 0; (at = data_text.find("</", at)) != std::string::npos; at += 3) data_text.replace(at, 2, "<\\/");
+
+  std::string page = kReportPage;
+  fill(page, "{{title}}", job + " &middot; lockstep run");
+  fill(page, "{{job}}", job);
+  fill(page, "{{facts}}", facts);
+  fill(page, "{{table}}", table.empty() ? "<tr><td colspan=\"6\">no step was reported</td></tr>" : table);
+  fill(page, "{{data}}", data_text);
+  return page;
+}
+
+void write_report(const std::string& path, const RunSummary& run, const std::vector<StepRecord>& records) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << report_html(run, records);
+    if (!out) throw std::runtime_error("cannot write " + tmp);
+  }
+  fs::rename(tmp, path);
+}
+
+}  // namespace lockstep::cli

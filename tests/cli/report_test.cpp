@@ -1,0 +1,342 @@
+// lockstep run's report.html (cli/report.cpp), in a real headless browser: a short real run
+// of 2 nodes x 2 workers, then Debian's chromium loads the page and the test reads what it
+// rendered (the DOM after the script ran, a screenshot, the console). Without chromium it
+// says SKIPPED, or FAILS under LOCKSTEP_REQUIRE_ALL=1 (scripts/test.sh; scripts/setup.sh
+// installs chromium).
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include "lockstep/process.hpp"
+#include "report.hpp"
+#include "test_util.hpp"
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+using lockstep::test::env_or;
+using lockstep::test::read_file;
+
+namespace {
+
+constexpr int kSteps = 12, kWorld = 4;
+
+std::string cli() { return env_or("LOCKSTEP_CLI_BIN", "lockstep"); }
+bool require_all() { return env_or("LOCKSTEP_REQUIRE_ALL", "") == "1"; }
+
+std::string chromium() {
+  if (const std::string c = env_or("LOCKSTEP_CHROMIUM", ""); !c.empty()) return c;
+  std::istringstream path(env_or("PATH", ""));
+  for (std::string dir; std::getline(path, dir, ':');)
+    for (const char* name : {"chromium", "chromium-browser"})
+      if (!dir.empty() && ::access((dir + "/" + name).c_str(), X_OK) == 0) return dir + "/" + name;
+  return "";
+}
+
+#define REQUIRE_CHROMIUM()                                                                              \
+  do {                                                                                                  \
+    if (chromium().empty()) {                                                                           \
+      const std::string why = "chromium not found on PATH (LOCKSTEP_CHROMIUM names one); "               \
+                              "scripts/setup.sh installs Debian's chromium";                            \
+      if (require_all()) FAIL() << why << " (LOCKSTEP_REQUIRE_ALL=1)";                                  \
+      GTEST_SKIP() << "SKIPPED: " << why;                                                               \
+    }                                                                                                   \
+  } while (0)
+
+struct Rendered {
+  std::string dom;      // document.documentElement.outerHTML after the scripts ran
+  std::string console;  // chromium's log on stderr (console messages and uncaught errors)
+  std::string png;      // the screenshot's bytes
+};
+
+// Loads `page` in headless chromium twice: once dumping the DOM, once for a screenshot.
+Rendered render(const std::string& page, const std::string& work) {
+  fs::create_directories(work);
+  const std::string common = "'" + chromium() + "' --headless --no-sandbox --disable-gpu --no-first-run "
+                             "--disable-extensions --disable-background-networking --enable-logging=stderr --v=0 "
+                             "--user-data-dir='" + work + "/profile' --window-size=1200,2600 ";
+  Rendered r;
+  auto dom = lockstep::run_capture({"/bin/sh", "-c", common + "--dump-dom 'file://" + page + "' >'" + work +
+                                                          "/dom.html' 2>'" + work + "/console.log'"},
+                                   {}, 120s);
+  EXPECT_EQ(dom.status.shell_code(), 0) << dom.output;
+  auto shot = lockstep::run_capture({"/bin/sh", "-c", common + "--screenshot='" + work + "/shot.png' 'file://" + page +
+                                                           "' 2>>'" + work + "/console.log'"},
+                                    {}, 120s);
+  EXPECT_EQ(shot.status.shell_code(), 0) << shot.output;
+  r.dom = read_file(work + "/dom.html");
+  r.console = read_file(work + "/console.log");
+  r.png = read_file(work + "/shot.png");
+  return r;
+}
+
+// The console lines that report a page error: chromium logs console messages and uncaught
+// exceptions as "...:CONSOLE(line)] "message", source: ..." on stderr.
+std::vector<std::string> console_errors(const std::string& log) {
+  std::vector<std::string> out;
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);)
+    if (line.find(":CONSOLE") != std::string::npos || line.find("Uncaught") != std::string::npos) out.push_back(line);
+  return out;
+}
+
+// The page's script ran to its end and caught no error: it marks <body> either way, and
+// leaves the error box hidden.
+void expect_rendered_cleanly(const Rendered& r) {
+  std::smatch body;
+  ASSERT_TRUE(std::regex_search(r.dom, body, std::regex("<body([^>]*)>"))) << r.dom;
+  EXPECT_NE(body[1].str().find("data-rendered=\"ok\""), std::string::npos) << "the page's script did not finish: " << body[0];
+  EXPECT_EQ(body[1].str().find("data-errors"), std::string::npos) << "the page's script caught an error: " << body[0];
+  EXPECT_NE(r.dom.find("<pre id=\"errors\" hidden"), std::string::npos) << "the error box is showing";
+  std::string errors;
+  for (const auto& l : console_errors(r.console)) errors += l + "\n";
+  EXPECT_TRUE(errors.empty()) << "console errors:\n" << errors;
+}
+
+// The attributes of every <path class="series"> of the chart `id` in the rendered DOM.
+using Attrs = std::map<std::string, std::string>;
+std::vector<Attrs> series_of(const std::string& dom, const std::string& id) {
+  std::vector<Attrs> out;
+  const std::string open = "data-chart=\"" + id + "\"";
+  auto at = dom.find(open);
+  if (at == std::string::npos) return out;
+  const std::string svg = dom.substr(at, dom.find("</svg>", at) - at);
+  static const std::regex path_tag(R"(<path ([^>]*)>)"), attr(R"(([\w-]+)="([^"]*)\")");
+  for (auto p = std::sregex_iterator(svg.begin(), svg.end(), path_tag); p != std::sregex_iterator(); ++p) {
+    Attrs a;
+    const std::string tag = (*p)[1];
+    for (auto m = std::sregex_iterator(tag.begin(), tag.end(), attr); m != std::sregex_iterator(); ++m) a[(*m)[1]] = (*m)[2];
+    if (a["class"] == "series") out.push_back(a);
+  }
+  return out;
+}
+
+std::vector<double> numbers(const std::string& csv) {
+  std::vector<double> out;
+  std::istringstream in(csv);
+  for (std::string x; std::getline(in, x, ',');) out.push_back(std::stod(x));
+  return out;
+}
+
+// Vertices drawn in an SVG path: its M and L commands.
+size_t vertices(const std::string& d) { return static_cast<size_t>(std::count_if(d.begin(), d.end(), [](char c) { return c == 'M' || c == 'L'; })); }
+
+// Decodes an 8-bit RGB or RGBA, non-interlaced PNG (what chromium's --screenshot writes) and
+// counts its strongly coloured pixels: the charts' lines and areas, never the grey and white
+// page around them. -1 when the file is not such a PNG.
+long coloured_pixels(const std::string& png) {
+  if (png.size() < 8 || png.compare(0, 8, "\x89PNG\r\n\x1a\n") != 0) return -1;
+  auto be32 = [&](size_t at) {
+    return (static_cast<uint32_t>(static_cast<uint8_t>(png[at])) << 24) | (static_cast<uint8_t>(png[at + 1]) << 16) |
+           (static_cast<uint8_t>(png[at + 2]) << 8) | static_cast<uint8_t>(png[at + 3]);
+  };
+  uint32_t width = 0, height = 0;
+  int channels = 0;
+  std::string idat;
+  for (size_t at = 8; at + 8 <= png.size();) {
+    const uint32_t len = be32(at);
+    const std::string type = png.substr(at + 4, 4);
+    if (at + 12 + len > png.size()) return -1;
+    if (type == "IHDR") {
+      width = be32(at + 8);
+      height = be32(at + 12);
+      const int depth = png[at + 16], color = png[at + 17], interlace = png[at + 20];
+      if (depth != 8 || interlace != 0 || (color != 2 && color != 6)) return -1;
+      channels = color == 6 ? 4 : 3;
+    } else if (type == "IDAT") {
+      idat += png.substr(at + 8, len);
+    }
+    at += 12 + len;
+  }
+  if (!channels) return -1;
+  const size_t stride = width * channels;
+  std::vector<uint8_t> raw((stride + 1) * height);
+  uLongf raw_len = raw.size();
+  if (uncompress(raw.data(), &raw_len, reinterpret_cast<const Bytef*>(idat.data()), idat.size()) != Z_OK ||
+      raw_len != raw.size())
+    return -1;
+  std::vector<uint8_t> prev(stride, 0), row(stride);
+  long coloured = 0;
+  for (uint32_t y = 0; y < height; ++y) {
+    const uint8_t filter = raw[y * (stride + 1)];
+    const uint8_t* in = &raw[y * (stride + 1) + 1];
+    for (size_t x = 0; x < stride; ++x) {
+      const int a = x >= static_cast<size_t>(channels) ? row[x - channels] : 0, b = prev[x],
+                c = x >= static_cast<size_t>(channels) ? prev[x - channels] : 0;
+      int pred = 0;
+      switch (filter) {
+        case 1: pred = a; break;
+        case 2: pred = b; break;
+        case 3: pred = (a + b) / 2; break;
+        case 4: {
+          const int p = a + b - c, pa = std::abs(p - a), pb = std::abs(p - b), pc = std::abs(p - c);
+          pred = pa <= pb && pa <= pc ? a : pb <= pc ? b : c;
+          break;
+        }
+      }
+      row[x] = static_cast<uint8_t>(in[x] + pred);
+    }
+    for (uint32_t x = 0; x < width; ++x) {
+      const uint8_t* px = &row[x * channels];
+      if (std::max({px[0], px[1], px[2]}) - std::min({px[0], px[1], px[2]}) > 80) ++coloured;
+    }
+    prev.swap(row);
+  }
+  return coloured;
+}
+
+// One real run for the suite: 2 nodes x 2 workers, kSteps steps, rank 0 logging every step.
+class ReportRun : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // As `lockstep run` will name it (the working directory, no doubled slash).
+    dir_ = fs::path(::testing::TempDir() + "/report-" + std::to_string(::getpid())).lexically_normal().string();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::ofstream(dir_ + "/job.yaml")
+        << "apiVersion: lockstep.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: report-job}\n"
+           "spec:\n  nodes: 2\n  procsPerNode: 2\n  strategy: DDP\n"
+           "  template: {spec: {containers: [{name: trainer, image: lockstep/trainer:0.1.0}]}}\n"
+           "  trainer:\n    command: [lockstep-trainer]\n"
+           "    args: [--model=tiny, --device=cpu, --steps=" << kSteps << ", --batch-size=4, --log-every=1]\n";
+    run_ = new lockstep::RunResult(lockstep::run_capture(
+        {"/bin/sh", "-c", "cd '" + dir_ + "' && exec '" + cli() + "' run job.yaml"}, {}, 540s));
+  }
+  static void TearDownTestSuite() {
+    delete run_;
+    const auto* suite = ::testing::UnitTest::GetInstance()->current_test_suite();
+    if (suite && !suite->Failed()) fs::remove_all(dir_);  // kept for a look when something failed
+  }
+  static std::string run_dir() { return dir_ + "/lockstep-runs/report-job"; }
+  static std::string report() { return run_dir() + "/report.html"; }
+  static std::string dir_;
+  static lockstep::RunResult* run_;
+};
+std::string ReportRun::dir_;
+lockstep::RunResult* ReportRun::run_ = nullptr;
+
+}  // namespace
+
+TEST_F(ReportRun, TheSummaryNamesTheReport) {
+  ASSERT_EQ(run_->status.shell_code(), 0) << run_->output;
+  EXPECT_NE(run_->output.find("report: " + report()), std::string::npos) << run_->output;
+  EXPECT_TRUE(fs::exists(report()));
+  for (int rank = 0; rank < kWorld; ++rank)
+    EXPECT_TRUE(fs::exists(run_dir() + "/steps/rank-" + std::to_string(rank) + ".jsonl")) << "rank " << rank;
+}
+
+// No network: nothing the page loads or links comes from anywhere but the file itself.
+TEST_F(ReportRun, ThePageIsSelfContained) {
+  ASSERT_EQ(run_->status.shell_code(), 0) << run_->output;
+  const std::string page = read_file(report());
+  ASSERT_FALSE(page.empty());
+  for (const char* banned : {"http://", "https://", "<script src", "<link", "src=", "@import", "url(", "fetch(",
+                             "XMLHttpRequest", "<iframe", "<img"})
+    EXPECT_EQ(page.find(banned), std::string::npos) << "report.html contains '" << banned << "'";
+}
+
+TEST_F(ReportRun, ChromiumRendersTheRunsStepsWithoutAnError) {
+  REQUIRE_CHROMIUM();
+  ASSERT_EQ(run_->status.shell_code(), 0) << run_->output;
+  const Rendered r = render(report(), dir_ + "/chromium");
+  expect_rendered_cleanly(r);
+  EXPECT_NE(r.dom.find("<h1>report-job</h1>"), std::string::npos);
+  // (&middot; is a middle dot, U+00B7, once parsed.)
+  EXPECT_TRUE(std::regex_search(r.dom, std::regex("2 node\\(s\\) x 2 worker\\(s\\), DDP \u00b7 " + std::to_string(kSteps) + " of " +
+                                                  std::to_string(kSteps) + " steps \u00b7 final loss [0-9.]+ \u00b7 finished in")))
+      << r.dom.substr(0, 3000);
+
+  // Loss and step time: one series per rank, every step drawn.
+  for (const char* chart : {"loss", "step-time"}) {
+    SCOPED_TRACE(chart);
+    auto series = series_of(r.dom, chart);
+    ASSERT_EQ(series.size(), static_cast<size_t>(kWorld));
+    for (int rank = 0; rank < kWorld; ++rank) {
+      EXPECT_EQ(series[rank]["data-rank"], std::to_string(rank));
+      EXPECT_EQ(series[rank]["data-points"], std::to_string(kSteps));
+      EXPECT_EQ(vertices(series[rank]["d"]), static_cast<size_t>(kSteps));
+      EXPECT_EQ(series[rank]["data-first-step"], "1");
+      EXPECT_EQ(series[rank]["data-last-step"], std::to_string(kSteps));
+    }
+  }
+  // Rank 0's loss as drawn is the loss its progress lines logged, step by step.
+  std::map<int, double> logged;
+  static const std::regex progress(R"(\[rank 0\] step\s+(\d+)/\d+\s+loss ([0-9.]+))");
+  const std::string log = read_file(run_dir() + "/node-0.log");
+  for (auto m = std::sregex_iterator(log.begin(), log.end(), progress); m != std::sregex_iterator(); ++m)
+    logged[std::stoi((*m)[1])] = std::stod((*m)[2]);
+  ASSERT_EQ(logged.size(), static_cast<size_t>(kSteps)) << log;
+  auto drawn = numbers(series_of(r.dom, "loss")[0]["data-values"]);
+  ASSERT_EQ(drawn.size(), static_cast<size_t>(kSteps));
+  for (int step = 1; step <= kSteps; ++step)
+    EXPECT_NEAR(drawn[step - 1], logged[step], 6e-5) << "step " << step;
+
+  // Compute against exposed communication: one chart per rank, both parts of every step.
+  for (int rank = 0; rank < kWorld; ++rank) {
+    auto series = series_of(r.dom, "comm-" + std::to_string(rank));
+    ASSERT_EQ(series.size(), 2u) << "rank " << rank;
+    EXPECT_EQ(series[0]["data-name"], "compute");
+    EXPECT_EQ(series[1]["data-name"], "exposed comm");
+    for (auto& s : series) {
+      EXPECT_EQ(s["data-points"], std::to_string(kSteps));
+      for (double v : numbers(s["data-values"])) EXPECT_GE(v, 0);
+    }
+  }
+
+  // The screenshot: a PNG with the charts' colours in it.
+  const long coloured = coloured_pixels(r.png);
+  EXPECT_GT(coloured, 5000) << "a " << r.png.size() << "-byte screenshot with " << coloured
+                            << " coloured pixels (-1: not a PNG this test reads)";
+}
+
+// A run that restarted (a step run twice) and a hostile job name: the page escapes the name,
+// draws each step once with its latest figures, marks the restart, and still renders cleanly.
+TEST(Report, EscapesTheNameAndDrawsARestartedRun) {
+  lockstep::cli::RunSummary run;
+  run.job = "</script><b>x&y\"'";
+  run.nodes = 1;
+  run.procs_per_node = 2;
+  run.total_steps = 10;
+  run.outcome = "FAILED";
+  run.in_place_restarts = 1;
+  std::vector<lockstep::cli::StepRecord> records;
+  auto add = [&](int rank, int generation, long long step, double loss) {
+    lockstep::cli::StepRecord s;
+    s.rank = rank;
+    s.generation = generation;
+    s.step = step;
+    s.step_s = 0.1;
+    s.compute_s = 0.08;
+    s.exposed_comm_s = 0.02;
+    s.loss = loss;
+    records.push_back(s);
+  };
+  for (int rank : {0, 1}) {
+    for (int step = 1; step <= 5; ++step) add(rank, 0, step, 10 - step);
+    for (int step = 4; step <= 6; ++step) add(rank, 1, step, 1);  // resumed from step 3's checkpoint
+  }
+  const std::string page = lockstep::cli::report_html(run, records);
+  EXPECT_EQ(page.find("</script><b>"), std::string::npos) << "the job name must be escaped";
+  EXPECT_NE(page.find("<h1>&lt;/script&gt;&lt;b&gt;x&amp;y&quot;&#39;</h1>"), std::string::npos);
+  EXPECT_NE(page.find("6 of 10 steps &middot; final loss 1.0000 &middot; FAILED"), std::string::npos);
+
+  REQUIRE_CHROMIUM();
+  const std::string dir = ::testing::TempDir() + "/report-unit-" + std::to_string(::getpid());
+  fs::create_directories(dir);
+  std::ofstream(dir + "/report.html") << page;
+  const Rendered r = render(dir + "/report.html", dir + "/chromium");
+  expect_rendered_cleanly(r);
+  auto loss = series_of(r.dom, "loss");
+  ASSERT_EQ(loss.size(), 2u);
+  EXPECT_EQ(loss[0]["data-points"], "6");
+  EXPECT_EQ(loss[0]["data-values"], "9,8,7,1,1,1") << "steps 4 and 5 show the run after the restart";
+  EXPECT_NE(r.dom.find("in-place restart (generation 1)"), std::string::npos);
+  EXPECT_NE(r.dom.find("<h1>&lt;/script&gt;&lt;b&gt;x&amp;y\"'</h1>"), std::string::npos) << "shown as text";
+  fs::remove_all(dir);
+}
