@@ -66,9 +66,10 @@ die() { printf '[lockstep] error: %s\n' "$*" >&2; exit 1; }
 run_with_heartbeat() {
   local desc=$1; shift
   local start=$SECONDS
+  local outer; outer=$(trap -p INT TERM)  # the caller's traps, back in place afterwards
   "$@" &
   local pid=$!
-  trap 'pkill -TERM -P $pid 2>/dev/null; kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; trap - INT TERM; exit 130' INT TERM
+  trap 'pkill -TERM -P $pid 2>/dev/null; kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; trap - INT TERM; eval "$outer"; exit 130' INT TERM
   while kill -0 "$pid" 2>/dev/null; do
     for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
       sleep 1; kill -0 "$pid" 2>/dev/null || break
@@ -77,5 +78,6 @@ run_with_heartbeat() {
   done
   local rc=0; wait "$pid" || rc=$?
   trap - INT TERM
+  eval "$outer"
   return $rc
 }

@@ -37,6 +37,9 @@ mkdir -p "$CACHE/downloads"
 # Temporary downloads and unpacks, removed however the script ends (Ctrl-C included).
 scratch=()
 trap 'rm -rf "${scratch[@]}"' EXIT
+# Ctrl-C: say so and exit 130 (the EXIT trap still removes the partial downloads), rather than
+# report the interrupted step (pip, say) as a failure of its own.
+trap 'echo; log "set-up interrupted; the cache keeps only what was complete, and the next run resumes"; exit 130' INT
 # scratch_dir VAR [UNDER]: a new temporary directory (under UNDER, default $CACHE), removed at exit.
 scratch_dir() {
   local d
