@@ -2,6 +2,7 @@
 // parallel loop, and readings of Prometheus text.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -18,6 +19,17 @@
 #include <vector>
 
 namespace lockstep::bench {
+
+// Set by SIGINT and SIGTERM once catch_stop_signals() has run: a benchmark's loops check it
+// and wind down (stop what they started, print what they have, exit 130).
+// A lock-free atomic: safe to set in a signal handler and to read from any thread.
+inline std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+inline void catch_stop_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = [](int) { g_stop = true; };
+  for (int s : {SIGINT, SIGTERM}) ::sigaction(s, &sa, nullptr);
+}
 
 // The process's own CPU seconds (user + system, children excluded); -1 once it is gone.
 inline double cpu_seconds(pid_t pid) {
@@ -49,14 +61,13 @@ inline double percentile(std::vector<double> v, double p) {
 }
 
 // Runs `total` tasks on `threads` threads: task(i) for i in [0, total). Stops taking new
-// tasks once *stop is set (a Ctrl-C flag), when one is given.
-inline void parallel(int total, int threads, const std::function<void(int)>& task,
-                     const volatile std::sig_atomic_t* stop = nullptr) {
+// tasks once g_stop is set (Ctrl-C).
+inline void parallel(int total, int threads, const std::function<void(int)>& task) {
   std::atomic<int> next{0};
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t)
     pool.emplace_back([&] {
-      for (int i; !(stop && *stop) && (i = next++) < total;) task(i);
+      for (int i; !g_stop && (i = next++) < total;) task(i);
     });
   for (auto& t : pool) t.join();
 }

@@ -46,7 +46,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-volatile sig_atomic_t g_stop = 0;
+using lockstep::bench::g_stop;
 
 struct Options {
   std::string tier = "local";
@@ -354,9 +354,7 @@ Result run_mode(const Options& o, const std::string& mode, const std::string& wo
 
 int main(int argc, char** argv) {
   Options o = parse(argc, argv);
-  struct sigaction sa {};
-  sa.sa_handler = [](int) { g_stop = 1; };
-  for (int s : {SIGINT, SIGTERM}) ::sigaction(s, &sa, nullptr);
+  lockstep::bench::catch_stop_signals();
   const std::string work = fs::temp_directory_path() / ("lockstep-goodput-" + std::to_string(::getpid()));
   fs::create_directories(work);
   std::cout << "bench/goodput: tier " << o.tier << ", 2 nodes x 1 rank (tiny GPT), " << o.steps << " steps, a checkpoint every "

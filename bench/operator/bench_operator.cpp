@@ -119,13 +119,11 @@ class PodCounter {
 // CPU and requests are read once the operator has gone quiet after the last pod (its status
 // writes included); the round then deletes its jobs and pods and waits until they are gone.
 
-std::atomic<bool> g_interrupted{false};
-extern "C" void on_interrupt(int) { g_interrupted = true; }
 struct Interrupted : std::runtime_error {
   Interrupted() : std::runtime_error("interrupted") {}
 };
 void check_interrupt() {
-  if (g_interrupted) throw Interrupted();
+  if (bench::g_stop) throw Interrupted();
 }
 // Sleeps, waking early on Ctrl-C.
 void nap(std::chrono::milliseconds d) {
@@ -226,7 +224,6 @@ void measure_round(Operator& op, lockstep::kube::Client& client, const lockstep:
   std::atomic<bool> applied{false};
   std::thread applier([&] {  // the applies run while the loop below reports progress
     bench::parallel(o.jobs, o.concurrency, [&](int i) {
-      if (g_interrupted) return;
       std::string name = "job-" + std::to_string(i);
       auto r = client.create(op.job_resource.path(ns), op.manifest(ns, name));
       if (!r.ok() && apply_errors++ < 3) std::cerr << "    apply " << op.job_resource.kind << " " << name << ": " << r.message() << "\n";
@@ -364,9 +361,7 @@ std::string joined(const std::vector<double>& v, int precision) {
 }
 
 int run_peers(const PeerOptions& o) {
-  struct sigaction sa {};
-  sa.sa_handler = on_interrupt;
-  for (int s : {SIGINT, SIGTERM}) ::sigaction(s, &sa, nullptr);
+  bench::catch_stop_signals();
   const int total = o.jobs * o.nodes;
   bool want_kubeflow = std::find(o.operators.begin(), o.operators.end(), "kubeflow") != o.operators.end();
   if (want_kubeflow) {

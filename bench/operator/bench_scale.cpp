@@ -61,7 +61,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-volatile sig_atomic_t g_stop = 0;
+using bench::g_stop;
 
 const char* kNamespace = "scale";
 const char* kHoldLabel = "lockstep_bench_hold";  // no dots or slashes: KWOK's selector reads it as .metadata.labels.<key>
@@ -475,11 +475,7 @@ int missing(const std::string& what) {
 
 int main(int argc, char** argv) {
   Options o = parse(argc, argv);
-  {
-    struct sigaction sa {};
-    sa.sa_handler = [](int) { g_stop = 1; };
-    for (int s : {SIGINT, SIGTERM}) ::sigaction(s, &sa, nullptr);
-  }
+  bench::catch_stop_signals();
   lockstep::kube::init_http_threads(4);
   std::string k8s_bin = env_or("LOCKSTEP_K8S_BIN", "");
   if (k8s_bin.empty() || !fs::exists(k8s_bin + "/kube-apiserver") || !fs::exists(k8s_bin + "/etcd"))
@@ -540,7 +536,7 @@ int main(int argc, char** argv) {
       // lift it once KWOK reports the node Ready.
       else if (!client.patch("/api/v1/nodes/" + node["metadata"]["name"].get<std::string>(), {{"spec", {{"taints", nullptr}}}}).ok())
         ++node_errors;
-    }, &g_stop);
+    });
     if (node_errors) throw std::runtime_error(std::to_string(node_errors) + " nodes could not be created");
     {
       std::ofstream(dir + "/kwok.yaml") << kwok_stages(o.succeed_after);
@@ -671,7 +667,7 @@ int main(int argc, char** argv) {
       if (!r.ok()) {
         if (apply_errors++ < 3) std::cerr << "  apply job-" << i << ": " << r.message() << "\n";
       }
-    }, &g_stop);
+    });
     double apply_s = std::chrono::duration<double>(Clock::now() - t_apply).count();
     std::cout << "  applied in " << fmt(apply_s) << " s (" << apply_errors << " errors)" << std::endl;
     auto since_apply = [&](Clock::time_point t) { return std::chrono::duration<double>(t - t_apply).count(); };
@@ -747,7 +743,7 @@ int main(int argc, char** argv) {
         if (r.ok()) return;
         if (r.not_found() || r.conflict()) ++already_gone;
         else if (patch_errors++ < 3) std::cerr << "  fail " << names[i] << ": " << r.message() << "\n";
-      }, &g_stop);
+      });
       double patch_s = std::chrono::duration<double>(Clock::now() - t_storm).count();
       std::cout << "  " << names.size() - already_gone << " pods Failed in " << fmt(patch_s, 2) << " s (" << already_gone
                 << " already deleted by their gang's restart; " << patch_errors << " errors)" << std::endl;
@@ -790,7 +786,7 @@ int main(int argc, char** argv) {
       bench::parallel(static_cast<int>(names.size()), 32, [&](int i) {
         auto r = client.patch(res::kPods.path(kNamespace, names[i]), {{"metadata", {{"labels", {{kHoldLabel, nullptr}}}}}});
         if (!r.ok() && !r.not_found() && errors++ < 3) std::cerr << "  release " << names[i] << ": " << r.message() << "\n";
-      }, &g_stop);
+      });
       ok = errors == 0 && wait_for("phase 3", [&] { return cluster.job_count("Succeeded") == o.jobs; });
       double done_s = ok ? std::chrono::duration<double>(Clock::now() - t_release).count() : -1;
       report << "  phase 3: release -> all jobs Succeeded: " << (done_s < 0 ? "not reached" : fmt(done_s) + " s")

@@ -157,15 +157,19 @@ Response Client::request(const std::string& verb, const std::string& path, const
   return finish(*p);
 }
 
+std::vector<Response> Client::finish_all(const std::vector<std::shared_ptr<Pending>>& pending) {
+  std::vector<Response> out;
+  out.reserve(pending.size());
+  for (const auto& p : pending) out.push_back(finish(*p));
+  return out;
+}
+
 std::vector<Response> Client::create_all(const std::string& path, const std::vector<json>& bodies,
                                          const Prune* prune) {
   std::vector<std::shared_ptr<Pending>> pending;
   pending.reserve(bodies.size());
   for (const auto& b : bodies) pending.push_back(start("POST", path, &b, "application/json", prune));
-  std::vector<Response> out;
-  out.reserve(bodies.size());
-  for (auto& p : pending) out.push_back(finish(*p));
-  return out;
+  return finish_all(pending);
 }
 
 std::vector<Response> Client::remove_all(const std::vector<std::string>& paths, const std::vector<json>& options,
@@ -176,10 +180,7 @@ std::vector<Response> Client::remove_all(const std::vector<std::string>& paths, 
     const json* o = i < options.size() && !options[i].is_null() ? &options[i] : nullptr;
     pending.push_back(start("DELETE", paths[i], o, "application/json", prune));
   }
-  std::vector<Response> out;
-  out.reserve(paths.size());
-  for (auto& p : pending) out.push_back(finish(*p));
-  return out;
+  return finish_all(pending);
 }
 
 Response Client::get(const std::string& path, const Prune* prune, PruneRoot root) {

@@ -107,6 +107,7 @@ class Client {
                                  const std::string& content_type, const Prune* prune = nullptr,
                                  PruneRoot root = PruneRoot::Document);
   Response finish(Pending& pending);
+  std::vector<Response> finish_all(const std::vector<std::shared_ptr<Pending>>& pending);  // in order
   RestConfig config_;
   RateLimiter limiter_;
   RequestObserver observer_;
