@@ -35,6 +35,11 @@ const kube::Prune kJobPrune{{{"metadata", "managedFields"},
 // creates and deletes, only their status codes (kube::kDiscardBody).
 const kube::Prune kStatusWritePrune{{{"metadata", "managedFields"}, {"spec"}, {"status"}}};
 
+// What the Service and PodGroup informers cache: each child's ref, indexed by its job.
+kube::Informer<ChildRef>::Typed child_typed() {
+  return {[](json& obj) { return ChildRef::from_json(obj); }, [](const ChildRef& c) { return c.owner_key(); }};
+}
+
 std::pair<std::string, std::string> split_key(const std::string& key) {
   auto slash = key.find('/');
   return {key.substr(0, slash), key.substr(slash + 1)};
@@ -61,6 +66,10 @@ kube::InformerBase::Options Controller::child_options(bool pods) const {
   return o;
 }
 
+Controller::ChildInformer::Handler Controller::child_handler() {
+  return [this](const ChildInformer::Ptr& old, const ChildInformer::Ptr& now) { on_child(old.get(), now.get()); };
+}
+
 // A child changed: observe expectations, then reconcile its job.
 void Controller::on_child(const ChildRef* old, const ChildRef* now) {
   const ChildRef& obj = now ? *now : *old;
@@ -72,11 +81,6 @@ void Controller::on_child(const ChildRef* old, const ChildRef* now) {
 }
 
 void Controller::start_informers() {
-  auto child_handler = [this](const ChildInformer::Ptr& old, const ChildInformer::Ptr& now) {
-    on_child(old.get(), now.get());
-  };
-  auto child_typed = ChildInformer::Typed{[](json& obj) { return ChildRef::from_json(obj); },
-                                          [](const ChildRef& c) { return c.owner_key(); }};
   kube::InformerBase::Options job_opts;
   job_opts.ns = config_.watch_namespace;
   job_opts.prune = kJobPrune;
@@ -95,7 +99,8 @@ void Controller::start_informers() {
       [this](const PodInformer::Ptr& old, const PodInformer::Ptr& now) {
         on_child(old ? &old->ref : nullptr, now ? &now->ref : nullptr);
       });
-  services_ = std::make_unique<ChildInformer>(client_, res::kServices, child_options(false), child_typed, child_handler);
+  services_ = std::make_unique<ChildInformer>(client_, res::kServices, child_options(false), child_typed(),
+                                              child_handler());
   jobs_->start();
   pods_->start();
   services_->start();
@@ -184,11 +189,7 @@ reconcile::GangSupport Controller::gang_support() {
       options.on_synced = [this] {
         for (const auto& job : jobs_->list()) queue_.add(job->view.ns + "/" + job->view.name);
       };
-      podgroups_ = std::make_unique<ChildInformer>(
-          client_, res::kPodGroups, options,
-          ChildInformer::Typed{[](json& obj) { return ChildRef::from_json(obj); },
-                               [](const ChildRef& c) { return c.owner_key(); }},
-          [this](const ChildInformer::Ptr& old, const ChildInformer::Ptr& now) { on_child(old.get(), now.get()); });
+      podgroups_ = std::make_unique<ChildInformer>(client_, res::kPodGroups, options, child_typed(), child_handler());
       podgroups_->start();
       podgroups_ptr_ = podgroups_.get();
     }

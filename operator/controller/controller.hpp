@@ -80,6 +80,7 @@ class Controller {
   using JobInformer = kube::Informer<reconcile::JobRecord>;
   using PodInformer = kube::Informer<reconcile::PodRecord>;
   using ChildInformer = kube::Informer<reconcile::ChildRef>;  // Services, PodGroups
+  ChildInformer::Handler child_handler();  // on_child for a Service or PodGroup change
   std::unique_ptr<JobInformer> jobs_;
   std::unique_ptr<PodInformer> pods_;
   std::unique_ptr<ChildInformer> services_;
