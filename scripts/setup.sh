@@ -166,22 +166,14 @@ fi
 if ((only_trainer)); then log "set-up for ${1#--} complete (cache: $CACHE)"; exit 0; fi
 
 # --- 3. etcd and kube-apiserver --------------------------------------------------------
+# The version the Kubernetes binaries report (the control plane's, the node's, the gang scheduler's).
+ver=$KUBERNETES_VERSION; minor=${ver#v1.}; minor=${minor%%.*}
+k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$ver -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
 gotools="$ROOT/tests/controlplane/gotools"
-stamp=$(cat "$gotools/go.mod" "$gotools/go.sum" | sha256sum | cut -c1-16)
-if [[ -x $K8S_BIN/etcd && -x $K8S_BIN/kube-apiserver && $(cat "$K8S_BIN/.stamp" 2>/dev/null) == "$stamp" ]]; then
-  log "control plane: etcd $ETCD_VERSION and kube-apiserver $KUBERNETES_VERSION cached in $K8S_BIN"
-else
-  command -v go >/dev/null || die "Go is needed to build the test control plane; install the Go toolchain"
-  log "control plane: building etcd $ETCD_VERSION and kube-apiserver $KUBERNETES_VERSION from the Go module proxy (several minutes on 2 cores, once)"
-  mkdir -p "$K8S_BIN"
-  ver=$KUBERNETES_VERSION; minor=${ver#v1.}; minor=${minor%%.*}
-  ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$ver -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
-  (cd "$gotools" && run_with_heartbeat "go mod download" go mod download)
-  (cd "$gotools" && run_with_heartbeat "building etcd" go build -trimpath -ldflags "$ldflags" -o "$K8S_BIN/etcd" go.etcd.io/etcd/server/v3)
-  (cd "$gotools" && run_with_heartbeat "building kube-apiserver" go build -trimpath -ldflags "$ldflags" -o "$K8S_BIN/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver)
-  echo "$stamp" > "$K8S_BIN/.stamp"
-  log "control plane: built into $K8S_BIN"
-fi
+go_build_cached "control plane (etcd $ETCD_VERSION, kube-apiserver $KUBERNETES_VERSION)" "$gotools" "$K8S_BIN" \
+  "$(cat "$gotools/go.mod" "$gotools/go.sum" | sha256sum | cut -c1-16)" \
+  "$k8s_ldflags" \
+  go.etcd.io/etcd/server/v3=etcd k8s.io/kubernetes/cmd/kube-apiserver
 
 # --- 4. kubectl and helm ------------------------------------------------------------------
 if [[ -x $TOOLS_BIN/kubectl && -x $TOOLS_BIN/helm ]]; then
@@ -227,10 +219,9 @@ fi
 node_mod="$ROOT/tests/cluster/gotools"
 grep -q "^require k8s.io/kubernetes $KUBERNETES_VERSION\$" "$node_mod/go.mod" ||
   die "$node_mod/go.mod must require k8s.io/kubernetes $KUBERNETES_VERSION, as scripts/versions.env pins"
-ver=$KUBERNETES_VERSION; minor=${ver#v1.}; minor=${minor%%.*}
 go_build_cached "real-node cluster" "$node_mod" "$K8S_NODE_BIN" \
   "$(cat "$node_mod/go.mod" "$node_mod/go.sum" | sha256sum | cut -c1-16)" \
-  "-s -w -X k8s.io/component-base/version.gitVersion=$ver -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor" \
+  "$k8s_ldflags" \
   k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-scheduler \
   k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-proxy
 
@@ -252,7 +243,7 @@ grep -q "^	sigs.k8s.io/scheduler-plugins $SCHEDULER_PLUGINS_VERSION\$" "$sched_m
   die "$sched_mod/go.mod must require sigs.k8s.io/scheduler-plugins $SCHEDULER_PLUGINS_VERSION and replace k8s.io/kubernetes with $KUBERNETES_VERSION, as scripts/versions.env pins"
 go_build_cached "gang scheduler (scheduler-plugins $SCHEDULER_PLUGINS_VERSION)" "$sched_mod" "$SCHEDULER_PLUGINS_BIN" \
   "$(cat "$sched_mod/go.mod" "$sched_mod/go.sum" "$sched_mod/main.go" | sha256sum | cut -c1-16)" \
-  "-s -w -X k8s.io/component-base/version.gitVersion=$ver -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor" \
+  "$k8s_ldflags" \
   lockstep.dev/tests/cluster/cosched=kube-scheduler-cosched
 [[ -x $SCHEDULER_PLUGINS_BIN/kube-scheduler-cosched ]] || die "the gang scheduler did not build into $SCHEDULER_PLUGINS_BIN"
 # The PodGroup CRD cluster.sh installs must be the one this version's plugin reads.
