@@ -136,13 +136,6 @@ int main(int argc, char** argv) {
     std::cerr << "lockstep-operator: " << e.what() << "\n";
     return 2;
   }
-  // Note [System CA bundle] (kube/client.cpp): cpprestsdk loads OpenSSL's default CA file
-  // into the TLS context of every new connection (about 20 ms of CPU each), and with the
-  // cluster's CA given the client throws that store away at once: the API server, this
-  // process's only TLS peer, is verified by its CA alone. So the default file is pointed at
-  // an empty one, whatever SSL_CERT_FILE said (it could not change whom the operator
-  // trusts), and the load costs nothing. Set before any thread starts.
-  if (!config.ca_pem.empty()) setenv("SSL_CERT_FILE", "/dev/null", /*overwrite=*/1);
   lockstep::kube::init_http_threads(2);
   config.qps = opt.qps;
   config.burst = opt.burst;

@@ -1,15 +1,12 @@
 #include "kube/client.hpp"
 
-#include <boost/asio/ssl.hpp>
-#include <cpprest/containerstream.h>
-#include <cpprest/http_client.h>
-#include <openssl/ssl.h>
 #include <pplx/threadpool.h>
 
 #include <stdexcept>
 #include <thread>
 
-namespace http = web::http;
+#include "kube/http.hpp"
+
 using json = nlohmann::json;
 
 namespace lockstep::kube {
@@ -41,39 +38,34 @@ void RateLimiter::acquire() {
   if (wait.count() > 0) std::this_thread::sleep_for(wait);
 }
 
-namespace {
-
-// Note [System CA bundle]
-// cpprestsdk builds a fresh TLS context for every connection and loads the system CA bundle
-// into it (set_default_verify_paths) before our callback runs: ~140 certificates through
-// OpenSSL 3's decoders, about 20 ms of CPU and half a megabyte per connection
-// (bench/operator). With the cluster's CA given, the API server must be verified by that CA
-// alone, as client-go does, so the callback swaps in a store that holds only it: the
-// system roots are no longer trusted for the cluster, and their memory is freed at once.
-// The load's CPU is still spent, once per new connection (pooled connections are reused).
-// Nothing here touches the process environment (SSL_CERT_FILE), which other TLS users of
-// a process may rely on; lockstep-operator, whose only TLS peer is the API server, points
-// it at an empty file itself when the CA is given (operator/main.cpp).
-void trust_only(boost::asio::ssl::context& ctx, const std::string& ca_pem) {
-  X509_STORE* store = X509_STORE_new();
-  if (!store) throw std::runtime_error("cannot allocate an X509 store for the cluster CA");
-  SSL_CTX_set_cert_store(ctx.native_handle(), store);  // frees the system bundle's store
-  ctx.add_certificate_authority(boost::asio::buffer(ca_pem.data(), ca_pem.size()));
-}
-
-}  // namespace
-
 struct Cancellation::State {
-  pplx::cancellation_token_source source;
+  http::Interrupt interrupt;
 };
 
 Cancellation::Cancellation() : state_(std::make_shared<State>()) {}
-void Cancellation::cancel() { state_->source.cancel(); }
-bool Cancellation::cancelled() const { return state_->source.get_token().is_canceled(); }
+void Cancellation::cancel() { state_->interrupt.interrupt(); }
+bool Cancellation::cancelled() const { return state_->interrupt.interrupted(); }
+
+namespace {
+
+http::TlsConfig tls_of(const RestConfig& c) {
+  http::TlsConfig t;
+  t.ca_pem = c.ca_pem;
+  t.cert_pem = c.client_cert_pem;
+  t.key_pem = c.client_key_pem;
+  t.insecure_skip_verify = c.insecure_skip_tls_verify;
+  return t;
+}
+
+// A request's read or write that waits longer than this fails the request.
+constexpr std::chrono::seconds kRequestTimeout{30};
+
+}  // namespace
 
 struct Client::Impl {
-  http::client::http_client_config base_config;
-  std::unique_ptr<http::client::http_client> client;
+  explicit Impl(const RestConfig& c)
+      : transport(c.server, tls_of(c), kRequestTimeout, std::string("lockstep-operator/") + LOCKSTEP_VERSION) {}
+  http::Transport transport;
   std::mutex token_mu;
   std::string token;
   std::chrono::steady_clock::time_point token_read{};
@@ -88,99 +80,69 @@ struct Client::Impl {
     }
     return "Bearer " + token;
   }
+
+  static Response finish(const std::string& verb, http::Reply&& reply, const Prune* prune, PruneRoot root,
+                         const RequestObserver& observer) {
+    Response r;
+    r.status = reply.status;
+    if (r.status == 0) {
+      r.error = std::move(reply.error);
+    } else {
+      // An error's Status is read whole: its message and reason are what the caller reports.
+      r.body = parse_pruned(reply.body, r.ok() ? prune : nullptr, root);
+      if (r.body.is_discarded()) r.body = nullptr;
+    }
+    if (observer) observer(verb, r.status);
+    return r;
+  }
 };
 
-Client::Client(RestConfig config) : config_(std::move(config)), limiter_(config_.qps, config_.burst), impl_(new Impl) {
-  auto& cfg = impl_->base_config;
-  cfg.set_timeout(std::chrono::seconds(30));
-  cfg.set_validate_certificates(!config_.insecure_skip_tls_verify);
-  cfg.set_proxy(web::web_proxy(web::web_proxy::disabled));
-  std::string ca = config_.ca_pem, cert = config_.client_cert_pem, key = config_.client_key_pem;
-  cfg.set_ssl_context_callback([ca, cert, key](boost::asio::ssl::context& ctx) {
-    if (!ca.empty()) trust_only(ctx, ca);
-    if (!cert.empty()) {
-      ctx.use_certificate_chain(boost::asio::buffer(cert.data(), cert.size()));
-      ctx.use_private_key(boost::asio::buffer(key.data(), key.size()), boost::asio::ssl::context::pem);
-    }
-  });
-  impl_->client = std::make_unique<http::client::http_client>(utility::conversions::to_string_t(config_.server), cfg);
-}
+Client::Client(RestConfig config)
+    : config_(std::move(config)), limiter_(config_.qps, config_.burst), impl_(std::make_unique<Impl>(config_)) {}
 
 Client::~Client() = default;
 
-struct Client::Pending {
-  std::string verb;
-  const Prune* prune = nullptr;
-  PruneRoot root = PruneRoot::Document;
-  pplx::task<std::pair<int, std::string>> task;
-};
-
-std::shared_ptr<Client::Pending> Client::start(const std::string& verb, const std::string& path, const json* body,
-                                               const std::string& content_type, const Prune* prune, PruneRoot root) {
-  limiter_.acquire();
-  http::http_request req(verb);
-  req.set_request_uri(path);
-  req.headers().add("Accept", "application/json");
-  std::string auth = impl_->auth_header(config_);
-  if (!auth.empty()) req.headers().add("Authorization", auth);
-  if (body && !body->is_null()) req.set_body(body->dump(), content_type);
-  auto p = std::make_shared<Pending>();
-  p->verb = verb;
-  p->prune = prune;
-  p->root = root;
-  p->task = impl_->client->request(req).then([](http::http_response resp) {
-    int status = resp.status_code();
-    return resp.extract_utf8string(true).then([status](std::string text) { return std::make_pair(status, text); });
-  });
-  return p;
-}
-
-Response Client::finish(Pending& p) {
-  Response r;
-  try {
-    auto [status, text] = p.task.get();
-    r.status = status;
-    // An error's Status is read whole: its message and reason are what the caller reports.
-    r.body = parse_pruned(text, r.ok() ? p.prune : nullptr, p.root);
-    if (r.body.is_discarded()) r.body = nullptr;
-  } catch (const std::exception& e) {
-    r.status = 0;
-    r.error = e.what();
-  }
-  if (observer_) observer_(p.verb, r.status);
-  return r;
-}
+size_t Client::connections_opened() const { return impl_->transport.connections_opened(); }
 
 Response Client::request(const std::string& verb, const std::string& path, const json* body,
-                         const std::string& content_type, const Prune* prune, PruneRoot root) {
-  auto p = start(verb, path, body, content_type, prune, root);
-  return finish(*p);
+                         const char* content_type, const Prune* prune, PruneRoot root) {
+  limiter_.acquire();
+  std::string payload = body && !body->is_null() ? body->dump() : std::string();
+  std::string auth = impl_->auth_header(config_);
+  http::Request req{verb, path, payload.empty() ? "" : content_type, payload, auth};
+  return Impl::finish(verb, impl_->transport.round_trip(req), prune, root, observer_);
 }
 
-std::vector<Response> Client::finish_all(const std::vector<std::shared_ptr<Pending>>& pending) {
+std::vector<Response> Client::request_all(const std::string& verb, const std::vector<std::string>& paths,
+                                          const std::vector<const json*>& bodies, const Prune* prune) {
+  std::vector<std::string> payloads(paths.size());
+  std::vector<http::Request> reqs(paths.size());
+  std::string auth = impl_->auth_header(config_);
+  for (size_t i = 0; i < paths.size(); ++i) {
+    if (i < bodies.size() && bodies[i] && !bodies[i]->is_null()) payloads[i] = bodies[i]->dump();
+    reqs[i] = http::Request{verb, paths[i], payloads[i].empty() ? "" : "application/json", payloads[i], auth};
+  }
+  auto replies = impl_->transport.round_trip_all(reqs, [this](size_t) { limiter_.acquire(); });
   std::vector<Response> out;
-  out.reserve(pending.size());
-  for (const auto& p : pending) out.push_back(finish(*p));
+  out.reserve(replies.size());
+  for (auto& reply : replies) out.push_back(Impl::finish(verb, std::move(reply), prune, PruneRoot::Document, observer_));
   return out;
 }
 
 std::vector<Response> Client::create_all(const std::string& path, const std::vector<json>& bodies,
                                          const Prune* prune) {
-  std::vector<std::shared_ptr<Pending>> pending;
-  pending.reserve(bodies.size());
-  for (const auto& b : bodies) pending.push_back(start("POST", path, &b, "application/json", prune));
-  return finish_all(pending);
+  std::vector<std::string> paths(bodies.size(), path);
+  std::vector<const json*> ptrs;
+  ptrs.reserve(bodies.size());
+  for (const auto& b : bodies) ptrs.push_back(&b);
+  return request_all("POST", paths, ptrs, prune);
 }
 
 std::vector<Response> Client::remove_all(const std::vector<std::string>& paths, const std::vector<json>& options,
                                          const Prune* prune) {
-  std::vector<std::shared_ptr<Pending>> pending;
-  pending.reserve(paths.size());
-  for (size_t i = 0; i < paths.size(); ++i) {
-    const json* o = i < options.size() && !options[i].is_null() ? &options[i] : nullptr;
-    pending.push_back(start("DELETE", paths[i], o, "application/json", prune));
-  }
-  return finish_all(pending);
+  std::vector<const json*> ptrs(paths.size(), nullptr);
+  for (size_t i = 0; i < paths.size() && i < options.size(); ++i) ptrs[i] = &options[i];
+  return request_all("DELETE", paths, ptrs, prune);
 }
 
 Response Client::get(const std::string& path, const Prune* prune, PruneRoot root) {
@@ -203,11 +165,10 @@ Response Client::remove(const std::string& path, const json& options, const Prun
 }
 
 // Note [Reading a watch]
-// A watch is one long response of newline-separated JSON events. cpprestsdk's read_line
-// takes it a byte at a time through its task machinery, which at 10,000 pods cost more CPU
-// than parsing the events (bench/operator/RESULTS.md). Here the stream is read in chunks of
-// whatever has arrived (waiting only for the first byte of the next one) and split into
-// lines in place; each complete line is parsed (pruned) and handed on.
+// A watch is one long chunked answer of newline-separated JSON events, on a connection of its
+// own (http::Transport::stream). The body is handed on as the transport reads it, usually an
+// event per chunk; each complete line is parsed (pruned) where it lies and handed on, and only
+// a line split across reads is copied, to be joined.
 Response Client::watch(const std::string& path, const std::string& resource_version, int timeout_seconds,
                        const std::function<void(const std::string&, json&)>& on_event,
                        const Cancellation& cancel, const Prune* prune) {
@@ -215,75 +176,81 @@ Response Client::watch(const std::string& path, const std::string& resource_vers
   std::string query = path + (path.find('?') == std::string::npos ? "?" : "&") +
                       "watch=1&allowWatchBookmarks=true&timeoutSeconds=" + std::to_string(timeout_seconds);
   if (!resource_version.empty()) query += "&resourceVersion=" + url_encode(resource_version);
-  auto cfg = impl_->base_config;
-  cfg.set_timeout(std::chrono::seconds(timeout_seconds + 30));
-  http::client::http_client client(utility::conversions::to_string_t(config_.server), cfg);
-  http::http_request req(http::methods::GET);
-  req.set_request_uri(query);
   std::string auth = impl_->auth_header(config_);
-  if (!auth.empty()) req.headers().add("Authorization", auth);
   Response r;
   if (cancel.cancelled()) {
     r.error = "watch cancelled";
     return r;
   }
+  bool ended_by_error = false;
+  std::string partial;  // the start of a line whose end has not arrived yet
+  auto handle = [&](std::string_view line) {
+    if (line.empty()) return true;
+    json event = parse_pruned(line, prune, PruneRoot::WatchObject);
+    if (!event.is_object() || !event.contains("type") || !event["type"].is_string()) return true;
+    const std::string& type = event["type"].get_ref<const std::string&>();
+    if (type == "ERROR") {  // the object is a Status, read whole; 410 means "re-list"
+      r.body = json::parse(line, nullptr, false).value("object", json::object());
+      r.status = r.body.value("code", 500);
+      ended_by_error = true;
+      return false;
+    }
+    on_event(type, event["object"]);
+    return true;
+  };
+  auto sink = [&](std::string_view piece) {
+    for (size_t nl; (nl = piece.find('\n')) != std::string_view::npos; piece.remove_prefix(nl + 1)) {
+      bool more;
+      if (partial.empty()) {
+        more = handle(piece.substr(0, nl));
+      } else {
+        partial.append(piece.substr(0, nl));
+        more = handle(partial);
+        partial.clear();
+      }
+      if (!more) return false;
+    }
+    partial.append(piece);
+    return !cancel.cancelled();
+  };
+  http::Reply reply;
   try {
-    // The token closes the connection when cancelled, ending a blocked read below.
-    auto resp = client.request(req, cancel.state_->source.get_token()).get();
-    r.status = resp.status_code();
-    if (r.status != 200) {
-      r.body = json::parse(resp.extract_utf8string(true).get(), nullptr, false);
-      if (observer_) observer_("WATCH", r.status);
-      return r;
-    }
-    if (observer_) observer_("WATCH", r.status);
-    auto buf = resp.body().streambuf();
-    using traits = concurrency::streams::streambuf<uint8_t>::traits;
-    std::string data;     // bytes read and not yet handed on: at most a partial line
-    std::vector<uint8_t> chunk(64 * 1024);
-    while (!cancel.cancelled()) {
-      size_t avail = buf.in_avail();
-      if (avail == 0) {  // wait for the next byte (or the end), then take what came with it
-        auto c = buf.bumpc().get();
-        if (c == traits::eof()) break;
-        data.push_back(static_cast<char>(c));
-        avail = buf.in_avail();
-      }
-      if (avail > 0) {
-        size_t n = buf.getn(chunk.data(), std::min(avail, chunk.size())).get();
-        data.append(reinterpret_cast<const char*>(chunk.data()), n);
-      }
-      size_t start = 0;
-      for (size_t nl; (nl = data.find('\n', start)) != std::string::npos; start = nl + 1) {
-        std::string_view line(data.data() + start, nl - start);
-        if (line.empty()) continue;
-        json event = parse_pruned(line, prune, PruneRoot::WatchObject);
-        if (!event.is_object() || !event.contains("type") || !event["type"].is_string()) continue;
-        const std::string& type = event["type"].get_ref<const std::string&>();
-        if (type == "ERROR") {  // the object is a Status, read whole; 410 means "re-list"
-          r.body = json::parse(line, nullptr, false).value("object", json::object());
-          r.status = r.body.value("code", 500);
-          return r;
-        }
-        on_event(type, event["object"]);
-      }
-      data.erase(0, start);
-    }
-  } catch (const std::exception& e) {
+    reply = impl_->transport.stream(http::Request{"GET", query, "", "", auth}, std::chrono::seconds(timeout_seconds + 30),
+                                    cancel.state_->interrupt, sink);
+  } catch (const std::exception& e) {  // thrown by on_event
     r.status = 0;
-    r.error = cancel.cancelled() ? "watch cancelled" : e.what();
+    r.error = e.what();
+    return r;
   }
-  if (cancel.cancelled() && r.status == 200) {
-    r.status = 0;
+  if (ended_by_error) return r;
+  if (cancel.cancelled()) {
     r.error = "watch cancelled";
+    return r;
   }
+  r.status = reply.status;
+  if (observer_) observer_("WATCH", r.status);
+  if (r.status == 0) r.error = std::move(reply.error);
+  else if (r.status != 200) r.body = json::parse(reply.body, nullptr, false);
   return r;
 }
 
 void init_http_threads(size_t threads) { crossplat::threadpool::initialize_with_threads(threads); }
 
 std::string url_encode(const std::string& s) {
-  return utility::conversions::to_utf8string(web::uri::encode_data_string(utility::conversions::to_string_t(s)));
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' ||
+        c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
 }
 
 }  // namespace lockstep::kube

@@ -1,5 +1,6 @@
-// A Kubernetes REST client on cpprestsdk: JSON requests with bearer-token or client-
-// certificate auth over TLS, a client-side token-bucket rate limit, and watch streams.
+// A Kubernetes REST client: JSON requests with bearer-token or client-certificate auth over
+// TLS, a client-side token-bucket rate limit, and watch streams, on our own HTTP/1.1
+// transport (kube/http.hpp, Note [Own HTTP client]).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -78,8 +79,8 @@ class Client {
   Response patch(const std::string& path, const nlohmann::json& body, PatchType type = PatchType::Merge,
                  const Prune* prune = nullptr);
   Response remove(const std::string& path, const nlohmann::json& options = nullptr, const Prune* prune = nullptr);
-  // Starts creates without a thread each: the requests share cpprestsdk's I/O threads and
-  // their connections; returns the responses in order once all have answered.
+  // Creates in flight together without a thread each: every request is written, each on a
+  // connection of its own, before any answer is read; the responses in order.
   // `prune` applies to each answer (a created object is sent back whole, and is rarely read).
   std::vector<Response> create_all(const std::string& path, const std::vector<nlohmann::json>& bodies,
                                    const Prune* prune = nullptr);
@@ -97,29 +98,29 @@ class Client {
                  const std::function<void(const std::string& type, nlohmann::json& object)>& on_event,
                  const Cancellation& cancel, const Prune* prune = nullptr);
 
+  // Connections opened so far (a pooled connection is reused, not counted again).
+  size_t connections_opened() const;
+
  private:
   struct Impl;
   Response request(const std::string& verb, const std::string& path, const nlohmann::json* body,
-                   const std::string& content_type, const Prune* prune = nullptr,
-                   PruneRoot root = PruneRoot::Document);
-  struct Pending;
-  std::shared_ptr<Pending> start(const std::string& verb, const std::string& path, const nlohmann::json* body,
-                                 const std::string& content_type, const Prune* prune = nullptr,
-                                 PruneRoot root = PruneRoot::Document);
-  Response finish(Pending& pending);
-  std::vector<Response> finish_all(const std::vector<std::shared_ptr<Pending>>& pending);  // in order
+                   const char* content_type, const Prune* prune = nullptr, PruneRoot root = PruneRoot::Document);
+  // Several requests of one verb in flight together; `bodies[i]` null for none.
+  std::vector<Response> request_all(const std::string& verb, const std::vector<std::string>& paths,
+                                    const std::vector<const nlohmann::json*>& bodies, const Prune* prune);
   RestConfig config_;
   RateLimiter limiter_;
   RequestObserver observer_;
   std::unique_ptr<Impl> impl_;
 };
 
-// Sizes cpprestsdk's shared I/O thread pool; call once, first thing in main(). Its default
-// (40 threads) costs CPU in context switches on a small machine (bench/operator).
+// Sizes cpprestsdk's shared I/O thread pool (the operator's /metrics listener and its reads
+// of agents' progress use it); call once, first thing in main(). Its default (40 threads)
+// costs CPU in context switches on a small machine (bench/operator).
 void init_http_threads(size_t threads);
 
 // Query-string escaping for label selectors and the like: every byte but RFC 3986's
-// unreserved characters as %XX (cpprestsdk's web::uri::encode_data_string).
+// unreserved characters as %XX.
 std::string url_encode(const std::string& s);
 
 }  // namespace lockstep::kube

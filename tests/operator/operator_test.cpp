@@ -961,6 +961,25 @@ TEST_F(OperatorTest, AClientTrustsItsClusterCaAloneAndLeavesTheEnvironmentAlone)
   }
   EXPECT_EQ(environment(), kStartEnvironment) << "constructing a Client changed the process environment";
 
+  // Who the API server takes each user for: the token's, and the client certificate's
+  // (kubeconfig context lockstep-test-cert), both through our TLS transport.
+  auto whoami = [](const RestConfig& c) {
+    Client client(c);
+    auto r = client.create("/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                           {{"apiVersion", "authentication.k8s.io/v1"}, {"kind", "SelfSubjectReview"}});
+    EXPECT_TRUE(r.ok()) << r.message();
+    return r.body.value("/status/userInfo"_json_pointer, nlohmann::json::object());
+  };
+  EXPECT_EQ(whoami(config).value("username", ""), "lockstep-admin");
+  RestConfig cert = RestConfig::from_kubeconfig(control_plane()->kubeconfig(), "lockstep-test-cert");
+  ASSERT_FALSE(cert.client_cert_pem.empty());
+  auto cert_user = whoami(cert);
+  EXPECT_NE(cert_user.value("groups", nlohmann::json::array()).dump().find("system:masters"), std::string::npos)
+      << cert_user.dump();
+  RestConfig bad_token = config;
+  bad_token.token = "not-the-token";
+  EXPECT_EQ(Client(bad_token).get("/api/v1/namespaces").status, 401);
+
   // Another CA: the API server's certificate must not verify.
   std::string dir = ::testing::TempDir() + "/other-ca-" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
