@@ -21,14 +21,33 @@ using reconcile::ChildRef;
 using reconcile::JobRecord;
 using reconcile::PodRecord;
 
-// What the informers never parse (Note [Pruned parsing]): managedFields everywhere; a pod's
-// spec and the annotations of children (the controller reads neither); a TrainingJob's
-// last-applied annotation (a second copy of its spec).
+// What the informers never parse (Note [Pruned parsing]): managedFields everywhere; the spec
+// and annotations of children and the status of Services and PodGroups (the controller
+// reads none of them); a TrainingJob's last-applied annotation (a second copy of its spec).
+}  // namespace
+
 kube::Prune child_prune(bool pods) {
-  kube::Prune p{{{"metadata", "managedFields"}, {"metadata", "annotations"}}};
-  if (pods) p.drop.push_back({"spec"});
+  kube::Prune p{{{"metadata", "managedFields"}, {"metadata", "annotations"}, {"spec"}}};
+  if (!pods) {
+    p.drop.push_back({"status"});  // of a Service or PodGroup only its metadata is read
+    return p;
+  }
+  // Of a pod's status, PodView::from_json reads the phase, reason, podIP, the conditions'
+  // type, status, reason and message, and the containers' names and waiting or terminated
+  // states; the rest, rewritten by the kubelet as the pod runs, is left unbuilt.
+  for (const char* f : {"hostIP", "hostIPs", "podIPs", "startTime", "qosClass", "initContainerStatuses",
+                        "ephemeralContainerStatuses", "resourceClaimStatuses"})
+    p.drop.push_back({"status", f});
+  for (const char* f : {"lastProbeTime", "lastTransitionTime", "observedGeneration"})
+    p.drop.push_back({"status", "conditions", "*", f});
+  for (const char* f : {"image", "imageID", "containerID", "lastState", "ready", "restartCount", "started",
+                        "volumeMounts", "resources", "allocatedResources", "user"})
+    p.drop.push_back({"status", "containerStatuses", "*", f});
+  p.drop.push_back({"status", "containerStatuses", "*", "state", "running"});
   return p;
 }
+
+namespace {
 const kube::Prune kJobPrune{{{"metadata", "managedFields"},
                              {"metadata", "annotations", "kubectl.kubernetes.io/last-applied-configuration"}}};
 // Of the answer to a status write only metadata.resourceVersion is read; of the answers to
@@ -66,8 +85,17 @@ kube::InformerBase::Options Controller::child_options(bool pods) const {
   return o;
 }
 
+// Note [Unchanged children]
+// An update that leaves what is cached of a child as it was changes nothing decide() reads, so
+// it queues no reconcile: a PodGroup's status (the gang scheduler rewrites it as its pods
+// move), a pod's condition timestamps, a re-list that found the object as it was. At 4,000
+// pods they were a quarter of the operator's reconciles (bench/operator/RESULTS.md). Deadlines
+// and backoffs queue themselves (add_after), and the resync period still visits every job.
 Controller::ChildInformer::Handler Controller::child_handler() {
-  return [this](const ChildInformer::Ptr& old, const ChildInformer::Ptr& now) { on_child(old.get(), now.get()); };
+  return [this](const ChildInformer::Ptr& old, const ChildInformer::Ptr& now) {
+    if (old && now && *old == *now) return;
+    on_child(old.get(), now.get());
+  };
 }
 
 // A child changed: observe expectations, then reconcile its job.
@@ -97,6 +125,7 @@ void Controller::start_informers() {
       PodInformer::Typed{[](json& obj) { return PodRecord::from_json(obj); },
                          [](const PodRecord& p) { return p.ref.owner_key(); }},
       [this](const PodInformer::Ptr& old, const PodInformer::Ptr& now) {
+        if (old && now && *old == *now) return;  // Note [Unchanged children]
         on_child(old ? &old->ref : nullptr, now ? &now->ref : nullptr);
       });
   services_ = std::make_unique<ChildInformer>(client_, res::kServices, child_options(false), child_typed(),

@@ -43,6 +43,10 @@ struct Config {
 // True when the reconcile must wait.
 bool hold_for_expectations(Expectations& expectations, WorkQueue& queue, const std::string& key);
 
+// What the pod (pods true) or Service and PodGroup informers leave unparsed: everything the
+// conversions to PodRecord and ChildRef (reconcile/job.hpp) do not read.
+kube::Prune child_prune(bool pods);
+
 class Controller {
  public:
   Controller(kube::Client& client, Config config, op::Metrics& metrics);

@@ -112,6 +112,14 @@ struct PodView {
 
   bool finished() const { return phase == "Succeeded" || phase == "Failed"; }
   static PodView from_json(const nlohmann::json& obj);
+  bool operator==(const PodView& o) const {
+    return name == o.name && uid == o.uid && index == o.index && attempt == o.attempt && phase == o.phase &&
+           ready == o.ready && deleting == o.deleting && exit_code == o.exit_code && reason == o.reason &&
+           finished_at == o.finished_at && termination_message == o.termination_message &&
+           unschedulable_message == o.unschedulable_message && waiting_reason == o.waiting_reason &&
+           waiting_message == o.waiting_message && ip == o.ip;
+  }
+  bool operator!=(const PodView& o) const { return !(*this == o); }
 };
 
 // What the operator caches of each object (Note [Lean caches] in kube/informer.hpp): read
@@ -123,6 +131,11 @@ struct ChildRef {  // a pod, Service or PodGroup
   bool deleting = false;
   std::string owner_key() const { return job.empty() ? "" : ns + "/" + job; }  // ns/<job name>
   static ChildRef from_json(const nlohmann::json& obj);
+  bool operator==(const ChildRef& o) const {
+    return ns == o.ns && name == o.name && uid == o.uid && job == o.job && controller_uid == o.controller_uid &&
+           deleting == o.deleting;
+  }
+  bool operator!=(const ChildRef& o) const { return !(*this == o); }
 };
 
 // A pod: its ref and what decide() reads. Messages are bounded (the termination message's
@@ -131,6 +144,7 @@ struct PodRecord {
   ChildRef ref;
   PodView view;
   static PodRecord from_json(const nlohmann::json& pod);
+  bool operator==(const PodRecord& o) const { return ref == o.ref && view == o.view; }
 };
 
 struct JobRecord {
