@@ -33,6 +33,7 @@ struct Options {
   std::chrono::milliseconds lease_duration{15000}, renew_deadline{10000}, retry_period{2000};
   std::chrono::milliseconds restart_backoff{10000}, restart_backoff_max{300000};
   std::chrono::milliseconds resync_period{300000};
+  std::chrono::milliseconds status_batch_period{1000};
   std::chrono::milliseconds progress_period{30000};
   std::chrono::milliseconds podgroup_check_period{60000};
 };
@@ -54,6 +55,8 @@ const char* kUsage = R"(usage: lockstep-operator [flags]
   --restart-backoff D          first gang-restart delay, doubled per restart (default 10s)
   --restart-backoff-max D      its cap (default 5m)
   --resync-period D            reconcile every job at least this often, events or not (default 5m; 0 never)
+  --status-batch-period D      write a job's status no more often than this when only its node counts
+                               changed; phase, conditions and restarts are written at once (default 1s; 0 off)
   --podgroup-check-period D    how often to look for the PodGroup API, to use one installed later (default 60s)
   --progress-period D          how often rank 0's agent of a running job is read for status.progress
                                (kubectl get tj: step, tokens/s, ETA; default 30s; 0 never)
@@ -86,6 +89,7 @@ Options parse(int argc, char** argv) {
     else if (match(argc, argv, i, "--restart-backoff", v)) o.restart_backoff = to_duration("--restart-backoff", v);
     else if (match(argc, argv, i, "--restart-backoff-max", v)) o.restart_backoff_max = to_duration("--restart-backoff-max", v);
     else if (match(argc, argv, i, "--resync-period", v)) o.resync_period = to_duration("--resync-period", v);
+    else if (match(argc, argv, i, "--status-batch-period", v)) o.status_batch_period = to_duration("--status-batch-period", v);
     else if (match(argc, argv, i, "--podgroup-check-period", v)) o.podgroup_check_period = to_duration("--podgroup-check-period", v);
     else if (match(argc, argv, i, "--progress-period", v)) o.progress_period = to_duration("--progress-period", v);
     else if (match(argc, argv, i, "--log-level", v)) {
@@ -154,6 +158,7 @@ int main(int argc, char** argv) {
   cc.decide.restart_backoff = opt.restart_backoff;
   cc.decide.restart_backoff_max = opt.restart_backoff_max;
   cc.resync_period = opt.resync_period;
+  cc.status_batch_period = opt.status_batch_period;
   cc.progress_period = opt.progress_period;
   cc.podgroup_check_period = opt.podgroup_check_period;
   lockstep::controller::Controller controller(client, cc, metrics);

@@ -31,6 +31,9 @@ struct Config {
   reconcile::Options decide;
   std::string component = "lockstep-operator";
   std::chrono::milliseconds resync_period{std::chrono::minutes(5)};  // 0: only on events and timers
+  // A status write that changes only the node counts waits until this long after the job's
+  // last one (Note [Batched status writes]); 0: written at once.
+  std::chrono::milliseconds status_batch_period{std::chrono::seconds(1)};
   // How often API discovery is asked whether PodGroups exist (Note [PodGroup API discovery]).
   std::chrono::milliseconds podgroup_check_period{std::chrono::seconds(60)};
   // How often rank 0's agent is read for status.progress (reconcile/progress.hpp, Note
@@ -104,6 +107,10 @@ class Controller {
   std::map<std::string, JobProgress> progress_;  // by job key
   std::mutex foreign_mu_;
   std::set<std::string> foreign_warned_;  // ns/job/pod-uid
+  // When each job's status was last written (Note [Batched status writes]).
+  std::chrono::milliseconds status_write_wait(const std::string& key);
+  std::mutex status_mu_;
+  std::map<std::string, std::chrono::steady_clock::time_point> status_written_at_;
   std::mutex gang_mu_;
   std::chrono::steady_clock::time_point gang_checked_{};
   bool gang_available_ = false;

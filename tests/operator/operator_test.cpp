@@ -379,6 +379,33 @@ TEST_F(OperatorTest, AllPodsRunningThenSucceededGivesSucceeded) {
   EXPECT_NE(ev.output.find("AllNodesSucceeded"), std::string::npos) << ev.output;
 }
 
+// Note [Batched status writes]: pods that change within a moment of each other make one
+// write of the node counts, not one each; the counts are right once it is made, and a
+// change of phase is not held back.
+TEST_F(OperatorTest, NodeCountsThatChangeTogetherAreWrittenTogether) {
+  create_job("batch", 6);
+  ASSERT_TRUE(wait_pods("batch", 6));
+  ASSERT_TRUE(wait_phase("batch", "Pending"));
+  std::this_thread::sleep_for(1500ms);  // past the creation's write: the next one is due at once
+  History history(*client_, res::kTrainingJobs.path(ns_), "batch");
+  std::this_thread::sleep_for(300ms);  // the watch is open
+  for (int i = 0; i < 5; ++i) set_pod("batch-" + std::to_string(i), "Running");
+  ASSERT_TRUE(eventually([&] { return job("batch")["status"]["nodes"].value("ready", 0) == 5; }, 5s))
+      << job("batch")["status"].dump();
+  std::this_thread::sleep_for(1500ms);  // anything still held back would be written by now
+  std::vector<int> ready_written;
+  for (const auto& v : history.versions()) ready_written.push_back(v["status"]["nodes"].value("ready", 0));
+  ASSERT_FALSE(ready_written.empty());
+  EXPECT_EQ(ready_written.back(), 5);
+  EXPECT_LT(ready_written.size(), 5u) << "a status write per pod; ready counts written: "
+                                      << ::testing::PrintToString(ready_written);
+  EXPECT_EQ(phase("batch"), "Pending");
+  // The last pod makes the job Running: a change of phase goes out at once, with its counts.
+  set_pod("batch-5", "Running");
+  ASSERT_TRUE(wait_phase("batch", "Running", 5s));
+  EXPECT_EQ(job("batch")["status"]["nodes"].value("ready", 0), 6);
+}
+
 TEST_F(OperatorTest, ExitCode137RestartsTheWholeGang) {
   create_job("oom", 3);
   ASSERT_TRUE(wait_pods("oom", 3, 0));
