@@ -147,6 +147,7 @@ class Connection {
 
   Socket sock;
   SSL* ssl = nullptr;
+  std::string out;  // the request being written
   std::vector<char> buf = std::vector<char>(kBufferSize);
   size_t rpos = 0, wpos = 0;  // unread bytes are buf[rpos, wpos)
   bool reusable = true;
@@ -390,9 +391,10 @@ bool read_body(Connection& c, Head& h, const Sink& sink, bool& stopped, std::str
   }
 }
 
-// Reads one whole answer on `c`: a 200's body into `sink` when one is given, any other body
-// into reply.body. False on a transport error (reply.status is then 0).
-bool receive(Connection& c, Reply& reply, const Sink* sink, bool& got_bytes) {
+// Reads one whole answer on `c`: a 200's body into `sink` when one is given, a success's body
+// nowhere when `discard_ok`, any other body into reply.body. False on a transport error
+// (reply.status is then 0).
+bool receive(Connection& c, Reply& reply, const Sink* sink, bool& got_bytes, bool discard_ok = false) {
   Head h;
   got_bytes = false;
   if (!read_head(c, h, reply.error, got_bytes)) {
@@ -403,6 +405,9 @@ bool receive(Connection& c, Reply& reply, const Sink* sink, bool& got_bytes) {
   bool stopped = false, ok;
   if (sink && h.status == 200) {
     ok = read_body(c, h, *sink, stopped, reply.error);
+  } else if (discard_ok && h.status >= 200 && h.status < 300) {
+    static const Sink drop = [](std::string_view) { return true; };
+    ok = read_body(c, h, drop, stopped, reply.error);
   } else {
     if (h.length > 0) reply.body.reserve(static_cast<size_t>(std::min<long long>(h.length, 64 << 20)));
     Sink collect = [&reply](std::string_view piece) {
@@ -659,8 +664,8 @@ void Transport::release(std::unique_ptr<Connection> c) {
   if (idle_.size() < kMaxIdle) idle_.push_back(std::move(c));
 }
 
-std::string Transport::encode(const Request& r) const {
-  std::string s;
+void Transport::encode(const Request& r, std::string& s) const {
+  s.clear();  // the connection's buffer: its capacity stays, so a request allocates nothing
   s.reserve(160 + prefix_.size() + r.target.size() + host_header_.size() + user_agent_.size() +
             r.authorization.size() + r.content_type.size() + r.body.size());
   s.append(r.method).append(" ").append(prefix_).append(r.target).append(" HTTP/1.1\r\nHost: ").append(host_header_);
@@ -671,11 +676,11 @@ std::string Transport::encode(const Request& r) const {
     s.append("Content-Length: ").append(std::to_string(r.body.size())).append("\r\n");
   }
   s.append("\r\n").append(r.body);
-  return s;
 }
 
 bool Transport::send(Connection& c, const Request& r, std::string& error) {
-  if (!c.write_all(encode(r), error)) {
+  encode(r, c.out);
+  if (!c.write_all(c.out, error)) {
     c.reusable = false;
     return false;
   }
@@ -689,7 +694,7 @@ Reply Transport::round_trip(const Request& request) {
     bool reused = false, got_bytes = false;
     auto c = acquire(reused, reply.error);
     if (!c) return reply;
-    if (send(*c, request, reply.error) && receive(*c, reply, nullptr, got_bytes)) {
+    if (send(*c, request, reply.error) && receive(*c, reply, nullptr, got_bytes, request.discard_ok_body)) {
       release(std::move(c));
       return reply;
     }
@@ -718,7 +723,7 @@ std::vector<Reply> Transport::round_trip_all(const std::vector<Request>& request
   for (size_t i = 0; i < n; ++i) {
     if (conns[i]) {
       bool got_bytes = false;
-      if (receive(*conns[i], replies[i], nullptr, got_bytes)) {
+      if (receive(*conns[i], replies[i], nullptr, got_bytes, requests[i].discard_ok_body)) {
         release(std::move(conns[i]));
         continue;
       }

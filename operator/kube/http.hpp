@@ -45,6 +45,7 @@ struct Request {
   std::string_view content_type;  // only with a body
   std::string_view body;
   std::string_view authorization;  // the Authorization header's value; empty: none
+  bool discard_ok_body = false;     // a 2xx answer's body is read past, not kept
 };
 
 struct Reply {
@@ -102,7 +103,7 @@ class Transport {
   std::unique_ptr<Connection> acquire(bool& reused, std::string& error);
   void release(std::unique_ptr<Connection> c);
   bool send(Connection& c, const Request& r, std::string& error);
-  std::string encode(const Request& r) const;
+  void encode(const Request& r, std::string& out) const;
 
   bool tls_ = true;
   std::string host_;         // without brackets: a name or an IP literal
