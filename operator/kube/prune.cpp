@@ -39,6 +39,15 @@ class Parser {
     return p_ == end_;
   }
 
+  bool visit(JsonVisitor& v) {
+    visitor_ = &v;
+    record_all_ = true;  // the visitor is given every value's full path
+    ws();
+    if (!visit_value(0)) return false;
+    ws();
+    return p_ == end_;
+  }
+
  private:
   static constexpr int kMaxNesting = 512;
 
@@ -139,14 +148,108 @@ class Parser {
     }
   }
 
+  // Visiting (Note [Visited parsing]): as value(), object() and array(), building nothing;
+  // strings and keys are read into buffers that keep their capacity.
+  bool visit_value(int depth) {
+    if (p_ == end_) return false;
+    auto d = static_cast<size_t>(depth);
+    switch (*p_) {
+      case '{': {
+        if (depth >= kMaxNesting) return false;
+        visitor_->value(path_, d, {JsonValue::Object, {}});
+        ++p_;
+        ws();
+        if (p_ < end_ && *p_ == '}') {
+          ++p_;
+          return true;
+        }
+        while (true) {
+          ws();
+          if (p_ == end_ || *p_ != '"' || !string(key_)) return false;
+          ws();
+          if (p_ == end_ || *p_ != ':') return false;
+          ++p_;
+          ws();
+          if (static_cast<size_t>(depth) < max_depth_ && dropped(depth, key_)) {
+            if (!skip()) return false;
+          } else {
+            set_path(depth, key_);
+            if (!visit_value(depth + 1)) return false;
+          }
+          ws();
+          if (p_ == end_) return false;
+          if (*p_ == ',') {
+            ++p_;
+            continue;
+          }
+          if (*p_ == '}') {
+            ++p_;
+            return true;
+          }
+          return false;
+        }
+      }
+      case '[': {
+        if (depth >= kMaxNesting) return false;
+        visitor_->value(path_, d, {JsonValue::Array, {}});
+        ++p_;
+        ws();
+        if (p_ < end_ && *p_ == ']') {
+          ++p_;
+          return true;
+        }
+        set_path(depth, "*");
+        while (true) {
+          ws();
+          if (!visit_value(depth + 1)) return false;
+          ws();
+          if (p_ == end_) return false;
+          if (*p_ == ',') {
+            ++p_;
+            continue;
+          }
+          if (*p_ == ']') {
+            ++p_;
+            return true;
+          }
+          return false;
+        }
+      }
+      case '"':
+        if (!string(text_)) return false;
+        visitor_->value(path_, d, {JsonValue::String, text_});
+        return true;
+      case 't': return visit_literal("true", JsonValue::True, d);
+      case 'f': return visit_literal("false", JsonValue::False, d);
+      case 'n': return visit_literal("null", JsonValue::Null, d);
+      default: {
+        const char* start = p_;
+        bool integral, negative;
+        if (!scan_number(integral, negative)) return false;
+        visitor_->value(path_, d, {JsonValue::Number, std::string_view(start, static_cast<size_t>(p_ - start))});
+        return true;
+      }
+    }
+  }
+
+  bool visit_literal(const char* word, JsonValue::Kind kind, size_t depth) {
+    size_t n = std::strlen(word);
+    if (static_cast<size_t>(end_ - p_) < n || std::memcmp(p_, word, n) != 0) return false;
+    p_ += n;
+    visitor_->value(path_, depth, {kind, {}});
+    return true;
+  }
+
   // The key or "*" at nesting `depth` of the path from the root; deeper entries are stale.
   void set_path(int depth, std::string_view key) {
-    if (static_cast<size_t>(depth) >= max_depth_) return;  // no rule reaches this deep
+    if (!record_all_ && static_cast<size_t>(depth) >= max_depth_) return;  // no rule reaches this deep
     if (path_.size() <= static_cast<size_t>(depth)) path_.resize(depth + 1);
     path_[depth].assign(key.data(), key.size());
   }
 
-  static bool match(const std::string& rule, std::string_view key) { return rule == "*" || rule == key; }
+  static bool match(const std::string& rule, std::string_view key) {
+    return (rule.size() == 1 && rule[0] == '*') || std::string_view(rule) == key;  // no strlen, lengths first
+  }
 
   // Whether the value of `key`, in the object at nesting `depth`, is dropped: the path to it
   // is the prefix and then a rule.
@@ -156,10 +259,10 @@ class Parser {
     for (size_t i = 0; i < prefix_.size(); ++i)
       if (!match(prefix_[i], path_[i])) return false;
     for (const auto& rule : prune_.drop) {
-      if (prefix_.size() + rule.size() != len) continue;
+      if (prefix_.size() + rule.size() != len || !match(rule.back(), key)) continue;  // the key first: it differs most
       bool all = true;
       for (size_t i = 0; i + 1 < rule.size() && all; ++i) all = match(rule[i], path_[prefix_.size() + i]);
-      if (all && match(rule.back(), key)) return true;
+      if (all) return true;
     }
     return false;
   }
@@ -246,9 +349,9 @@ class Parser {
     }
   }
 
-  bool number(json& out) {
-    const char* start = p_;
-    bool negative = p_ < end_ && *p_ == '-';
+  // Past a number's literal, checked as RFC 8259 writes it.
+  bool scan_number(bool& integral, bool& negative) {
+    negative = p_ < end_ && *p_ == '-';
     if (negative) ++p_;
     if (p_ == end_ || *p_ < '0' || *p_ > '9') return false;
     if (*p_ == '0') {
@@ -256,7 +359,7 @@ class Parser {
     } else {
       while (p_ < end_ && *p_ >= '0' && *p_ <= '9') ++p_;
     }
-    bool integral = true;
+    integral = true;
     if (p_ < end_ && *p_ == '.') {
       integral = false;
       ++p_;
@@ -270,6 +373,13 @@ class Parser {
       if (p_ == end_ || *p_ < '0' || *p_ > '9') return false;
       while (p_ < end_ && *p_ >= '0' && *p_ <= '9') ++p_;
     }
+    return true;
+  }
+
+  bool number(json& out) {
+    const char* start = p_;
+    bool integral, negative;
+    if (!scan_number(integral, negative)) return false;
     if (integral) {  // as json::parse: unsigned when not negative, signed otherwise, if it fits
       if (negative) {
         std::int64_t v;
@@ -339,6 +449,9 @@ class Parser {
   std::vector<std::string> prefix_;
   size_t max_depth_ = 0;           // the deepest path any rule can match
   std::vector<std::string> path_;  // path_[d]: the key (or "*") at nesting d
+  JsonVisitor* visitor_ = nullptr;
+  bool record_all_ = false;        // visiting: path_ is kept at every depth
+  std::string key_, text_;         // visiting: the current key and string value
 };
 
 }  // namespace
@@ -350,6 +463,13 @@ json parse_pruned(std::string_view text, const Prune* prune, PruneRoot root) {
   Parser parser(text, *prune, root);
   if (!parser.parse(out)) return json(json::value_t::discarded);
   return out;
+}
+
+bool visit_pruned(std::string_view text, const Prune* prune, PruneRoot root, JsonVisitor& visitor) {
+  static const Prune kNone;
+  if (prune && prune->all) return true;
+  Parser parser(text, prune ? *prune : kNone, root);
+  return parser.visit(visitor);
 }
 
 }  // namespace lockstep::kube
