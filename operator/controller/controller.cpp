@@ -4,6 +4,7 @@
 
 #include <atomic>
 
+#include "controller/pod_event.hpp"
 #include "lockstep/contract.hpp"
 #include "lockstep/log.hpp"
 #include "reconcile/manifests.hpp"
@@ -56,7 +57,7 @@ const kube::Prune kStatusWritePrune{{{"metadata", "managedFields"}, {"spec"}, {"
 
 // What the Service and PodGroup informers cache: each child's ref, indexed by its job.
 kube::Informer<ChildRef>::Typed child_typed() {
-  return {[](json& obj) { return ChildRef::from_json(obj); }, [](const ChildRef& c) { return c.owner_key(); }};
+  return {[](json& obj) { return ChildRef::from_json(obj); }, [](const ChildRef& c) { return c.owner_key(); }, {}};
 }
 
 std::pair<std::string, std::string> split_key(const std::string& key) {
@@ -113,7 +114,7 @@ void Controller::start_informers() {
   job_opts.ns = config_.watch_namespace;
   job_opts.prune = kJobPrune;
   jobs_ = std::make_unique<JobInformer>(
-      client_, res::kTrainingJobs, job_opts, JobInformer::Typed{[](json& obj) { return JobRecord::from_json(obj); }, {}},
+      client_, res::kTrainingJobs, job_opts, JobInformer::Typed{[](json& obj) { return JobRecord::from_json(obj); }, {}, {}},
       [this](const JobInformer::Ptr& old, const JobInformer::Ptr& now) {
         const auto& view = (now ? now : old)->view;
         std::string key = view.ns + "/" + view.name;
@@ -123,7 +124,7 @@ void Controller::start_informers() {
   pods_ = std::make_unique<PodInformer>(
       client_, res::kPods, child_options(true),
       PodInformer::Typed{[](json& obj) { return PodRecord::from_json(obj); },
-                         [](const PodRecord& p) { return p.ref.owner_key(); }},
+                         [](const PodRecord& p) { return p.ref.owner_key(); }, pod_event_from_text},
       [this](const PodInformer::Ptr& old, const PodInformer::Ptr& now) {
         if (old && now && *old == *now) return;  // Note [Unchanged children]
         on_child(old ? &old->ref : nullptr, now ? &now->ref : nullptr);

@@ -109,7 +109,7 @@ Response Client::request(const std::string& verb, const std::string& path, const
   limiter_.acquire();
   std::string payload = body && !body->is_null() ? body->dump() : std::string();
   std::string auth = impl_->auth_header(config_);
-  http::Request req{verb, path, payload.empty() ? "" : content_type, payload, auth};
+  http::Request req{verb, path, payload.empty() ? "" : content_type, payload, auth, prune && prune->all};
   return Impl::finish(verb, impl_->transport.round_trip(req), prune, root, observer_);
 }
 
@@ -120,7 +120,8 @@ std::vector<Response> Client::request_all(const std::string& verb, const std::ve
   std::string auth = impl_->auth_header(config_);
   for (size_t i = 0; i < paths.size(); ++i) {
     if (i < bodies.size() && bodies[i] && !bodies[i]->is_null()) payloads[i] = bodies[i]->dump();
-    reqs[i] = http::Request{verb, paths[i], payloads[i].empty() ? "" : "application/json", payloads[i], auth};
+    reqs[i] = http::Request{verb, paths[i], payloads[i].empty() ? "" : "application/json", payloads[i], auth,
+                            prune && prune->all};
   }
   auto replies = impl_->transport.round_trip_all(reqs, [this](size_t) { limiter_.acquire(); });
   std::vector<Response> out;
@@ -167,11 +168,10 @@ Response Client::remove(const std::string& path, const json& options, const Prun
 // Note [Reading a watch]
 // A watch is one long chunked answer of newline-separated JSON events, on a connection of its
 // own (http::Transport::stream). The body is handed on as the transport reads it, usually an
-// event per chunk; each complete line is parsed (pruned) where it lies and handed on, and only
-// a line split across reads is copied, to be joined.
-Response Client::watch(const std::string& path, const std::string& resource_version, int timeout_seconds,
-                       const std::function<void(const std::string&, json&)>& on_event,
-                       const Cancellation& cancel, const Prune* prune) {
+// event per chunk; each complete line is handed on where it lies, and only a line split across
+// reads is copied, to be joined.
+Response Client::watch_lines(const std::string& path, const std::string& resource_version, int timeout_seconds,
+                             const std::function<bool(std::string_view line)>& on_line, const Cancellation& cancel) {
   limiter_.acquire();
   std::string query = path + (path.find('?') == std::string::npos ? "?" : "&") +
                       "watch=1&allowWatchBookmarks=true&timeoutSeconds=" + std::to_string(timeout_seconds);
@@ -182,30 +182,15 @@ Response Client::watch(const std::string& path, const std::string& resource_vers
     r.error = "watch cancelled";
     return r;
   }
-  bool ended_by_error = false;
   std::string partial;  // the start of a line whose end has not arrived yet
-  auto handle = [&](std::string_view line) {
-    if (line.empty()) return true;
-    json event = parse_pruned(line, prune, PruneRoot::WatchObject);
-    if (!event.is_object() || !event.contains("type") || !event["type"].is_string()) return true;
-    const std::string& type = event["type"].get_ref<const std::string&>();
-    if (type == "ERROR") {  // the object is a Status, read whole; 410 means "re-list"
-      r.body = json::parse(line, nullptr, false).value("object", json::object());
-      r.status = r.body.value("code", 500);
-      ended_by_error = true;
-      return false;
-    }
-    on_event(type, event["object"]);
-    return true;
-  };
   auto sink = [&](std::string_view piece) {
     for (size_t nl; (nl = piece.find('\n')) != std::string_view::npos; piece.remove_prefix(nl + 1)) {
-      bool more;
+      bool more = true;
       if (partial.empty()) {
-        more = handle(piece.substr(0, nl));
+        if (nl > 0) more = on_line(piece.substr(0, nl));
       } else {
         partial.append(piece.substr(0, nl));
-        more = handle(partial);
+        more = on_line(partial);
         partial.clear();
       }
       if (!more) return false;
@@ -217,12 +202,11 @@ Response Client::watch(const std::string& path, const std::string& resource_vers
   try {
     reply = impl_->transport.stream(http::Request{"GET", query, "", "", auth}, std::chrono::seconds(timeout_seconds + 30),
                                     cancel.state_->interrupt, sink);
-  } catch (const std::exception& e) {  // thrown by on_event
+  } catch (const std::exception& e) {  // thrown by on_line
     r.status = 0;
     r.error = e.what();
     return r;
   }
-  if (ended_by_error) return r;
   if (cancel.cancelled()) {
     r.error = "watch cancelled";
     return r;
@@ -232,6 +216,35 @@ Response Client::watch(const std::string& path, const std::string& resource_vers
   if (r.status == 0) r.error = std::move(reply.error);
   else if (r.status != 200) r.body = json::parse(reply.body, nullptr, false);
   return r;
+}
+
+Response Client::watch_error(std::string_view line) {
+  Response r;
+  json event = json::parse(line, nullptr, false);
+  r.body = event.is_object() ? event.value("object", json::object()) : json::object();
+  r.status = r.body.is_object() ? r.body.value("code", 500) : 500;
+  return r;
+}
+
+Response Client::watch(const std::string& path, const std::string& resource_version, int timeout_seconds,
+                       const std::function<void(const std::string&, json&)>& on_event,
+                       const Cancellation& cancel, const Prune* prune) {
+  Response error;  // an ERROR event's Status
+  Response r = watch_lines(
+      path, resource_version, timeout_seconds,
+      [&](std::string_view line) {
+        json event = parse_pruned(line, prune, PruneRoot::WatchObject);
+        if (!event.is_object() || !event.contains("type") || !event["type"].is_string()) return true;
+        const std::string& type = event["type"].get_ref<const std::string&>();
+        if (type == "ERROR") {  // the object is a Status, read whole; 410 means "re-list"
+          error = watch_error(line);
+          return false;
+        }
+        on_event(type, event["object"]);
+        return true;
+      },
+      cancel);
+  return error.status != 0 ? error : r;
 }
 
 void init_http_threads(size_t threads) { crossplat::threadpool::initialize_with_threads(threads); }

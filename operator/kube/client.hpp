@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kube/prune.hpp"
@@ -97,6 +98,13 @@ class Client {
   Response watch(const std::string& path, const std::string& resource_version, int timeout_seconds,
                  const std::function<void(const std::string& type, nlohmann::json& object)>& on_event,
                  const Cancellation& cancel, const Prune* prune = nullptr);
+  // The same watch, each event handed on as its line of text, unparsed; `on_line` returns
+  // false to end the watch (then the answer is 200, and the caller knows why it stopped).
+  Response watch_lines(const std::string& path, const std::string& resource_version, int timeout_seconds,
+                       const std::function<bool(std::string_view line)>& on_line, const Cancellation& cancel);
+  // An ERROR event's line as the watch's final Response: its Status, and the Status's code
+  // as the status (410 when the resourceVersion is too old).
+  static Response watch_error(std::string_view line);
 
   // Connections opened so far (a pooled connection is reused, not counted again).
   size_t connections_opened() const;

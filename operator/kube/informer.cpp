@@ -69,6 +69,24 @@ bool InformerBase::list(std::string& resource_version) {
   return true;
 }
 
+bool InformerBase::watch_line(std::string_view line, std::string& rv, Response& error) {
+  json event = parse_pruned(line, prune(), PruneRoot::WatchObject);
+  if (!event.is_object() || !event.contains("type") || !event["type"].is_string()) return true;
+  const std::string& type = event["type"].get_ref<const std::string&>();
+  if (type == "ERROR") {  // the object is a Status, read whole; 410 means "re-list"
+    error = Client::watch_error(line);
+    return false;
+  }
+  json& obj = event["object"];
+  if (!obj.is_object()) return true;
+  std::string v = obj["metadata"].value("resourceVersion", "");
+  if (!v.empty()) rv = v;
+  if (type == "BOOKMARK") return true;
+  if (type == "DELETED") erase(obj);
+  else upsert(obj);
+  return true;
+}
+
 void InformerBase::run() {
   int failures = 0;
   while (!stop_) {
@@ -82,16 +100,11 @@ void InformerBase::run() {
     std::string path = resource_.path(options_.ns);
     if (!options_.label_selector.empty()) path += "?labelSelector=" + url_encode(options_.label_selector);
     while (!stop_) {
-      Response r = client_.watch(
+      Response error;  // an ERROR event's Status
+      Response r = client_.watch_lines(
           path, rv, options_.watch_timeout_seconds,
-          [&](const std::string& type, json& obj) {
-            std::string v = obj["metadata"].value("resourceVersion", "");
-            if (!v.empty()) rv = v;
-            if (type == "BOOKMARK") return;
-            if (type == "DELETED") erase(obj);
-            else upsert(obj);
-          },
-          cancel_, options_.prune.empty() ? nullptr : &options_.prune);
+          [&](std::string_view line) { return watch_line(line, rv, error); }, cancel_);
+      if (error.status != 0) r = error;
       if (stop_) break;
       if (r.gone()) break;  // re-list
       if (r.status == 200) {

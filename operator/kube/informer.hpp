@@ -25,6 +25,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -34,6 +35,13 @@
 namespace lockstep::kube {
 
 std::string object_key(const nlohmann::json& obj);  // namespace/name
+
+// A watch event's envelope, for conversions that read an event's text themselves.
+struct EventHead {
+  std::string type;              // ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
+  std::string key;               // namespace/name of its object
+  std::string resource_version;  // of its object
+};
 
 // The list + watch loop, whatever the cache holds.
 class InformerBase {
@@ -63,6 +71,10 @@ class InformerBase {
   virtual void list_end() = 0;
   virtual void upsert(nlohmann::json& obj) = 0;
   virtual void erase(const nlohmann::json& obj) = 0;
+  // One watch event's line: the cache updated, `rv` advanced. False ends the watch with
+  // `error` (an ERROR event). This one parses the event (pruned) and upserts or erases.
+  virtual bool watch_line(std::string_view line, std::string& rv, Response& error);
+  const Prune* prune() const { return options_.prune.empty() ? nullptr : &options_.prune; }
 
  private:
   void run();
@@ -87,6 +99,10 @@ class Informer : public InformerBase {
   struct Typed {
     std::function<T(nlohmann::json& obj)> convert;  // the object (pruned) to what is cached
     std::function<std::string(const T&)> index;     // optional secondary key
+    // Optional (Note [Visited parsing]): a watch event's text straight to what is cached and
+    // the event's head, building no document; false when the text is not an event. A list's
+    // objects still go through convert.
+    std::function<bool(std::string_view line, const Prune* prune, EventHead& head, T& out)> from_event;
   };
 
   Informer(Client& client, Resource resource, Options options, Typed typed, Handler handler)
@@ -148,6 +164,21 @@ class Informer : public InformerBase {
     put(key, std::make_shared<const T>(typed_.convert(obj)));
   }
   void erase(const nlohmann::json& obj) override { remove(object_key(obj)); }
+  bool watch_line(std::string_view line, std::string& rv, Response& error) override {
+    if (!typed_.from_event) return InformerBase::watch_line(line, rv, error);
+    EventHead head;
+    T value{};
+    if (!typed_.from_event(line, prune(), head, value) || head.type.empty()) return true;
+    if (head.type == "ERROR") {
+      error = Client::watch_error(line);
+      return false;
+    }
+    if (!head.resource_version.empty()) rv = head.resource_version;
+    if (head.type == "BOOKMARK") return true;
+    if (head.type == "DELETED") remove(head.key);
+    else put(head.key, std::make_shared<const T>(std::move(value)));
+    return true;
+  }
 
  private:
   void put(const std::string& key, Ptr now) {

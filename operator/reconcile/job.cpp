@@ -41,8 +41,7 @@ std::string head(const std::string& s, size_t n) {
   return s.substr(0, end);
 }
 
-int label_int(const json& labels, const char* key) {
-  std::string v = get_or<std::string>(labels, key, "");
+int label_int(const std::string& v) {
   if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 9) return -1;
   return std::stoi(v);
 }
@@ -171,70 +170,107 @@ JobView JobView::from_json(const json& obj) {
   return j;
 }
 
-PodView PodView::from_json(const json& obj) {
-  PodView p;
-  const json& md = child(obj, "metadata");
-  p.name = get_or<std::string>(md, "name", "");
-  p.uid = get_or<std::string>(md, "uid", "");
-  p.deleting = md.contains("deletionTimestamp");
-  const json& labels = child(md, "labels");
-  p.index = label_int(labels, contract::kLabelNodeRank);
-  p.attempt = label_int(labels, contract::kLabelRestartAttempt);
-  const json& st = child(obj, "status");
-  p.phase = get_or<std::string>(st, "phase", "Pending");
-  p.reason = get_or<std::string>(st, "reason", "");
-  p.ip = get_or<std::string>(st, "podIP", "");
-  if (st.contains("conditions") && st["conditions"].is_array())
-    for (const auto& c : st["conditions"]) {
-      std::string type = get_or<std::string>(c, "type", "");
-      if (type == "Ready") p.ready = get_or<std::string>(c, "status", "") == "True";
-      if (type == "PodScheduled" && get_or<std::string>(c, "status", "") == "False" &&
-          get_or<std::string>(c, "reason", "") == "Unschedulable")
-        p.unschedulable_message = get_or<std::string>(c, "message", "no node fits the pod");
-    }
-  // The exit code of the agent container (named "trainer", else the first terminated one).
-  if (st.contains("containerStatuses") && st["containerStatuses"].is_array()) {
-    for (const auto& cs : st["containerStatuses"]) {
-      const json& waiting = child(child(cs, "state"), "waiting");
-      if (get_or<std::string>(cs, "name", "") == contract::kTrainerContainer && !waiting.empty()) {
-        p.waiting_reason = get_or<std::string>(waiting, "reason", "");
-        p.waiting_message = get_or<std::string>(waiting, "message", "");
-      }
-      const json& term = child(child(cs, "state"), "terminated");
-      if (term.empty()) continue;
-      bool is_trainer = get_or<std::string>(cs, "name", "") == contract::kTrainerContainer;
-      if (p.exit_code < 0 || is_trainer) {
-        p.exit_code = get_or(term, "exitCode", -1);
-        std::string r = get_or<std::string>(term, "reason", "");
-        if (!r.empty()) p.reason = r;
-        p.finished_at = parse_time(get_or<std::string>(term, "finishedAt", ""));
-        p.termination_message = get_or<std::string>(term, "message", "");
-      }
-      if (is_trainer) break;
-    }
-  }
-  return p;
-}
-
-ChildRef ChildRef::from_json(const json& obj) {
-  ChildRef r;
+RawPod RawPod::from_json(const json& obj) {
+  RawPod r;
   const json& md = child(obj, "metadata");
   r.ns = get_or<std::string>(md, "namespace", "");
   r.name = get_or<std::string>(md, "name", "");
   r.uid = get_or<std::string>(md, "uid", "");
-  r.job = get_or<std::string>(child(md, "labels"), contract::kLabelJobName, "");
   r.deleting = md.contains("deletionTimestamp");
+  const json& labels = child(md, "labels");
+  r.job_label = get_or<std::string>(labels, contract::kLabelJobName, "");
+  r.rank_label = get_or<std::string>(labels, contract::kLabelNodeRank, "");
+  r.attempt_label = get_or<std::string>(labels, contract::kLabelRestartAttempt, "");
   if (md.contains("ownerReferences") && md["ownerReferences"].is_array())
     for (const auto& o : md["ownerReferences"])
-      if (get_or<std::string>(o, "kind", "") == "TrainingJob" && get_or(o, "controller", false)) {
-        r.controller_uid = get_or<std::string>(o, "uid", "");
-        break;
-      }
+      r.owners.push_back({get_or<std::string>(o, "kind", ""), get_or<std::string>(o, "uid", ""), get_or(o, "controller", false)});
+  const json& st = child(obj, "status");
+  if (st.contains("phase") && st["phase"].is_string()) r.phase = st["phase"].get<std::string>();
+  r.reason = get_or<std::string>(st, "reason", "");
+  r.pod_ip = get_or<std::string>(st, "podIP", "");
+  if (st.contains("conditions") && st["conditions"].is_array())
+    for (const auto& c : st["conditions"]) {
+      RawPod::Condition k{get_or<std::string>(c, "type", ""), get_or<std::string>(c, "status", ""),
+                          get_or<std::string>(c, "reason", ""), std::nullopt};
+      if (c.is_object() && c.contains("message") && c["message"].is_string()) k.message = c["message"].get<std::string>();
+      r.conditions.push_back(std::move(k));
+    }
+  if (st.contains("containerStatuses") && st["containerStatuses"].is_array())
+    for (const auto& cs : st["containerStatuses"]) {
+      RawPod::Container k;
+      k.name = get_or<std::string>(cs, "name", "");
+      const json& waiting = child(child(cs, "state"), "waiting");
+      k.waiting = !waiting.empty();
+      k.waiting_reason = get_or<std::string>(waiting, "reason", "");
+      k.waiting_message = get_or<std::string>(waiting, "message", "");
+      const json& term = child(child(cs, "state"), "terminated");
+      k.terminated = !term.empty();
+      k.exit_code = get_or(term, "exitCode", -1);
+      k.terminated_reason = get_or<std::string>(term, "reason", "");
+      k.finished_at = get_or<std::string>(term, "finishedAt", "");
+      k.terminated_message = get_or<std::string>(term, "message", "");
+      r.containers.push_back(std::move(k));
+    }
   return r;
 }
 
-PodRecord PodRecord::from_json(const json& pod) {
-  PodRecord r{ChildRef::from_json(pod), PodView::from_json(pod)};
+PodView PodView::from_json(const json& obj) { return from_raw(RawPod::from_json(obj)); }
+
+PodView PodView::from_raw(const RawPod& raw) {
+  PodView p;
+  p.name = raw.name;
+  p.uid = raw.uid;
+  p.deleting = raw.deleting;
+  p.index = label_int(raw.rank_label);
+  p.attempt = label_int(raw.attempt_label);
+  p.phase = raw.phase ? *raw.phase : "Pending";
+  p.reason = raw.reason;
+  p.ip = raw.pod_ip;
+  for (const auto& c : raw.conditions) {
+    if (c.type == "Ready") p.ready = c.status == "True";
+    if (c.type == "PodScheduled" && c.status == "False" && c.reason == "Unschedulable")
+      p.unschedulable_message = c.message ? *c.message : "no node fits the pod";
+  }
+  // The exit code of the agent container (named "trainer", else the first terminated one).
+  for (const auto& cs : raw.containers) {
+    bool is_trainer = cs.name == contract::kTrainerContainer;
+    if (is_trainer && cs.waiting) {
+      p.waiting_reason = cs.waiting_reason;
+      p.waiting_message = cs.waiting_message;
+    }
+    if (!cs.terminated) continue;
+    if (p.exit_code < 0 || is_trainer) {
+      p.exit_code = cs.exit_code;
+      if (!cs.terminated_reason.empty()) p.reason = cs.terminated_reason;
+      p.finished_at = parse_time(cs.finished_at);
+      p.termination_message = cs.terminated_message;
+    }
+    if (is_trainer) break;
+  }
+  return p;
+}
+
+ChildRef ChildRef::from_json(const json& obj) { return from_raw(RawPod::from_json(obj)); }
+
+ChildRef ChildRef::from_raw(const RawPod& raw) {
+  ChildRef r;
+  r.ns = raw.ns;
+  r.name = raw.name;
+  r.uid = raw.uid;
+  r.job = raw.job_label;
+  r.deleting = raw.deleting;
+  for (const auto& o : raw.owners)
+    if (o.kind == "TrainingJob" && o.controller) {
+      r.controller_uid = o.uid;
+      break;
+    }
+  return r;
+}
+
+PodRecord PodRecord::from_json(const json& pod) { return from_raw(RawPod::from_json(pod)); }
+
+PodRecord PodRecord::from_raw(const RawPod& raw) {
+  PodRecord r{ChildRef::from_raw(raw), PodView::from_raw(raw)};
   r.view.termination_message = tail(r.view.termination_message, 1024);
   r.view.waiting_message = head(r.view.waiting_message, 1024);
   r.view.unschedulable_message = head(r.view.unschedulable_message, 1024);

@@ -88,6 +88,36 @@ struct JobView {
 // The CRD's maximum for spec.runPolicy.inPlaceRestarts.
 inline constexpr int kMaxInPlaceRestarts = 100;
 
+// What PodRecord reads of a pod, as found in it (Note [Visited parsing] in kube/prune.hpp):
+// filled from a parsed object (from_json) or straight from a watch event's text
+// (controller/pod_event.hpp), then read one way by the from_raw conversions.
+struct RawPod {
+  std::string ns, name, uid;
+  bool deleting = false;  // metadata.deletionTimestamp is present
+  std::string job_label, rank_label, attempt_label;  // those labels when strings, else ""
+  struct Owner {
+    std::string kind, uid;
+    bool controller = false;
+  };
+  std::vector<Owner> owners;  // metadata.ownerReferences
+  std::optional<std::string> phase;  // status.phase when a string
+  std::string reason, pod_ip;
+  struct Condition {
+    std::string type, status, reason;
+    std::optional<std::string> message;
+  };
+  std::vector<Condition> conditions;
+  struct Container {
+    std::string name;
+    bool waiting = false, terminated = false;  // state.waiting / state.terminated: objects with a field
+    std::string waiting_reason, waiting_message;
+    int exit_code = -1;
+    std::string terminated_reason, finished_at, terminated_message;
+  };
+  std::vector<Container> containers;
+  static RawPod from_json(const nlohmann::json& obj);
+};
+
 struct PodView {
   std::string name, uid;
   int index = -1;      // node rank, from the label
@@ -112,6 +142,7 @@ struct PodView {
 
   bool finished() const { return phase == "Succeeded" || phase == "Failed"; }
   static PodView from_json(const nlohmann::json& obj);
+  static PodView from_raw(const RawPod& raw);
   bool operator==(const PodView& o) const {
     return name == o.name && uid == o.uid && index == o.index && attempt == o.attempt && phase == o.phase &&
            ready == o.ready && deleting == o.deleting && exit_code == o.exit_code && reason == o.reason &&
@@ -131,6 +162,7 @@ struct ChildRef {  // a pod, Service or PodGroup
   bool deleting = false;
   std::string owner_key() const { return job.empty() ? "" : ns + "/" + job; }  // ns/<job name>
   static ChildRef from_json(const nlohmann::json& obj);
+  static ChildRef from_raw(const RawPod& raw);  // its metadata's part
   bool operator==(const ChildRef& o) const {
     return ns == o.ns && name == o.name && uid == o.uid && job == o.job && controller_uid == o.controller_uid &&
            deleting == o.deleting;
@@ -144,6 +176,7 @@ struct PodRecord {
   ChildRef ref;
   PodView view;
   static PodRecord from_json(const nlohmann::json& pod);
+  static PodRecord from_raw(const RawPod& raw);
   bool operator==(const PodRecord& o) const { return ref == o.ref && view == o.view; }
 };
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "controller/controller.hpp"
+#include "controller/pod_event.hpp"
 #include "kube/prune.hpp"
 #include "reconcile/job.hpp"
 
@@ -142,4 +143,57 @@ TEST(ChildPrune, AServiceOrPodGroupKeepsOnlyItsMetadata) {
   EXPECT_TRUE(ChildRef::from_json(pruned) == ChildRef::from_json(pg));
   EXPECT_EQ(ChildRef::from_json(pruned).controller_uid, "job-uid");
   EXPECT_EQ(ChildRef::from_json(pruned).job, "train");
+}
+
+// Note [Visited parsing]: the pod informer reads each watch event's text straight into the
+// record; for every pod above, and for pods of odd shapes, that is the record of the whole
+// pod parsed, with the event's type, key and version.
+TEST(ChildPrune, APodEventReadFromItsTextGivesTheRecordOfTheWholePod) {
+  auto prune = lockstep::controller::child_prune(true);
+  std::vector<json> pods;
+  for (const auto& status : statuses()) pods.push_back(kubelet_pod(status));
+  json odd = kubelet_pod(statuses()[4]);
+  odd["metadata"]["deletionTimestamp"] = nullptr;                         // present, though null
+  odd["metadata"]["ownerReferences"].push_back("not an object");          // an element of another kind
+  odd["metadata"]["ownerReferences"][0]["controller"] = "true";           // not a boolean
+  odd["metadata"]["labels"]["lockstep.dev/node-rank"] = 3;                // not a string
+  odd["status"]["phase"] = 7;                                             // not a string: Pending
+  odd["status"]["conditions"].push_back({{"type", "PodScheduled"}, {"status", "False"}, {"reason", "Unschedulable"}});
+  odd["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] = 3.9;  // truncated, as get<int>
+  odd["status"]["containerStatuses"].push_back({{"name", "trainer"}, {"state", {{"waiting", json::array({1})}}}});
+  pods.push_back(odd);
+  json strange = kubelet_pod({{"phase", "Running"}, {"conditions", {{"Ready", {{"status", "True"}}}}},
+                              {"containerStatuses", {{"name", "trainer"}, {"state", "running"}}}});
+  strange["metadata"]["ownerReferences"] = {{"kind", "TrainingJob"}};  // an object, not a list: no owner
+  pods.push_back(strange);
+  for (const auto& pod : pods) {
+    for (const char* type : {"ADDED", "MODIFIED", "DELETED"}) {
+      std::string line = json{{"type", type}, {"object", pod}}.dump();
+      lockstep::kube::EventHead head;
+      PodRecord record;
+      ASSERT_TRUE(lockstep::controller::pod_event_from_text(line, &prune, head, record)) << line;
+      EXPECT_EQ(head.type, type);
+      EXPECT_EQ(head.key, "team-a/train-1");
+      EXPECT_EQ(head.resource_version, "4711");
+      EXPECT_TRUE(record == PodRecord::from_json(pod)) << line;
+      EXPECT_TRUE(record == PodRecord::from_json(parse_pruned(pod.dump(), &prune, PruneRoot::Document))) << line;
+    }
+  }
+  // The shapes above do reach the record: the odd pod is Pending, its owner not a controller.
+  PodRecord odd_record = PodRecord::from_json(odd);
+  EXPECT_EQ(odd_record.view.phase, "Pending");
+  EXPECT_TRUE(odd_record.ref.deleting);
+  EXPECT_EQ(odd_record.ref.controller_uid, "");
+  EXPECT_EQ(odd_record.view.exit_code, 3);
+  EXPECT_EQ(odd_record.view.unschedulable_message, "no node fits the pod");
+
+  lockstep::kube::EventHead head;
+  PodRecord record;
+  EXPECT_TRUE(lockstep::controller::pod_event_from_text(
+      R"({"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"9000"}}})", &prune, head, record));
+  EXPECT_EQ(head.type, "BOOKMARK");
+  EXPECT_EQ(head.resource_version, "9000");
+  EXPECT_FALSE(lockstep::controller::pod_event_from_text(R"({"type":"MODIFIED","object":{"metadata":)", &prune,
+                                                         head, record));
+  EXPECT_EQ(head.type, "");
 }
