@@ -11,9 +11,29 @@ namespace {
 json job_labels(const JobView& job) { return {{c::kLabelJobName, job.name}}; }
 
 void set_env(json& env, const std::string& name, const std::string& value) {
-  for (auto& e : env)
-    if (e.value("name", "") == name) { e = {{"name", name}, {"value", value}}; return; }
+  for (auto& e : env) {
+    if (!e.is_object()) continue;
+    auto it = e.find("name");  // compared in place: no copy of each name per variable set
+    if (it != e.end() && it->is_string() && it->get_ref<const std::string&>() == name) {
+      e = {{"name", name}, {"value", value}};
+      return;
+    }
+  }
   env.push_back({{"name", name}, {"value", value}});
+}
+
+// The object under `key` of `obj`, moved out (an empty object if absent or not an object).
+json take_object(json& obj, const char* key) {
+  if (!obj.is_object()) return json::object();
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->is_object()) return json::object();
+  return std::move(*it);
+}
+
+json take_array(json& obj, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->is_array()) return json::array();
+  return std::move(*it);
 }
 
 }  // namespace
@@ -29,20 +49,26 @@ json owner_reference(const JobView& job) {
           {"uid", job.uid}, {"controller", true}, {"blockOwnerDeletion", true}};
 }
 
+// Built from one copy of the template, its parts moved rather than copied into the pod: a
+// gang's pods are built together, and copies of the template were most of the cost
+// (bench/operator).
 json pod_manifest(const JobView& job, int index, int attempt) {
   json tmpl = job.tmpl.is_object() ? job.tmpl : json::object();
-  json md = tmpl.value("metadata", json::object());
-  json spec = tmpl.value("spec", json::object());
+  json md = take_object(tmpl, "metadata");
+  json spec = take_object(tmpl, "spec");
 
-  json labels = md.value("labels", json::object());
+  json labels = take_object(md, "labels");
   labels[c::kLabelJobName] = job.name;
   labels[c::kLabelNodeRank] = std::to_string(index);
   labels[c::kLabelRestartAttempt] = std::to_string(attempt);
   if (job.gang) labels[c::kLabelPodGroup] = job.name;
   if (!job.queue.empty()) labels[c::kLabelKueueQueue] = job.queue;
-  json meta = {{"name", pod_name(job, index)}, {"namespace", job.ns}, {"labels", labels},
-               {"ownerReferences", json::array({owner_reference(job)})}};
-  if (md.contains("annotations")) meta["annotations"] = md["annotations"];
+  json meta = json::object();
+  meta["name"] = pod_name(job, index);
+  meta["namespace"] = job.ns;
+  meta["labels"] = std::move(labels);
+  meta["ownerReferences"] = json::array({owner_reference(job)});
+  if (md.contains("annotations")) meta["annotations"] = std::move(md["annotations"]);
 
   spec["hostname"] = pod_name(job, index);
   spec["subdomain"] = job.name;
@@ -68,7 +94,7 @@ json pod_manifest(const JobView& job, int index, int attempt) {
   // quotes in the job's condition (describe_failure), unless the template chose otherwise.
   if (!ctr.contains("terminationMessagePolicy")) ctr["terminationMessagePolicy"] = "FallbackToLogsOnError";
 
-  json env = ctr.value("env", json::array());
+  json env = take_array(ctr, "env");
   const std::string n = std::to_string(job.nodes), rank = std::to_string(index),
                     nproc = std::to_string(job.procs_per_node), addr = master_addr(job),
                     port = std::to_string(job.master_port);
@@ -97,15 +123,20 @@ json pod_manifest(const JobView& job, int index, int attempt) {
   set_env(env, c::kPetNprocPerNode, nproc);
   set_env(env, c::kPetMasterAddr, addr);
   set_env(env, c::kPetMasterPort, port);
-  ctr["env"] = env;
+  ctr["env"] = std::move(env);
 
-  json ports = ctr.value("ports", json::array());
+  json ports = take_array(ctr, "ports");
   bool has_metrics = false;
   for (const auto& p : ports) has_metrics |= p.value("containerPort", 0) == job.metrics_port;
   if (!has_metrics) ports.push_back({{"name", "metrics"}, {"containerPort", job.metrics_port}, {"protocol", "TCP"}});
-  ctr["ports"] = ports;
+  ctr["ports"] = std::move(ports);
 
-  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", spec}};
+  json pod = json::object();
+  pod["apiVersion"] = "v1";
+  pod["kind"] = "Pod";
+  pod["metadata"] = std::move(meta);
+  pod["spec"] = std::move(spec);
+  return pod;
 }
 
 json service_manifest(const JobView& job) {
