@@ -573,7 +573,7 @@ size_t Transport::idle_connections() const {
   return idle_.size();
 }
 
-std::unique_ptr<Connection> Transport::dial(std::chrono::seconds timeout, std::string& error) {
+std::unique_ptr<Connection> Transport::dial(std::chrono::seconds timeout, std::string& error, Interrupt* interrupt) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -596,11 +596,19 @@ std::unique_ptr<Connection> Transport::dial(std::chrono::seconds timeout, std::s
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);  // connect() honours it too
+    // An interrupt reaches the connect and the handshake too (shutdown makes them fail).
+    if (interrupt && !interrupt->attach(fd)) {
+      ::close(fd);
+      freeaddrinfo(found);
+      error = "interrupted";
+      return nullptr;
+    }
     if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
       c->sock.fd = fd;
       break;
     }
     why = describe(errno);
+    if (interrupt) interrupt->detach();
     ::close(fd);
   }
   freeaddrinfo(found);
@@ -613,6 +621,7 @@ std::unique_ptr<Connection> Transport::dial(std::chrono::seconds timeout, std::s
     BIO* bio = c->ssl ? BIO_new(socket_bio()) : nullptr;
     if (!bio) {
       error = "cannot start TLS: " + openssl_errors();
+      if (interrupt) interrupt->detach();
       return nullptr;
     }
     BIO_set_data(bio, &c->sock);
@@ -628,6 +637,7 @@ std::unique_ptr<Connection> Transport::dial(std::chrono::seconds timeout, std::s
       std::string detail = verified != X509_V_OK ? X509_verify_cert_error_string(verified) : openssl_errors();
       if (detail.empty()) detail = c->sock.eof ? "connection closed" : describe(c->sock.error);
       error = "TLS handshake with " + host_header_ + " failed: " + detail;
+      if (interrupt) interrupt->detach();  // before the descriptor closes: its number may be reused
       return nullptr;
     }
   }
@@ -737,12 +747,15 @@ std::vector<Reply> Transport::round_trip_all(const std::vector<Request>& request
 
 Reply Transport::stream(const Request& request, std::chrono::seconds timeout, Interrupt& interrupt, const Sink& sink) {
   Reply reply;
-  auto c = dial(timeout, reply.error);  // its own connection: it is held for as long as it lasts
-  if (!c) return reply;
-  if (!interrupt.attach(c->sock.fd)) {
-    reply.error = "interrupted";
+  // Its own connection, held for as long as the stream lasts: dialled with the transport's
+  // timeout, attached to the interrupt from its first moment, then read with `timeout`.
+  auto c = dial(timeout_, reply.error, &interrupt);
+  if (!c) {
+    if (interrupt.interrupted()) reply.error = "interrupted";
     return reply;
   }
+  timeval tv{static_cast<time_t>(timeout.count()), 0};
+  setsockopt(c->sock.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   struct Detach {
     Interrupt& i;
     ~Detach() { i.detach(); }  // before the connection closes: its descriptor may be reused

@@ -12,7 +12,8 @@
 //  * idle connections kept in a pool and reused (keep-alive), newest first;
 //  * round_trip_all() writes every request of a batch, each on its own connection, before it
 //    reads any answer, so the API server works on them together without a thread each;
-//  * a streamed answer (a watch) is handed on chunk by chunk as it arrives;
+//  * a streamed answer (a watch) is handed on chunk by chunk as it arrives, on a connection
+//    of its own that an Interrupt ends at once, in its connect and handshake as in its reads;
 //  * a connection the server closed while it sat idle is noticed before use (a zero-time
 //    poll), and a request that got no byte of answer on a reused connection is sent once more
 //    on a new one, as Go's client does for a connection the server closed under it;
@@ -99,7 +100,9 @@ class Transport {
   size_t connections_opened() const { return opened_; }
 
  private:
-  std::unique_ptr<Connection> dial(std::chrono::seconds timeout, std::string& error);
+  // A new connection; with `interrupt`, its socket is attached to it from the start (and
+  // detached again on failure), so an interrupt ends a connect or handshake too.
+  std::unique_ptr<Connection> dial(std::chrono::seconds timeout, std::string& error, Interrupt* interrupt = nullptr);
   std::unique_ptr<Connection> acquire(bool& reused, std::string& error);
   void release(std::unique_ptr<Connection> c);
   bool send(Connection& c, const Request& r, std::string& error);

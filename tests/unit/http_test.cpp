@@ -382,6 +382,27 @@ TEST(HttpTransport, AStreamHandsOnChunksAsTheyComeAndAnInterruptEndsABlockedRead
   EXPECT_EQ(again.error, "interrupted");
 }
 
+TEST(HttpTransport, AnInterruptEndsAStreamStillInItsTlsHandshake) {
+  std::atomic<bool> release{false};
+  Server silent([&](Peer&, int) {  // accepts, then never answers the ClientHello
+    while (!release) std::this_thread::sleep_for(10ms);
+  });
+  Transport t(silent.url("https"), {}, 30s);
+  Interrupt interrupt;
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(300ms);
+    interrupt.interrupt();
+  });
+  auto start = std::chrono::steady_clock::now();
+  Reply r = t.stream({"GET", "/watch", "", "", ""}, 60s, interrupt, [](std::string_view) { return true; });
+  auto took = std::chrono::steady_clock::now() - start;
+  stopper.join();
+  release = true;
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.error, "interrupted");
+  EXPECT_LT(took, 3s);  // not the 30 s handshake timeout
+}
+
 TEST(HttpTransport, ASilentServerTimesOutAndAMalformedAnswerIsNamed) {
   Server server([](Peer& p, int connection) {
     if (p.read_request().empty()) return;
