@@ -82,16 +82,32 @@ class Parser {
   }
 
   bool object(json& out, int depth) {
-    if (depth >= kMaxNesting) return false;
-    ++p_;  // {
     out = json::object();
     auto& map = out.get_ref<json::object_t&>();
+    std::string key;
+    return members(depth, key, [&] { return value(map[key], depth + 1); });
+  }
+
+  bool array(json& out, int depth) {
+    out = json::array();
+    auto& vec = out.get_ref<json::array_t&>();
+    return elements(depth, [&] {
+      vec.emplace_back();
+      return value(vec.back(), depth + 1);
+    });
+  }
+
+  // At a '{': each member's key read into `key`; a dropped member skipped, the others handed
+  // to member() with the path set (it reads the value). False on malformed text.
+  template <class Member>
+  bool members(int depth, std::string& key, Member&& member) {
+    if (depth >= kMaxNesting) return false;
+    ++p_;  // {
     ws();
     if (p_ < end_ && *p_ == '}') {
       ++p_;
       return true;
     }
-    std::string key;
     while (true) {
       ws();
       if (p_ == end_ || *p_ != '"' || !string(key)) return false;
@@ -103,7 +119,7 @@ class Parser {
         if (!skip()) return false;
       } else {
         set_path(depth, key);
-        if (!value(map[key], depth + 1)) return false;
+        if (!member()) return false;
       }
       ws();
       if (p_ == end_) return false;
@@ -119,11 +135,11 @@ class Parser {
     }
   }
 
-  bool array(json& out, int depth) {
+  // At a '[': element() reads each element, with the path set.
+  template <class Element>
+  bool elements(int depth, Element&& element) {
     if (depth >= kMaxNesting) return false;
     ++p_;  // [
-    out = json::array();
-    auto& vec = out.get_ref<json::array_t&>();
     ws();
     if (p_ < end_ && *p_ == ']') {
       ++p_;
@@ -132,8 +148,7 @@ class Parser {
     set_path(depth, "*");
     while (true) {
       ws();
-      vec.emplace_back();
-      if (!value(vec.back(), depth + 1)) return false;
+      if (!element()) return false;
       ws();
       if (p_ == end_) return false;
       if (*p_ == ',') {
@@ -148,73 +163,20 @@ class Parser {
     }
   }
 
-  // Visiting (Note [Visited parsing]): as value(), object() and array(), building nothing;
-  // strings and keys are read into buffers that keep their capacity.
+  // Visiting (Note [Visited parsing]): as value(), building nothing; strings and keys are
+  // read into buffers that keep their capacity.
   bool visit_value(int depth) {
     if (p_ == end_) return false;
     auto d = static_cast<size_t>(depth);
     switch (*p_) {
-      case '{': {
+      case '{':
         if (depth >= kMaxNesting) return false;
         visitor_->value(path_, d, {JsonValue::Object, {}});
-        ++p_;
-        ws();
-        if (p_ < end_ && *p_ == '}') {
-          ++p_;
-          return true;
-        }
-        while (true) {
-          ws();
-          if (p_ == end_ || *p_ != '"' || !string(key_)) return false;
-          ws();
-          if (p_ == end_ || *p_ != ':') return false;
-          ++p_;
-          ws();
-          if (static_cast<size_t>(depth) < max_depth_ && dropped(depth, key_)) {
-            if (!skip()) return false;
-          } else {
-            set_path(depth, key_);
-            if (!visit_value(depth + 1)) return false;
-          }
-          ws();
-          if (p_ == end_) return false;
-          if (*p_ == ',') {
-            ++p_;
-            continue;
-          }
-          if (*p_ == '}') {
-            ++p_;
-            return true;
-          }
-          return false;
-        }
-      }
-      case '[': {
+        return members(depth, key_, [&] { return visit_value(depth + 1); });
+      case '[':
         if (depth >= kMaxNesting) return false;
         visitor_->value(path_, d, {JsonValue::Array, {}});
-        ++p_;
-        ws();
-        if (p_ < end_ && *p_ == ']') {
-          ++p_;
-          return true;
-        }
-        set_path(depth, "*");
-        while (true) {
-          ws();
-          if (!visit_value(depth + 1)) return false;
-          ws();
-          if (p_ == end_) return false;
-          if (*p_ == ',') {
-            ++p_;
-            continue;
-          }
-          if (*p_ == ']') {
-            ++p_;
-            return true;
-          }
-          return false;
-        }
-      }
+        return elements(depth, [&] { return visit_value(depth + 1); });
       case '"':
         if (!string(text_)) return false;
         visitor_->value(path_, d, {JsonValue::String, text_});
