@@ -226,24 +226,26 @@ Response Client::watch_error(std::string_view line) {
   return r;
 }
 
+bool Client::read_event(std::string_view line, const Prune* prune,
+                        const std::function<void(const std::string&, json&)>& on_event, Response& error) {
+  json event = parse_pruned(line, prune, PruneRoot::WatchObject);
+  if (!event.is_object() || !event.contains("type") || !event["type"].is_string()) return true;
+  const std::string& type = event["type"].get_ref<const std::string&>();
+  if (type == "ERROR") {  // the object is a Status, read whole; 410 means "re-list"
+    error = watch_error(line);
+    return false;
+  }
+  on_event(type, event["object"]);
+  return true;
+}
+
 Response Client::watch(const std::string& path, const std::string& resource_version, int timeout_seconds,
                        const std::function<void(const std::string&, json&)>& on_event,
                        const Cancellation& cancel, const Prune* prune) {
   Response error;  // an ERROR event's Status
   Response r = watch_lines(
       path, resource_version, timeout_seconds,
-      [&](std::string_view line) {
-        json event = parse_pruned(line, prune, PruneRoot::WatchObject);
-        if (!event.is_object() || !event.contains("type") || !event["type"].is_string()) return true;
-        const std::string& type = event["type"].get_ref<const std::string&>();
-        if (type == "ERROR") {  // the object is a Status, read whole; 410 means "re-list"
-          error = watch_error(line);
-          return false;
-        }
-        on_event(type, event["object"]);
-        return true;
-      },
-      cancel);
+      [&](std::string_view line) { return read_event(line, prune, on_event, error); }, cancel);
   return error.status != 0 ? error : r;
 }
 

@@ -102,6 +102,12 @@ class Client {
   // false to end the watch (then the answer is 200, and the caller knows why it stopped).
   Response watch_lines(const std::string& path, const std::string& resource_version, int timeout_seconds,
                        const std::function<bool(std::string_view line)>& on_line, const Cancellation& cancel);
+  // One event's line, parsed with `prune`, to on_event(type, object); an ERROR event's
+  // Status goes to `error` instead, and false says the watch ends. A line that is not an
+  // event is passed over. (watch() is watch_lines() through this.)
+  static bool read_event(std::string_view line, const Prune* prune,
+                         const std::function<void(const std::string& type, nlohmann::json& object)>& on_event,
+                         Response& error);
   // An ERROR event's line as the watch's final Response: its Status, and the Status's code
   // as the status (410 when the resourceVersion is too old).
   static Response watch_error(std::string_view line);

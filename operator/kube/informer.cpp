@@ -70,21 +70,20 @@ bool InformerBase::list(std::string& resource_version) {
 }
 
 bool InformerBase::watch_line(std::string_view line, std::string& rv, Response& error) {
-  json event = parse_pruned(line, prune(), PruneRoot::WatchObject);
-  if (!event.is_object() || !event.contains("type") || !event["type"].is_string()) return true;
-  const std::string& type = event["type"].get_ref<const std::string&>();
-  if (type == "ERROR") {  // the object is a Status, read whole; 410 means "re-list"
-    error = Client::watch_error(line);
-    return false;
-  }
-  json& obj = event["object"];
-  if (!obj.is_object()) return true;
-  std::string v = obj["metadata"].value("resourceVersion", "");
-  if (!v.empty()) rv = v;
-  if (type == "BOOKMARK") return true;
-  if (type == "DELETED") erase(obj);
-  else upsert(obj);
-  return true;
+  return Client::read_event(
+      line, prune(),
+      [&](const std::string& type, json& obj) {
+        if (!obj.is_object()) return;
+        if (!advance(type, obj["metadata"].value("resourceVersion", ""), rv)) return;
+        if (type == "DELETED") erase(obj);
+        else upsert(obj);
+      },
+      error);
+}
+
+bool InformerBase::advance(const std::string& type, const std::string& version, std::string& rv) {
+  if (!version.empty()) rv = version;
+  return type != "BOOKMARK";
 }
 
 void InformerBase::run() {

@@ -75,6 +75,9 @@ class InformerBase {
   // `error` (an ERROR event). This one parses the event (pruned) and upserts or erases.
   virtual bool watch_line(std::string_view line, std::string& rv, Response& error);
   const Prune* prune() const { return options_.prune.empty() ? nullptr : &options_.prune; }
+  // Every event's version moves `rv` on (resuming after it); false for a bookmark, which has
+  // nothing else to apply.
+  static bool advance(const std::string& type, const std::string& version, std::string& rv);
 
  private:
   void run();
@@ -173,8 +176,7 @@ class Informer : public InformerBase {
       error = Client::watch_error(line);
       return false;
     }
-    if (!head.resource_version.empty()) rv = head.resource_version;
-    if (head.type == "BOOKMARK") return true;
+    if (!advance(head.type, head.resource_version, rv)) return true;
     if (head.type == "DELETED") remove(head.key);
     else put(head.key, std::make_shared<const T>(std::move(value)));
     return true;
