@@ -72,33 +72,43 @@ struct Socket {
   int error = 0;          // errno of the last failed call
 };
 
-int bio_write(BIO* b, const char* data, int len) {
-  auto* s = static_cast<Socket*>(BIO_get_data(b));
-  BIO_clear_retry_flags(b);
+// One send(): the bytes written, or -1 with s.error set; never SIGPIPE, EINTR retried.
+ssize_t socket_send(Socket& s, const char* data, size_t len) {
   for (;;) {
-    ssize_t n = ::send(s->fd, data, static_cast<size_t>(len), MSG_NOSIGNAL);
-    if (n >= 0) return static_cast<int>(n);
+    ssize_t n = ::send(s.fd, data, len, MSG_NOSIGNAL);
+    if (n >= 0) return n;
     if (errno == EINTR) continue;
-    s->error = errno;
+    s.error = errno;
     return -1;
   }
+}
+
+// One recv(): the bytes read, 0 at the end (s.eof set), or -1 with s.error set.
+ssize_t socket_recv(Socket& s, char* data, size_t len) {
+  for (;;) {
+    ssize_t n = ::recv(s.fd, data, len, s.dontwait ? MSG_DONTWAIT : 0);
+    if (n > 0) return n;
+    if (n == 0) {
+      s.eof = true;
+      return 0;
+    }
+    if (errno == EINTR) continue;
+    s.error = errno;
+    return -1;
+  }
+}
+
+int bio_write(BIO* b, const char* data, int len) {
+  BIO_clear_retry_flags(b);
+  return static_cast<int>(socket_send(*static_cast<Socket*>(BIO_get_data(b)), data, static_cast<size_t>(len)));
 }
 
 int bio_read(BIO* b, char* data, int len) {
   auto* s = static_cast<Socket*>(BIO_get_data(b));
   BIO_clear_retry_flags(b);
-  for (;;) {
-    ssize_t n = ::recv(s->fd, data, static_cast<size_t>(len), s->dontwait ? MSG_DONTWAIT : 0);
-    if (n > 0) return static_cast<int>(n);
-    if (n == 0) {
-      s->eof = true;
-      return 0;
-    }
-    if (errno == EINTR) continue;
-    s->error = errno;
-    if (s->dontwait && (errno == EAGAIN || errno == EWOULDBLOCK)) BIO_set_retry_read(b);
-    return -1;
-  }
+  ssize_t n = socket_recv(*s, data, static_cast<size_t>(len));
+  if (n < 0 && s->dontwait && (s->error == EAGAIN || s->error == EWOULDBLOCK)) BIO_set_retry_read(b);
+  return static_cast<int>(n);
 }
 
 long bio_ctrl(BIO* b, int cmd, long, void*) {
@@ -183,17 +193,10 @@ class Connection {
       error = "read: " + (e == SSL_ERROR_SSL ? openssl_errors() : describe(sock.error));
       return -1;
     }
-    for (;;) {
-      ssize_t n = ::recv(sock.fd, buf.data() + wpos, static_cast<size_t>(room), 0);
-      if (n > 0) {
-        wpos += static_cast<size_t>(n);
-        return n;
-      }
-      if (n == 0) return 0;
-      if (errno == EINTR) continue;
-      error = "read: " + describe(errno);
-      return -1;
-    }
+    ssize_t n = socket_recv(sock, buf.data() + wpos, static_cast<size_t>(room));
+    if (n > 0) wpos += static_cast<size_t>(n);
+    if (n < 0) error = "read: " + describe(sock.error);
+    return static_cast<long>(n);
   }
 
   bool write_all(std::string_view data, std::string& error) {
@@ -206,10 +209,9 @@ class Connection {
       return false;
     }
     while (!data.empty()) {
-      ssize_t n = ::send(sock.fd, data.data(), data.size(), MSG_NOSIGNAL);
-      if (n < 0 && errno == EINTR) continue;
+      ssize_t n = socket_send(sock, data.data(), data.size());
       if (n <= 0) {
-        error = "write: " + describe(errno);
+        error = "write: " + (n < 0 ? describe(sock.error) : std::string("nothing written"));
         return false;
       }
       data.remove_prefix(static_cast<size_t>(n));
