@@ -22,17 +22,11 @@ void set_env(json& env, const std::string& name, const std::string& value) {
   env.push_back({{"name", name}, {"value", value}});
 }
 
-// The object under `key` of `obj`, moved out (an empty object if absent or not an object).
-json take_object(json& obj, const char* key) {
-  if (!obj.is_object()) return json::object();
-  auto it = obj.find(key);
-  if (it == obj.end() || !it->is_object()) return json::object();
-  return std::move(*it);
-}
-
-json take_array(json& obj, const char* key) {
-  auto it = obj.find(key);
-  if (it == obj.end() || !it->is_array()) return json::array();
+// The value under `key` of `obj` moved out when it is of `kind` (an object or an array),
+// else an empty one of that kind.
+json take(json& obj, const char* key, json::value_t kind) {
+  auto it = obj.is_object() ? obj.find(key) : obj.end();
+  if (it == obj.end() || it->type() != kind) return json(kind);
   return std::move(*it);
 }
 
@@ -54,10 +48,10 @@ json owner_reference(const JobView& job) {
 // (bench/operator).
 json pod_manifest(const JobView& job, int index, int attempt) {
   json tmpl = job.tmpl.is_object() ? job.tmpl : json::object();
-  json md = take_object(tmpl, "metadata");
-  json spec = take_object(tmpl, "spec");
+  json md = take(tmpl, "metadata", json::value_t::object);
+  json spec = take(tmpl, "spec", json::value_t::object);
 
-  json labels = take_object(md, "labels");
+  json labels = take(md, "labels", json::value_t::object);
   labels[c::kLabelJobName] = job.name;
   labels[c::kLabelNodeRank] = std::to_string(index);
   labels[c::kLabelRestartAttempt] = std::to_string(attempt);
@@ -94,7 +88,7 @@ json pod_manifest(const JobView& job, int index, int attempt) {
   // quotes in the job's condition (describe_failure), unless the template chose otherwise.
   if (!ctr.contains("terminationMessagePolicy")) ctr["terminationMessagePolicy"] = "FallbackToLogsOnError";
 
-  json env = take_array(ctr, "env");
+  json env = take(ctr, "env", json::value_t::array);
   const std::string n = std::to_string(job.nodes), rank = std::to_string(index),
                     nproc = std::to_string(job.procs_per_node), addr = master_addr(job),
                     port = std::to_string(job.master_port);
@@ -125,7 +119,7 @@ json pod_manifest(const JobView& job, int index, int attempt) {
   set_env(env, c::kPetMasterPort, port);
   ctr["env"] = std::move(env);
 
-  json ports = take_array(ctr, "ports");
+  json ports = take(ctr, "ports", json::value_t::array);
   bool has_metrics = false;
   for (const auto& p : ports) has_metrics |= p.value("containerPort", 0) == job.metrics_port;
   if (!has_metrics) ports.push_back({{"name", "metrics"}, {"containerPort", job.metrics_port}, {"protocol", "TCP"}});
