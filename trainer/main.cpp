@@ -2,6 +2,7 @@
 // Depends on LibTorch and the standard library only, so it builds inside any PyTorch image.
 #include <torch/torch.h>
 
+#include <csignal>
 #include <cstring>
 #include <iostream>
 
@@ -10,6 +11,11 @@
 #include "train.hpp"
 
 int main(int argc, char** argv) {
+  // A write to a peer rank that has died must fail with EPIPE, which Gloo reports as a failed
+  // collective (exit 77, docs/exit-codes.md), not kill this rank with SIGPIPE (exit 141, no
+  // message). Python ignores SIGPIPE at start-up, so torchrun's workers never see it; the
+  // agent starts its workers with every signal at its default, so the trainer does it here.
+  std::signal(SIGPIPE, SIG_IGN);
   std::vector<std::string> args(argv + 1, argv + argc);
   for (const auto& a : args) {
     if (a == "--help" || a == "-h") {
