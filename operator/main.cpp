@@ -36,6 +36,9 @@ struct Options {
   std::chrono::milliseconds status_batch_period{1000};
   std::chrono::milliseconds progress_period{30000};
   std::chrono::milliseconds podgroup_check_period{60000};
+  // Note [Agent injection]: the image the agent is copied from into every pod.
+  std::string agent_image = std::string("lockstep/agent:") + LOCKSTEP_VERSION;
+  std::string agent_image_pull_policy = "IfNotPresent";
 };
 
 const char* kUsage = R"(usage: lockstep-operator [flags]
@@ -60,6 +63,11 @@ const char* kUsage = R"(usage: lockstep-operator [flags]
   --podgroup-check-period D    how often to look for the PodGroup API, to use one installed later (default 60s)
   --progress-period D          how often rank 0's agent of a running job is read for status.progress
                                (kubectl get tj: step, tokens/s, ETA; default 30s; 0 never)
+  --agent-image IMAGE          the image every pod's init container copies lockstep-agent from into
+                               the trainer container, so any image runs (default lockstep/agent:VERSION,
+                               this operator's version; '' injects nothing: the image must then have
+                               lockstep-agent on its PATH)
+  --agent-image-pull-policy P  Always, IfNotPresent or Never (default IfNotPresent)
   --log-level L                debug, info, warn or error (default info)
   --version, --help
 )";
@@ -92,7 +100,15 @@ Options parse(int argc, char** argv) {
     else if (match(argc, argv, i, "--status-batch-period", v)) o.status_batch_period = to_duration("--status-batch-period", v);
     else if (match(argc, argv, i, "--podgroup-check-period", v)) o.podgroup_check_period = to_duration("--podgroup-check-period", v);
     else if (match(argc, argv, i, "--progress-period", v)) o.progress_period = to_duration("--progress-period", v);
-    else if (match(argc, argv, i, "--log-level", v)) {
+    else if (match(argc, argv, i, "--agent-image", v)) {
+      if (v.find_first_of(" \t\r\n") != std::string::npos)
+        throw FlagError("--agent-image: '" + v + "' is not an image reference (no spaces); '' injects nothing");
+      o.agent_image = v;
+    } else if (match(argc, argv, i, "--agent-image-pull-policy", v)) {
+      if (v != "Always" && v != "IfNotPresent" && v != "Never")
+        throw FlagError("--agent-image-pull-policy: expected Always, IfNotPresent or Never, got '" + v + "'");
+      o.agent_image_pull_policy = v;
+    } else if (match(argc, argv, i, "--log-level", v)) {
       lockstep::log::Level level;
       if (!lockstep::log::parse_level(v, level))
         throw FlagError("--log-level: expected debug, info, warn or error, got '" + v + "'");
@@ -161,6 +177,12 @@ int main(int argc, char** argv) {
   cc.status_batch_period = opt.status_batch_period;
   cc.progress_period = opt.progress_period;
   cc.podgroup_check_period = opt.podgroup_check_period;
+  cc.agent.image = opt.agent_image;
+  cc.agent.pull_policy = opt.agent_image_pull_policy;
+  if (cc.agent.image.empty())
+    LOCKSTEP_LOG(Info, "operator", "--agent-image '': no agent injected; every pod's image must have lockstep-agent on its PATH");
+  else
+    LOCKSTEP_LOG(Info, "operator", "agent injected into every pod from " << cc.agent.image);
   lockstep::controller::Controller controller(client, cc, metrics);
 
   std::atomic<bool> stopping{false}, leading{false};

@@ -36,15 +36,17 @@ kube::Prune child_prune(bool pods) {
   // Of a pod's status, PodView::from_json reads the phase, reason, podIP, the conditions'
   // type, status, reason and message, and the containers' names and waiting or terminated
   // states; the rest, rewritten by the kubelet as the pod runs, is left unbuilt.
-  for (const char* f : {"hostIP", "hostIPs", "podIPs", "startTime", "qosClass", "initContainerStatuses",
-                        "ephemeralContainerStatuses", "resourceClaimStatuses"})
+  for (const char* f : {"hostIP", "hostIPs", "podIPs", "startTime", "qosClass", "ephemeralContainerStatuses",
+                        "resourceClaimStatuses"})
     p.drop.push_back({"status", f});
   for (const char* f : {"lastProbeTime", "lastTransitionTime", "observedGeneration"})
     p.drop.push_back({"status", "conditions", "*", f});
-  for (const char* f : {"image", "imageID", "containerID", "lastState", "ready", "restartCount", "started",
-                        "volumeMounts", "resources", "allocatedResources", "user"})
-    p.drop.push_back({"status", "containerStatuses", "*", f});
-  p.drop.push_back({"status", "containerStatuses", "*", "state", "running"});
+  for (const char* list : {"containerStatuses", "initContainerStatuses"}) {
+    for (const char* f : {"image", "imageID", "containerID", "lastState", "ready", "restartCount", "started",
+                          "volumeMounts", "resources", "allocatedResources", "user"})
+      p.drop.push_back({"status", list, "*", f});
+    p.drop.push_back({"status", list, "*", "state", "running"});
+  }
   return p;
 }
 
@@ -334,7 +336,7 @@ void Controller::execute(const JobView& job, const std::string& resource_version
     for (size_t start = 0; start < d.create_pods.size(); start += step) {
       std::vector<json> batch;
       for (size_t i = start; i < std::min(d.create_pods.size(), start + step); ++i)
-        batch.push_back(reconcile::pod_manifest(job, d.create_pods[i], d.status.restarts));
+        batch.push_back(reconcile::pod_manifest(job, d.create_pods[i], d.status.restarts, config_.agent));
       for (auto& r : client_.create_all(res::kPods.path(ns), batch, &kube::kDiscardBody)) results.push_back(std::move(r));
     }
     int created = 0;

@@ -21,6 +21,7 @@
 #include "kube/informer.hpp"
 #include "metrics.hpp"
 #include "reconcile/decide.hpp"
+#include "reconcile/manifests.hpp"
 
 namespace lockstep::controller {
 
@@ -39,6 +40,9 @@ struct Config {
   // How often rank 0's agent is read for status.progress (reconcile/progress.hpp, Note
   // [Progress]); 0: never.
   std::chrono::milliseconds progress_period{std::chrono::seconds(30)};
+  // The agent image every pod's init container copies the agent from (Note [Agent injection]
+  // in reconcile/manifests.hpp); an empty image injects nothing.
+  reconcile::AgentInjection agent;
 };
 
 // While a job has outstanding expectations its reconcile waits for the events of our own

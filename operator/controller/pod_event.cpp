@@ -78,9 +78,10 @@ class PodVisitor : public kube::JsonVisitor {
         else if (is(k, "reason")) c.reason.assign(v.text);
         else if (is(k, "message")) c.message = std::string(v.text);
       }
-    } else if (is(field, "containerStatuses")) {
+    } else if (is(field, "containerStatuses") || is(field, "initContainerStatuses")) {
       if (depth == 4) {
         raw_.containers.emplace_back();
+        raw_.containers.back().init = field[0] == 'i';
         state_is_object_ = waiting_is_object_ = terminated_is_object_ = false;
         return;
       }

@@ -195,9 +195,11 @@ RawPod RawPod::from_json(const json& obj) {
       if (c.is_object() && c.contains("message") && c["message"].is_string()) k.message = c["message"].get<std::string>();
       r.conditions.push_back(std::move(k));
     }
-  if (st.contains("containerStatuses") && st["containerStatuses"].is_array())
-    for (const auto& cs : st["containerStatuses"]) {
+  for (const char* list : {"containerStatuses", "initContainerStatuses"}) {
+    if (!st.contains(list) || !st[list].is_array()) continue;
+    for (const auto& cs : st[list]) {
       RawPod::Container k;
+      k.init = list[0] == 'i';
       k.name = get_or<std::string>(cs, "name", "");
       const json& waiting = child(child(cs, "state"), "waiting");
       k.waiting = !waiting.empty();
@@ -211,6 +213,7 @@ RawPod RawPod::from_json(const json& obj) {
       k.terminated_message = get_or<std::string>(term, "message", "");
       r.containers.push_back(std::move(k));
     }
+  }
   return r;
 }
 
@@ -233,6 +236,7 @@ PodView PodView::from_raw(const RawPod& raw) {
   }
   // The exit code of the agent container (named "trainer", else the first terminated one).
   for (const auto& cs : raw.containers) {
+    if (cs.init) continue;
     bool is_trainer = cs.name == contract::kTrainerContainer;
     if (is_trainer && cs.waiting) {
       p.waiting_reason = cs.waiting_reason;
@@ -246,6 +250,24 @@ PodView PodView::from_raw(const RawPod& raw) {
       p.termination_message = cs.terminated_message;
     }
     if (is_trainer) break;
+  }
+  // The agent's init container (Note [Agent injection]): while it cannot start (its image
+  // cannot be pulled, ...) the trainer container waits with PodInitializing, so its reason is
+  // the one that says why; if it failed, the pod failed before any worker ran.
+  for (const auto& cs : raw.containers) {
+    if (!cs.init || cs.name != contract::kAgentInitContainer) continue;
+    const std::string what = std::string("init container ") + contract::kAgentInitContainer +
+                             " (copies the agent from the operator's --agent-image)";
+    if (cs.waiting && !cs.waiting_reason.empty() && (p.waiting_reason.empty() || p.waiting_reason == "PodInitializing")) {
+      p.waiting_reason = cs.waiting_reason;
+      p.waiting_message = what + (cs.waiting_message.empty() ? "" : ": " + cs.waiting_message);
+    }
+    if (cs.terminated && cs.exit_code != 0 && p.exit_code < 0) {
+      if (!cs.terminated_reason.empty()) p.reason = cs.terminated_reason;
+      p.finished_at = parse_time(cs.finished_at);
+      p.termination_message = what + " exited " + std::to_string(cs.exit_code) +
+                              (cs.terminated_message.empty() ? "" : ": " + cs.terminated_message);
+    }
   }
   return p;
 }

@@ -109,12 +109,13 @@ struct RawPod {
   std::vector<Condition> conditions;
   struct Container {
     std::string name;
+    bool init = false;  // from initContainerStatuses (only the agent's is read: Note [Agent injection])
     bool waiting = false, terminated = false;  // state.waiting / state.terminated: objects with a field
     std::string waiting_reason, waiting_message;
     int exit_code = -1;
     std::string terminated_reason, finished_at, terminated_message;
   };
-  std::vector<Container> containers;
+  std::vector<Container> containers;  // containerStatuses, then initContainerStatuses
   static RawPod from_json(const nlohmann::json& obj);
 };
 

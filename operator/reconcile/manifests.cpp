@@ -30,6 +30,47 @@ json take(json& obj, const char* key, json::value_t kind) {
   return std::move(*it);
 }
 
+// Drops the entries of a list of named objects (volumes, containers, mounts) that carry a
+// name the operator reserves, so the one the operator adds is the only one.
+void drop_named(json& list, const std::string& name) {
+  if (!list.is_array()) { list = json::array(); return; }
+  for (auto it = list.begin(); it != list.end();) {
+    if (it->is_object() && it->value("name", "") == name) it = list.erase(it);
+    else ++it;
+  }
+}
+
+// Note [Agent injection]: the emptyDir, the init container that fills it, and the trainer
+// container's read-only mount of it.
+void inject_agent(json& spec, json& ctr, const AgentInjection& agent) {
+  json& volumes = spec["volumes"];
+  drop_named(volumes, c::kAgentVolume);
+  volumes.push_back({{"name", c::kAgentVolume}, {"emptyDir", {{"sizeLimit", "256Mi"}}}});
+
+  json& inits = spec["initContainers"];
+  drop_named(inits, c::kAgentInitContainer);
+  inits.insert(inits.begin(),
+      json{{"name", c::kAgentInitContainer},
+           {"image", agent.image},
+           {"imagePullPolicy", agent.pull_policy},
+           {"command", json::array({c::kAgentImageLauncher, "--install-bundle", c::kAgentInstallPath})},
+           {"volumeMounts", json::array({{{"name", c::kAgentVolume}, {"mountPath", c::kAgentInstallPath}}})},
+           {"resources", {{"requests", {{"cpu", "10m"}, {"memory", "16Mi"}}},
+                          {"limits", {{"cpu", "500m"}, {"memory", "64Mi"}}}}},
+           {"securityContext", {{"runAsNonRoot", true},
+                                {"runAsUser", 65532},
+                                {"runAsGroup", 65532},
+                                {"allowPrivilegeEscalation", false},
+                                {"readOnlyRootFilesystem", true},
+                                {"capabilities", {{"drop", json::array({"ALL"})}}},
+                                {"seccompProfile", {{"type", "RuntimeDefault"}}}}},
+           {"terminationMessagePolicy", "FallbackToLogsOnError"}});
+
+  json& mounts = ctr["volumeMounts"];
+  drop_named(mounts, c::kAgentVolume);
+  mounts.push_back({{"name", c::kAgentVolume}, {"mountPath", c::kAgentMountPath}, {"readOnly", true}});
+}
+
 }  // namespace
 
 std::string pod_name(const JobView& job, int index) { return job.name + "-" + std::to_string(index); }
@@ -46,7 +87,7 @@ json owner_reference(const JobView& job) {
 // Built from one copy of the template, its parts moved rather than copied into the pod: a
 // gang's pods are built together, and copies of the template were most of the cost
 // (bench/operator).
-json pod_manifest(const JobView& job, int index, int attempt) {
+json pod_manifest(const JobView& job, int index, int attempt, const AgentInjection& agent) {
   json tmpl = job.tmpl.is_object() ? job.tmpl : json::object();
   json md = take(tmpl, "metadata", json::value_t::object);
   json spec = take(tmpl, "spec", json::value_t::object);
@@ -73,13 +114,16 @@ json pod_manifest(const JobView& job, int index, int attempt) {
   json& containers = spec["containers"];
   if (!containers.is_array() || containers.empty())
     containers = json::array({{{"name", c::kTrainerContainer}, {"image", "lockstep/trainer:latest"}}});
-  size_t agent = 0;
+  size_t trainer = 0;
   for (size_t i = 0; i < containers.size(); ++i)
-    if (containers[i].value("name", "") == c::kTrainerContainer) { agent = i; break; }
-  json& ctr = containers[agent];
+    if (containers[i].value("name", "") == c::kTrainerContainer) { trainer = i; break; }
+  json& ctr = containers[trainer];
 
-  // The agent launches the trainer command nproc times: lockstep-agent -- COMMAND ARGS...
-  json cmd = json::array({"lockstep-agent", "--"});
+  // The agent launches the trainer command nproc times: lockstep-agent -- COMMAND ARGS...,
+  // from the injected bundle unless injection is off (Note [Agent injection]).
+  json cmd = json::array({agent.image.empty() ? std::string("lockstep-agent")
+                                              : std::string(c::kAgentMountPath) + "/lockstep-agent",
+                          "--"});
   for (const auto& a : job.command) cmd.push_back(a);
   for (const auto& a : job.args) cmd.push_back(a);
   ctr["command"] = cmd;
@@ -124,6 +168,7 @@ json pod_manifest(const JobView& job, int index, int attempt) {
   for (const auto& p : ports) has_metrics |= p.value("containerPort", 0) == job.metrics_port;
   if (!has_metrics) ports.push_back({{"name", "metrics"}, {"containerPort", job.metrics_port}, {"protocol", "TCP"}});
   ctr["ports"] = std::move(ports);
+  if (!agent.image.empty()) inject_agent(spec, ctr, agent);
 
   json pod = json::object();
   pod["apiVersion"] = "v1";

@@ -13,10 +13,28 @@ namespace lockstep::reconcile {
 std::string pod_name(const JobView& job, int index);
 std::string master_addr(const JobView& job);
 
+// Note [Agent injection]
+// The user's image needs nothing of ours. Every pod gets an emptyDir (kAgentVolume), an init
+// container from the lockstep/agent image that copies the agent bundle into it (the bundle's
+// static launcher, `--install-bundle`, so the image needs no shell), and a read-only mount of
+// it at kAgentMountPath in the trainer container, whose command becomes
+// `<kAgentMountPath>/lockstep-agent -- COMMAND ARGS...`. The bundle carries its own loader and
+// libraries (docs/agent.md, "The bundle"), so the image's libc does not matter. The pattern
+// of Tekton's entrypoint and Argo's emissary; no webhook: the operator writes every pod.
+// The init container is small and passes the restricted Pod Security Standard (non-root, no
+// privilege escalation, no capabilities, RuntimeDefault seccomp, read-only root). With no
+// agent image (the operator's `--agent-image ''`, and `lockstep run`, whose agents are local
+// processes) nothing is injected and the command is `lockstep-agent` from the image's PATH.
+struct AgentInjection {
+  std::string image;  // empty: no injection
+  std::string pull_policy = "IfNotPresent";
+};
+
 // Pod <job>-<index> of attempt `attempt`: the template with the agent as the trainer
-// container's entrypoint, the full LOCKSTEP_* and PET_* environment, labels, hostname and
-// subdomain, restartPolicy Never, scheduling fields and a controller owner reference.
-nlohmann::json pod_manifest(const JobView& job, int index, int attempt);
+// container's entrypoint (injected when `agent.image` is set), the full LOCKSTEP_* and PET_*
+// environment, labels, hostname and subdomain, restartPolicy Never, scheduling fields and a
+// controller owner reference.
+nlohmann::json pod_manifest(const JobView& job, int index, int attempt, const AgentInjection& agent = {});
 // Headless Service <job> (publishNotReadyAddresses: rendezvous happens before readiness).
 nlohmann::json service_manifest(const JobView& job);
 // PodGroup <job> with minMember = nodes, for the coscheduling plugin.

@@ -6,7 +6,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
+#include <algorithm>
 #include <fstream>
+#include <regex>
 #include <set>
 #include <thread>
 
@@ -72,6 +74,37 @@ TEST(Chart, RenderedManifestsPassServerSideDryRun) {
 }
 
 // Exactly the (group, resource, verb) triples lockstep-operator's code uses (docs/operator.md).
+// Note [Agent injection]: the agent image is a value, defaulting to the chart's own version;
+// an empty repository injects nothing.
+TEST(Chart, AgentImageIsAValueDefaultingToTheChartsVersion) {
+  auto version = helm({"show", "chart", source_path("charts/lockstep")});
+  ASSERT_TRUE(version.status.success()) << version.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(version.output, m, std::regex("appVersion: \"?([0-9.]+)"))) << version.output;
+  const std::string app_version = m[1];
+  struct Case {
+    std::vector<std::string> set;
+    std::string image, policy;
+  };
+  for (const Case& c : {Case{{}, "lockstep/agent:" + app_version, "IfNotPresent"},
+                        Case{{"--set", "agent.image.repository=registry.example/team/agent", "--set",
+                              "agent.image.tag=9.9", "--set", "agent.image.pullPolicy=Always"},
+                             "registry.example/team/agent:9.9", "Always"},
+                        Case{{"--set", "agent.image.repository="}, "", "IfNotPresent"}}) {
+    std::vector<std::string> args = {"template", "lockstep", source_path("charts/lockstep"), "-n", "x",
+                                     "--show-only", "templates/deployment.yaml"};
+    args.insert(args.end(), c.set.begin(), c.set.end());
+    auto t = helm(args);
+    ASSERT_TRUE(t.status.success()) << t.output;
+    YAML::Node dep = YAML::Load(t.output);
+    std::vector<std::string> flags;
+    for (const auto& a : dep["spec"]["template"]["spec"]["containers"][0]["args"]) flags.push_back(a.as<std::string>());
+    auto has = [&](const std::string& f) { return std::find(flags.begin(), flags.end(), f) != flags.end(); };
+    EXPECT_TRUE(has("--agent-image=" + c.image)) << t.output;
+    EXPECT_TRUE(has("--agent-image-pull-policy=" + c.policy)) << t.output;
+  }
+}
+
 TEST(Chart, RbacGrantsOnlyWhatTheOperatorUses) {
   const std::set<std::string> used = {
       "lockstep.dev/trainingjobs/list", "lockstep.dev/trainingjobs/watch", "lockstep.dev/trainingjobs/delete",
@@ -152,6 +185,11 @@ TEST(Chart, InstallsAndItsServiceAccountCanRunTheOperator) {
     return kubectl({"get", "tj", "tiny-ddp", "-n", "chart-job", "-o", "jsonpath={.status.phase}"}).output == "Pending";
   })) << read_text(log);
   EXPECT_TRUE(kubectl({"get", "podgroup", "tiny-ddp", "-n", "chart-job"}).status.success());
+  // The agent is brought in by an init container from the operator's own version's image.
+  auto init = kubectl({"get", "pod", "tiny-ddp-0", "-n", "chart-job", "-o",
+                       "jsonpath={.spec.initContainers[0].name} {.spec.initContainers[0].image} "
+                       "{.spec.containers[0].command[0]}"});
+  EXPECT_EQ(init.output, std::string("lockstep-agent lockstep/agent:") + LOCKSTEP_VERSION + " /lockstep/agent/lockstep-agent");
   op.terminate(10s);
   std::string text = read_text(log);
   EXPECT_EQ(text.find("forbidden"), std::string::npos) << text;

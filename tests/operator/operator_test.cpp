@@ -329,8 +329,18 @@ TEST_F(OperatorTest, CreatesServicePodGroupAndPodsWithTheExactEnvironment) {
     EXPECT_EQ(owner["uid"], uid);
     EXPECT_EQ(owner["controller"], true);
     EXPECT_EQ(owner["blockOwnerDeletion"], true);
+    // Note [Agent injection]: the agent comes from the init container's emptyDir.
     EXPECT_EQ(spec["containers"][0]["command"],
-              json({"lockstep-agent", "--", "lockstep-trainer", "--model=tiny", "--steps=10"}));
+              json({"/lockstep/agent/lockstep-agent", "--", "lockstep-trainer", "--model=tiny", "--steps=10"}));
+    ASSERT_EQ(spec["initContainers"].size(), 1u) << spec;
+    const auto& init = spec["initContainers"][0];
+    EXPECT_EQ(init["name"], "lockstep-agent");
+    EXPECT_EQ(init["image"], std::string("lockstep/agent:") + LOCKSTEP_VERSION);
+    EXPECT_EQ(init["command"], json({"/lockstep/lockstep-agent", "--install-bundle", "/lockstep-install"}));
+    EXPECT_EQ(init["volumeMounts"], json::parse(R"([{"name":"lockstep-agent","mountPath":"/lockstep-install"}])"));
+    EXPECT_EQ(spec["containers"][0]["volumeMounts"],
+              json::parse(R"([{"name":"lockstep-agent","mountPath":"/lockstep/agent","readOnly":true}])"));
+    EXPECT_EQ(spec["volumes"], json::parse(R"([{"name":"lockstep-agent","emptyDir":{"sizeLimit":"256Mi"}}])"));
     std::string master = "envjob-0.envjob." + ns_ + ".svc";
     std::map<std::string, std::string> want = {
         {"LOCKSTEP_JOB_NAME", "envjob"}, {"LOCKSTEP_JOB_NAMESPACE", ns_}, {"LOCKSTEP_JOB_UID", uid},
@@ -570,6 +580,81 @@ TEST_F(OperatorTest, APodThatCannotStartIsNamedWithItsReason) {
   ASSERT_TRUE(wait_phase("blocked", "Running"));
   j = job("blocked");
   EXPECT_EQ((*condition(j, "PodsBlocked"))["status"], "False");
+}
+
+// Note [Agent injection]: the init container passes the restricted Pod Security Standard, which
+// the API server's own PodSecurity admission enforces in a namespace labelled for it: a job
+// whose template is itself restricted gets its pods created there. The template's volumes,
+// init containers and mounts are kept, beside the operator's.
+TEST_F(OperatorTest, InjectedAgentPassesTheRestrictedPodSecurityStandard) {
+  auto label = kubectl({"label", "namespace", ns_, "pod-security.kubernetes.io/enforce=restricted"});
+  ASSERT_TRUE(label.status.success()) << label.output;
+  std::string yaml = "apiVersion: lockstep.dev/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: restricted\n"
+                     "spec:\n  nodes: 2\n  procsPerNode: 1\n  template:\n    spec:\n"
+                     "      securityContext: {runAsNonRoot: true, runAsUser: 1000, seccompProfile: {type: RuntimeDefault}}\n"
+                     "      volumes: [{name: data, emptyDir: {}}]\n"
+                     "      initContainers:\n"
+                     "      - name: fetch\n        image: python:3.11-slim\n        command: [\"true\"]\n"
+                     "        securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}\n"
+                     "      containers:\n"
+                     "      - name: trainer\n        image: python:3.11-slim\n"
+                     "        volumeMounts: [{name: data, mountPath: /data}]\n"
+                     "        securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}\n"
+                     "  trainer: {command: [python3, train.py]}\n";
+  auto r = kubectl({"apply", "-n", ns_, "-f", "-"}, yaml);
+  ASSERT_TRUE(r.status.success()) << r.output;
+  ASSERT_TRUE(wait_pods("restricted", 2)) << operator_->log();
+  for (const auto& pod : pods("restricted")) {
+    const auto& spec = pod["spec"];
+    ASSERT_EQ(spec["initContainers"].size(), 2u) << spec;
+    EXPECT_EQ(spec["initContainers"][0]["name"], "lockstep-agent");
+    EXPECT_EQ(spec["initContainers"][1]["name"], "fetch");
+    EXPECT_EQ(spec["volumes"].size(), 2u) << spec;
+    EXPECT_EQ(spec["containers"][0]["volumeMounts"].size(), 2u) << spec;
+    EXPECT_EQ(spec["containers"][0]["command"], json({"/lockstep/agent/lockstep-agent", "--", "python3", "train.py"}));
+  }
+  // The same job whose own container is not restricted is refused by the API server, so the
+  // namespace really enforces the standard.
+  std::string loose = "apiVersion: lockstep.dev/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: loose\n"
+                      "spec:\n  nodes: 1\n  template:\n    spec:\n      containers:\n"
+                      "      - {name: trainer, image: python:3.11-slim}\n";
+  ASSERT_TRUE(kubectl({"apply", "-n", ns_, "-f", "-"}, loose).status.success());
+  EXPECT_TRUE(eventually([&] {
+    auto e = kubectl({"get", "events", "-n", ns_, "--field-selector", "involvedObject.name=loose", "-o",
+                      "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}"});
+    return e.output.find("restricted") != std::string::npos;
+  }, 20s)) << "no event says the loose job's pod violates the restricted standard";
+  EXPECT_TRUE(pods("loose").empty());
+}
+
+// Note [Agent injection]: an agent image that cannot be pulled is named in the job's condition
+// as the init container's, with the flag that chooses it.
+TEST_F(OperatorTest, AnAgentImageThatCannotBePulledIsNamed) {
+  create_job("noagent", 1);
+  ASSERT_TRUE(wait_pods("noagent", 1));
+  json pull = {{"status",
+                {{"phase", "Pending"},
+                 {"conditions", json::array({{{"type", "PodScheduled"}, {"status", "True"}}})},
+                 {"initContainerStatuses",
+                  json::array({{{"name", "lockstep-agent"}, {"ready", false}, {"restartCount", 0},
+                                {"image", "lockstep/agent:nope"}, {"imageID", ""},
+                                {"state", {{"waiting", {{"reason", "ErrImagePull"},
+                                                        {"message", "pull access denied for lockstep/agent"}}}}}}})},
+                 {"containerStatuses",
+                  json::array({{{"name", "trainer"}, {"ready", false}, {"restartCount", 0}, {"image", "lockstep/trainer:test"},
+                                {"imageID", ""}, {"state", {{"waiting", {{"reason", "PodInitializing"}}}}}}})}}}};
+  auto r = client_->patch(res::kPods.path(ns_, "noagent-0", "status"), pull);
+  ASSERT_TRUE(r.ok()) << r.message();
+  ASSERT_TRUE(eventually([&] {
+    json j = job("noagent");
+    const json* c = condition(j, "PodsBlocked");
+    return c && (*c)["status"] == "True";
+  }, 20s)) << job("noagent");
+  json j = job("noagent");
+  EXPECT_EQ((*condition(j, "PodsBlocked"))["reason"], "ErrImagePull");
+  EXPECT_EQ((*condition(j, "PodsBlocked"))["message"],
+            "pod noagent-0 cannot start: ErrImagePull: init container lockstep-agent (copies the agent from the "
+            "operator's --agent-image): pull access denied for lockstep/agent");
 }
 
 // #13 item 7, Note [Progress]: the operator reads rank 0's real agent (here on loopback, the

@@ -52,6 +52,52 @@ TEST(PodManifest, RunsTheAgentInTheTrainerContainerAndKeepsUserEnv) {
   EXPECT_EQ(pod_manifest(j, 0, 0)["spec"]["containers"][1]["terminationMessagePolicy"], "File");
 }
 
+// Note [Agent injection]
+TEST(PodManifest, InjectsTheAgentIntoTheTrainerContainerOnly) {
+  JobView j;
+  j.name = "tj";
+  j.ns = "team";
+  j.command = {"python3", "train.py"};
+  j.tmpl = json::parse(R"({"spec": {
+    "volumes": [{"name": "data", "emptyDir": {}}, {"name": "lockstep-agent", "hostPath": {"path": "/"}}],
+    "initContainers": [{"name": "fetch", "image": "busybox"}, {"name": "lockstep-agent", "image": "evil"}],
+    "containers": [
+      {"name": "sidecar", "image": "busybox"},
+      {"name": "trainer", "image": "pytorch/pytorch",
+       "volumeMounts": [{"name": "data", "mountPath": "/data"}, {"name": "lockstep-agent", "mountPath": "/x"}]}]}})");
+  AgentInjection agent{"registry.example/lockstep/agent:1.2.3", "Always"};
+  json pod = pod_manifest(j, 0, 0, agent);
+  const json& spec = pod["spec"];
+  // The template's own are kept; a template entry with a reserved name is replaced, not doubled.
+  ASSERT_EQ(spec["volumes"].size(), 2u) << spec;
+  EXPECT_EQ(spec["volumes"][0]["name"], "data");
+  EXPECT_EQ(spec["volumes"][1], json::parse(R"({"name": "lockstep-agent", "emptyDir": {"sizeLimit": "256Mi"}})"));
+  ASSERT_EQ(spec["initContainers"].size(), 2u) << spec;
+  const json& init = spec["initContainers"][0];  // first: the template's own may use the agent's files
+  EXPECT_EQ(init["name"], "lockstep-agent");
+  EXPECT_EQ(init["image"], "registry.example/lockstep/agent:1.2.3");
+  EXPECT_EQ(init["imagePullPolicy"], "Always");
+  EXPECT_EQ(init["command"], json({"/lockstep/lockstep-agent", "--install-bundle", "/lockstep-install"}));
+  EXPECT_EQ(spec["initContainers"][1]["name"], "fetch");
+  // Small, and within the restricted Pod Security Standard.
+  EXPECT_EQ(init["resources"]["limits"]["memory"], "64Mi");
+  EXPECT_EQ(init["securityContext"]["runAsNonRoot"], true);
+  EXPECT_EQ(init["securityContext"]["allowPrivilegeEscalation"], false);
+  EXPECT_EQ(init["securityContext"]["capabilities"]["drop"], json({"ALL"}));
+  EXPECT_EQ(init["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+  const json& ctr = spec["containers"][1];
+  EXPECT_EQ(ctr["command"], json({"/lockstep/agent/lockstep-agent", "--", "python3", "train.py"}));
+  EXPECT_EQ(ctr["volumeMounts"], json::parse(R"([{"name": "data", "mountPath": "/data"},
+                                                 {"name": "lockstep-agent", "mountPath": "/lockstep/agent", "readOnly": true}])"));
+  EXPECT_EQ(ctr["image"], "pytorch/pytorch");  // the user's image, as it is
+  EXPECT_FALSE(spec["containers"][0].contains("volumeMounts"));
+  // Without an agent image (--agent-image ''; lockstep run): nothing injected, the agent from PATH.
+  json plain = pod_manifest(j, 0, 0);
+  EXPECT_EQ(plain["spec"]["containers"][1]["command"], json({"lockstep-agent", "--", "python3", "train.py"}));
+  EXPECT_EQ(plain["spec"]["initContainers"].size(), 2u);  // the template's, as written
+  EXPECT_EQ(plain["spec"]["initContainers"][1]["image"], "evil");
+}
+
 TEST(ServiceManifest, IsHeadlessAndPublishesNotReadyPods) {
   JobView j;
   j.name = "tj";

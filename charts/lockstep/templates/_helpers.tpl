@@ -15,3 +15,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "lockstep.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
+{{- define "lockstep.agentImage" -}}
+{{- if .Values.agent.image.repository -}}
+{{- printf "%s:%s" .Values.agent.image.repository (default .Chart.AppVersion .Values.agent.image.tag) -}}
+{{- end -}}
+{{- end -}}

@@ -46,6 +46,17 @@ inline constexpr const char* kLabelKueueQueue = "kueue.x-k8s.io/queue-name";
 // The container that runs the agent: this name, or else the template's first container.
 inline constexpr const char* kTrainerContainer = "trainer";
 
+// Agent injection (Note [Agent injection] in operator/reconcile/manifests.hpp): the emptyDir
+// the init container copies the agent bundle into, that init container, and where the trainer
+// container sees the bundle (read-only). Names the operator reserves in a pod's template.
+inline constexpr const char* kAgentVolume = "lockstep-agent";
+inline constexpr const char* kAgentInitContainer = "lockstep-agent";
+inline constexpr const char* kAgentMountPath = "/lockstep/agent";
+// In the lockstep/agent image: the bundle's launcher, and where the init container mounts
+// the emptyDir to install into.
+inline constexpr const char* kAgentImageLauncher = "/lockstep/lockstep-agent";
+inline constexpr const char* kAgentInstallPath = "/lockstep-install";
+
 // Exit codes the agent itself uses (docs/exit-codes.md). A worker's own code passes through.
 // These two are in 1..127 but retryable: the operator's ExitCode policy restarts on them.
 inline constexpr int kExitStall = 75;        // no step reported in time: a hung collective or dead peer
