@@ -172,6 +172,16 @@ const std::map<std::string, Rule>& cel_rules() {
        [](const json& self) { return !self.contains("restartPolicy") || self["restartPolicy"] == "Never"; }},
       {"!has(self.hostname) && !has(self.subdomain)",
        [](const json& self) { return !self.contains("hostname") && !self.contains("subdomain"); }},
+      {"!has(self.command) || !(self.command[0] == 'torchrun' || self.command[0].endsWith('/torchrun') || (size(self.command) > 2 && self.command[1] == '-m' && self.command[2] in ['torch.distributed.run', 'torch.distributed.launch']))",
+       [](const json& self) {
+         if (!self.contains("command") || !self["command"].is_array() || self["command"].empty()) return true;
+         const json& c = self["command"];
+         auto at = [&](size_t i) { return c.size() > i && c[i].is_string() ? c[i].get<std::string>() : std::string(); };
+         const std::string first = at(0);
+         const bool torchrun = first == "torchrun" || (first.size() > 9 && first.compare(first.size() - 9, 9, "/torchrun") == 0);
+         const bool module = c.size() > 2 && at(1) == "-m" && (at(2) == "torch.distributed.run" || at(2) == "torch.distributed.launch");
+         return !torchrun && !module;
+       }},
       {"self.startsWith('/')", [](const json& self) { return self.is_string() && !self.get<std::string>().empty() && self.get<std::string>()[0] == '/'; }},
   };
   return rules;
@@ -292,7 +302,25 @@ json yaml_to_json_text(const std::string& text, const std::string& name) {
   }
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    // A manifest file may hold other objects beside the job (a ConfigMap with the script, as
+    // examples/pytorch-script.yaml does): of several documents, the one TrainingJob is read.
+    std::vector<YAML::Node> docs = YAML::LoadAll(text);
+    std::vector<YAML::Node> jobs;
+    std::string kinds;
+    for (const auto& d : docs) {
+      const YAML::Node kind = d.IsMap() ? d["kind"] : YAML::Node();
+      const std::string k = kind && kind.IsScalar() ? kind.Scalar() : "?";
+      if (k == "TrainingJob") jobs.push_back(d);
+      kinds += (kinds.empty() ? "" : ", ") + k;
+    }
+    if (docs.size() <= 1) root = docs.empty() ? YAML::Node() : docs[0];
+    else if (jobs.size() == 1) root = jobs[0];
+    else if (jobs.empty())
+      throw InputError(name + ": holds " + std::to_string(docs.size()) + " YAML documents (" + kinds +
+                           ") and no TrainingJob (kind: TrainingJob)", 1);
+    else
+      throw InputError(name + ": holds " + std::to_string(jobs.size()) +
+                           " TrainingJobs; lockstep reads one per file: put each in a file of its own", 1);
   } catch (const YAML::DeepRecursion& e) {
     throw InputError(name + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
                          ": YAML too complex: nested deeper than the parser's limit of " + std::to_string(e.depth()) +

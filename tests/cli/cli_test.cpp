@@ -99,6 +99,30 @@ TEST(Validate, InputErrorsHaveTheirOwnExitCodes) {
   EXPECT_TRUE(std::regex_search(syntax.output, std::regex(R"(bad-syntax\.yaml:\d+:\d+: YAML syntax error)"))) << syntax.output;
 }
 
+// A manifest file with other objects beside the job (examples/pytorch-script.yaml has its
+// script's ConfigMap) is read for its one TrainingJob; none, or two, is an error saying so.
+TEST(Validate, AFileOfSeveralDocumentsIsReadForItsOneTrainingJob) {
+  const std::string job = "apiVersion: lockstep.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: NAME}\nspec:\n"
+                          "  template: {spec: {containers: [{name: trainer, image: img}]}}\n";
+  const std::string cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: script}\ndata: {train.py: pass}\n";
+  auto write = [](const std::string& name, const std::string& text) {
+    std::string f = ::testing::TempDir() + "/" + name;
+    std::ofstream(f) << text;
+    return f;
+  };
+  auto named = [&](const std::string& n) { return std::regex_replace(job, std::regex("NAME"), n); };
+  auto one = lockstep_cmd({"validate", write("one.yaml", cm + "---\n" + named("a"))});
+  EXPECT_EQ(one.status.shell_code(), 0) << one.output;
+  EXPECT_NE(one.output.find("valid TrainingJob a "), std::string::npos) << one.output;
+  auto none = lockstep_cmd({"validate", write("none.yaml", cm + "---\n" + cm)});
+  EXPECT_EQ(none.status.shell_code(), 1) << none.output;
+  EXPECT_NE(none.output.find("holds 2 YAML documents (ConfigMap, ConfigMap) and no TrainingJob"), std::string::npos)
+      << none.output;
+  auto two = lockstep_cmd({"validate", write("two.yaml", named("a") + "---\n" + named("b"))});
+  EXPECT_EQ(two.status.shell_code(), 1) << two.output;
+  EXPECT_NE(two.output.find("holds 2 TrainingJobs"), std::string::npos) << two.output;
+}
+
 // ZeRO (Rajbhandari et al. 2020): 7.5B parameters on 64 GPUs, mixed-precision Adam.
 TEST(Plan, PrintsThePublishedZeroFigures) {
   auto r = lockstep_cmd({"plan", "--params", "7.5B", "--gpus", "64"});
