@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The container images, built on this machine without Docker and without a registry:
-#   scripts/images.sh build  [operator|trainer|all]   build what changed (default: all)
-#   scripts/images.sh import [operator|trainer|all]   into containerd's k8s.io namespace
-#   scripts/images.sh path   operator|trainer         the docker-archive `ctr images import` takes
+#   scripts/images.sh build  [operator|trainer|agent|all]   build what changed (default: all)
+#   scripts/images.sh import [operator|trainer|agent|all]   into containerd's k8s.io namespace
+#   scripts/images.sh path   operator|trainer|agent         the docker-archive `ctr images import` takes
 #   scripts/images.sh clean                           forget every cached base and image
 #
 # An image is a Debian root file system (`debootstrap --variant=minbase` of the pinned suite
@@ -10,7 +10,9 @@
 # trainer), and the project's own `cmake --install --component ...` tree at the paths
 # docker/*.Dockerfile uses, with the Dockerfile's USER and ENTRYPOINT; umoci packs it as an
 # OCI image and skopeo writes the archive. The recipe per image is in the table below;
-# tests/images/built_images_test.cpp checks it against the Dockerfiles.
+# tests/images/built_images_test.cpp checks it against the Dockerfiles. The agent image
+# (docker/agent.Dockerfile) has no Debian base: it is `FROM scratch` plus the agent bundle
+# (`--component agent-bundle` at /lockstep), which its init container copies into each pod.
 #
 # Cached by content under $CACHE/images (see docs/development.md, "Images without Docker"):
 #   base/<key>   the packed Debian root; key: suite, mirror, architecture, package list
@@ -32,17 +34,20 @@ ARCH=$(dpkg --print-architecture)
 BASE_FORMAT=2  # bump when the base recipe below changes in a way its key does not see
 
 # --- the images (mirrors docker/<name>.Dockerfile's runtime stage) ---------------------------
-declare -A COMPONENTS=([operator]="operator" [trainer]="agent trainer")
-declare -A PACKAGES=([operator]="$IMAGE_OPERATOR_PACKAGES" [trainer]="$IMAGE_TRAINER_PACKAGES")
-declare -A USER_SPEC=([operator]="65532:65532" [trainer]="1000")
-declare -A ENTRYPOINT=([operator]="/usr/local/bin/lockstep-operator" [trainer]="")
-declare -A ADD_USER=([operator]="" [trainer]="useradd --uid 1000 --create-home lockstep")
+declare -A COMPONENTS=([operator]="operator" [trainer]="agent trainer" [agent]="agent-bundle")
+declare -A PACKAGES=([operator]="$IMAGE_OPERATOR_PACKAGES" [trainer]="$IMAGE_TRAINER_PACKAGES" [agent]="")
+declare -A USER_SPEC=([operator]="65532:65532" [trainer]="1000" [agent]="65532:65532")
+declare -A ENTRYPOINT=([operator]="/usr/local/bin/lockstep-operator" [trainer]="" [agent]="")
+declare -A ADD_USER=([operator]="" [trainer]="useradd --uid 1000 --create-home lockstep" [agent]="")
+# The install prefix of each image's components; "/" for the scratch image (the bundle's /lockstep).
+declare -A PREFIX=([operator]="/usr/local" [trainer]="/usr/local" [agent]="/")
+SCRATCH_IMAGES=" agent "  # no Debian base, no libraries layer: the bundle carries its own
 # Libraries outside Debian's (LibTorch) go here; an ld.so.conf.d entry makes them found.
 PRIVATE_LIB_DIR=/usr/local/lib/libtorch
 IMAGE_PATH_ENV=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin  # debian:bookworm-slim's
 
 ref() { echo "lockstep/$1:$VERSION"; }
-usage() { die "usage: scripts/images.sh build|import [operator|trainer|all] | path operator|trainer | clean"; }
+usage() { die "usage: scripts/images.sh build|import [operator|trainer|agent|all] | path operator|trainer|agent | clean"; }
 sha() { sha256sum | cut -c1-16; }
 
 # --- temporary directories, Ctrl-C ------------------------------------------------------------
@@ -219,7 +224,7 @@ ensure_libs() {
 stage_install() {
   local c
   for c in ${COMPONENTS[$1]}; do
-    DESTDIR=$2 cmake --install "$BUILD_DIR" --component "$c" --prefix /usr/local > /dev/null ||
+    DESTDIR=$2 cmake --install "$BUILD_DIR" --component "$c" --prefix "${PREFIX[$1]}" > /dev/null ||
       die "cmake --install of component $c failed; build it first (scripts/build.sh, or cmake --build $BUILD_DIR)"
   done
 }
@@ -230,9 +235,55 @@ config_inputs() {
     "${ENTRYPOINT[$1]}" "${ADD_USER[$1]}" "$IMAGE_PATH_ENV" "$PRIVATE_LIB_DIR"
 }
 
+# build_scratch_image NAME: an image of NAME's install tree alone, on no base (the agent's: its
+# bundle carries its own loader and libraries). Checked before it is packed: the bundle's
+# launcher runs in that root, as the image's user, with nothing else in it.
+build_scratch_image() {
+  local name=$1 start=$SECONDS install key entry
+  new_tmp install "install-$name"
+  stage_install "$name" "$install"
+  key=$(printf '%s\n' "scratch" "$(config_inputs "$name")" "$(sha256sum < "$0")" "$(tree_manifest "$install")" | sha)
+  entry="$IMAGES/image/$name-$key"
+  mkdir -p "$BUILD_DIR/images"
+  if [[ -f $entry/image.tar ]]; then
+    ln -sfn "$entry" "$BUILD_DIR/images/$name"
+    log "$(ref "$name"): up to date ($key, checked in $((SECONDS - start)) s)"
+    return
+  fi
+  rm -f "$BUILD_DIR/images/$name"
+  log "$(ref "$name"): building $key (FROM scratch)"
+  local out
+  out=$(chroot --userspec="${USER_SPEC[$name]}" "$install" /lockstep/lockstep-agent --version 2>&1) ||
+    die "in $(ref "$name"), /lockstep/lockstep-agent does not run on its own as ${USER_SPEC[$name]}: $out"
+  local tmp
+  new_tmp tmp "image-$name-$key"
+  umoci init --layout "$tmp/oci"
+  umoci new --image "$tmp/oci:$VERSION"
+  step "packing the bundle layer" "$tmp/umoci.log" nice umoci insert --image "$tmp/oci:$VERSION" \
+    --history.created_by "cmake --install --component {${COMPONENTS[$name]// /,}} --prefix ${PREFIX[$name]}" "$install" /
+  umoci config --image "$tmp/oci:$VERSION" --no-history --config.user "${USER_SPEC[$name]}" \
+    --config.label "org.opencontainers.image.version=$VERSION" --config.label "dev.lockstep.inputs=$key"
+  umoci gc --layout "$tmp/oci"
+  step "writing the archive" "$tmp/skopeo.log" nice skopeo copy --quiet "oci:$tmp/oci:$VERSION" "docker-archive:$tmp/image.tar:$(ref "$name")"
+  local unpacked compressed
+  unpacked=$(du -sb "$install" | cut -f1)
+  compressed=$(du -sb "$tmp/oci/blobs" | cut -f1)
+  rm -f "$tmp"/*.log
+  { echo "ref=$(ref "$name")"; echo "key=$key"; echo "built_seconds=$((SECONDS - start))"
+    echo "compressed_bytes=$compressed"; echo "unpacked_bytes=$unpacked"; echo "archive_bytes=$(stat -c %s "$tmp/image.tar")"
+  } > "$tmp/image.env"
+  : > "$tmp/packages.txt"  # no Debian package in it
+  mkdir -p "$IMAGES/image"
+  mv "$tmp" "$entry"
+  ln -sfn "$entry" "$BUILD_DIR/images/$name"
+  log "$(ref "$name"): built in $((SECONDS - start)) s: $((compressed / 1000000)) MB compressed, $((unpacked / 1000000)) MB unpacked; $entry/image.tar"
+  prune "$name"
+}
+
 build_image() {
   local name=$1 start=$SECONDS install key entry
   [[ -d $BUILD_DIR ]] || die "no build tree at $BUILD_DIR; run scripts/build.sh first"
+  if [[ $SCRATCH_IMAGES == *" $name "* ]]; then build_scratch_image "$name"; return; fi
   new_tmp install "install-$name"
   stage_install "$name" "$install"
   ensure_base "$name"
@@ -330,8 +381,8 @@ import_image() {
 
 names() {
   case ${1:-all} in
-    all) echo operator trainer ;;
-    operator|trainer) echo "$1" ;;
+    all) echo operator trainer agent ;;
+    operator|trainer|agent) echo "$1" ;;
     *) usage ;;
   esac
 }
@@ -352,7 +403,7 @@ case $cmd in
     log "images: done in $((SECONDS - start)) s"
     ;;
   import) for n in $(names "${1:-all}"); do import_image "$n"; done ;;
-  path) [[ ${1:-} == operator || ${1:-} == trainer ]] || usage; echo "$(entry_of "$1")/image.tar" ;;
+  path) [[ ${1:-} == operator || ${1:-} == trainer || ${1:-} == agent ]] || usage; echo "$(entry_of "$1")/image.tar" ;;
   clean) need_tools; remove_tree "$IMAGES"; log "removed $IMAGES" ;;
   *) usage ;;
 esac

@@ -33,7 +33,9 @@ RunResult cluster_helm(std::vector<std::string> args) {
 std::string install_lockstep(const std::vector<std::string>& helm_sets, double* seconds) {
   if (!real_cluster()) return "no cluster: " + real_cluster_problem();
   const std::string source = LOCKSTEP_SOURCE_DIR;
-  for (const char* name : {"operator", "trainer"}) {
+  // The agent image: the operator's init container copies the agent from it into every pod
+  // (Note [Agent injection]).
+  for (const char* name : {"operator", "trainer", "agent"}) {
     auto path = run_capture({source + "/scripts/images.sh", "path", name}, {}, 60s);
     std::string archive = trim(path.output);
     if (!path.status.success() || !std::filesystem::exists(archive))

@@ -1,4 +1,4 @@
-// The images scripts/images.sh builds without Docker (lockstep/operator, lockstep/trainer),
+// The images scripts/images.sh builds without Docker (lockstep/operator, lockstep/trainer, lockstep/agent),
 // checked against docker/*.Dockerfile, which stay the path to a registry:
 //   - the image config (User, Entrypoint, Cmd, WorkingDir, Env) is the Dockerfile's final
 //     stage's, in the OCI layout and in the archive `ctr images import` reads, under the name
@@ -255,11 +255,74 @@ TEST_P(BuiltImage, BinariesRunInsideTheImageAsItsUserWithEveryLibraryFound) {
   EXPECT_GT(ran, 0);
 }
 
+// lockstep/agent (docker/agent.Dockerfile): FROM scratch plus the agent bundle, which the
+// operator's init container copies into each pod (Note [Agent injection]).
+class AgentImage : public BuiltImage {};
+
+TEST_P(AgentImage, IsTheBundleAloneAsItsDockerfileSays) {
+  REQUIRE_IMAGE(name());
+  const Dockerfile d = dockerfile();
+  const json config = layout_config(layout(), project_version())["config"];
+  EXPECT_EQ(config.value("User", ""), d.user);
+  EXPECT_EQ(d.user, "65532:65532");
+  EXPECT_TRUE(config.value("Entrypoint", json()).is_null()) << config;  // the operator gives the command
+  const Unpacked* u = unpack();
+  ASSERT_NE(u, nullptr);
+  // Nothing but /lockstep: no shell, no libc of a base.
+  std::set<std::string> top;
+  for (const auto& e : fs::directory_iterator(u->rootfs)) top.insert(e.path().filename());
+  EXPECT_EQ(top, (std::set<std::string>{"lockstep"}));
+  // Exactly this build tree's bundle, file for file, modes included.
+  ASSERT_EQ(d.copies.size(), 1u);
+  ASSERT_EQ(d.installs.size(), 1u);
+  const std::string root = scratch() + "/install-" + name();
+  fs::remove_all(root);
+  auto r = run({env_or("LOCKSTEP_CMAKE", "cmake"), "--install", build_dir(), "--prefix", root + d.installs[0].prefix,
+                "--component", d.installs[0].component});
+  ASSERT_TRUE(r.status.success()) << r.output;
+  const std::string built = root + d.copies[0].src, in_image = u->rootfs + d.copies[0].dst;
+  std::set<std::string> want, have;
+  for (const auto& e : fs::recursive_directory_iterator(built)) want.insert(fs::relative(e.path(), built));
+  for (const auto& e : fs::recursive_directory_iterator(in_image)) have.insert(fs::relative(e.path(), in_image));
+  EXPECT_EQ(have, want);
+  for (const auto& f : want) {
+    if (!fs::is_regular_file(built + "/" + f)) continue;
+    SCOPED_TRACE(f);
+    EXPECT_TRUE(read_file(in_image + "/" + f) == read_file(built + "/" + f))
+        << "differs from this build tree's bundle: scripts/images.sh build agent";
+    EXPECT_EQ(fs::status(in_image + "/" + f).permissions(), fs::status(built + "/" + f).permissions());
+  }
+  fs::remove_all(root);
+}
+
+// What the init container does, in the image's root as its user: install the bundle into an
+// empty directory (the pod's emptyDir), and the installed copy runs.
+TEST_P(AgentImage, InstallsTheBundleAsTheInitContainerDoesAndTheCopyRuns) {
+  REQUIRE_IMAGE(name());
+  const Unpacked* u = unpack();
+  ASSERT_NE(u, nullptr);
+  EXPECT_EQ(u->userspec, "65532:65532");
+  const std::string target = u->rootfs + "/lockstep-install";
+  fs::create_directories(target);
+  ASSERT_EQ(::chown(target.c_str(), 65532, 65532), 0);
+  auto install = run({"chroot", "--userspec=" + u->userspec, u->rootfs, "/lockstep/lockstep-agent", "--install-bundle",
+                      "/lockstep-install"});
+  EXPECT_EQ(install.status.shell_code(), 0) << install.output;
+  auto version = run({"chroot", "--userspec=" + u->userspec, u->rootfs, "/lockstep-install/lockstep-agent", "--version"});
+  EXPECT_EQ(version.status.shell_code(), 0) << version.output;
+  EXPECT_NE(version.output.find("lockstep-agent " + project_version()), std::string::npos) << version.output;
+  fs::remove_all(target);
+}
+
+INSTANTIATE_TEST_SUITE_P(Images, AgentImage, ::testing::Values("agent"), [](const auto& info) { return info.param; });
+
 // `scripts/images.sh import` into a containerd of the test's own (root, state and socket in a
 // temporary directory, no CRI plugin), as the real-node cluster's containerd gets the images:
 // listed in namespace k8s.io under the name a pod's `image:` resolves to, labelled with the
 // image's inputs, and not imported again while they are unchanged.
-TEST_P(BuiltImage, ImportsIntoContainerdsK8sNamespaceOnce) {
+class ImportedImage : public BuiltImage {};
+
+TEST_P(ImportedImage, ImportsIntoContainerdsK8sNamespaceOnce) {
   REQUIRE_IMAGE(name());
   for (const char* tool : {"containerd", "ctr"}) {
     if (on_path(tool)) continue;
@@ -302,6 +365,8 @@ TEST_P(BuiltImage, ImportsIntoContainerdsK8sNamespaceOnce) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Images, BuiltImage, ::testing::Values("operator", "trainer"),
+                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Images, ImportedImage, ::testing::Values("operator", "trainer", "agent"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace
