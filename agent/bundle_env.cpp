@@ -1,5 +1,8 @@
 #include "bundle_env.hpp"
 
+#include <errno.h>
+#include <sys/prctl.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -36,6 +39,9 @@ BundleEnvironment restore_bundle_environment() {
       private_names.emplace_back(*e, eq ? static_cast<size_t>(eq - *e) : std::strlen(*e));
     }
   for (const auto& n : private_names) ::unsetenv(n.c_str());
+  // Run by the bundle's loader, the process is named after it (ld-linux-x86-64 in ps, top,
+  // /proc/PID/comm); take the name it was started by (the launcher's --argv0) back.
+  if (out.from_bundle) ::prctl(PR_SET_NAME, program_invocation_short_name, 0, 0, 0);
   return out;
 }
 

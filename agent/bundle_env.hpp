@@ -9,6 +9,7 @@
 // loader, get what they would have got without the bundle, and nothing of it. Setting
 // LD_PRELOAD now loads nothing into the agent: a loader reads these only when it starts.
 //
+// It also names the process after its argv[0] again (the loader's name otherwise shows in ps).
 // Call it first thing in main(), before any thread exists (setenv is not thread-safe).
 // Started any other way (no private variable), it changes nothing.
 #pragma once
