@@ -2,7 +2,9 @@
 
 #include <dlfcn.h>
 #include <glob.h>
+#include <limits.h>
 #include <link.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,7 +48,9 @@ bool plausible_dir(std::string& d) {
 
 void read_conf(const std::string& path, int depth, const ConfLimits& lim, size_t& files, std::set<std::string>& seen,
                std::vector<std::string>& out) {
-  if (depth > lim.max_depth || files >= lim.max_files || out.size() >= lim.max_dirs || !seen.insert(path).second) return;
+  if (depth > lim.max_depth || files >= lim.max_files || out.size() >= lim.max_dirs) return;
+  char real[PATH_MAX];
+  if (!seen.insert(::realpath(path.c_str(), real) ? real : path).second) return;  // each file once
   std::ifstream in(path);
   if (!in) return;
   ++files;
@@ -90,10 +94,13 @@ void read_conf(const std::string& path, int depth, const ConfLimits& lim, size_t
 }  // namespace
 
 std::vector<std::string> ld_so_conf_dirs(const std::string& path, size_t max_dirs) {
-  std::vector<std::string> out;
+  std::vector<std::string> dirs, out;
   std::set<std::string> seen;
   size_t files = 0;
-  read_conf(path, 0, ConfLimits{max_dirs}, files, seen, out);
+  read_conf(path, 0, ConfLimits{max_dirs}, files, seen, dirs);
+  seen.clear();
+  for (auto& d : dirs)
+    if (seen.insert(d).second) out.push_back(std::move(d));
   return out;
 }
 

@@ -22,7 +22,7 @@ std::vector<std::string> nvml_search_dirs(const std::string& ld_library_path, co
 // The directories an ld.so.conf file names, its `include` globs followed as ldconfig does,
 // bounded: at most `max_dirs` directories, from at most 64 files of at most 64 KB each,
 // includes at most 8 deep; comments, hwcap lines, relative or unprintable entries and
-// unreadable files are skipped.
+// unreadable files are skipped; each file is read once, each directory given once.
 std::vector<std::string> ld_so_conf_dirs(const std::string& path, size_t max_dirs = 256);
 
 class GpuMonitor {
