@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "bundle_env.hpp"
 #include "config.hpp"
 #include "lockstep/contract.hpp"
 #include "lockstep/log.hpp"
@@ -15,6 +16,9 @@
 
 int main(int argc, char** argv) {
   using namespace lockstep::agent;
+  // First, before any thread: the loader variables the bundle's launcher set aside go back
+  // into the environment the workers inherit (bundle_env.hpp).
+  for (const auto& problem : restore_bundle_environment().problems) LOCKSTEP_LOG(Warn, "agent", problem);
   std::vector<std::string> args(argv + 1, argv + argc);
   for (const auto& a : args) {
     if (a == "--") break;

@@ -4,12 +4,26 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "config.hpp"
 #include "metrics.hpp"
 
 namespace lockstep::agent {
+
+// Where to look for libnvidia-ml.so.1 by name when a plain dlopen does not find it, in order:
+// the directories of `ld_library_path` (the image's LD_LIBRARY_PATH), the usual library
+// directories of Debian, Ubuntu and Red Hat images and of the NVIDIA device plugin, then the
+// directories `ld_so_conf` names. Without repeats.
+std::vector<std::string> nvml_search_dirs(const std::string& ld_library_path, const std::string& ld_so_conf);
+
+// The directories an ld.so.conf file names, its `include` globs followed as ldconfig does,
+// bounded: at most `max_dirs` directories, from at most 64 files of at most 64 KB each,
+// includes at most 8 deep; comments, hwcap lines, relative or unprintable entries and
+// unreadable files are skipped; each file is read once, each directory given once.
+std::vector<std::string> ld_so_conf_dirs(const std::string& path, size_t max_dirs = 256);
 
 class GpuMonitor {
  public:
@@ -19,6 +33,7 @@ class GpuMonitor {
 
  private:
   struct Api;
+  std::string load_library();  // sets api_->lib; says where it came from, or why not
   void poll_once();
   std::unique_ptr<Api> api_;
   int count_ = 0;

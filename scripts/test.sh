@@ -11,6 +11,10 @@ start=$SECONDS
 # The container images of this build (cached: seconds when nothing changed); built_images_test
 # checks them, and says why when they could not be built.
 "$ROOT/scripts/images.sh" build || log "images: not built (see above); built_images_test will fail with the reason"
+# The Debian bullseye root (glibc older than ours) bundle_test runs the agent's bundle in
+# (cached: made once, about 2 minutes); without it bundle_test fails and says why.
+if old_glibc_root=$("$ROOT/scripts/old-glibc-root.sh"); then export LOCKSTEP_OLD_GLIBC_ROOT=$old_glibc_root
+else log "old-glibc root: not made (see above); bundle_test will fail with the reason"; fi
 log "set-up and build took $((SECONDS - start)) s; running the tests"
 export LOCKSTEP_K8S_BIN="$K8S_BIN" LOCKSTEP_PROMETHEUS_BIN="$PROMETHEUS_BIN/prometheus" LOCKSTEP_REQUIRE_ALL=1 \
   LOCKSTEP_KWOK_BIN="$KWOK_BIN/kwok" LOCKSTEP_GANG_SCHEDULER_BIN="$SCHEDULER_PLUGINS_BIN/kube-scheduler-cosched"
