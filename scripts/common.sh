@@ -61,6 +61,30 @@ read_installed_torch() {
 log() { printf '[lockstep %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 die() { printf '[lockstep] error: %s\n' "$*" >&2; exit 1; }
 
+# scratch_dir VAR [UNDER]: a new temporary directory (under UNDER, default $CACHE), added to the
+# array `scratch`, which the calling script removes at exit: scratch=(); trap 'rm -rf "${scratch[@]}"' EXIT
+scratch_dir() {
+  local d
+  d=$(mktemp -d "${2:-$CACHE}/.tmp.XXXXXX")
+  scratch+=("$d")
+  printf -v "$1" '%s' "$d"
+}
+# fetch_wheel REQUIREMENT FILE SHA256: the pinned wheel into the download cache, hash-checked.
+fetch_wheel() {
+  local req=$1 file="$CACHE/downloads/$2" sha=$3
+  if [[ -f $file ]] && echo "$sha  $file" | sha256sum -c --quiet 2>/dev/null; then return 0; fi
+  log "downloading $2 from PyPI"
+  rm -f "$file"
+  local tmp
+  scratch_dir tmp "$CACHE/downloads"
+  python3 -m pip download --no-deps --only-binary=:all: --progress-bar on --python-version 3.11 \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_25_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 -d "$tmp" "$req" || die "pip could not download $req"
+  [[ -f $tmp/$2 ]] || die "pip did not produce $2; check the pins in scripts/versions.env"
+  echo "$sha  $tmp/$2" | sha256sum -c --quiet || die "sha256 of $2 does not match scripts/versions.env"
+  mv "$tmp/$2" "$file"
+}
+
 # run_with_heartbeat DESC CMD...: runs CMD, printing a line every 20 s while it works, so a
 # long quiet step (a Go build) never looks hung. Ctrl-C stops CMD and its children.
 run_with_heartbeat() {
