@@ -93,7 +93,8 @@ run_with_heartbeat() {
   local outer; outer=$(trap -p INT TERM)  # the caller's traps, back in place afterwards
   "$@" &
   local pid=$!
-  trap 'pkill -TERM -P $pid 2>/dev/null; kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; trap - INT TERM; eval "$outer"; exit 130' INT TERM
+  # (|| true: under set -e a failing command in a trap would end the script there, exit 1, before 130.)
+  trap 'pkill -TERM -P $pid 2>/dev/null || true; kill -TERM $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; trap - INT TERM; eval "$outer"; exit 130' INT TERM
   while kill -0 "$pid" 2>/dev/null; do
     for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
       sleep 1; kill -0 "$pid" 2>/dev/null || break
