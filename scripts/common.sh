@@ -7,6 +7,8 @@ CACHE=${LOCKSTEP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lockstep}
 source "$ROOT/scripts/versions.env"
 
 LIBTORCH_DIR="$CACHE/libtorch-$TORCH_VERSION-cpu"
+# A CPU-only Python torch from the same wheel, for PYTHONPATH (scripts/python-torch.sh).
+PYTHON_TORCH_DIR="$CACHE/python-torch-$TORCH_VERSION-cpu"
 CUDA_HEADERS_DIR="$CACHE/cuda-headers-$CUDA_CRT_VERSION-$CUDA_CCCL_VERSION"
 K8S_BIN="$CACHE/kubernetes-$KUBERNETES_VERSION/bin"
 TOOLS_BIN="$CACHE/kubectl-layer-$KUBECTL_LAYER_VERSION/bin"
