@@ -11,6 +11,8 @@
 #      images (pause, nettest) from static C; containerd, runc and the CNI plugins come with
 #      step 1
 #   6. KWOK (fake nodes for the operator's scale benchmark and scale_test), from the Go module proxy
+#   7. a CPU-only Python torch from the pinned torch wheel (scripts/python-torch.sh), for the tests
+#      that run Python DDP scripts and for the `pytorch` test image
 # Each cached step is keyed on its pin: a second run downloads and rebuilds nothing. Every
 # download and unpack goes to a temporary name first and is renamed when complete, and each
 # build writes its stamp last, so Ctrl-C at any point leaves a cache the next run resumes.
@@ -292,4 +294,7 @@ else
   echo "$stamp" > "$CLUSTER_IMAGES/.stamp"
   log "cluster images: $PAUSE_IMAGE and $NETTEST_IMAGE built into $CLUSTER_IMAGES"
 fi
+
+# --- 7. A CPU-only Python torch (the full set-up only) -----------------------------------------
+"$ROOT/scripts/python-torch.sh"
 log "set-up complete (cache: $CACHE)"

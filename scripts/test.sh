@@ -13,5 +13,6 @@ start=$SECONDS
 "$ROOT/scripts/images.sh" build || log "images: not built (see above); built_images_test will fail with the reason"
 log "set-up and build took $((SECONDS - start)) s; running the tests"
 export LOCKSTEP_K8S_BIN="$K8S_BIN" LOCKSTEP_PROMETHEUS_BIN="$PROMETHEUS_BIN/prometheus" LOCKSTEP_REQUIRE_ALL=1 \
-  LOCKSTEP_KWOK_BIN="$KWOK_BIN/kwok" LOCKSTEP_GANG_SCHEDULER_BIN="$SCHEDULER_PLUGINS_BIN/kube-scheduler-cosched"
+  LOCKSTEP_KWOK_BIN="$KWOK_BIN/kwok" LOCKSTEP_GANG_SCHEDULER_BIN="$SCHEDULER_PLUGINS_BIN/kube-scheduler-cosched" \
+  LOCKSTEP_PYTHON_TORCH="$PYTHON_TORCH_DIR"
 exec ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 900 "$@"
