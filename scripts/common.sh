@@ -7,6 +7,8 @@ CACHE=${LOCKSTEP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lockstep}
 source "$ROOT/scripts/versions.env"
 
 LIBTORCH_DIR="$CACHE/libtorch-$TORCH_VERSION-cpu"
+# A CPU-only Python torch from the same wheel, for PYTHONPATH (scripts/python-torch.sh).
+PYTHON_TORCH_DIR="$CACHE/python-torch-$TORCH_VERSION-cpu"
 CUDA_HEADERS_DIR="$CACHE/cuda-headers-$CUDA_CRT_VERSION-$CUDA_CCCL_VERSION"
 K8S_BIN="$CACHE/kubernetes-$KUBERNETES_VERSION/bin"
 TOOLS_BIN="$CACHE/kubectl-layer-$KUBECTL_LAYER_VERSION/bin"
@@ -61,6 +63,30 @@ read_installed_torch() {
 log() { printf '[lockstep %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 die() { printf '[lockstep] error: %s\n' "$*" >&2; exit 1; }
 
+# scratch_dir VAR [UNDER]: a new temporary directory (under UNDER, default $CACHE), added to the
+# array `scratch`, which the calling script removes at exit: scratch=(); trap 'rm -rf "${scratch[@]}"' EXIT
+scratch_dir() {
+  local d
+  d=$(mktemp -d "${2:-$CACHE}/.tmp.XXXXXX")
+  scratch+=("$d")
+  printf -v "$1" '%s' "$d"
+}
+# fetch_wheel REQUIREMENT FILE SHA256: the pinned wheel into the download cache, hash-checked.
+fetch_wheel() {
+  local req=$1 file="$CACHE/downloads/$2" sha=$3
+  if [[ -f $file ]] && echo "$sha  $file" | sha256sum -c --quiet 2>/dev/null; then return 0; fi
+  log "downloading $2 from PyPI"
+  rm -f "$file"
+  local tmp
+  scratch_dir tmp "$CACHE/downloads"
+  python3 -m pip download --no-deps --only-binary=:all: --progress-bar on --python-version 3.11 \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_25_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 -d "$tmp" "$req" || die "pip could not download $req"
+  [[ -f $tmp/$2 ]] || die "pip did not produce $2; check the pins in scripts/versions.env"
+  echo "$sha  $tmp/$2" | sha256sum -c --quiet || die "sha256 of $2 does not match scripts/versions.env"
+  mv "$tmp/$2" "$file"
+}
+
 # run_with_heartbeat DESC CMD...: runs CMD, printing a line every 20 s while it works, so a
 # long quiet step (a Go build) never looks hung. Ctrl-C stops CMD and its children.
 run_with_heartbeat() {
@@ -69,7 +95,8 @@ run_with_heartbeat() {
   local outer; outer=$(trap -p INT TERM)  # the caller's traps, back in place afterwards
   "$@" &
   local pid=$!
-  trap 'pkill -TERM -P $pid 2>/dev/null; kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; trap - INT TERM; eval "$outer"; exit 130' INT TERM
+  # (|| true: under set -e a failing command in a trap would end the script there, exit 1, before 130.)
+  trap 'pkill -TERM -P $pid 2>/dev/null || true; kill -TERM $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; trap - INT TERM; eval "$outer"; exit 130' INT TERM
   while kill -0 "$pid" 2>/dev/null; do
     for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
       sleep 1; kill -0 "$pid" 2>/dev/null || break

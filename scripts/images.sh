@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The container images, built on this machine without Docker and without a registry:
-#   scripts/images.sh build  [operator|trainer|agent|all]   build what changed (default: all)
-#   scripts/images.sh import [operator|trainer|agent|all]   into containerd's k8s.io namespace
-#   scripts/images.sh path   operator|trainer|agent         the docker-archive `ctr images import` takes
-#   scripts/images.sh clean                           forget every cached base and image
+#   scripts/images.sh build  [operator|trainer|agent|pytorch|all]   build what changed (default: all)
+#   scripts/images.sh import [operator|trainer|agent|pytorch|all]   into containerd's k8s.io namespace
+#   scripts/images.sh path   operator|trainer|agent|pytorch         the docker-archive `ctr images import` takes
+#   scripts/images.sh clean                                         forget every cached base and image
 #
 # An image is a Debian root file system (`debootstrap --variant=minbase` of the pinned suite
 # and runtime packages, scripts/versions.env), the LibTorch libraries the binaries link (the
@@ -13,6 +13,9 @@
 # tests/images/built_images_test.cpp checks it against the Dockerfiles. The agent image
 # (docker/agent.Dockerfile) has no Debian base: it is `FROM scratch` plus the agent bundle
 # (`--component agent-bundle` at /lockstep), which its init container copies into each pod.
+# `pytorch` is a test image with no Dockerfile and no Lockstep file: a stand-in for a user's stock
+# PyTorch image (Debian, python3, torch in its dist-packages: scripts/python-torch.sh's CPU-only tree,
+# which must be made first), for tests that bring Lockstep into any image. It needs no build tree.
 #
 # Cached by content under $CACHE/images (see docs/development.md, "Images without Docker"):
 #   base/<key>   the packed Debian root; key: suite, mirror, architecture, package list
@@ -34,20 +37,24 @@ ARCH=$(dpkg --print-architecture)
 BASE_FORMAT=2  # bump when the base recipe below changes in a way its key does not see
 
 # --- the images (mirrors docker/<name>.Dockerfile's runtime stage) ---------------------------
-declare -A COMPONENTS=([operator]="operator" [trainer]="agent trainer" [agent]="agent-bundle")
-declare -A PACKAGES=([operator]="$IMAGE_OPERATOR_PACKAGES" [trainer]="$IMAGE_TRAINER_PACKAGES" [agent]="")
-declare -A USER_SPEC=([operator]="65532:65532" [trainer]="1000" [agent]="65532:65532")
-declare -A ENTRYPOINT=([operator]="/usr/local/bin/lockstep-operator" [trainer]="" [agent]="")
-declare -A ADD_USER=([operator]="" [trainer]="useradd --uid 1000 --create-home lockstep" [agent]="")
+declare -A COMPONENTS=([operator]="operator" [trainer]="agent trainer" [agent]="agent-bundle" [pytorch]="")
+declare -A PACKAGES=([operator]="$IMAGE_OPERATOR_PACKAGES" [trainer]="$IMAGE_TRAINER_PACKAGES" [agent]="" [pytorch]="$IMAGE_PYTORCH_PACKAGES")
+declare -A USER_SPEC=([operator]="65532:65532" [trainer]="1000" [agent]="65532:65532" [pytorch]="1000")
+declare -A ENTRYPOINT=([operator]="/usr/local/bin/lockstep-operator" [trainer]="" [agent]="" [pytorch]="")
+declare -A ADD_USER=([operator]="" [trainer]="useradd --uid 1000 --create-home lockstep" [agent]="" [pytorch]="useradd --uid 1000 --create-home user")
 # The install prefix of each image's components; "/" for the scratch image (the bundle's /lockstep).
-declare -A PREFIX=([operator]="/usr/local" [trainer]="/usr/local" [agent]="/")
+declare -A PREFIX=([operator]="/usr/local" [trainer]="/usr/local" [agent]="/" [pytorch]="/usr/local")
 SCRATCH_IMAGES=" agent "  # no Debian base, no libraries layer: the bundle carries its own
+# Where the image holds scripts/python-torch.sh's tree ($PYTHON_TORCH_DIR), if at all, and what the
+# image's own user must be able to run before it is packed.
+declare -A PYTHON_TORCH_AT=([operator]="" [trainer]="" [agent]="" [pytorch]="/usr/local/lib/python3.11/dist-packages")
+declare -A CHECK=([operator]="" [trainer]="" [agent]="" [pytorch]="python3 -c 'import torch; assert not torch.cuda.is_available()'")
 # Libraries outside Debian's (LibTorch) go here; an ld.so.conf.d entry makes them found.
 PRIVATE_LIB_DIR=/usr/local/lib/libtorch
 IMAGE_PATH_ENV=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin  # debian:bookworm-slim's
 
 ref() { echo "lockstep/$1:$VERSION"; }
-usage() { die "usage: scripts/images.sh build|import [operator|trainer|agent|all] | path operator|trainer|agent | clean"; }
+usage() { die "usage: scripts/images.sh build|import [operator|trainer|agent|pytorch|all] | path operator|trainer|agent|pytorch | clean"; }
 sha() { sha256sum | cut -c1-16; }
 
 # --- temporary directories, Ctrl-C ------------------------------------------------------------
@@ -185,7 +192,7 @@ ensure_base() {
 # private_libs DIR: the libraries DIR's binaries load from outside the system library directories.
 private_libs() {
   local b
-  for b in "$1"/usr/local/bin/*; do ldd "$b"; done |
+  for b in "$1"/usr/local/bin/*; do [[ -e $b ]] && ldd "$b"; done |
     awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | grep -Ev ' /(usr/)?lib(64|32)?/' | LC_ALL=C sort -u || true
 }
 
@@ -220,19 +227,28 @@ ensure_libs() {
 }
 
 # --- 3. the image -----------------------------------------------------------------------------------
-# stage_install NAME DIR: NAME's install components into DIR, at the Dockerfile's prefix.
+# stage_install NAME DIR: NAME's install components into DIR, at the Dockerfile's prefix, and the
+# Python torch tree where NAME holds it.
 stage_install() {
   local c
   for c in ${COMPONENTS[$1]}; do
     DESTDIR=$2 cmake --install "$BUILD_DIR" --component "$c" --prefix "${PREFIX[$1]}" > /dev/null ||
       die "cmake --install of component $c failed; build it first (scripts/build.sh, or cmake --build $BUILD_DIR)"
   done
+  if [[ -n ${PYTHON_TORCH_AT[$1]} ]]; then
+    [[ -f $PYTHON_TORCH_DIR/.complete ]] ||
+      die "$(ref "$1") holds the CPU-only Python torch, and $PYTHON_TORCH_DIR is not made; run scripts/python-torch.sh (scripts/setup.sh does)"
+    mkdir -p "$2${PYTHON_TORCH_AT[$1]}"
+    # Hard links where it can (the same file system): staged only to be hashed and copied again.
+    cp -a --link "$PYTHON_TORCH_DIR/." "$2${PYTHON_TORCH_AT[$1]}/" 2>/dev/null || cp -a "$PYTHON_TORCH_DIR/." "$2${PYTHON_TORCH_AT[$1]}/"
+    rm "$2${PYTHON_TORCH_AT[$1]}/.complete"  # the cache's stamp, not part of the tree
+  fi
 }
 
 # config_inputs NAME: everything about NAME's image that is not a file.
 config_inputs() {
-  printf 'ref=%s user=%s entrypoint=%s add_user=%s env=%s private=%s\n' "$(ref "$1")" "${USER_SPEC[$1]}" \
-    "${ENTRYPOINT[$1]}" "${ADD_USER[$1]}" "$IMAGE_PATH_ENV" "$PRIVATE_LIB_DIR"
+  printf 'ref=%s user=%s entrypoint=%s add_user=%s env=%s private=%s check=%s\n' "$(ref "$1")" "${USER_SPEC[$1]}" \
+    "${ENTRYPOINT[$1]}" "${ADD_USER[$1]}" "$IMAGE_PATH_ENV" "$PRIVATE_LIB_DIR" "${CHECK[$1]}"
 }
 
 # build_scratch_image NAME: an image of NAME's install tree alone, on no base (the agent's: its
@@ -282,7 +298,7 @@ build_scratch_image() {
 
 build_image() {
   local name=$1 start=$SECONDS install key entry
-  [[ -d $BUILD_DIR ]] || die "no build tree at $BUILD_DIR; run scripts/build.sh first"
+  [[ -z ${COMPONENTS[$name]} || -d $BUILD_DIR ]] || die "no build tree at $BUILD_DIR; run scripts/build.sh first"
   if [[ $SCRATCH_IMAGES == *" $name "* ]]; then build_scratch_image "$name"; return; fi
   new_tmp install "install-$name"
   stage_install "$name" "$install"
@@ -312,10 +328,19 @@ build_image() {
   # Every shared library of every binary must be found inside the image.
   local b missing=""
   for b in "$install"/usr/local/bin/*; do
+    [[ -e $b ]] || continue
     missing+=$(chroot "$rootfs" /usr/bin/ldd "/usr/local/bin/$(basename "$b")" | grep 'not found' || true)
   done
   [[ -z $missing ]] || die "in $(ref "$name"), not found: $missing; add the Debian package that has it to IMAGE_${name^^}_PACKAGES in scripts/versions.env"
-  local created_by="cmake --install --component {${COMPONENTS[$name]// /,}} --prefix /usr/local${ADD_USER[$name]:+; ${ADD_USER[$name]}}; ldconfig"
+  if [[ -n ${CHECK[$name]} ]]; then  # as the image's user, with only the image's environment
+    local user=${USER_SPEC[$name]}
+    [[ $user == *:* ]] || user="$user:$user"
+    chroot --userspec="$user" "$rootfs" /usr/bin/env -i "$IMAGE_PATH_ENV" /bin/sh -c "${CHECK[$name]}" > "$tmp/check.log" 2>&1 ||
+      { cat "$tmp/check.log" >&2; die "in $(ref "$name"), \`${CHECK[$name]}\` failed (above)"; }
+  fi
+  local created_by="${ADD_USER[$name]:+${ADD_USER[$name]}; }ldconfig"
+  [[ -n ${COMPONENTS[$name]} ]] && created_by="cmake --install --component {${COMPONENTS[$name]// /,}} --prefix /usr/local; $created_by"
+  [[ -n ${PYTHON_TORCH_AT[$name]} ]] && created_by="scripts/python-torch.sh's tree into ${PYTHON_TORCH_AT[$name]}; $created_by"
   step "packing the install layer" "$tmp/umoci.log" nice umoci repack --image "$tmp/oci:$VERSION" \
     --history.created_by "$created_by" "$tmp/bundle"
   local config=(--config.user "${USER_SPEC[$name]}" --config.env "$IMAGE_PATH_ENV"
@@ -381,8 +406,8 @@ import_image() {
 
 names() {
   case ${1:-all} in
-    all) echo operator trainer agent ;;
-    operator|trainer|agent) echo "$1" ;;
+    all) echo operator trainer agent pytorch ;;
+    operator|trainer|agent|pytorch) echo "$1" ;;
     *) usage ;;
   esac
 }
@@ -403,7 +428,7 @@ case $cmd in
     log "images: done in $((SECONDS - start)) s"
     ;;
   import) for n in $(names "${1:-all}"); do import_image "$n"; done ;;
-  path) [[ ${1:-} == operator || ${1:-} == trainer || ${1:-} == agent ]] || usage; echo "$(entry_of "$1")/image.tar" ;;
+  path) [[ ${1:-} =~ ^(operator|trainer|agent|pytorch)$ ]] || usage; echo "$(entry_of "$1")/image.tar" ;;
   clean) need_tools; remove_tree "$IMAGES"; log "removed $IMAGES" ;;
   *) usage ;;
 esac

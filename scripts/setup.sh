@@ -11,6 +11,8 @@
 #      images (pause, nettest) from static C; containerd, runc and the CNI plugins come with
 #      step 1
 #   6. KWOK (fake nodes for the operator's scale benchmark and scale_test), from the Go module proxy
+#   7. a CPU-only Python torch from the pinned torch wheel (scripts/python-torch.sh), for the tests
+#      that run Python DDP scripts and for the `pytorch` test image
 # Each cached step is keyed on its pin: a second run downloads and rebuilds nothing. Every
 # download and unpack goes to a temporary name first and is renamed when complete, and each
 # build writes its stamp last, so Ctrl-C at any point leaves a cache the next run resumes.
@@ -34,37 +36,16 @@ case ${1:-} in
   *) die "usage: scripts/setup.sh [--run | --trainer | --bench-operator]" ;;
 esac
 mkdir -p "$CACHE/downloads"
-# Temporary downloads and unpacks, removed however the script ends (Ctrl-C included).
+# Temporary downloads and unpacks (scratch_dir, fetch_wheel: scripts/common.sh), removed however
+# the script ends (Ctrl-C included).
 scratch=()
 trap 'rm -rf "${scratch[@]}"' EXIT
 # Ctrl-C: say so and exit 130 (the EXIT trap still removes the partial downloads), rather than
 # report the interrupted step (pip, say) as a failure of its own.
 trap 'echo; log "set-up interrupted; the cache keeps only what was complete, and the next run resumes"; exit 130' INT
-# scratch_dir VAR [UNDER]: a new temporary directory (under UNDER, default $CACHE), removed at exit.
-scratch_dir() {
-  local d
-  d=$(mktemp -d "${2:-$CACHE}/.tmp.XXXXXX")
-  scratch+=("$d")
-  printf -v "$1" '%s' "$d"
-}
 
 # npm_integrity FILE: the Subresource-Integrity string npm records for a tarball.
 npm_integrity() { echo "sha512-$(openssl dgst -sha512 -binary "$1" | base64 -w0)"; }
-# fetch_wheel REQUIREMENT FILE SHA256: the pinned wheel into the download cache, hash-checked.
-fetch_wheel() {
-  local req=$1 file="$CACHE/downloads/$2" sha=$3
-  if [[ -f $file ]] && echo "$sha  $file" | sha256sum -c --quiet 2>/dev/null; then return 0; fi
-  log "downloading $2 from PyPI"
-  rm -f "$file"
-  local tmp
-  scratch_dir tmp "$CACHE/downloads"
-  python3 -m pip download --no-deps --only-binary=:all: --progress-bar on --python-version 3.11 \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_25_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 -d "$tmp" "$req" || die "pip could not download $req"
-  [[ -f $tmp/$2 ]] || die "pip did not produce $2; check the pins in scripts/versions.env"
-  echo "$sha  $tmp/$2" | sha256sum -c --quiet || die "sha256 of $2 does not match scripts/versions.env"
-  mv "$tmp/$2" "$file"
-}
 sudo_if_needed() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 # go_build_cached DESC MODULE_DIR BIN_DIR STAMP LDFLAGS PACKAGE...: `go build` each package of
 # the Go module in MODULE_DIR into BIN_DIR (named after its last path element, or NAME when
@@ -313,4 +294,7 @@ else
   echo "$stamp" > "$CLUSTER_IMAGES/.stamp"
   log "cluster images: $PAUSE_IMAGE and $NETTEST_IMAGE built into $CLUSTER_IMAGES"
 fi
+
+# --- 7. A CPU-only Python torch (the full set-up only) -----------------------------------------
+"$ROOT/scripts/python-torch.sh"
 log "set-up complete (cache: $CACHE)"
