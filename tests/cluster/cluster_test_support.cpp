@@ -7,7 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -150,6 +152,31 @@ int run_tests_with_real_cluster(int argc, char** argv) {
   ::testing::AddGlobalTestEnvironment(new RealClusterEnvironment);
   int rc = RUN_ALL_TESTS();
   return suite_exit_code(rc);  // all skipped (no cluster possible): ctest shows Skipped
+}
+
+
+std::vector<pid_t> worker_pids(const std::string& ns, const std::string& job, int node_rank, const std::string& program) {
+  std::vector<pid_t> out;
+  const std::vector<std::string> want = {"LOCKSTEP_JOB_NAME=" + job, "LOCKSTEP_JOB_NAMESPACE=" + ns,
+                                         "LOCKSTEP_NODE_RANK=" + std::to_string(node_rank)};
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = read_file(e.path().string() + "/cmdline");
+    std::string argv0 = cmdline.substr(0, cmdline.find('\0'));
+    if (argv0.size() < program.size() || argv0.compare(argv0.size() - program.size(), program.size(), program) != 0) continue;
+    std::string environ = read_file(e.path().string() + "/environ");
+    std::vector<std::string> vars;
+    for (size_t i = 0, j; i < environ.size(); i = j + 1) {
+      j = environ.find('\0', i);
+      if (j == std::string::npos) j = environ.size();
+      vars.push_back(environ.substr(i, j - i));
+    }
+    bool all = true;
+    for (const auto& w : want) all &= std::find(vars.begin(), vars.end(), w) != vars.end();
+    if (all) out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
 }
 
 }  // namespace lockstep::test

@@ -19,6 +19,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <string>
 #include <vector>
@@ -60,6 +62,12 @@ struct DownReport {
 DownReport bring_down_real_cluster();
 
 int run_tests_with_real_cluster(int argc, char** argv);
+
+// The pids of one pod's worker processes whose argv[0] ends with `program` (lockstep-trainer,
+// python3), seen from the host (the containers' processes are the host's too): the workers
+// inherit the agent's LOCKSTEP_* environment, which names the job, its namespace and the
+// pod's node rank.
+std::vector<pid_t> worker_pids(const std::string& ns, const std::string& job, int node_rank, const std::string& program);
 
 }  // namespace lockstep::test
 

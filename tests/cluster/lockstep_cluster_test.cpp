@@ -297,33 +297,6 @@ TEST_F(LockstepInCluster, BadInputEndsInAConditionNamingThePodAndTheReason) {
 
 // ---- #13: faults while a job trains in the cluster -----------------------------------------
 
-// The pids of lockstep-trainer processes of one pod of a job, seen from the host (the
-// containers' processes are the host's too): the workers inherit the agent's LOCKSTEP_*
-// environment, which names the job, its namespace and the pod's node rank.
-std::vector<pid_t> trainer_pids(const std::string& ns, const std::string& job, int node_rank) {
-  std::vector<pid_t> out;
-  const std::vector<std::string> want = {"LOCKSTEP_JOB_NAME=" + job, "LOCKSTEP_JOB_NAMESPACE=" + ns,
-                                         "LOCKSTEP_NODE_RANK=" + std::to_string(node_rank)};
-  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-    std::string name = e.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmdline = lockstep::test::read_file(e.path().string() + "/cmdline");
-    std::string argv0 = cmdline.substr(0, cmdline.find('\0'));
-    if (argv0.size() < 16 || argv0.compare(argv0.size() - 16, 16, "lockstep-trainer") != 0) continue;
-    std::string environ = lockstep::test::read_file(e.path().string() + "/environ");
-    std::vector<std::string> vars;
-    for (size_t i = 0, j; i < environ.size(); i = j + 1) {
-      j = environ.find('\0', i);
-      if (j == std::string::npos) j = environ.size();
-      vars.push_back(environ.substr(i, j - i));
-    }
-    bool all = true;
-    for (const auto& w : want) all &= std::find(vars.begin(), vars.end(), w) != vars.end();
-    if (all) out.push_back(static_cast<pid_t>(std::stol(name)));
-  }
-  return out;
-}
-
 int latest_checkpoint(const std::string& dir) {
   std::string latest = trim(lockstep::test::read_file(dir + "/LATEST"));
   return latest.rfind("step-", 0) == 0 ? std::atoi(latest.c_str() + 5) : 0;
@@ -518,12 +491,12 @@ TEST_F(LockstepInCluster, FaultsRestartInPlaceThenAsAGangAndResumeFromTheLastChe
   };
 
   inject("SIGKILL of the trainer in pod 1: an in-place restart", Kind::InPlace, [&] {
-    auto pids = trainer_pids(ns, job, 1);
+    auto pids = lockstep::test::worker_pids(ns, job, 1, "lockstep-trainer");
     ASSERT_EQ(pids.size(), 1u) << "pod 1's trainer process, seen from the host";
     ASSERT_EQ(::kill(pids[0], SIGKILL), 0);
   });
   inject("SIGSTOP of the trainer in pod 0 (a stalled rank), beyond the in-place budget: a gang restart", Kind::Gang, [&] {
-    auto pids = trainer_pids(ns, job, 0);
+    auto pids = lockstep::test::worker_pids(ns, job, 0, "lockstep-trainer");
     ASSERT_EQ(pids.size(), 1u);
     ASSERT_EQ(::kill(pids[0], SIGSTOP), 0);
   });

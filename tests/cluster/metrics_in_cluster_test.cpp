@@ -184,14 +184,14 @@ std::string targets_summary(int port) {
 
 // What the test leaves, taken away however it ends: Prometheus, the job, the directory.
 struct Leftovers {
-  std::string dir, ns;
+  std::string dir, ns, job = kJob;
   lockstep::Process prometheus;
   int port = 0;
   std::string log() const { return dir + "/prometheus.log"; }
   ~Leftovers() {
     if (prometheus.pid() > 0 && prometheus.running()) prometheus.terminate(10s);
     if (!ns.empty()) {
-      cluster_kubectl({"-n", ns, "delete", "trainingjob", kJob, "--wait=true"}, "", 120s);
+      cluster_kubectl({"-n", ns, "delete", "trainingjob", job, "--wait=true"}, "", 120s);
       cluster_kubectl({"delete", "namespace", ns, "--wait=true"}, "", 180s);
     }
     std::error_code ec;
@@ -453,6 +453,121 @@ TEST_F(MetricsInCluster, PrometheusFindsThePodsAndTheOperatorAndEveryDashboardQu
             << " GPU queries skipped (no GPU)\n";
   EXPECT_GE(checked, 15);
   // Leftovers: Prometheus stopped, the job and its namespace deleted, the directory removed.
+}
+
+// #25: any PyTorch image, any torchrun-style script. examples/pytorch-script.yaml as written but
+// for its image: a plain Debian + python3 + torch image built here (scripts/images.sh's
+// `pytorch`: no Lockstep file in it) instead of pytorch/pytorch, which cannot be pulled here,
+// and more epochs of its own EPOCHS knob, so it trains while the test looks. The operator
+// brings the agent in; the agent's probe reports the unmodified script's optimizer steps and
+// DDP's communication; Prometheus scrapes them through the chart's PodMonitor; a SIGKILLed
+// Python rank is restarted in place and the job still finishes, its last step kept.
+TEST_F(MetricsInCluster, AnUnmodifiedScriptInAPlainPyTorchImageReportsStepsAndCommunication) {
+  const std::string prometheus = env_or("LOCKSTEP_PROMETHEUS_BIN", "prometheus");
+  if (!run_capture({"sh", "-c", "command -v \"$0\"", prometheus}, {}, 10s).status.success()) {
+    if (env_or("LOCKSTEP_REQUIRE_ALL", "") == "1") FAIL() << prometheus << " not found (scripts/setup.sh installs it)";
+    GTEST_SKIP() << "SKIPPED: " << prometheus << " not found";
+  }
+  auto path = run_capture({source_path("scripts/images.sh"), "path", "pytorch"}, {}, 60s);
+  const std::string archive = trim(path.output);
+  ASSERT_TRUE(path.status.success() && std::filesystem::exists(archive))
+      << "the pytorch test image is not built (scripts/images.sh build pytorch; scripts/test.sh does it): " << path.output;
+  auto t_import = std::chrono::steady_clock::now();
+  auto imported = real_cluster()->script({"import", archive}, 10min);
+  ASSERT_TRUE(imported.status.success()) << imported.output;
+  std::cerr << "[cluster] the pytorch image imported in "
+            << std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - t_import).count()
+            << " s\n";
+
+  Leftovers left;
+  left.job = "pytorch-script";
+  left.dir = ::testing::TempDir() + "/metrics-python-" + std::to_string(::getpid());
+  std::filesystem::remove_all(left.dir);
+  std::filesystem::create_directories(left.dir);
+  left.ns = create_test_namespace("python");
+  const std::string ns = left.ns, job = left.job;
+  const int epochs = 60, steps_per_epoch = 4096 / (4 * 32) / 2;  // the script's data, 4 ranks, accumulation 2
+  std::string yaml = lockstep::test::read_file(source_path("examples/pytorch-script.yaml"));
+  for (auto [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"image: pytorch/pytorch:2.11.0-cuda13.0-cudnn9-runtime", "image: lockstep/pytorch:0.1.0"},
+           {"        workingDir: /workspace\n",
+            "        workingDir: /workspace\n        env: [{name: EPOCHS, value: \"" + std::to_string(epochs) + "\"}]\n"}}) {
+    size_t at = yaml.find(from);
+    ASSERT_NE(at, std::string::npos) << "examples/pytorch-script.yaml has no '" << from << "'";
+    yaml.replace(at, from.size(), to);
+  }
+  std::ofstream(left.dir + "/prometheus.yml") << scrape_config(real_cluster()->kubeconfig());
+  ASSERT_EQ(start_prometheus(prometheus, left), "");
+  const int port = left.port;
+  auto diagnose = [&] {
+    std::string out = targets_summary(port);
+    out += cluster_kubectl({"-n", ns, "get", "pods", "-o", "wide"}).output;
+    out += cluster_kubectl({"-n", ns, "describe", "trainingjobs"}).output;
+    for (const char* pod : {"pytorch-script-0", "pytorch-script-1"})
+      out += tail(cluster_kubectl({"-n", ns, "logs", pod, "--tail", "30"}).output, 3000);
+    return out;
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  auto applied = cluster_kubectl({"-n", ns, "apply", "-f", "-"}, yaml);
+  ASSERT_TRUE(applied.status.success()) << applied.output;
+  // The pods run the user's image as it is, with the agent from the init container.
+  json pod0 = get_json(ns, "pod/pytorch-script-0");
+  for (int i = 0; i < 100 && pod0.is_null(); ++i) {
+    std::this_thread::sleep_for(200ms);
+    pod0 = get_json(ns, "pod/pytorch-script-0");
+  }
+  ASSERT_TRUE(pod0.is_object()) << diagnose();
+  EXPECT_EQ(pod0["spec"]["containers"][0]["image"], "lockstep/pytorch:0.1.0");
+  EXPECT_EQ(pod0["spec"]["initContainers"][0]["image"], "lockstep/agent:0.1.0");
+
+  const std::string sel = "namespace=\"" + ns + "\", trainingjob=\"" + job + "\"";
+  auto value = [&](const std::string& q) {
+    json r = result_of(prom_query(port, q));
+    return r.size() == 1 ? std::stod(r[0]["value"][1].get<std::string>()) : -1.0;
+  };
+  // Every rank's steps, scraped through the chart's PodMonitor.
+  ASSERT_TRUE(eventually([&] {
+    std::this_thread::sleep_for(1s);
+    return value("count(lockstep_steps_total{" + sel + "} > 0)") == 4 &&
+           value("count(sum by (rank) (lockstep_comm_seconds_total{" + sel + "}) > 0)") == 4;
+  }, 300s)) << "Prometheus has no steps and communication from the four Python ranks\n" << diagnose();
+  std::cerr << "[cluster] Python ranks' steps and communication in Prometheus "
+            << std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - t0).count()
+            << " s after apply\n";
+  for (int rank = 0; rank < 4; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    const std::string r = sel + ", rank=\"" + std::to_string(rank) + "\"";
+    const double steps = value("lockstep_steps_total{" + r + "}");
+    const double comm = value("sum(lockstep_comm_seconds_total{" + r + "})");
+    const double exposed = value("lockstep_comm_exposed_seconds_total{" + r + "}");
+    const double timed = value("lockstep_step_duration_seconds_count{" + r + "}");
+    const double step_sum = value("lockstep_step_duration_seconds_sum{" + r + "}");
+    EXPECT_GT(steps, 0);
+    EXPECT_LE(steps, epochs * steps_per_epoch) << "more steps than the script's optimizer steps";
+    EXPECT_GT(comm, 0);
+    EXPECT_GE(exposed, 0);
+    EXPECT_LE(exposed, comm * 1.0001 + 1e-6) << "exposed communication beyond the whole";
+    EXPECT_LE(comm, step_sum * 1.05 + 0.05) << "more communication than the steps' time";
+    EXPECT_GE(timed, steps - 1);
+    std::cerr << "[cluster] rank " << rank << ": " << steps << " steps, " << step_sum << " s of steps, " << comm
+              << " s communication, " << exposed << " s exposed\n";
+  }
+  // A Python rank killed: every rank restarted in place in the same pods, and the job finishes.
+  std::vector<pid_t> pids;
+  ASSERT_TRUE(eventually([&] { return (pids = lockstep::test::worker_pids(ns, job, 1, "python3")).size() == 2; }, 30s))
+      << diagnose();
+  const std::string uid0 = get_json(ns, "pod/pytorch-script-0")["metadata"].value("uid", "");
+  ASSERT_EQ(::kill(pids[0], SIGKILL), 0);
+  ASSERT_TRUE(eventually([&] { return phase(ns, job) == "Succeeded"; }, 600s)) << diagnose();
+  json status = get_json(ns, "trainingjob/" + job)["status"];
+  EXPECT_EQ(status.value("inPlaceRestarts", -1), 1) << status.dump();
+  EXPECT_EQ(status.value("restarts", -1), 0) << status.dump();
+  EXPECT_EQ(get_json(ns, "pod/pytorch-script-0")["metadata"].value("uid", ""), uid0) << "the pods were recreated";
+  // The last step stays in the status after the job: the script's optimizer steps, no total.
+  EXPECT_EQ(status["progress"].value("steps", ""), std::to_string(epochs * steps_per_epoch)) << status.dump();
+  std::cerr << "[cluster] pytorch-script: apply -> Succeeded with one in-place restart in "
+            << std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - t0).count()
+            << " s\n";
 }
 
 }  // namespace
