@@ -91,6 +91,7 @@ import time
 import weakref
 
 _SOCKET_ENV = "LOCKSTEP_METRICS_SOCKET"
+_MAX_VALUE = 1e30  # agent/protocol.hpp: kMaxReportValue
 
 # The active probe of this process, once install() ran; lockstep.report() reads it.
 _probe = None
@@ -106,8 +107,8 @@ def install():
         return None
     _probe = _Probe(path)
     torch = sys.modules.get("torch")
-    if torch is not None and not _initializing(torch):
-        _probe.on_torch_imported(torch)
+    if torch is not None and not _initializing(torch):  # imported already (a .pth file did)
+        _probe.torch_imported(torch)
     else:
         _probe.watch_torch_import()
     return _probe
@@ -130,14 +131,16 @@ def _describe(error):
 class _TorchImportFinder:
     """A meta-path finder that wraps torch's loader so the probe runs after torch's import."""
 
-    def __init__(self, on_imported):
-        self._on_imported = on_imported
+    def __init__(self, probe):
+        self._probe = probe
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "torch":
             return None
         # One import of torch only: whatever happens next, this finder's work is done.
         self.remove()
+        # The spec the finders after this one give, asked as the import system would ask them
+        # (their own errors propagate, as they would have).
         spec = None
         for finder in list(sys.meta_path):
             find_spec = getattr(finder, "find_spec", None)
@@ -146,9 +149,11 @@ class _TorchImportFinder:
             spec = find_spec(fullname, path, target)
             if spec is not None:
                 break
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec  # nothing to wrap: the import proceeds (or fails) as without us
-        spec.loader = _AfterImportLoader(spec.loader, self._on_imported)
+        try:
+            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                spec.loader = _AfterImportLoader(spec.loader, self._probe.torch_imported)
+        except Exception as error:  # the import goes on without the probe
+            self._probe.disable(error, "hooking `import torch`")
         return spec
 
     def remove(self):
@@ -211,16 +216,17 @@ class _Probe:
     # -- activation -------------------------------------------------------------------
 
     def watch_torch_import(self):
-        self._finder = _TorchImportFinder(self._torch_imported)
+        self._finder = _TorchImportFinder(self)
         sys.meta_path.insert(0, self._finder)
 
-    def _torch_imported(self, torch):
+    def torch_imported(self, torch):
+        """Registers the probe's hooks once torch is imported; never raises."""
         try:
-            self.on_torch_imported(torch)
+            self._register_hooks(torch)
         except Exception as error:
             self.disable(error, "setting up after `import torch`")
 
-    def on_torch_imported(self, torch):
+    def _register_hooks(self, torch):
         if not self.enabled:
             return
         optimizer = sys.modules.get("torch.optim.optimizer")
@@ -234,10 +240,8 @@ class _Probe:
         if register_module is not None:  # torch 2.0+: how DDP instances are found
             self._handles.append(register_module(self._ddp.on_module_registered))
 
-    def disable(self, error, where):
-        """Turns the probe off for good with one line on stderr; never raises."""
-        if not self.enabled:
-            return
+    def stop(self):
+        """Turns the probe off for good, silently: its hooks and finder removed."""
         self.enabled = False
         for handle in self._handles:
             try:
@@ -247,6 +251,12 @@ class _Probe:
         self._handles = []
         if self._finder is not None:
             self._finder.remove()
+
+    def disable(self, error, where):
+        """Turns the probe off for good with one line on stderr; never raises."""
+        if not self.enabled:
+            return
+        self.stop()
         try:
             sys.stderr.write("lockstep probe: disabled: %s (while %s); the program runs on without step reports\n"
                              % (_describe(error), where))
@@ -330,6 +340,9 @@ class _Probe:
         for key in ("tokens", "flops", "total_steps"):
             if key in self._figures:
                 fields.append((key, self._figures.pop(key)))
+        # A sum of reported figures could pass the protocol's bound; one such value would make
+        # the agent reject the whole report, so it alone is left out.
+        fields = [(k, v) for k, v in fields if abs(v) <= _MAX_VALUE]
         self._send(" ".join("%s=%s" % (k, _number(v)) for k, v in fields))
 
     def _claim(self):
@@ -345,7 +358,7 @@ class _Probe:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
-            self.enabled = False
+            self.stop()
             self.note_once("claim", "another process of this worker (%s) already reports its steps; this one (pid %d) "
                            "stays silent" % (self.socket_path, os.getpid()))
             return False
@@ -375,7 +388,7 @@ class _Probe:
                 self.note_once("report:" + key, "lockstep.report(%s=...) ignored a value that is not a number: %r"
                                % (key, value))
                 continue
-            if number != number or number in (float("inf"), float("-inf")) or abs(number) > 1e30:
+            if number != number or number in (float("inf"), float("-inf")) or abs(number) > _MAX_VALUE:
                 self.note_once("report:" + key, "lockstep.report(%s=...) ignores values that are not finite numbers "
                                "within 1e30 (got %r)" % (key, value))
                 continue
@@ -400,8 +413,8 @@ class _Probe:
 
 def _silence(ref):
     probe = ref()
-    if probe is not None:
-        probe.enabled = False
+    if probe is not None:  # a forked child: the parent reports this worker's steps
+        probe.stop()
 
 
 def _number(value):
