@@ -299,6 +299,24 @@ TEST(ProbeConfig, TheProbeGoesFirstOnPythonpathWithTheImagesEntriesKeptAfterIt) 
   EXPECT_EQ(worker_env(cfg, 0, 0, "/tmp/a/rank-0.sock", {{"PYTHONPATH", "/app"}}).count("PYTHONPATH"), 0u);
 }
 
+// As an image installs it (`cmake --install BUILD --component agent`, docker/*.Dockerfile): the
+// probe lands in <prefix>/share/lockstep/python and the installed agent finds it there.
+TEST(ProbeConfig, TheInstalledAgentFindsTheProbeInItsInstallTree) {
+  const std::string build = env_or("LOCKSTEP_BUILD_DIR", ""), cmake = env_or("LOCKSTEP_CMAKE", "cmake");
+  if (build.empty()) GTEST_SKIP() << "SKIPPED: LOCKSTEP_BUILD_DIR is not set (ctest sets it)";
+  const std::string prefix = temp_dir("install");
+  auto in = lockstep::run_capture({cmake, "--install", build, "--component", "agent", "--prefix", prefix}, {}, 120s);
+  ASSERT_EQ(in.status.shell_code(), 0) << in.output;
+  for (const char* f : {"sitecustomize.py", "lockstep/__init__.py", "lockstep/_probe.py"})
+    EXPECT_TRUE(fs::exists(prefix + "/share/lockstep/python/" + f)) << f;
+  auto r = lockstep::run_capture({prefix + "/bin/lockstep-agent", "--no-metrics", "--stall-timeout", "1h", "--", "/bin/sh", "-c",
+                                  "echo \"PYTHONPATH=$PYTHONPATH\""},
+                                 {{"PYTHONPATH", "/image/libs"}}, 30s);
+  EXPECT_EQ(r.status.shell_code(), 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 0] PYTHONPATH=" + prefix + "/share/lockstep/python:/image/libs\n"), std::string::npos)
+      << r.output;
+}
+
 TEST(ProbeConfig, TheAgentRefusesABadSwitchWithExit64AndSaysWhatIsValid) {
   auto r = lockstep::run_capture({agent_bin(), "--", "true"}, {{"LOCKSTEP_PYTHON_PROBE", "on"}}, 30s);
   EXPECT_EQ(r.status.shell_code(), 64) << r.output;
@@ -577,6 +595,24 @@ TEST(ProbeTorch, AScriptWithoutDdpReportsStepsAndNoCommunication) {
   }
   EXPECT_EQ(m.find("lockstep_comm_seconds_total{"), std::string::npos) << m;
   EXPECT_EQ(m.find("lockstep_comm_bytes_total{"), std::string::npos) << m;
+}
+
+// Note [The Python probe]: with two optimizers a step is one optimizer's (the first to step),
+// and replacing both halfway keeps the count.
+TEST(ProbeTorch, TwoOptimizersSteppingTogetherMakeOneStepEach) {
+  REQUIRE_TORCH();
+  const std::string dir = temp_dir("two-optimizers");
+  auto agents = start_job(dir, 1, 1,
+                          held_command(dir, {"python3", script("plain_train.py"), "--out", dir, "--two-optimizers"}),
+                          torch_env());
+  ASSERT_TRUE(wait_finished(dir, 1, agents, 300s)) << all_output(agents);
+  const std::string m = scrape(agents[0].metrics_port);
+  EXPECT_EQ(release(dir, agents), (std::vector<int>{0})) << all_output(agents);
+  EXPECT_EQ(read_json(dir + "/plain-0.json")["steps"], 12);
+  EXPECT_EQ(series(m, "lockstep_steps_total", 0), 12) << m;
+  const auto reports = step_log(dir, 0);
+  ASSERT_EQ(reports.size(), 12u);
+  for (size_t k = 0; k < reports.size(); ++k) EXPECT_EQ(reports[k]["step"], k + 1);
 }
 
 TEST(ProbeTorch, AScriptThatNeverStepsReportsNothingAndExitsZero) {

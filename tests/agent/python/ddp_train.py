@@ -8,10 +8,11 @@ checks the probe's figures against what this script measures itself:
 
   python3 ddp_train.py --out DIR [--epochs E] [--accum A] [--samples N] [--no-sync-off]
 
-Besides training it times, with time.perf_counter, the end of each optimizer step (the
-moment opt.step() returns: the probe's step boundary) and each synced backward (DDP's
-gradient all-reduce runs inside it), and after training the all-reduce of a tensor of the
-same bytes as the gradients, after a barrier (an independent figure for communication).
+Besides training it times, with time.perf_counter, each opt.step() call (the moment it
+returns is the probe's step boundary, and the probe's own work runs inside it) and each
+synced backward (DDP's gradient all-reduce runs inside it), and after training the
+all-reduce of a tensor of the same bytes as the gradients, after a barrier (an independent
+figure for communication).
 Each rank writes them to DIR/rank-R.json and prints one line:
 
   ddp_train rank R/W: S optimizer steps, loss A -> B
@@ -58,6 +59,7 @@ def main():
 
     steps = 0
     step_ends = []       # perf_counter when each opt.step() returned
+    step_calls = []      # how long each opt.step() took
     synced_backward = []  # [start, end] of each step's synced backward
     first_loss = last_loss = None
     for epoch in range(args.epochs):
@@ -72,8 +74,11 @@ def main():
                 ended = time.perf_counter()
             if last_micro_batch:
                 synced_backward.append([started, ended])
+                started = time.perf_counter()
                 opt.step()
-                step_ends.append(time.perf_counter())
+                ended = time.perf_counter()
+                step_ends.append(ended)
+                step_calls.append(ended - started)
                 opt.zero_grad(set_to_none=True)
                 steps += 1
                 value = loss.item() * args.accum
@@ -95,7 +100,7 @@ def main():
         allreduce_s.append(time.perf_counter() - started)
 
     with open(os.path.join(args.out, "rank-%d.json" % rank), "w") as f:
-        json.dump({"rank": rank, "world": world, "steps": steps, "step_ends": step_ends,
+        json.dump({"rank": rank, "world": world, "steps": steps, "step_ends": step_ends, "step_calls": step_calls,
                    "synced_backward": synced_backward, "allreduce_s": allreduce_s, "grad_bytes": grad_bytes,
                    "first_loss": first_loss, "last_loss": last_loss}, f)
     print("ddp_train rank %d/%d: %d optimizer steps, loss %.4f -> %.4f" % (rank, world, steps, first_loss, last_loss),

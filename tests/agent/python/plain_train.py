@@ -2,12 +2,15 @@
 unless asked. tests/agent/probe_test.cpp runs it under lockstep-agent for the probe's edge
 cases:
 
-  python3 plain_train.py --out DIR [--steps N] [--report] [--break-probe-after K]
+  python3 plain_train.py --out DIR [--steps N] [--report] [--break-probe-after K] [--two-optimizers]
 
 --steps N              optimizer steps (0: forward passes only, the program never steps)
 --report               call lockstep.report(loss=..., tokens=...) for every micro-batch
 --break-probe-after K  after K steps, make the probe's own code raise (a stand-in for a bug
                        in it): the probe must disable itself and the result stay the same
+--two-optimizers       one optimizer per layer, both stepping every step, and both replaced by
+                       new ones halfway (as a program that changes phase would): still one
+                       step per step for the probe
 
 Two micro-batches per step (gradient accumulation), SGD, a fixed seed and one thread, so
 the result (a checksum of the final parameters) is the same on every run. It writes its own
@@ -30,6 +33,7 @@ def main():
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--report", action="store_true")
     parser.add_argument("--break-probe-after", type=int, default=-1)
+    parser.add_argument("--two-optimizers", action="store_true")
     args = parser.parse_args()
     if args.report:
         import lockstep
@@ -37,7 +41,12 @@ def main():
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model = nn.Sequential(nn.Linear(32, 64), nn.Tanh(), nn.Linear(64, 1))
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    def optimizers():
+        if args.two_optimizers:
+            return [torch.optim.SGD(model[0].parameters(), lr=0.05), torch.optim.SGD(model[2].parameters(), lr=0.05)]
+        return [torch.optim.SGD(model.parameters(), lr=0.05)]
+
+    opts = optimizers()
     reported = []  # per step: [mean loss, tokens]
     steps = 0
     if args.steps == 0:
@@ -55,9 +64,12 @@ def main():
             tokens += x.shape[0]
             if args.report:
                 lockstep.report(loss=value, tokens=x.shape[0])
-        opt.step()
-        opt.zero_grad()
+        for opt in opts:
+            opt.step()
+            opt.zero_grad()
         steps += 1
+        if args.two_optimizers and steps == args.steps // 2:
+            opts = optimizers()
         reported.append([sum(losses) / len(losses), tokens])
         if steps == args.break_probe_after:
             try:
