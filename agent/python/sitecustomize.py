@@ -8,7 +8,8 @@ error in it reported as `site` reports it, and the program started either way.
 
 Its own set-up is cheap and never imports torch: with a step socket (LOCKSTEP_METRICS_SOCKET)
 and the probe not switched off (LOCKSTEP_PYTHON_PROBE=0), it installs an import hook that
-starts the probe once the program has imported torch (lockstep/_probe.py).
+starts the probe once the program has imported torch (lockstep/_probe.py, then
+lockstep/_pytorch.py).
 """
 
 
@@ -19,18 +20,25 @@ def _lockstep_start():
     if not os.environ.get("LOCKSTEP_METRICS_SOCKET") or os.environ.get("LOCKSTEP_PYTHON_PROBE", "1") == "0":
         return
     try:
-        import importlib
+        import importlib.util
 
-        importlib.import_module("lockstep._probe").install()
+        # lockstep/_probe.py alone, without its package: a program's own `import lockstep`
+        # finds what its path gives it first (its own module of that name, or ours, whose
+        # `_probe` is then this one, already in sys.modules).
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lockstep", "_probe.py")
+        spec = importlib.util.spec_from_file_location("lockstep._probe", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["lockstep._probe"] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules["lockstep._probe"]
+            raise
+        module.install()
     except Exception as error:
         message = " ".join(str(error).split())
         sys.stderr.write("lockstep probe: disabled: %s%s (while starting); the program runs on without step reports\n"
                          % (type(error).__name__, ": " + message if message else ""))
-    finally:
-        # The package itself stays unimported: a program's own `import lockstep` finds what its
-        # path gives it first (its own module of that name, or this one, whose `_probe` is the
-        # probe already running, kept in sys.modules).
-        sys.modules.pop("lockstep", None)
 
 
 def _lockstep_chain():
