@@ -9,7 +9,8 @@ checks the probe's figures against what this script measures itself:
   python3 ddp_train.py --out DIR [--epochs E] [--accum A] [--samples N] [--no-sync-off]
 
 Besides training it times, with time.perf_counter, each opt.step() call (the moment it
-returns is the probe's step boundary, and the probe's own work runs inside it) and each
+returns is the probe's step boundary, and the probe's own work runs inside it; also its CPU
+time, time.thread_time) and each
 synced backward (DDP's gradient all-reduce runs inside it), and after training the
 all-reduce of a tensor of the same bytes as the gradients, after a barrier (an independent
 figure for communication).
@@ -59,7 +60,8 @@ def main():
 
     steps = 0
     step_ends = []       # perf_counter when each opt.step() returned
-    step_calls = []      # how long each opt.step() took
+    step_calls = []      # how long each opt.step() took: wall time
+    step_cpu = []        # and this thread's CPU time (what a busy machine's preemption leaves out)
     synced_backward = []  # [start, end] of each step's synced backward
     first_loss = last_loss = None
     for epoch in range(args.epochs):
@@ -74,9 +76,10 @@ def main():
                 ended = time.perf_counter()
             if last_micro_batch:
                 synced_backward.append([started, ended])
-                started = time.perf_counter()
+                started, cpu = time.perf_counter(), time.thread_time()
                 opt.step()
                 ended = time.perf_counter()
+                step_cpu.append(time.thread_time() - cpu)
                 step_ends.append(ended)
                 step_calls.append(ended - started)
                 opt.zero_grad(set_to_none=True)
@@ -101,6 +104,7 @@ def main():
 
     with open(os.path.join(args.out, "rank-%d.json" % rank), "w") as f:
         json.dump({"rank": rank, "world": world, "steps": steps, "step_ends": step_ends, "step_calls": step_calls,
+                   "step_cpu": step_cpu,
                    "synced_backward": synced_backward, "allreduce_s": allreduce_s, "grad_bytes": grad_bytes,
                    "first_loss": first_loss, "last_loss": last_loss}, f)
     print("ddp_train rank %d/%d: %d optimizer steps, loss %.4f -> %.4f" % (rank, world, steps, first_loss, last_loss),

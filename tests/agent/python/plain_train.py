@@ -73,14 +73,14 @@ def main():
         reported.append([sum(losses) / len(losses), tokens])
         if steps == args.break_probe_after:
             try:
-                from lockstep import _probe
+                from lockstep import _pytorch
             except ImportError:  # no probe here (switched off): nothing to break
-                _probe = None
-            if _probe is not None:
+                _pytorch = None
+            if _pytorch is not None:
                 def broken(*a, **k):
                     raise RuntimeError("a bug planted by plain_train.py")
 
-                _probe._Probe._report_step = broken
+                _pytorch._Probe._report_step = broken
     checksum = float(sum(p.double().sum() for p in model.parameters()))
     with open(os.path.join(args.out, "plain-%s.json" % os.environ.get("RANK", "0")), "w") as f:
         json.dump({"steps": steps, "reported": reported, "checksum": checksum}, f)
