@@ -1,6 +1,7 @@
 #include "config.hpp"
 
 #include <cstdlib>
+#include <filesystem>
 
 #include "lockstep/contract.hpp"
 #include "lockstep/flags.hpp"
@@ -46,6 +47,11 @@ variables (set by the operator), else torchrun's PET_* variables, else these fla
   --log-dir DIR              worker output to DIR/rank-N.log instead of prefixed lines
   --step-log DIR             append each rank's step reports to DIR/rank-N.jsonl, one JSON
                              object a line (docs/metrics.md; lockstep run's report reads them)
+  --no-python-probe          LOCKSTEP_PYTHON_PROBE=0: do not put the Python probe on the workers'
+                             PYTHONPATH (default on: PyTorch programs report their optimizer
+                             steps and DDP's communication; docs/agent.md, "The Python probe")
+  --python-probe-dir DIR     LOCKSTEP_PYTHON_PROBE_DIR: where the probe is (default: python/
+                             beside this executable, else ../share/lockstep/python from it)
 Exit codes: the failing worker's own code (128+N if killed by signal N); 64 bad
 configuration; 75 stall; 76 rendezvous failure (docs/exit-codes.md).
 )";
@@ -98,9 +104,58 @@ int env_int(const std::map<std::string, std::string>& env, std::initializer_list
   }
 }
 
+bool holds_probe(const std::filesystem::path& dir) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(dir / "sitecustomize.py", ec) &&
+         std::filesystem::is_regular_file(dir / "lockstep" / "__init__.py", ec);
+}
+
 }  // namespace
 
-Config load_config(const std::map<std::string, std::string>& env, const std::vector<std::string>& args) {
+// Note [Python probe]
+// Python workers get the probe (agent/python: sitecustomize.py and the lockstep package,
+// docs/agent.md "The Python probe") through PYTHONPATH: the agent puts its directory first,
+// before whatever the image and the pod set (worker_env.cpp), for every worker that has a
+// step socket. Python imports the first sitecustomize on its path at start-up; ours installs
+// an import hook that starts the probe once the program imports torch, then runs the image's
+// own sitecustomize. The directory is found at start: --python-probe-dir or
+// LOCKSTEP_PYTHON_PROBE_DIR (the agent bundle's launcher sets it), else python/ beside the
+// executable (the build tree: agent/CMakeLists.txt copies it there), else
+// ../share/lockstep/python from it (`cmake --install --component agent`). Not found is not
+// an error (the workers then report only what they send themselves); a directory given that
+// lacks the probe is.
+std::string find_python_probe_dir(const std::string& given, const std::string& given_by, const std::string& self_exe,
+                                  std::string* note) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!given.empty()) {
+    fs::path dir = fs::absolute(given, ec);
+    if (ec || !holds_probe(dir))
+      throw ConfigError(given_by + " '" + given + "' is not the Python probe's directory: it must hold sitecustomize.py and "
+                        "lockstep/__init__.py (the agent's python/ directory: agent/python in a build tree, "
+                        "<prefix>/share/lockstep/python in an install)");
+    if (dir.string().find(':') != std::string::npos)
+      throw ConfigError(given_by + " '" + dir.string() + "' contains ':', which PYTHONPATH cannot hold");
+    return dir.lexically_normal().string();
+  }
+  fs::path exe = self_exe.empty() ? fs::read_symlink("/proc/self/exe", ec) : fs::path(self_exe);
+  std::string looked;
+  if (!exe.empty()) {
+    fs::path here = fs::absolute(exe, ec).parent_path();
+    for (const fs::path& dir : {here / "python", here / ".." / "share" / "lockstep" / "python"}) {
+      fs::path normal = dir.lexically_normal();
+      if (holds_probe(normal) && normal.string().find(':') == std::string::npos) return normal.string();
+      looked += (looked.empty() ? "" : " and ") + normal.string();
+    }
+  }
+  if (note)
+    *note = "not found (looked in " + (looked.empty() ? std::string("no directory: the agent's own path is unknown") : looked) +
+            "; --python-probe-dir or LOCKSTEP_PYTHON_PROBE_DIR names it)";
+  return "";
+}
+
+Config load_config(const std::map<std::string, std::string>& env, const std::vector<std::string>& args,
+                   const std::string& self_exe) {
   Config cfg;
   std::string v, from;
   cfg.nnodes = env_int(env, {c::kNnodes, c::kPetNnodes}, 1, 1, 100000);
@@ -118,6 +173,16 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
   bool first_step_set = env.count("LOCKSTEP_FIRST_STEP_TIMEOUT") && !env.at("LOCKSTEP_FIRST_STEP_TIMEOUT").empty();
   cfg.first_step_timeout = env_duration(env, "LOCKSTEP_FIRST_STEP_TIMEOUT", cfg.first_step_timeout);
   cfg.metrics_linger = env_duration(env, "LOCKSTEP_METRICS_LINGER", cfg.metrics_linger);
+  if (lookup(env, {"LOCKSTEP_PYTHON_PROBE"}, v, from)) {
+    if (v != "0" && v != "1")
+      throw ConfigError("LOCKSTEP_PYTHON_PROBE must be 1 (the Python probe on, the default) or 0 (off), got '" + v + "'");
+    cfg.python_probe = v == "1";
+  }
+  std::string probe_dir, probe_dir_from;
+  if (lookup(env, {"LOCKSTEP_PYTHON_PROBE_DIR"}, v, from)) {
+    probe_dir = v;
+    probe_dir_from = from;
+  }
   if (lookup(env, {c::kMasterAddr, c::kPetMasterAddr}, v, from)) cfg.master_addr = v;
   if (lookup(env, {c::kJobName}, v, from)) cfg.job_name = v;
   if (lookup(env, {c::kJobNamespace}, v, from)) cfg.job_namespace = v;
@@ -137,6 +202,12 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
       std::string a = argv[i];
       using namespace lockstep::flags;
       if (a == "--no-metrics") cfg.metrics = false;
+      else if (a == "--no-python-probe") cfg.python_probe = false;
+      else if (match(argc, argv.data(), i, "--python-probe-dir", v)) {
+        if (v.empty()) throw FlagError("--python-probe-dir needs a directory");
+        probe_dir = v;
+        probe_dir_from = "--python-probe-dir";
+      }
       else if (match(argc, argv.data(), i, "--nnodes", v)) cfg.nnodes = to_int("--nnodes", v, 1, 100000);
       else if (match(argc, argv.data(), i, "--node-rank", v)) cfg.node_rank = to_int("--node-rank", v, 0, 100000);
       else if (match(argc, argv.data(), i, "--nproc-per-node", v)) cfg.nproc_per_node = to_int("--nproc-per-node", v, 1, 1024);
@@ -185,6 +256,10 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
     throw ConfigError("--metrics-linger must be at most 10m (it delays the agent's exit after a stall), got " +
                       std::to_string(cfg.metrics_linger.count() / 1000) + "s");
   if (!cfg.metrics) cfg.metrics_port = 0;  // --no-metrics: never an HTTP endpoint
+  if (cfg.python_probe)  // Note [Python probe]; when off, a directory given is not even looked at
+    cfg.python_probe_dir = find_python_probe_dir(probe_dir, probe_dir_from, self_exe, &cfg.python_probe_note);
+  else
+    cfg.python_probe_note = "off (LOCKSTEP_PYTHON_PROBE=0 or --no-python-probe)";
   if (cfg.master_addr.empty()) throw ConfigError("the master address (LOCKSTEP_MASTER_ADDR or --master-addr) is empty");
   return cfg;
 }

@@ -51,6 +51,13 @@ struct Config {
   std::chrono::milliseconds grace_period{std::chrono::seconds(25)};
   std::string log_dir;            // per-rank files instead of prefixed passthrough
   std::string step_log_dir;       // each rank's step reports appended to DIR/rank-N.jsonl
+  // Note [Python probe]: the directory (sitecustomize.py and the lockstep package) put first
+  // on every worker's PYTHONPATH when the worker has a step socket. Empty: no probe, because
+  // it is switched off (python_probe false: LOCKSTEP_PYTHON_PROBE=0, --no-python-probe) or
+  // was not found (python_probe_note says where the agent looked).
+  bool python_probe = true;
+  std::string python_probe_dir;
+  std::string python_probe_note;
   std::vector<std::string> command{"lockstep-trainer"};
 
   int world_size() const { return nnodes * nproc_per_node; }
@@ -62,8 +69,19 @@ struct Config {
 };
 
 // Builds the configuration from `env` (usually the process environment) and argv.
-// Throws ConfigError; "--help" is left to the caller.
-Config load_config(const std::map<std::string, std::string>& env, const std::vector<std::string>& args);
+// Throws ConfigError; "--help" is left to the caller. `self_exe`: the agent's executable,
+// where the Python probe is looked for (Note [Python probe]); empty: /proc/self/exe.
+Config load_config(const std::map<std::string, std::string>& env, const std::vector<std::string>& args,
+                   const std::string& self_exe = "");
+
+// Note [Python probe]: the probe directory for an agent whose executable is `self_exe`.
+// `given` (from `given_by`, a flag or variable) when not empty: it must hold sitecustomize.py
+// and lockstep/__init__.py, else ConfigError naming `given_by`. Otherwise the first of
+// <dir of self_exe>/python (the build tree) and <dir of self_exe>/../share/lockstep/python
+// (an install) that holds them, made absolute; "" when neither does, with `note` saying
+// where it looked.
+std::string find_python_probe_dir(const std::string& given, const std::string& given_by, const std::string& self_exe,
+                                  std::string* note = nullptr);
 
 std::map<std::string, std::string> current_environment();
 

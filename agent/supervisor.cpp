@@ -443,6 +443,13 @@ int Supervisor::join_barrier(BarrierClient& barrier, const std::string& host, in
 int Supervisor::run() {
   // Note [The agent as init]: orphans below us come to us even when we are not PID 1.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  if (metrics_) {  // Note [Python probe]: said once, as the agent says what else it watches
+    if (!cfg_.python_probe_dir.empty())
+      LOCKSTEP_LOG(Info, "agent", "python probe: " << cfg_.python_probe_dir << " first on each worker's PYTHONPATH "
+                                  "(PyTorch programs report their optimizer steps; LOCKSTEP_PYTHON_PROBE=0 turns it off)");
+    else
+      LOCKSTEP_LOG(Info, "agent", "python probe: " << cfg_.python_probe_note);
+  }
   if (!wait_for_master()) return contract::kExitRendezvous;
   // Note [Restart barrier]: node 0's agent serves it; a single node keeps it on loopback.
   std::unique_ptr<BarrierServer> server;

@@ -36,6 +36,14 @@ std::map<std::string, std::string> worker_env(const Config& cfg, int local_rank,
   // torchrun sets OMP_NUM_THREADS=1 for multi-process runs unless the user chose a value.
   if (cfg.nproc_per_node > 1 && !inherited.count("OMP_NUM_THREADS")) env["OMP_NUM_THREADS"] = "1";
   if (!metrics_socket.empty()) env["LOCKSTEP_METRICS_SOCKET"] = metrics_socket;
+  // Note [Python probe]: first on the path, the image's and the pod's entries kept after it
+  // (an empty entry would add the working directory, so none is made). Only with a socket:
+  // without one the probe would have nowhere to report.
+  if (!metrics_socket.empty() && !cfg.python_probe_dir.empty()) {
+    auto inherited_path = inherited.find("PYTHONPATH");
+    const bool theirs = inherited_path != inherited.end() && !inherited_path->second.empty();
+    env["PYTHONPATH"] = cfg.python_probe_dir + (theirs ? ":" + inherited_path->second : "");
+  }
   return env;
 }
 

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <regex>
 #include <sstream>
 
@@ -191,13 +192,50 @@ int run_command(const std::vector<std::string>& args) {
   static const std::regex in_place(R"(restart barrier: (.*); starting generation (\d+).*)");
   std::ofstream node0_log(run_dir + "/node-0.log");
   std::string last_status;
-  double first_loss = -1, last_loss = -1;
+  std::optional<double> first_loss, last_loss;
   int last_step = 0, in_place_restarts = 0, gang_restarts = 0;
   auto start = Clock::now();
   int interrupted = 0;
   auto say = [&](const std::string& line) {
     std::cout << (tty && !last_status.empty() ? "\r\033[K" : "") << line << "\n";
     if (tty && !last_status.empty()) std::cout << last_status << std::flush;
+  };
+  // A program without lockstep-trainer's progress lines (a torchrun-style script): the live
+  // line follows rank 0's step log instead, which its agent appends every report to (the
+  // agent's Python probe reports any PyTorch program's optimizer steps).
+  bool trainer_lines = false;
+  std::streamoff step_log_read = 0;
+  std::string step_log_partial;
+  auto follow_step_log = [&] {
+    if (trainer_lines) return;
+    std::ifstream in(steps_dir + "/rank-0.jsonl", std::ios::binary);
+    if (!in) return;
+    in.seekg(step_log_read);
+    std::string chunk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (chunk.empty()) return;
+    step_log_read += static_cast<std::streamoff>(chunk.size());
+    step_log_partial += chunk;
+    json last;
+    for (size_t pos; (pos = step_log_partial.find('\n')) != std::string::npos;) {
+      json j = json::parse(step_log_partial.substr(0, pos), nullptr, false);
+      step_log_partial.erase(0, pos + 1);
+      if (j.is_object() && j.contains("step") && j["step"].is_number()) last = j;
+    }
+    if (last.is_null()) return;
+    auto number = [&](const char* key) { return last.contains(key) && last[key].is_number() ? last[key].get<double>() : -1.0; };
+    std::ostringstream s;
+    s << std::fixed << "step " << last["step"].get<long long>();
+    if (number("total_steps") > 0) s << "/" << static_cast<long long>(number("total_steps"));
+    if (last.contains("loss") && last["loss"].is_number()) s << std::setprecision(4) << "  loss " << last["loss"].get<double>();
+    const double step_s = number("step_s");
+    if (step_s > 0) s << std::setprecision(1) << "  " << step_s * 1000 << " ms/step";
+    if (step_s > 0 && number("comm_s") >= 0)
+      s << std::setprecision(0) << "  comm " << 100 * number("comm_s") / step_s << "% (exposed "
+        << 100 * std::max(0.0, number("exposed_comm_s")) / step_s << "%)";
+    if (in_place_restarts + gang_restarts > 0) s << "  restarts " << in_place_restarts << " in place, " << gang_restarts << " gang";
+    last_status = s.str();
+    if (tty) std::cout << "\r\033[K" << last_status << std::flush;
+    else std::cout << last_status << std::endl;
   };
   int code = 0;
   std::string culprit;
@@ -220,6 +258,7 @@ int run_command(const std::vector<std::string>& args) {
         std::cout << (tty ? "\n" : "") << "lockstep run: " << strsignal(sig) << ": stopping " << nodes << " node(s)..." << std::endl;
         for (auto& a : agents) a.signal(SIGTERM);
       }
+      follow_step_log();
       if (!(pfd.revents & (POLLIN | POLLHUP))) continue;
       ssize_t n = ::read(out_fd, buf, sizeof buf);
       if (n <= 0) break;
@@ -230,10 +269,11 @@ int run_command(const std::vector<std::string>& args) {
         node0_log << line << "\n";
         std::smatch m;
         if (std::regex_match(line, m, progress)) {
+          trainer_lines = true;
           last_step = std::stoi(m[1]);
           total_steps = std::stoi(m[2]);
           last_loss = std::stod(m[3]);
-          if (first_loss < 0) first_loss = last_loss;
+          if (!first_loss) first_loss = last_loss;
           double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
           double eta = last_step > 0 ? elapsed / last_step * (total_steps - last_step) : 0;
           std::ostringstream s;
@@ -254,6 +294,7 @@ int run_command(const std::vector<std::string>& args) {
       }
     }
     if (out_fd >= 0) ::close(out_fd);
+    follow_step_log();  // node 0's agent has gone: its last reports are in the file
     // Everyone ends: node 0 has; the rest follow (the restart barrier ends them together) or
     // are stopped.
     code = 0;
@@ -285,11 +326,28 @@ int run_command(const std::vector<std::string>& args) {
   }
   if (tty && !last_status.empty()) std::cout << "\n";
   double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  // The steps as the ranks reported them (the agents' step logs). A program that prints no
+  // lockstep-trainer progress lines (any torchrun-style script, reported by the agent's
+  // Python probe) has its steps, and its loss if it reports one, from there: the lowest
+  // rank's last report.
+  const auto records = read_step_logs(steps_dir);
+  if (last_step == 0 && !records.empty()) {
+    int lowest = records.front().rank;
+    for (const auto& r : records) lowest = std::min(lowest, r.rank);
+    for (const auto& r : records) {
+      if (r.rank != lowest) continue;
+      last_step = static_cast<int>(r.step);
+      if (r.loss) {
+        if (!first_loss) first_loss = r.loss;
+        last_loss = r.loss;
+      }
+    }
+  }
   std::cout << "\nlockstep run: " << name << " ";
   if (interrupted) std::cout << "stopped by " << strsignal(interrupted) << " after " << fmt_duration(elapsed);
   else if (code == 0) std::cout << "finished: " << last_step << " steps in " << fmt_duration(elapsed);
   else std::cout << "FAILED: " << culprit;
-  if (first_loss >= 0) std::cout << "; loss " << first_loss << " -> " << last_loss;
+  if (first_loss) std::cout << "; loss " << *first_loss << " -> " << *last_loss;
   std::cout << "\n  restarts: " << in_place_restarts << " in place, " << gang_restarts << " gang";
   std::cout << "\n  metrics were served while it ran at";
   for (int p : metrics_ports) std::cout << " http://127.0.0.1:" << p << "/metrics";
@@ -307,7 +365,7 @@ int run_command(const std::vector<std::string>& args) {
   summary.gang_restarts = gang_restarts;
   const std::string report = run_dir + "/report.html";
   try {
-    write_report(report, summary, read_step_logs(steps_dir));
+    write_report(report, summary, records);
     std::cout << "\n  report: " << report;
   } catch (const std::exception& e) {
     std::cout << "\n  report: not written (" << e.what() << ")";

@@ -340,3 +340,68 @@ TEST(Report, EscapesTheNameAndDrawsARestartedRun) {
   EXPECT_NE(r.dom.find("<h1>&lt;/script&gt;&lt;b&gt;x&amp;y\"'</h1>"), std::string::npos) << "shown as text";
   fs::remove_all(dir);
 }
+
+// An unmodified torchrun-style Python DDP script (tests/agent/python/ddp_train.py) under
+// `lockstep run`: it prints no lockstep-trainer progress lines, so its steps come from the
+// agent's Python probe, through the step logs, into the live line, the summary and the page.
+// Needs LOCKSTEP_PYTHON_TORCH (a Python tree with torch 2.11; tests/agent/probe_test.cpp).
+TEST(ReportPython, AnUnmodifiedDdpScriptsStepsReachTheSummaryAndThePage) {
+  const std::string torch = env_or("LOCKSTEP_PYTHON_TORCH", "");
+  if (torch.empty() || !fs::exists(torch + "/torch/__init__.py")) {
+    const std::string why = "LOCKSTEP_PYTHON_TORCH names no Python tree with torch (got '" + torch + "')";
+    if (require_all()) FAIL() << why << " (LOCKSTEP_REQUIRE_ALL=1)";
+    GTEST_SKIP() << "SKIPPED: " << why;
+  }
+  const std::string dir =
+      fs::path(::testing::TempDir() + "/report-python-" + std::to_string(::getpid())).lexically_normal().string();
+  fs::remove_all(dir);
+  fs::create_directories(dir + "/out");
+  // The torch tree comes with the pod's env, as an image's PYTHONPATH would; the probe goes
+  // before it.
+  std::ofstream(dir + "/job.yaml")
+      << "apiVersion: lockstep.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: python-ddp}\n"
+         "spec:\n  nodes: 2\n  procsPerNode: 2\n  strategy: DDP\n"
+         "  template:\n    spec:\n      containers:\n      - name: trainer\n        image: python:3.11\n"
+         "        env: [{name: PYTHONPATH, value: '" << torch << "'}]\n"
+         "  trainer:\n    command: [python3, '" << LOCKSTEP_SOURCE_DIR << "/tests/agent/python/ddp_train.py', --out, '"
+      << dir << "/out']\n";
+  const auto run = lockstep::run_capture({"/bin/sh", "-c", "cd '" + dir + "' && exec '" + cli() + "' run job.yaml"}, {}, 600s);
+  ASSERT_EQ(run.status.shell_code(), 0) << run.output;
+  constexpr int kPythonSteps = 16;  // ddp_train.py's: 1024 samples / 4 ranks / 16 a batch / 2 per step x 2 epochs
+  EXPECT_NE(run.output.find("ddp_train rank 0/4: " + std::to_string(kPythonSteps) + " optimizer steps"), std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("python-ddp finished: " + std::to_string(kPythonSteps) + " steps in "), std::string::npos)
+      << run.output;
+  // The live line (a line a report, output being a pipe here) followed rank 0's step log.
+  EXPECT_TRUE(std::regex_search(run.output, std::regex("\nstep " + std::to_string(kPythonSteps) +
+                                                       R"(  [0-9.]+ ms/step  comm \d+% \(exposed \d+%\)\n)")))
+      << run.output;
+
+  // The page: every rank's 16 steps in its table row and in its data.
+  const std::string page = read_file(dir + "/lockstep-runs/python-ddp/report.html");
+  for (int rank = 0; rank < kWorld; ++rank)
+    EXPECT_NE(page.find("<tr><td>" + std::to_string(rank) + "</td><td>" + std::to_string(kPythonSteps) + "</td>"),
+              std::string::npos)
+        << "rank " << rank;
+  EXPECT_NE(page.find(std::to_string(kPythonSteps) + " steps &middot;"), std::string::npos);
+
+  REQUIRE_CHROMIUM();
+  const Rendered r = render(dir + "/lockstep-runs/python-ddp/report.html", dir + "/chromium");
+  expect_rendered_cleanly(r);
+  // Step time: steps 2..16 (the probe gives the first step none: Note [The Python probe]).
+  auto step_time = series_of(r.dom, "step-time");
+  ASSERT_EQ(step_time.size(), static_cast<size_t>(kWorld));
+  for (int rank = 0; rank < kWorld; ++rank) {
+    EXPECT_EQ(step_time[rank]["data-rank"], std::to_string(rank));
+    EXPECT_EQ(step_time[rank]["data-last-step"], std::to_string(kPythonSteps));
+    EXPECT_EQ(step_time[rank]["data-points"], std::to_string(kPythonSteps - 1));
+    // Compute against exposed communication, which DDP measured (Note [DDP's statistics]).
+    auto comm = series_of(r.dom, "comm-" + std::to_string(rank));
+    ASSERT_EQ(comm.size(), 2u) << "rank " << rank;
+    for (auto& s : comm) {
+      EXPECT_EQ(s["data-last-step"], std::to_string(kPythonSteps)) << s["data-name"];
+      for (double v : numbers(s["data-values"])) EXPECT_GE(v, 0);
+    }
+  }
+  fs::remove_all(dir);
+}

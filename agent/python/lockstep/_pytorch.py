@@ -1,0 +1,455 @@
+"""Lockstep's Python probe, the part that runs once a program has imported torch.
+
+lockstep/_probe.py, which every Python worker of the agent loads, imports this module when
+the program imports torch, and ``_Probe.register_hooks`` puts the probe into PyTorch's own
+hooks. What each figure means, and what is not measured: docs/metrics.md, "The Python
+probe".
+
+Note [The Python probe]
+-----------------------
+* Activation (lockstep/_probe.py). ``install()`` imports nothing heavy and never torch: a
+  Python program that does not import torch pays for one small module and one meta-path
+  finder, which looks at the name of each new top-level import and steps aside. When
+  ``torch`` is imported, the finder wraps its loader for that one import, removes itself, and
+  once ``torch/__init__`` has finished it loads this module, which registers PyTorch's own
+  global hooks (below). Nothing is imported that ``import torch`` has not already imported.
+* Steps. A step is an optimizer step: ``torch.optim.optimizer``'s global step post-hook, so
+  micro-batches of gradient accumulation are not steps. With several optimizers the probe
+  counts the steps of one, the first that steps (the "leader"); another optimizer that steps
+  twice while the leader does not takes over (a program that moved on to a new optimizer),
+  and so does the next to step once the leader is garbage collected. A step the AMP
+  GradScaler skips (inf/NaN gradients) never calls ``step()``, so it is not counted.
+* Step time. From the end of the previous step to the end of this one, on
+  ``time.perf_counter``, where a step ends as the leader's post-hook returns (with the
+  probe's own work for the step done, so when ``optimizer.step()`` returns to the program):
+  everything between two steps counts (data loading, logging, a checkpoint), and the step
+  times add up to the wall time from the first step's end. The first step has no
+  ``step_s``: nothing the probe hooks marks where it begins, and it holds one-time costs
+  (DDP's bucket rebuild, lazy init, compilation) that would skew the histogram. On a GPU
+  the hook runs when ``step()`` returns, i.e. when the step is queued; see the DDP note for
+  the one wait the probe adds.
+* Communication: only what a source measures is sent (Note [DDP's statistics]). A program
+  without DDP sends step time and no communication figures at all, never zeros.
+* Failure. Any exception inside the probe disables it for the rest of the process with
+  exactly one line on stderr (``lockstep probe: disabled: ...``); the program runs on and
+  computes what it computes without the probe. KeyboardInterrupt and SystemExit pass.
+* One reporter per socket. The first process that reaches a step takes an flock on
+  ``<socket>.lock``; another process of the same worker (``torchrun`` run under the agent,
+  ``mp.spawn``) that steps too stays silent and says so once, so one rank's series never
+  mixes two processes' steps. A forked child (DataLoader workers) is silent from the fork.
+
+Note [DDP's statistics]
+-----------------------
+DistributedDataParallel times its own gradient reduction (c10d ``Reducer`` and ``Logger``,
+torch/csrc/distributed/c10d/reducer.cpp, logger.cpp): per iteration (a forward with gradient
+sync, then its backward) it records host timestamps, and on CUDA events, for the backward's
+compute start and end and for the first bucket's all-reduce launch and the last one's
+completion (after ``finalize_backward`` waited for every bucket). ``Logger::
+set_runtime_stats_and_log()`` turns one iteration's events into durations, in ns:
+``backward_comm_time`` (first launch to last completion), ``backward_compute_comm_overlap_time``
+(first launch to the end of backward compute) and the host timestamps
+``backward_comm_time_start`` etc.; it also folds them into the ``avg_*`` running means.
+* When sampled: DDP calls it at the start of the *next* synced forward, and only on
+  iterations 1-10 and every ``sample_rate``-th after (default 100). No environment variable
+  changes the rate in torch 2.11; ``DistributedDataParallel._set_ddp_runtime_logging_sample_rate``
+  does, and the probe sets it to 1 for each DDP it tracks.
+* Not cumulative: the ``avg_*`` fields are running means kept in integer nanoseconds,
+  ``avg = (d + avg * (n - 1)) / n`` truncated, so differencing ``avg * n`` would undercount
+  each iteration by up to n ns (1 ms per step at a million iterations). The probe reads the
+  per-iteration fields instead, which hold the latest sample exactly.
+* Per step: at the leader's post-hook the probe calls ``set_runtime_stats_and_log()`` itself,
+  so the step's own last backward is read now rather than at the next forward. DDP's call at
+  the next forward then recomputes the same sample (the timer's events are unchanged until
+  the forward records new ones); the probe counts a sample once, by its comm-start timestamp,
+  and the ``avg_*`` means are unchanged by the repeat (every sample is counted twice alike).
+  On CUDA this call waits for the backward's events (``CudaTimer::measureDifference``
+  synchronizes them), which DDP itself does at the next forward at sample rate 1: the wait
+  moves from the next forward to the end of the step, after the optimizer's kernels are
+  queued.
+* Gradient accumulation with ``no_sync()`` (the usual way): the synced micro-batch is DDP's
+  only iteration in the step. Without ``no_sync()`` every micro-batch all-reduces; the
+  probe then also reads the sample DDP computed at the step's last forward, which covers
+  two iterations per step. A step with more iterations than it read (by DDP's iteration
+  number) reports no communication figures rather than part of them, and the probe says
+  so once.
+* Figures: ``comm_s`` = the sum of ``backward_comm_time``; ``exposed_comm_s`` = the part
+  after backward compute ended (``backward_comm_time - backward_compute_comm_overlap_time``,
+  at least 0), so exposed <= comm always; ``compute_s`` = ``step_s - exposed_comm_s``, as
+  lockstep-trainer defines it; per op, ``allreduce``; ``comm_bytes.allreduce`` = the sizes
+  of DDP's gradient buckets per iteration, sent only without a communication hook or DDP
+  mixed precision (which change what goes on the wire). The span includes time a bucket
+  waited for a slower rank: from this rank's side that is communication too.
+
+Note [Communication sources]: DDP's statistics are one source of per-step communication
+figures (``_DdpSource``). A NCCL profiler plugin that times every collective of any program
+will be another: a class with the same ``collect()`` returning per-op figures for the step,
+added to ``_Probe._sources``; no code for it exists yet.
+"""
+
+import os
+import sys
+import time
+import weakref
+
+from lockstep import _probe as _entry
+
+_MAX_VALUE = 1e30  # agent/protocol.hpp: kMaxReportValue
+
+
+class _Probe:
+    def __init__(self, socket_path):
+        self.socket_path = socket_path
+        self.enabled = True
+        self._sock = None
+        self._lock_fd = None
+        self._claimed = False
+        self._handles = []
+        self._leader = None  # weakref to the optimizer whose steps are counted
+        self._others = weakref.WeakKeyDictionary()  # other optimizers' steps since the leader's
+        self._step = 0
+        self._last_end = None
+        self._figures = {}
+        self._losses = []
+        self._notes = set()
+        self._ddp = _DdpSource(self)
+        # Note [Communication sources]: the NCCL profiler plugin's source joins this list.
+        self._sources = [self._ddp]
+        if hasattr(os, "register_at_fork"):
+            me = weakref.ref(self)
+            os.register_at_fork(after_in_child=lambda: _silence(me))
+
+    # -- activation -------------------------------------------------------------------
+
+    def register_hooks(self, torch):
+        """Puts the probe into PyTorch's global hooks; raises if this torch lacks them."""
+        optimizer = sys.modules.get("torch.optim.optimizer")
+        register_step = getattr(optimizer, "register_optimizer_step_post_hook", None)
+        if register_step is None:
+            raise RuntimeError("torch %s has no global optimizer step hooks (torch 2.0 or later is needed)"
+                               % getattr(torch, "__version__", "?"))
+        self._handles.append(register_step(self._after_optimizer_step))
+        module = sys.modules.get("torch.nn.modules.module")
+        register_module = getattr(module, "register_module_module_registration_hook", None)
+        if register_module is not None:  # torch 2.0+: how DDP instances are found
+            self._handles.append(register_module(self._ddp.on_module_registered))
+
+    def stop(self):
+        """Turns the probe off for good, silently: its hooks and finder removed."""
+        self.enabled = False
+        for handle in self._handles:
+            try:
+                handle.remove()
+            except Exception:
+                pass
+        self._handles = []
+
+    def disable(self, error, where):
+        """Turns the probe off for good with one line on stderr; never raises."""
+        if not self.enabled:
+            return
+        self.stop()
+        _entry.say_disabled(error, where)
+
+    def note_once(self, key, text):
+        if key in self._notes:
+            return
+        self._notes.add(key)
+        try:
+            sys.stderr.write("lockstep probe: %s\n" % _entry.one_line(text))
+            sys.stderr.flush()
+        except Exception:
+            pass
+
+    # -- steps ------------------------------------------------------------------------
+
+    def _after_optimizer_step(self, optimizer, args, kwargs):
+        if not self.enabled:
+            return
+        try:
+            if self._is_step(optimizer):
+                self._report_step()
+        except Exception as error:
+            self.disable(error, "reporting an optimizer step")
+
+    def _is_step(self, optimizer):
+        leader = self._leader() if self._leader is not None else None
+        if leader is None or leader is optimizer:
+            if leader is None:
+                self._leader = weakref.ref(optimizer)
+            self._others.clear()
+            return True
+        seen = self._others.get(optimizer, 0) + 1
+        if seen >= 2:  # the leader stopped stepping; this one carries on
+            self._leader = weakref.ref(optimizer)
+            self._others.clear()
+            return True
+        self._others[optimizer] = seen
+        return False
+
+    def _report_step(self):
+        if not self._claimed and not self._claim():
+            return
+        comm = {}
+        for source in self._sources:
+            figures = source.collect()
+            if figures:
+                for op, values in figures.items():
+                    into = comm.setdefault(op, {})
+                    for key, value in values.items():
+                        into[key] = into.get(key, 0) + value
+        # The step ends here, with the probe's own work for it done: the moment optimizer.step()
+        # returns to the program, give or take the return itself.
+        now = time.perf_counter()
+        step_s = now - self._last_end if self._last_end is not None else None
+        self._last_end = now
+        step = self._figures.pop("step", None)
+        self._step = int(step) if step is not None else self._step + 1
+        fields = [("step", self._step)]
+        if step_s is not None:
+            fields.append(("step_s", step_s))
+        if comm:
+            total = sum(v.get("comm_s", 0) for v in comm.values())
+            exposed = sum(v.get("exposed_s", 0) for v in comm.values())
+            if step_s is not None:
+                fields.append(("compute_s", max(0.0, step_s - exposed)))
+            fields.append(("comm_s", total))
+            fields.append(("exposed_comm_s", exposed))
+            for op in sorted(comm):
+                values = comm[op]
+                fields.append(("comm_s." + op, values.get("comm_s", 0)))
+                fields.append(("exposed_comm_s." + op, values.get("exposed_s", 0)))
+                if "bytes" in values:
+                    fields.append(("comm_bytes." + op, values["bytes"]))
+        if self._losses:
+            fields.append(("loss", sum(self._losses) / len(self._losses)))
+            self._losses = []
+        for key in ("tokens", "flops", "total_steps"):
+            if key in self._figures:
+                fields.append((key, self._figures.pop(key)))
+        # A sum of reported figures could pass the protocol's bound; one such value would make
+        # the agent reject the whole report, so it alone is left out.
+        fields = [(k, v) for k, v in fields if abs(v) <= _MAX_VALUE]
+        self._send(" ".join("%s=%s" % (k, _number(v)) for k, v in fields))
+
+    def _claim(self):
+        """Note [The Python probe], one reporter per socket."""
+        import fcntl
+
+        self._claimed = True
+        try:
+            fd = os.open(self.socket_path + ".lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        except OSError:
+            return True  # nowhere to coordinate: report
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            self.stop()
+            self.note_once("claim", "another process of this worker (%s) already reports its steps; this one (pid %d) "
+                           "stays silent" % (self.socket_path, os.getpid()))
+            return False
+        self._lock_fd = fd
+        return True
+
+    def _send(self, line):
+        import socket
+
+        if self._sock is None:
+            self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self._sock.setblocking(False)
+        try:
+            self._sock.sendto(line.encode("ascii"), self.socket_path)
+        except BlockingIOError:
+            pass  # the agent's queue is full: this step's report is dropped, training never waits
+
+    # -- lockstep.report() ----------------------------------------------------------------
+
+    def add_figures(self, figures):
+        for key, value in figures.items():
+            if value is None:
+                continue
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                self.note_once("report:" + key, "lockstep.report(%s=...) ignored a value that is not a number: %r"
+                               % (key, value))
+                continue
+            if number != number or number in (float("inf"), float("-inf")) or abs(number) > _MAX_VALUE:
+                self.note_once("report:" + key, "lockstep.report(%s=...) ignores values that are not finite numbers "
+                               "within 1e30 (got %r)" % (key, value))
+                continue
+            if key == "loss":
+                self._losses.append(number)
+                continue
+            if number < 0:
+                self.note_once("report:" + key, "lockstep.report(%s=...) ignores negative values (got %r)" % (key, value))
+                continue
+            if key == "step":
+                if number != int(number) or number >= 2 ** 53:
+                    self.note_once("report:step", "lockstep.report(step=...) needs a whole number below 2**53 (got %r)"
+                                   % (value,))
+                    continue
+                # The number of the step in progress; later steps count on from it.
+                self._figures["step"] = int(number)
+            elif key in ("tokens", "flops"):
+                self._figures[key] = self._figures.get(key, 0) + number
+            else:
+                self._figures[key] = number
+
+
+def _silence(ref):
+    probe = ref()
+    if probe is not None:  # a forked child: the parent reports this worker's steps
+        probe.stop()
+
+
+def _number(value):
+    if isinstance(value, int):
+        return str(value)
+    if float(value).is_integer() and abs(value) < 2 ** 53:
+        return str(int(value))
+    return repr(float(value))
+
+
+class _DdpSource:
+    """Note [DDP's statistics]: per-step gradient all-reduce figures of every live DDP."""
+
+    def __init__(self, probe):
+        self._probe = probe
+        self._found = []  # weakrefs to DDP instances seen under construction
+        self._tracked = []
+
+    def on_module_registered(self, module, name, submodule):
+        # DistributedDataParallel.__init__ assigns self.module = the wrapped model before it
+        # builds its reducer; this global hook sees that assignment (and every other one, at
+        # model construction only). Returns None: the submodule is registered unchanged.
+        if not self._probe.enabled or name != "module":
+            return None
+        try:
+            ddp_module = sys.modules.get("torch.nn.parallel.distributed")
+            ddp_class = getattr(ddp_module, "DistributedDataParallel", None)
+            if ddp_class is not None and isinstance(module, ddp_class):
+                self._found.append(weakref.ref(module))
+        except Exception as error:
+            self._probe.disable(error, "looking for DistributedDataParallel")
+        return None
+
+    def collect(self):
+        """{"allreduce": {"comm_s", "exposed_s"[, "bytes"]}} for this step, or None."""
+        if self._found:
+            found, self._found = self._found, []
+            for ref in found:
+                ddp = ref()
+                if ddp is not None:
+                    tracked = _TrackedDdp.start(ddp, self._probe)
+                    if tracked is not None:
+                        self._tracked.append(tracked)
+        if not self._tracked:
+            return None
+        comm = exposed = 0.0
+        nbytes = 0
+        have_bytes = True
+        samples = 0
+        complete = True
+        live = []
+        for tracked in self._tracked:
+            result = tracked.collect()
+            if result is _GONE:
+                continue
+            live.append(tracked)
+            if result is None:
+                continue
+            if result is _INCOMPLETE:
+                complete = False
+                continue
+            comm += result[0]
+            exposed += result[1]
+            samples += result[2]
+            if result[3] is None:
+                have_bytes = False
+            else:
+                nbytes += result[3]
+        self._tracked = live
+        if not complete or samples == 0:
+            return None
+        figures = {"comm_s": comm, "exposed_s": exposed}
+        if have_bytes:
+            figures["bytes"] = nbytes
+        return {"allreduce": figures}
+
+
+_GONE = object()
+_INCOMPLETE = object()
+
+
+class _TrackedDdp:
+    def __init__(self, ddp, probe, bucket_bytes):
+        self._ref = weakref.ref(ddp)
+        self._probe = probe
+        self._bucket_bytes = bucket_bytes
+        self._last_start = 0  # comm-start timestamp (ns) of the last sample counted
+        self._last_iteration = 0
+        self._read_before = False
+
+    @staticmethod
+    def start(ddp, probe):
+        logger = getattr(ddp, "logger", None)
+        if logger is None or getattr(ddp, "_use_python_reducer", False):
+            return None  # compiled DDP's Python reducer keeps no statistics
+        ddp._set_ddp_runtime_logging_sample_rate(1)
+        strs = logger._get_ddp_logging_data().strs_map
+        bucket_bytes = None
+        if not strs.get("comm_hook") and getattr(ddp, "mixed_precision", None) is None:
+            sizes = [s for s in strs.get("bucket_sizes", "").replace(" ", "").split(",") if s]
+            if sizes and all(s.isdigit() for s in sizes):
+                bucket_bytes = sum(int(s) for s in sizes)
+        return _TrackedDdp(ddp, probe, bucket_bytes)
+
+    def _read(self, logger):
+        ints = logger._get_ddp_logging_data().ints_map
+        start = ints.get("backward_comm_time_start", 0)
+        comm = ints.get("backward_comm_time", 0)
+        if start <= self._last_start or comm <= 0:
+            return None  # no new iteration with a measured reduction
+        overlap = ints.get("backward_compute_comm_overlap_time", 0)
+        return ints.get("iteration", 0), start, comm, overlap
+
+    def collect(self):
+        ddp = self._ref()
+        if ddp is None:
+            return _GONE
+        if getattr(ddp, "_delay_all_reduce_all_params", False):
+            return None
+        logger = ddp.logger
+        samples = []
+        if self._read_before:
+            sample = self._read(logger)
+            if sample is not None:
+                samples.append(sample)
+        logger.set_runtime_stats_and_log()
+        sample = self._read(logger)
+        if sample is not None and (not samples or sample[1] > samples[-1][1]):
+            samples.append(sample)
+        if not samples:
+            return None
+        first_iteration = samples[0][0]
+        missed = first_iteration - self._last_iteration - 1
+        self._last_iteration = samples[-1][0]
+        self._last_start = samples[-1][1]
+        if missed > 0:
+            if not self._read_before:
+                self._read_before = True  # more than one reduction per step: read both ends from now on
+            else:
+                self._probe.note_once(
+                    "ddp-iterations",
+                    "DDP ran %d synced iterations in one optimizer step and the probe could read %d of their "
+                    "reductions (gradient accumulation without no_sync() over more than two micro-batches, or "
+                    "forwards with gradients that had no backward); such steps report no communication figures"
+                    % (missed + len(samples), len(samples)))
+            return _INCOMPLETE
+        comm_ns = sum(s[2] for s in samples)
+        exposed_ns = sum(max(0, s[2] - s[3]) for s in samples)
+        nbytes = None
+        if self._bucket_bytes is not None and not getattr(ddp, "_comm_hooks", None):
+            nbytes = self._bucket_bytes * len(samples)
+        return comm_ns / 1e9, exposed_ns / 1e9, len(samples), nbytes
