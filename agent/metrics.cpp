@@ -42,6 +42,10 @@ Metrics::Metrics(const Config& cfg, const std::string& socket_dir)
            {"namespace", cfg.job_namespace.empty() ? "default" : cfg.job_namespace},
            {"node_rank", std::to_string(cfg.node_rank)}};
   auto& step_family = BuildHistogram().Name("lockstep_step_duration_seconds").Help("Training step time").Register(*registry_);
+  // Note [Measured series only]: compute, exposed communication, tokens, FLOPs, loss and the
+  // planned total exist for a rank only once a report of it carries them, so a program that
+  // does not measure one (a Python script without DDP, one that never reports its loss) has no
+  // such series, never a zero that reads as a measurement.
   auto& compute = BuildCounter().Name("lockstep_compute_seconds_total").Help("Seconds of computation").Register(*registry_);
   auto& exposed = BuildCounter()
                       .Name("lockstep_comm_exposed_seconds_total")
@@ -110,6 +114,12 @@ Metrics::Metrics(const Config& cfg, const std::string& socket_dir)
       .Register(*registry_)
       .Add(base_)
       .Set(cfg.restart_attempt);
+  compute_family_ = &compute;
+  exposed_family_ = &exposed;
+  tokens_family_ = &tokens;
+  flops_family_ = &flops;
+  loss_family_ = &loss;
+  total_steps_family_ = &total_steps;
   const Histogram::BucketBoundaries buckets{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
   ranks_.resize(cfg.nproc_per_node);
   for (int i = 0; i < cfg.nproc_per_node; ++i) {
@@ -118,15 +128,9 @@ Metrics::Metrics(const Config& cfg, const std::string& socket_dir)
     r.labels["rank"] = std::to_string(cfg.node_rank * cfg.nproc_per_node + i);
     r.progress.rank = cfg.node_rank * cfg.nproc_per_node + i;
     r.step_duration = &step_family.Add(r.labels, buckets);
-    r.compute = &compute.Add(r.labels);
-    r.exposed = &exposed.Add(r.labels);
     r.steps = &steps.Add(r.labels);
-    r.tokens = &tokens.Add(r.labels);
-    r.flops = &flops.Add(r.labels);
     r.malformed = &malformed.Add(r.labels);
-    r.loss = &loss.Add(r.labels);
     r.step = &step.Add(r.labels);
-    r.total_steps = &total_steps.Add(r.labels);
     r.last_step_ts = &last.Add(r.labels);
     r.worker_up = &up.Add(r.labels);
     r.fd = bind_datagram_socket(socket_path(i));
@@ -213,13 +217,16 @@ void Metrics::record(int local_rank, const StepReport& s) {
     return true;
   };
   if (s.step_s) r.step_duration->Observe(*s.step_s);
-  if (s.compute_s) r.compute->Increment(*s.compute_s);
-  if (s.exposed_comm_s) r.exposed->Increment(*s.exposed_comm_s);
-  if (s.tokens) r.tokens->Increment(*s.tokens);
-  if (s.flops) r.flops->Increment(*s.flops);
-  if (s.loss) r.loss->Set(*s.loss);
+  // Note [Measured series only]: made on first use.
+  auto counter = [&](Counter*& c, Family<Counter>* f) -> Counter& { return c ? *c : *(c = &f->Add(r.labels)); };
+  auto gauge = [&](Gauge*& g, Family<Gauge>* f) -> Gauge& { return g ? *g : *(g = &f->Add(r.labels)); };
+  if (s.compute_s) counter(r.compute, compute_family_).Increment(*s.compute_s);
+  if (s.exposed_comm_s) counter(r.exposed, exposed_family_).Increment(*s.exposed_comm_s);
+  if (s.tokens) counter(r.tokens, tokens_family_).Increment(*s.tokens);
+  if (s.flops) counter(r.flops, flops_family_).Increment(*s.flops);
+  if (s.loss) gauge(r.loss, loss_family_).Set(*s.loss);
   r.step->Set(static_cast<double>(s.step));
-  if (s.total_steps) r.total_steps->Set(*s.total_steps);
+  if (s.total_steps) gauge(r.total_steps, total_steps_family_).Set(*s.total_steps);
   r.steps->Increment();
   if (s.comm_s_by_op.empty() && s.comm_s) {
     auto labels = r.labels;

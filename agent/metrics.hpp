@@ -62,8 +62,11 @@ class Metrics {
   struct Rank {
     prometheus::Labels labels;
     prometheus::Histogram* step_duration;
-    prometheus::Counter *compute, *exposed, *steps, *tokens, *flops, *malformed;
-    prometheus::Gauge *loss, *last_step_ts, *worker_up, *step, *total_steps;
+    prometheus::Counter *steps, *malformed;
+    prometheus::Gauge *last_step_ts, *worker_up, *step;
+    // Note [Measured series only] (metrics.cpp): null until a report carries the figure.
+    prometheus::Counter *compute = nullptr, *exposed = nullptr, *tokens = nullptr, *flops = nullptr;
+    prometheus::Gauge *loss = nullptr, *total_steps = nullptr;
     RankProgress progress;
     int fd = -1;
     std::ofstream step_log;  // open when cfg.step_log_dir is set
@@ -76,6 +79,8 @@ class Metrics {
   prometheus::Labels base_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
+  prometheus::Family<prometheus::Counter>*compute_family_, *exposed_family_, *tokens_family_, *flops_family_;
+  prometheus::Family<prometheus::Gauge>*loss_family_, *total_steps_family_;
   prometheus::Family<prometheus::Counter>* comm_seconds_;
   prometheus::Family<prometheus::Counter>* comm_bytes_;
   prometheus::Family<prometheus::Counter>* comm_exposed_by_op_;
