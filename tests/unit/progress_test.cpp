@@ -1,6 +1,8 @@
 // reconcile/progress: kubectl get tj's Step, Tok/s and ETA from rank 0's agent (Note [Progress]).
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "reconcile/decide.hpp"
 #include "reconcile/progress.hpp"
 
@@ -149,4 +151,77 @@ TEST(Progress, ASucceededJobShowsEveryStepDone) {
   job.status.progress->total_steps = -1;
   in.job = job;
   EXPECT_EQ(decide(in).status.progress->step, 180);
+}
+
+// --- #25: nothing before the first step, never 0/0 ------------------------------------------
+
+namespace {
+
+// What a real agent serves for rank 0 (trimmed): every series exists from its start, at 0.
+std::string agent_page(double step, double total, double reports, double tokens = 0) {
+  const std::string l = "{namespace=\"ns\",node_rank=\"0\",rank=\"0\",trainingjob=\"tj\"}";
+  auto num = [](double v) {
+    std::ostringstream o;
+    o << v;
+    return o.str();
+  };
+  return "lockstep_step" + l + " " + num(step) + "\nlockstep_total_steps" + l + " " + num(total) +
+         "\nlockstep_steps_total" + l + " " + num(reports) + "\nlockstep_tokens_total" + l + " " + num(tokens) + "\n";
+}
+
+std::string steps_column(const std::optional<ProgressSample>& s) {
+  JobStatus st;
+  st.progress = progress_between(std::nullopt, *s, 1);
+  auto j = st.to_json();
+  return j["progress"]["steps"];
+}
+
+}  // namespace
+
+TEST(Progress, NothingBeforeTheFirstStepAndTheStepAloneWithoutATotal) {
+  // The agent's page before any report: step 0 of total 0 is no step at all (it showed "0/0").
+  EXPECT_FALSE(parse_progress(agent_page(0, 0, 0), 0, kT0).has_value());
+  // A program that does not say its total (a Python program, the probe's steps): the step alone.
+  auto s = parse_progress(agent_page(7, 0, 7, 3584), 0, kT0);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->step, 7);
+  EXPECT_EQ(s->total_steps, -1);
+  EXPECT_EQ(steps_column(s), "7");
+  JobStatus st;
+  st.progress = progress_between(std::nullopt, *s, 1);
+  EXPECT_FALSE(st.to_json()["progress"].contains("totalSteps"));
+  // Its ETA stays empty, its tokens/s comes from two readings as any program's.
+  auto later = *parse_progress(agent_page(17, 0, 17, 8704), 0, kT0 + 10s);
+  auto p = progress_between(s, later, 2);
+  EXPECT_FALSE(p.eta_seconds.has_value());
+  ASSERT_TRUE(p.tokens_per_second.has_value());
+  EXPECT_DOUBLE_EQ(*p.tokens_per_second, 5120.0 / 10 * 2);
+  // A step 0 that was reported (a program counting from 0) is a step.
+  EXPECT_EQ(steps_column(parse_progress(agent_page(0, 50, 1), 0, kT0)), "0/50");
+  EXPECT_EQ(steps_column(parse_progress(agent_page(12, 50, 12), 0, kT0)), "12/50");
+}
+
+TEST(Progress, ReadingsAPodCouldForgeAreNotBelieved) {
+  for (const char* step : {"1e300", "-5", "NaN", "+Inf", "12.5", "1e16"})
+    EXPECT_FALSE(parse_progress("lockstep_step{rank=\"0\"} " + std::string(step) + "\nlockstep_steps_total{rank=\"0\"} 3\n",
+                                0, kT0).has_value())
+        << step;
+  for (const char* reports : {"0", "NaN", "-1", "0.5"})
+    EXPECT_FALSE(parse_progress("lockstep_step{rank=\"0\"} 3\nlockstep_steps_total{rank=\"0\"} " + std::string(reports) +
+                                "\n", 0, kT0).has_value())
+        << reports;
+  for (const char* total : {"1e300", "-3", "NaN", "2.5", "0"}) {
+    auto s = parse_progress("lockstep_step{rank=\"0\"} 3\nlockstep_total_steps{rank=\"0\"} " + std::string(total) + "\n", 0, kT0);
+    ASSERT_TRUE(s.has_value()) << total;
+    EXPECT_EQ(s->total_steps, -1) << total;
+  }
+  auto s = parse_progress("lockstep_step{rank=\"0\"} 3\nlockstep_tokens_total{rank=\"0\"} NaN\n", 0, kT0);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_LT(s->tokens, 0);
+  // Another rank's (or another job's rank 1's) series never stands in for rank 0's.
+  EXPECT_FALSE(parse_progress("lockstep_step{rank=\"1\"} 3\nlockstep_step{rank=\"00\"} 4\n", 0, kT0).has_value());
+  // An absurd token count gives no rate rather than an overflow.
+  auto a = *parse_progress("lockstep_step{rank=\"0\"} 1\nlockstep_tokens_total{rank=\"0\"} 0\n", 0, kT0);
+  auto b = *parse_progress("lockstep_step{rank=\"0\"} 2\nlockstep_tokens_total{rank=\"0\"} 1e300\n", 0, kT0 + 1s);
+  EXPECT_FALSE(progress_between(a, b, 8).tokens_per_second.has_value());
 }
