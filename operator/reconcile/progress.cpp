@@ -64,6 +64,22 @@ Progress progress_between(const std::optional<ProgressSample>& before, const Pro
   return p;
 }
 
+ReadingSchedule::ReadingSchedule(ms first, ms period)
+    : first_(std::min(first, period)), period_(period), interval_(first_) {}
+
+ReadingSchedule::ms ReadingSchedule::after(Found found) {
+  if (found == Found::Rate) {
+    stepped_ = true;
+    interval_ = period_;
+  } else if (found == Found::Step && !stepped_) {
+    stepped_ = true;
+    interval_ = first_;  // the first step: read again soon for a rate
+  } else {
+    interval_ = std::min(period_, interval_ + interval_ / 2);
+  }
+  return interval_;
+}
+
 std::string format_duration(long long s) {
   if (s < 0) s = 0;
   auto two = [](long long v) { return (v < 10 ? "0" : "") + std::to_string(v); };

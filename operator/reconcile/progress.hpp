@@ -11,6 +11,8 @@
 // series until then: lockstep_steps_total says whether a step came), the step alone when the
 // program does not say its total (lockstep_total_steps stays 0: a Python program without
 // total_steps), "step/total" when it does; never "0/0".
+//   When (Note [Progress schedule]): soon after a job starts running, then every
+// --progress-period.
 //   Everything read from a pod is the job's own word: parsed strictly and bounded, and it only
 // ever changes that job's status.progress.
 #pragma once
@@ -54,6 +56,37 @@ struct Progress {
 // result is in the status's own resolution (whole tokens/s, the ETA as format_duration shows
 // it), so it reads back from the status equal and an unchanged reading writes nothing.
 Progress progress_between(const std::optional<ProgressSample>& before, const ProgressSample& now, int world_size);
+
+// Note [Progress schedule]
+// The period (--progress-period, 30 s) bounds the steady cost: one reading, and at most one
+// status write, per running job per period. But a job first read a period after it started
+// left a short job's columns empty all its life (#25). So each gang attempt starts on a fast
+// schedule: its first reading `first` (2 s) after the operator sees it running, then intervals
+// growing by half each time (3, 4.5, 6.75, 10.1, 15.2, 22.8 s, then the period) while a
+// reading finds no step. The first reading with a step brings the next one `first` later, for
+// a rate (Tok/s, ETA); from the first reading with a rate on, the period. So a first step that
+// comes T s after the job runs shows within about T/2 + 2 s (never more than a period), and a
+// rate a few seconds later.
+//   Cost: the growing intervals reach the period after 7 readings (64 s), so a program that
+// never reports a step is read 7 times in its first minute instead of 2; a job that reports
+// steps gets 2 to 4 readings in its first seconds and then the period (a few more when its
+// steps take longer than 2 s): over an hour, 120 to 130 readings instead of 120
+// (progress_test checks both).
+class ReadingSchedule {
+ public:
+  using ms = std::chrono::milliseconds;
+  // `first` is capped at `period` (a period under 2 s is read at the period).
+  ReadingSchedule(ms first, ms period);
+  enum class Found { Nothing, Step, Rate };  // no step (or no answer), a step, a step and a rate
+  // The interval until the next reading, after one that found `found`.
+  ms after(Found found);
+  ms interval() const { return interval_; }  // until the next reading
+
+ private:
+  ms first_, period_, interval_;
+  bool stepped_ = false;  // a reading of this attempt has found a step
+};
+inline constexpr std::chrono::milliseconds kFirstReading{2000};
 
 // "45s", "3m20s", "2h05m", "3d04h".
 std::string format_duration(long long seconds);
