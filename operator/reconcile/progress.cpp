@@ -80,6 +80,58 @@ ReadingSchedule::ms ReadingSchedule::after(Found found) {
   return interval_;
 }
 
+std::optional<FinalSummary> parse_final_summary(const std::string& message) {
+  if (message.size() > kMaxSummaryBytes) return std::nullopt;
+  std::string line = message;
+  if (!line.empty() && line.back() == '\n') line.pop_back();
+  const std::string prefix = std::string(kSummaryPrefix) + " ";
+  if (line.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+  FinalSummary out;
+  bool seen_step = false, seen_total = false;
+  size_t i = prefix.size();
+  while (true) {
+    // key=value, then one space or the end; nothing else, not even a second space.
+    size_t eq = line.find('=', i);
+    if (eq == std::string::npos) return std::nullopt;
+    const std::string key = line.substr(i, eq - i);
+    size_t end = line.find(' ', eq + 1);
+    if (end == std::string::npos) end = line.size();
+    const std::string value = line.substr(eq + 1, end - eq - 1);
+    if (value.empty() || value.size() > 16 ||
+        !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return std::nullopt;
+    const long long v = std::stoll(value);  // at most 16 digits: no overflow
+    if (v > kMaxSteps) return std::nullopt;
+    if (key == "step" && !seen_step) {
+      seen_step = true;
+      out.step = v;
+    } else if (key == "total" && !seen_total && v >= 1) {
+      seen_total = true;
+      out.total_steps = v;
+    } else {
+      return std::nullopt;  // an unknown key, a key given twice, a total of 0
+    }
+    if (end == line.size()) break;
+    i = end + 1;
+    if (i == line.size()) return std::nullopt;  // a trailing space
+  }
+  if (!seen_step) return std::nullopt;
+  return out;
+}
+
+std::optional<Progress> final_progress(std::optional<Progress> last, const std::optional<FinalSummary>& summary) {
+  if (summary) {
+    Progress p = last.value_or(Progress{});
+    p.step = summary->step;
+    if (summary->total_steps >= 1) p.total_steps = summary->total_steps;
+    last = p;
+  } else if (last && last->total_steps >= 1) {
+    last->step = last->total_steps;  // every rank exited 0: the run took all its steps
+  }
+  if (last) last->eta_seconds = last->total_steps >= 1 ? std::optional<long long>(0) : std::nullopt;
+  return last;
+}
+
 std::string format_duration(long long s) {
   if (s < 0) s = 0;
   auto two = [](long long v) { return (v < 10 ? "0" : "") + std::to_string(v); };

@@ -12,7 +12,8 @@
 // program does not say its total (lockstep_total_steps stays 0: a Python program without
 // total_steps), "step/total" when it does; never "0/0".
 //   When (Note [Progress schedule]): soon after a job starts running, then every
-// --progress-period.
+// --progress-period. After the job (Note [Final progress]): rank 0's agent leaves its last
+// step in its container's termination message, which the kubelet puts into the pod's status.
 //   Everything read from a pod is the job's own word: parsed strictly and bounded, and it only
 // ever changes that job's status.progress.
 #pragma once
@@ -87,6 +88,44 @@ class ReadingSchedule {
   bool stepped_ = false;  // a reading of this attempt has found a step
 };
 inline constexpr std::chrono::milliseconds kFirstReading{2000};
+
+// Note [Final progress]
+// A finished job must keep showing how far it got, but its pods' agents have exited and their
+// /metrics with them. So when its workers have all exited 0, node 0's agent writes one line of
+// rank 0's progress as its container's termination message (/dev/termination-log, or
+// LOCKSTEP_TERMINATION_LOG):
+//   lockstep-progress step=N[ total=M]
+// (total when the program said one; agent/supervisor.cpp). The kubelet copies it into the
+// pod's status (containerStatuses[].state.terminated.message), which the pod informer already
+// reads. When the job Succeeds, decide() takes rank 0's line (the current attempt's pod of
+// index 0 that the job controls, nobody else's) over the last reading: the run's last step, and
+// its total. The message is the pod's, so it is untrusted: the whole message must be that one
+// line (a trailing newline allowed), at most kMaxSummaryBytes, the prefix exactly as above,
+// then only the keys step (required) and total, each once, as plain decimal integers (no sign,
+// no exponent, at most 16 digits) with step <= kMaxSteps and 1 <= total <= kMaxSteps; anything
+// else is not a summary and changes nothing.
+//   Where no line comes (rank 0's container has another terminationMessagePath, its agent
+// failed or is older, the workers failed: a failure's message is its last words, Note
+// [Termination message]), the status keeps the last reading, and a job whose every pod
+// Succeeded shows its total as the step when the total is known. A rank 0 pod deleted before
+// the job finished is a vanished pod of a running gang: a gang restart, not success, so a
+// Succeeded job always had its rank 0 pod to read.
+inline constexpr size_t kMaxSummaryBytes = 128;
+inline constexpr const char* kSummaryPrefix = "lockstep-progress";
+
+struct FinalSummary {
+  long long step = -1;
+  long long total_steps = -1;  // -1: not given
+  bool operator==(const FinalSummary& o) const { return step == o.step && total_steps == o.total_steps; }
+};
+
+// The summary line of a termination message, or nullopt (not one, or malformed: see above).
+std::optional<FinalSummary> parse_final_summary(const std::string& termination_message);
+
+// The progress a job that Succeeded shows: `last` (the newest reading, else the status's), with
+// rank 0's summary when there is one (its step and total; tokens/s kept), else the total as the
+// step when it is known. The ETA is 0 when the total is known.
+std::optional<Progress> final_progress(std::optional<Progress> last, const std::optional<FinalSummary>& summary);
 
 // "45s", "3m20s", "2h05m", "3d04h".
 std::string format_duration(long long seconds);

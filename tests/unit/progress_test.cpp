@@ -560,3 +560,138 @@ TEST(AgentReader, StopEndsARoundAtOnce) {
   EXPECT_LT(seconds_since(t0), 1.0);
   EXPECT_EQ(a.back().error, "stopped");
 }
+
+// --- Note [Final progress] ------------------------------------------------------------------
+
+TEST(FinalProgress, ParsesTheAgentsLine) {
+  EXPECT_EQ(parse_final_summary("lockstep-progress step=200 total=200\n"), (FinalSummary{200, 200}));
+  EXPECT_EQ(parse_final_summary("lockstep-progress step=57\n"), (FinalSummary{57, -1}));
+  EXPECT_EQ(parse_final_summary("lockstep-progress step=57"), (FinalSummary{57, -1}));
+  EXPECT_EQ(parse_final_summary("lockstep-progress total=9 step=3\n"), (FinalSummary{3, 9}));
+  EXPECT_EQ(parse_final_summary("lockstep-progress step=0\n"), (FinalSummary{0, -1}));
+  EXPECT_EQ(parse_final_summary("lockstep-progress step=1000000000000000 total=1000000000000000\n"),
+            (FinalSummary{kMaxSteps, kMaxSteps}));
+}
+
+TEST(FinalProgress, AnythingButTheAgentsExactLineIsNotASummary) {
+  const std::string long_line = "lockstep-progress step=1 total=2" + std::string(200, ' ');
+  for (const std::string& m : std::vector<std::string>{
+           "",
+           "lockstep-progress",
+           "lockstep-progress \n",
+           "lockstep-progress step=\n",
+           "lockstep-progress total=200\n",                       // no step
+           "lockstep-progress step=ten total=200\n",              // non-numeric
+           "lockstep-progress step=-5 total=200\n",               // negative
+           "lockstep-progress step=+5\n",                         // a sign
+           "lockstep-progress step=NaN\n",
+           "lockstep-progress step=inf\n",
+           "lockstep-progress step=1e3\n",                        // an exponent
+           "lockstep-progress step=0x10\n",
+           "lockstep-progress step=12.0\n",
+           "lockstep-progress step=12 total=0\n",                 // a total of 0 is "0/0"
+           "lockstep-progress step=99999999999999999\n",          // 17 digits
+           "lockstep-progress step=1000000000000001\n",           // past kMaxSteps
+           "lockstep-progress step=1 step=2\n",                   // a key twice
+           "lockstep-progress step=3 total=9 total=10\n",
+           "lockstep-progress step=3 job=other namespace=x\n",    // another job's fields
+           "lockstep-progress step=3 total=9 uid=0000\n",
+           "lockstep-progress step=3  total=9\n",                 // two spaces
+           "lockstep-progress step=3 \n",
+           " lockstep-progress step=3\n",
+           "Lockstep-progress step=3\n",
+           "lockstep-progress: step=3\n",
+           "lockstep-progress step=3\r\n",                        // control characters
+           "lockstep-progress step=3\ttotal=9\n",
+           std::string("lockstep-progress step=3\0 total=9\n", 34),
+           "lockstep-progress step=3\x1b[2Jtotal=9\n",
+           "lockstep-progress step=3\n\n",                        // a second line
+           "lockstep-agent: rank 0 exited with code 1\nlockstep-progress step=3\n",
+           "lockstep-progress step=3\nTraceback (most recent call last):\n",
+           long_line,                                             // oversized
+           "lockstep-progress step=" + std::string(5000, '9') + "\n",
+       })
+    EXPECT_FALSE(parse_final_summary(m).has_value()) << ::testing::PrintToString(m);
+}
+
+TEST(FinalProgress, TheSummaryWinsOverTheLastReadingAndTheTotalStandsInWithoutOne) {
+  Progress last;
+  last.step = 120;
+  last.total_steps = 200;
+  last.tokens_per_second = 4096;
+  last.eta_seconds = 30;
+  auto p = final_progress(last, FinalSummary{180, 200});  // an early stop at 180 of 200
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->step, 180);
+  EXPECT_EQ(p->total_steps, 200);
+  EXPECT_EQ(p->tokens_per_second, 4096);
+  EXPECT_EQ(p->eta_seconds, 0);
+  p = final_progress(last, std::nullopt);  // no summary: every rank exited 0, all steps taken
+  EXPECT_EQ(p->step, 200);
+  EXPECT_EQ(p->eta_seconds, 0);
+  // No reading at all (a short run): the summary alone; the step alone when there is no total.
+  p = final_progress(std::nullopt, FinalSummary{57, -1});
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->step, 57);
+  EXPECT_EQ(p->total_steps, -1);
+  EXPECT_FALSE(p->eta_seconds.has_value());
+  EXPECT_FALSE(p->tokens_per_second.has_value());
+  EXPECT_FALSE(final_progress(std::nullopt, std::nullopt).has_value());
+}
+
+namespace {
+
+// A job of `nodes` pods that all Succeeded, with these termination messages; rank 0 first.
+Decision succeed(const std::vector<std::string>& messages, std::optional<Progress> status_progress,
+                 std::optional<Progress> reading = std::nullopt) {
+  JobView job;
+  job.ns = "ns";
+  job.name = "tj";
+  job.nodes = static_cast<int>(messages.size());
+  job.status.phase = "Running";
+  job.status.start_time = format_time(kT0);
+  job.status.progress = status_progress;
+  Observed in;
+  in.job = job;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    PodView pod;
+    pod.name = "tj-" + std::to_string(i);
+    pod.index = static_cast<int>(i);
+    pod.attempt = 0;
+    pod.phase = "Succeeded";
+    pod.exit_code = 0;
+    pod.termination_message = messages[i];
+    in.pods.push_back(pod);
+  }
+  std::reverse(in.pods.begin(), in.pods.end());  // the cache's order is no rank order
+  in.service_exists = true;
+  in.progress = reading;
+  in.now = kT0 + 60s;
+  return decide(in);
+}
+
+}  // namespace
+
+TEST(FinalProgress, ASucceededJobShowsRank0sLastStepAndNobodyElsesSays) {
+  Progress mid;
+  mid.step = 10;  // a Python program: no total
+  auto d = succeed({"lockstep-progress step=57\n", ""}, mid);
+  EXPECT_EQ(d.status.phase, "Succeeded");
+  ASSERT_TRUE(d.status.progress.has_value());
+  EXPECT_EQ(d.status.to_json()["progress"]["steps"], "57");
+  // No reading ever (the run ended before one): rank 0's line alone gives it.
+  d = succeed({"lockstep-progress step=40 total=40\n", ""}, std::nullopt);
+  EXPECT_EQ(d.status.to_json()["progress"]["steps"], "40/40");
+  EXPECT_EQ(d.status.to_json()["progress"]["eta"], "0s");
+  // Rank 1's pod says something else: it does not speak for the job.
+  d = succeed({"", "lockstep-progress step=999999 total=999999\n"}, mid);
+  EXPECT_EQ(d.status.progress->step, 10);
+  // A forged or broken line on rank 0 changes nothing: the newest reading stays.
+  Progress reading;
+  reading.step = 190;
+  reading.total_steps = 200;
+  d = succeed({"lockstep-progress step=-5 total=NaN\n", ""}, mid, reading);
+  EXPECT_EQ(d.status.to_json()["progress"]["steps"], "200/200");  // all steps taken, as before
+  d = succeed({"lockstep-progress step=12 total=0\n"}, std::nullopt);
+  EXPECT_FALSE(d.status.progress.has_value());
+}
