@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -33,6 +34,46 @@ std::vector<std::string> split_lines(const std::string& text) {
     start = end + 1;
   }
   return lines;
+}
+
+// The container's termination message file (Note [Termination message]): written whole, when
+// there is one.
+void write_termination_log(const std::string& text) {
+  const char* env = std::getenv("LOCKSTEP_TERMINATION_LOG");
+  std::string path = env && *env ? env : "/dev/termination-log";
+  if (!env && ::access(path.c_str(), W_OK) != 0) return;
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  if (!out) LOCKSTEP_LOG(Warn, "agent", "cannot write the termination message to " << path);
+}
+
+// A gauge or counter as a step count: a whole number in [0, 1e15] (what the operator believes).
+std::optional<long long> step_count(double v) {
+  if (!std::isfinite(v) || v < 0 || v > 1e15 || std::floor(v) != v) return std::nullopt;
+  return static_cast<long long>(v);
+}
+
+// Rank 0's progress line for a run that succeeded (Note [Termination message]); nothing when
+// rank 0 reported no step.
+void write_progress_summary(const Metrics& metrics) {
+  std::optional<long long> step, total, reports;
+  for (const auto& family : metrics.registry()->Collect()) {
+    const bool is_step = family.name == "lockstep_step", is_total = family.name == "lockstep_total_steps",
+               is_reports = family.name == "lockstep_steps_total";
+    if (!is_step && !is_total && !is_reports) continue;
+    for (const auto& m : family.metric) {
+      bool rank0 = false;
+      for (const auto& l : m.label) rank0 |= l.name == "rank" && l.value == "0";
+      if (!rank0) continue;
+      if (is_step) step = step_count(m.gauge.value);
+      else if (is_total) total = step_count(m.gauge.value);
+      else reports = step_count(m.counter.value);
+    }
+  }
+  if (!step || !reports || *reports < 1) return;
+  std::string line = "lockstep-progress step=" + std::to_string(*step);
+  if (total && *total >= 1) line += " total=" + std::to_string(*total);
+  write_termination_log(line + "\n");
 }
 
 sigset_t stop_signals() {
@@ -324,6 +365,7 @@ int Supervisor::finish(int code, const std::string& why, const Worker* culprit, 
   }
   std::cerr.flush();
   if (code != 0) write_termination_message(why, tail);
+  else if (cfg_.node_rank == 0 && metrics_) write_progress_summary(*metrics_);
   return code;
 }
 
@@ -336,16 +378,15 @@ int Supervisor::finish(int code, const std::string& why, const Worker* culprit, 
 // exists only in a container (the kubelet mounts it; the agent never creates one under
 // /dev); LOCKSTEP_TERMINATION_LOG names another path. Kubernetes keeps 4096 bytes of it:
 // the end is kept.
+//   A run whose workers all exited 0 has no last words: node 0's agent writes rank 0's progress
+// there instead, one line, `lockstep-progress step=N[ total=M]`, which the operator shows as
+// the finished job's progress once the pods and their /metrics are gone (Note [Final progress]
+// in operator/reconcile/progress.hpp, which parses it strictly: keep the two in step).
 void Supervisor::write_termination_message(const std::string& why, const std::vector<std::string>& tail) const {
-  const char* env = std::getenv("LOCKSTEP_TERMINATION_LOG");
-  std::string path = env && *env ? env : "/dev/termination-log";
-  if (!env && ::access(path.c_str(), W_OK) != 0) return;
   std::string text = "lockstep-agent: " + why + "\n";
   for (const auto& l : tail) text += l + "\n";
   if (text.size() > 4096) text = text.substr(text.size() - 4096);
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-  if (!out) LOCKSTEP_LOG(Warn, "agent", "cannot write the termination message to " << path);
+  write_termination_log(text);
 }
 
 std::string Supervisor::check_stall() {

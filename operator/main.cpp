@@ -62,7 +62,8 @@ const char* kUsage = R"(usage: lockstep-operator [flags]
                                changed; phase, conditions and restarts are written at once (default 1s; 0 off)
   --podgroup-check-period D    how often to look for the PodGroup API, to use one installed later (default 60s)
   --progress-period D          how often rank 0's agent of a running job is read for status.progress
-                               (kubectl get tj: step, tokens/s, ETA; default 30s; 0 never)
+                               (kubectl get tj: step, tokens/s, ETA; default 30s; 0 never); a new
+                               job is read sooner, from 2 s after it runs, until its columns fill
   --agent-image IMAGE          the image every pod's init container copies lockstep-agent from into
                                the trainer container, so any image runs (default lockstep/agent:VERSION,
                                this operator's version; '' injects nothing: the image must then have

@@ -103,12 +103,19 @@ class Controller {
   std::mutex progress_mu_;
   std::condition_variable progress_cv_;
   struct JobProgress {
-    std::string attempt_pod;  // the pod uid the samples came from; another one starts afresh
+    JobProgress(std::string pod, reconcile::ReadingSchedule s, std::chrono::steady_clock::time_point at)
+        : attempt_pod(std::move(pod)), schedule(s), due(at + s.interval()) {}
+    // The pod uid the samples came from; another one starts afresh. "" while the job's rank 0
+    // cannot be read (no IP yet): then `due` is when to look at it again.
+    std::string attempt_pod;
     std::optional<reconcile::ProgressSample> last;
     std::optional<reconcile::Progress> progress;
     std::optional<reconcile::InPlaceReading> in_place;  // Note [In-place restarts]
+    reconcile::ReadingSchedule schedule;                // Note [Progress schedule]
+    std::chrono::steady_clock::time_point due;          // the next reading
+    unsigned long seen = 0;                             // the last scan that found the job running
   };
-  std::map<std::string, JobProgress> progress_;  // by job key
+  std::map<std::string, JobProgress> progress_;  // by job key, under progress_mu_
   std::mutex foreign_mu_;
   std::set<std::string> foreign_warned_;  // ns/job/pod-uid
   // When each job's status was last written (Note [Batched status writes]).

@@ -267,13 +267,13 @@ struct Pass {
     for (const auto* p : current) succeeded += p->phase == "Succeeded";
     if (succeeded < job.nodes) return false;
     finish("Succeeded", "AllNodesSucceeded", "all " + std::to_string(job.nodes) + " pods succeeded");
-    // Every rank exited 0: the run took all its steps, whatever the last reading saw.
-    auto& p = s().progress;
-    if (!p && in.progress) p = in.progress;
-    if (p && p->total_steps >= 0) {
-      p->step = p->total_steps;
-      p->eta_seconds = 0;
-    }
+    // Note [Final progress]: rank 0's last step as its agent left it in the termination
+    // message, else the newest reading with every step taken (every rank exited 0).
+    const PodView* rank0 = nullptr;
+    for (const auto* p : current)
+      if (p->index == 0 && !rank0) rank0 = p;
+    s().progress = final_progress(in.progress ? in.progress : s().progress,
+                                  rank0 ? parse_final_summary(rank0->termination_message) : std::nullopt);
     clean_finished_pods();
     expire_after_ttl();
     return true;

@@ -1,6 +1,20 @@
 // reconcile/progress: kubectl get tj's Step, Tok/s and ETA from rank 0's agent (Note [Progress]).
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <functional>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "controller/agent_reader.hpp"
+#include "lockstep/process.hpp"
 #include "reconcile/decide.hpp"
 #include "reconcile/progress.hpp"
 
@@ -149,4 +163,535 @@ TEST(Progress, ASucceededJobShowsEveryStepDone) {
   job.status.progress->total_steps = -1;
   in.job = job;
   EXPECT_EQ(decide(in).status.progress->step, 180);
+}
+
+// --- #25: nothing before the first step, never 0/0 ------------------------------------------
+
+namespace {
+
+// What a real agent serves for rank 0 (trimmed): every series exists from its start, at 0.
+std::string agent_page(double step, double total, double reports, double tokens = 0) {
+  const std::string l = "{namespace=\"ns\",node_rank=\"0\",rank=\"0\",trainingjob=\"tj\"}";
+  auto num = [](double v) {
+    std::ostringstream o;
+    o << v;
+    return o.str();
+  };
+  return "lockstep_step" + l + " " + num(step) + "\nlockstep_total_steps" + l + " " + num(total) +
+         "\nlockstep_steps_total" + l + " " + num(reports) + "\nlockstep_tokens_total" + l + " " + num(tokens) + "\n";
+}
+
+std::string steps_column(const std::optional<ProgressSample>& s) {
+  JobStatus st;
+  st.progress = progress_between(std::nullopt, *s, 1);
+  auto j = st.to_json();
+  return j["progress"]["steps"];
+}
+
+}  // namespace
+
+TEST(Progress, NothingBeforeTheFirstStepAndTheStepAloneWithoutATotal) {
+  // The agent's page before any report: step 0 of total 0 is no step at all (it showed "0/0").
+  EXPECT_FALSE(parse_progress(agent_page(0, 0, 0), 0, kT0).has_value());
+  // A program that does not say its total (a Python program, the probe's steps): the step alone.
+  auto s = parse_progress(agent_page(7, 0, 7, 3584), 0, kT0);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->step, 7);
+  EXPECT_EQ(s->total_steps, -1);
+  EXPECT_EQ(steps_column(s), "7");
+  JobStatus st;
+  st.progress = progress_between(std::nullopt, *s, 1);
+  EXPECT_FALSE(st.to_json()["progress"].contains("totalSteps"));
+  // Its ETA stays empty, its tokens/s comes from two readings as any program's.
+  auto later = *parse_progress(agent_page(17, 0, 17, 8704), 0, kT0 + 10s);
+  auto p = progress_between(s, later, 2);
+  EXPECT_FALSE(p.eta_seconds.has_value());
+  ASSERT_TRUE(p.tokens_per_second.has_value());
+  EXPECT_DOUBLE_EQ(*p.tokens_per_second, 5120.0 / 10 * 2);
+  // A step 0 that was reported (a program counting from 0) is a step.
+  EXPECT_EQ(steps_column(parse_progress(agent_page(0, 50, 1), 0, kT0)), "0/50");
+  EXPECT_EQ(steps_column(parse_progress(agent_page(12, 50, 12), 0, kT0)), "12/50");
+}
+
+TEST(Progress, ReadingsAPodCouldForgeAreNotBelieved) {
+  for (const char* step : {"1e300", "-5", "NaN", "+Inf", "12.5", "1e16"})
+    EXPECT_FALSE(parse_progress("lockstep_step{rank=\"0\"} " + std::string(step) + "\nlockstep_steps_total{rank=\"0\"} 3\n",
+                                0, kT0).has_value())
+        << step;
+  for (const char* reports : {"0", "NaN", "-1", "0.5"})
+    EXPECT_FALSE(parse_progress("lockstep_step{rank=\"0\"} 3\nlockstep_steps_total{rank=\"0\"} " + std::string(reports) +
+                                "\n", 0, kT0).has_value())
+        << reports;
+  for (const char* total : {"1e300", "-3", "NaN", "2.5", "0"}) {
+    auto s = parse_progress("lockstep_step{rank=\"0\"} 3\nlockstep_total_steps{rank=\"0\"} " + std::string(total) + "\n", 0, kT0);
+    ASSERT_TRUE(s.has_value()) << total;
+    EXPECT_EQ(s->total_steps, -1) << total;
+  }
+  auto s = parse_progress("lockstep_step{rank=\"0\"} 3\nlockstep_tokens_total{rank=\"0\"} NaN\n", 0, kT0);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_LT(s->tokens, 0);
+  // Another rank's (or another job's rank 1's) series never stands in for rank 0's.
+  EXPECT_FALSE(parse_progress("lockstep_step{rank=\"1\"} 3\nlockstep_step{rank=\"00\"} 4\n", 0, kT0).has_value());
+  // An absurd token count gives no rate rather than an overflow.
+  auto a = *parse_progress("lockstep_step{rank=\"0\"} 1\nlockstep_tokens_total{rank=\"0\"} 0\n", 0, kT0);
+  auto b = *parse_progress("lockstep_step{rank=\"0\"} 2\nlockstep_tokens_total{rank=\"0\"} 1e300\n", 0, kT0 + 1s);
+  EXPECT_FALSE(progress_between(a, b, 8).tokens_per_second.has_value());
+}
+
+// --- Note [Progress schedule] ---------------------------------------------------------------
+
+TEST(ProgressSchedule, StartsSoonBacksOffToThePeriodAndResetsOnceForTheFirstStep) {
+  using F = ReadingSchedule::Found;
+  ReadingSchedule s(kFirstReading, 30s);
+  EXPECT_EQ(s.interval(), 2000ms);
+  std::vector<long long> waiting;
+  for (int i = 0; i < 9; ++i) waiting.push_back(s.after(F::Nothing).count());
+  EXPECT_EQ(waiting, (std::vector<long long>{3000, 4500, 6750, 10125, 15187, 22780, 30000, 30000, 30000}));
+  // The first step: soon again, for a rate; a rate: the period.
+  EXPECT_EQ(s.after(F::Step), 2000ms);
+  EXPECT_EQ(s.after(F::Step), 3000ms);  // no rate yet (a slow step): backing off again
+  EXPECT_EQ(s.after(F::Rate), 30000ms);
+  EXPECT_EQ(s.after(F::Step), 30000ms);  // a later step without a rate (a restart went back): no reset
+  EXPECT_EQ(s.after(F::Nothing), 30000ms);
+  // A period shorter than the first interval (the tests' 1 s) is never exceeded.
+  ReadingSchedule fast(kFirstReading, 1s);
+  EXPECT_EQ(fast.interval(), 1000ms);
+  EXPECT_EQ(fast.after(F::Nothing), 1000ms);
+  EXPECT_EQ(fast.after(F::Step), 1000ms);
+}
+
+namespace {
+
+// One job attempt under the schedule: its first step comes `first_step` after the operator
+// sees it running, then a step every `step_every`; the run lasts `run`. The reading times.
+std::vector<double> readings(double first_step, double step_every, double run, double period = 30) {
+  using F = ReadingSchedule::Found;
+  ReadingSchedule s(kFirstReading, std::chrono::milliseconds(static_cast<long long>(period * 1000)));
+  std::vector<double> at;
+  double t = s.interval().count() / 1000.0, last_step_seen = -1;
+  while (t <= run) {
+    at.push_back(t);
+    double step = t < first_step ? -1 : std::floor((t - first_step) / step_every);
+    F found = step < 0 ? F::Nothing : (last_step_seen >= 0 && step > last_step_seen) ? F::Rate : F::Step;
+    if (step >= 0) last_step_seen = step;
+    t += s.after(found).count() / 1000.0;
+  }
+  return at;
+}
+
+}  // namespace
+
+TEST(ProgressSchedule, TheFirstStepShowsWithinSecondsAndTheCostIsAFewReadingsPerAttempt) {
+  // The README's quick start: the first step 3 s in, 20 steps a second, done at 15 s. At the
+  // period alone it was never read; now the step shows at 5 s and a rate at 7 s.
+  auto quick = readings(3, 0.05, 15);
+  EXPECT_EQ(quick, (std::vector<double>{2, 5, 7}));
+  for (double first_step : {0.5, 3.0, 9.0, 20.0, 45.0, 100.0, 400.0})
+    for (double step_every : {0.05, 1.0, 4.0, 20.0}) {
+      auto at = readings(first_step, step_every, 3600);
+      auto seen = std::find_if(at.begin(), at.end(), [&](double t) { return t >= first_step; });
+      ASSERT_NE(seen, at.end());
+      // The first step shows within about half the time the job has run, never a period late.
+      EXPECT_LE(*seen - first_step, std::min(30.0, first_step / 2 + 3)) << first_step << " " << step_every;
+      // And costs a few readings more than the period alone (120 in the hour) would take.
+      EXPECT_LE(at.size(), 120u + 10u) << first_step << " " << step_every;
+      EXPECT_GE(at.size(), 118u);
+    }
+  // A program that never reports a step: 7 readings in its first minute, then the period.
+  auto silent = readings(1e9, 1, 3600);
+  EXPECT_EQ(std::count_if(silent.begin(), silent.end(), [](double t) { return t < 64.5; }), 7);
+  EXPECT_EQ(std::count_if(silent.begin(), silent.end(), [](double t) { return t >= 64.5; }), (3600 - 64) / 30);
+}
+
+// --- Note [Reading agents] ------------------------------------------------------------------
+
+namespace {
+
+using lockstep::controller::AgentLimits;
+using lockstep::controller::AgentTarget;
+using lockstep::controller::read_agents;
+
+// A loopback TCP server that hands each connection to `serve` on a thread of its own.
+class Peer {
+ public:
+  explicit Peer(std::function<void(int fd)> serve) : serve_(std::move(serve)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(fd_, 64), 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    accepter_ = std::thread([this] {
+      while (true) {
+        int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (c < 0) return;  // shut down
+        std::lock_guard<std::mutex> lock(mu_);
+        conns_.push_back(c);
+        threads_.emplace_back([this, c] { serve_(c); });
+      }
+    });
+  }
+  ~Peer() {
+    stopping_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    accepter_.join();
+    ::close(fd_);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int c : conns_) ::shutdown(c, SHUT_RDWR);
+    for (auto& t : threads_) t.join();
+    for (int c : conns_) ::close(c);
+  }
+  int port() const { return port_; }
+  bool stopping() const { return stopping_; }
+
+  // Reads the request's head, then writes `answer` and closes its side.
+  static std::function<void(int)> answers(std::string answer) {
+    return [answer](int fd) {
+      read_head(fd);
+      write_all(fd, answer);
+      ::shutdown(fd, SHUT_WR);
+    };
+  }
+  static std::string read_head(int fd) {
+    std::string got;
+    char b[1024];
+    while (got.find("\r\n\r\n") == std::string::npos) {
+      ssize_t n = ::recv(fd, b, sizeof b, 0);
+      if (n <= 0) break;
+      got.append(b, static_cast<size_t>(n));
+    }
+    return got;
+  }
+  static bool write_all(int fd, const std::string& s) {
+    size_t off = 0;
+    while (off < s.size()) {
+      ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      off += static_cast<size_t>(n);
+    }
+    return true;
+  }
+
+ private:
+  std::function<void(int)> serve_;
+  int fd_ = -1, port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::thread accepter_;
+  std::mutex mu_;
+  std::vector<int> conns_;
+  std::vector<std::thread> threads_;
+};
+
+std::string ok(const std::string& body) {
+  return "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\n\r\n" + body;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+TEST(AgentReader, ReadsAnAgentsPageWithOneHttp10Get) {
+  std::mutex mu;
+  std::string request;
+  const std::string page = agent_page(12, 200, 12, 6144);
+  Peer peer([&](int fd) {
+    std::string head = Peer::read_head(fd);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      request = head;
+    }
+    Peer::write_all(fd, ok(page));
+    // and keeps the connection open, as a keep-alive server would: the length ends the answer
+    while (!peer.stopping()) std::this_thread::sleep_for(10ms);
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  auto a = read_agents({{"127.0.0.1", peer.port()}});
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_TRUE(a[0].body.has_value()) << a[0].error;
+  EXPECT_EQ(*a[0].body, page);
+  EXPECT_LT(seconds_since(t0), 1.0) << "waited for the connection to close";
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(request.rfind("GET /metrics HTTP/1.0\r\nHost: 127.0.0.1:" + std::to_string(peer.port()) + "\r\n", 0), 0u)
+      << request;
+}
+
+TEST(AgentReader, ABodyWithoutALengthEndsWithTheConnection) {
+  Peer peer(Peer::answers("HTTP/1.0 200 OK\r\n\r\nlockstep_step{rank=\"0\"} 3\n"));
+  auto a = read_agents({{"127.0.0.1", peer.port()}});
+  ASSERT_TRUE(a[0].body.has_value()) << a[0].error;
+  EXPECT_EQ(*a[0].body, "lockstep_step{rank=\"0\"} 3\n");
+}
+
+TEST(AgentReader, AnythingButAWhole200IsNoAnswer) {
+  struct Case {
+    std::string answer, error;
+  };
+  for (const auto& c : std::vector<Case>{
+           {"HTTP/1.1 302 Found\r\nLocation: http://10.0.0.1/metrics\r\nContent-Length: 0\r\n\r\n", "302"},  // not followed
+           {"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 2\r\n\r\nno", "500"},
+           {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", "transfer encoding"},
+           {"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort", "before the whole body"},
+           {"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "Content-Length"},
+           {"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", "Content-Length"},
+           {"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "header"},
+           {"SSH-2.0-OpenSSH_9.2\r\n\r\n", "not HTTP"},
+           {"HTTP/1.1 20 OK\r\n\r\n", "not HTTP"},
+           {"HTTP/1.1 200 OK", "before a whole HTTP head"},
+           {"", "before a whole HTTP head"},
+       }) {
+    Peer peer(Peer::answers(c.answer));
+    auto a = read_agents({{"127.0.0.1", peer.port()}});
+    EXPECT_FALSE(a[0].body.has_value()) << c.answer;
+    EXPECT_NE(a[0].error.find(c.error), std::string::npos) << c.answer << " -> " << a[0].error;
+  }
+}
+
+TEST(AgentReader, ALongAnswerIsCutAtTheLimitAndNeverKept) {
+  std::atomic<size_t> written{0};
+  Peer peer([&](int fd) {
+    Peer::read_head(fd);
+    std::string chunk(64 << 10, 'x');
+    if (!Peer::write_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n\r\n")) return;
+    while (Peer::write_all(fd, chunk) && written < (64u << 20)) written += chunk.size();
+  });
+  AgentLimits limits;
+  limits.max_bytes = 256 << 10;
+  auto a = read_agents({{"127.0.0.1", peer.port()}}, limits);
+  EXPECT_FALSE(a[0].body.has_value());
+  EXPECT_NE(a[0].error.find("exceeds 262144 bytes"), std::string::npos) << a[0].error;
+  // A head that never ends is cut too, long before the byte limit.
+  Peer endless_head([&](int fd) {
+    Peer::read_head(fd);
+    Peer::write_all(fd, "HTTP/1.1 200 OK\r\n");
+    while (Peer::write_all(fd, "X-Padding: " + std::string(1000, 'p') + "\r\n")) {}
+  });
+  a = read_agents({{"127.0.0.1", endless_head.port()}}, limits);
+  EXPECT_NE(a[0].error.find("HTTP head exceeds"), std::string::npos) << a[0].error;
+}
+
+TEST(AgentReader, ASilentOrTricklingPeerIsCutOffAtTheDeadline) {
+  Peer silent([&](int fd) {
+    Peer::read_head(fd);
+    while (!silent.stopping()) std::this_thread::sleep_for(10ms);
+  });
+  Peer trickle([&](int fd) {
+    Peer::read_head(fd);
+    std::string answer = ok(std::string(100000, 'x'));
+    for (char c : answer) {  // a byte every 20 ms: every single read is quick, the whole is not
+      if (trickle.stopping() || !Peer::write_all(fd, std::string(1, c))) return;
+      std::this_thread::sleep_for(20ms);
+    }
+  });
+  AgentLimits limits;
+  limits.deadline = 400ms;
+  for (int port : {silent.port(), trickle.port()}) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto a = read_agents({{"127.0.0.1", port}}, limits);
+    double took = seconds_since(t0);
+    EXPECT_FALSE(a[0].body.has_value());
+    EXPECT_NE(a[0].error.find("within 400 ms"), std::string::npos) << a[0].error;
+    EXPECT_GE(took, 0.35);
+    EXPECT_LT(took, 1.5);
+  }
+}
+
+TEST(AgentReader, ManyPeersAreReadTogetherAtMostMaxInFlightAtOnce) {
+  std::atomic<int> open{0}, most{0};
+  Peer silent([&](int fd) {
+    int now = ++open;
+    for (int m = most; now > m && !most.compare_exchange_weak(m, now);) {}
+    Peer::read_head(fd);
+    char b;
+    while (::recv(fd, &b, 1, 0) > 0) {}  // silent until the reader gives up and closes
+    --open;
+  });
+  const std::string page = agent_page(5, 10, 5);
+  Peer good(Peer::answers(ok(page)));
+  std::vector<AgentTarget> targets;
+  for (int i = 0; i < 24; ++i) targets.push_back({"127.0.0.1", i % 3 == 0 ? good.port() : silent.port()});
+  AgentLimits limits;
+  limits.deadline = 300ms;
+  limits.max_in_flight = 8;
+  auto t0 = std::chrono::steady_clock::now();
+  auto a = read_agents(targets, limits);
+  double took = seconds_since(t0);
+  // 16 silent peers, 8 at a time: about two deadlines, not sixteen.
+  EXPECT_LT(took, 1.5);
+  EXPECT_LE(most.load(), 8);
+  for (size_t i = 0; i < targets.size(); ++i)
+    EXPECT_EQ(a[i].body.has_value(), i % 3 == 0) << i << ": " << a[i].error;
+  EXPECT_EQ(a[0].body.value_or(""), page);
+}
+
+TEST(AgentReader, OnlyIpLiteralsAndRealPortsAreDialled) {
+  auto a = read_agents({{"tj-0.tj.ns.svc", 9400}, {"", 9400}, {"127.0.0.1", 0}, {"127.0.0.1", 70000},
+                        {"10.0.0.1/../x", 9400}});
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_FALSE(a[i].body.has_value()) << i;
+  EXPECT_NE(a[0].error.find("not an IP address"), std::string::npos) << a[0].error;
+  EXPECT_NE(a[2].error.find("not in 1..65535"), std::string::npos) << a[2].error;
+  // A closed port is a quick refusal.
+  int closed = lockstep::free_loopback_port();
+  auto t0 = std::chrono::steady_clock::now();
+  a = read_agents({{"127.0.0.1", closed}, {"::1", closed}});
+  EXPECT_LT(seconds_since(t0), 1.0);
+  EXPECT_NE(a[0].error.find("connect"), std::string::npos) << a[0].error;
+  EXPECT_FALSE(a[1].body.has_value());
+}
+
+TEST(AgentReader, StopEndsARoundAtOnce) {
+  Peer silent([&](int fd) {
+    Peer::read_head(fd);
+    while (!silent.stopping()) std::this_thread::sleep_for(10ms);
+  });
+  std::atomic<bool> stop{false};
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(200ms);
+    stop = true;
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  auto a = read_agents(std::vector<AgentTarget>(40, {"127.0.0.1", silent.port()}), AgentLimits{}, &stop);
+  stopper.join();
+  EXPECT_LT(seconds_since(t0), 1.0);
+  EXPECT_EQ(a.back().error, "stopped");
+}
+
+// --- Note [Final progress] ------------------------------------------------------------------
+
+TEST(FinalProgress, ParsesTheAgentsLine) {
+  EXPECT_EQ(parse_final_summary("lockstep-progress step=200 total=200\n"), (FinalSummary{200, 200}));
+  EXPECT_EQ(parse_final_summary("lockstep-progress step=57\n"), (FinalSummary{57, -1}));
+  EXPECT_EQ(parse_final_summary("lockstep-progress step=57"), (FinalSummary{57, -1}));
+  EXPECT_EQ(parse_final_summary("lockstep-progress total=9 step=3\n"), (FinalSummary{3, 9}));
+  EXPECT_EQ(parse_final_summary("lockstep-progress step=0\n"), (FinalSummary{0, -1}));
+  EXPECT_EQ(parse_final_summary("lockstep-progress step=1000000000000000 total=1000000000000000\n"),
+            (FinalSummary{kMaxSteps, kMaxSteps}));
+}
+
+TEST(FinalProgress, AnythingButTheAgentsExactLineIsNotASummary) {
+  const std::string long_line = "lockstep-progress step=1 total=2" + std::string(200, ' ');
+  for (const std::string& m : std::vector<std::string>{
+           "",
+           "lockstep-progress",
+           "lockstep-progress \n",
+           "lockstep-progress step=\n",
+           "lockstep-progress total=200\n",                       // no step
+           "lockstep-progress step=ten total=200\n",              // non-numeric
+           "lockstep-progress step=-5 total=200\n",               // negative
+           "lockstep-progress step=+5\n",                         // a sign
+           "lockstep-progress step=NaN\n",
+           "lockstep-progress step=inf\n",
+           "lockstep-progress step=1e3\n",                        // an exponent
+           "lockstep-progress step=0x10\n",
+           "lockstep-progress step=12.0\n",
+           "lockstep-progress step=12 total=0\n",                 // a total of 0 is "0/0"
+           "lockstep-progress step=99999999999999999\n",          // 17 digits
+           "lockstep-progress step=1000000000000001\n",           // past kMaxSteps
+           "lockstep-progress step=1 step=2\n",                   // a key twice
+           "lockstep-progress step=3 total=9 total=10\n",
+           "lockstep-progress step=3 job=other namespace=x\n",    // another job's fields
+           "lockstep-progress step=3 total=9 uid=0000\n",
+           "lockstep-progress step=3  total=9\n",                 // two spaces
+           "lockstep-progress step=3 \n",
+           " lockstep-progress step=3\n",
+           "Lockstep-progress step=3\n",
+           "lockstep-progress: step=3\n",
+           "lockstep-progress step=3\r\n",                        // control characters
+           "lockstep-progress step=3\ttotal=9\n",
+           std::string("lockstep-progress step=3\0 total=9\n", 34),
+           "lockstep-progress step=3\x1b[2Jtotal=9\n",
+           "lockstep-progress step=3\n\n",                        // a second line
+           "lockstep-agent: rank 0 exited with code 1\nlockstep-progress step=3\n",
+           "lockstep-progress step=3\nTraceback (most recent call last):\n",
+           long_line,                                             // oversized
+           "lockstep-progress step=" + std::string(5000, '9') + "\n",
+       })
+    EXPECT_FALSE(parse_final_summary(m).has_value()) << ::testing::PrintToString(m);
+}
+
+TEST(FinalProgress, TheSummaryWinsOverTheLastReadingAndTheTotalStandsInWithoutOne) {
+  Progress last;
+  last.step = 120;
+  last.total_steps = 200;
+  last.tokens_per_second = 4096;
+  last.eta_seconds = 30;
+  auto p = final_progress(last, FinalSummary{180, 200});  // an early stop at 180 of 200
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->step, 180);
+  EXPECT_EQ(p->total_steps, 200);
+  EXPECT_EQ(p->tokens_per_second, 4096);
+  EXPECT_EQ(p->eta_seconds, 0);
+  p = final_progress(last, std::nullopt);  // no summary: every rank exited 0, all steps taken
+  EXPECT_EQ(p->step, 200);
+  EXPECT_EQ(p->eta_seconds, 0);
+  // No reading at all (a short run): the summary alone; the step alone when there is no total.
+  p = final_progress(std::nullopt, FinalSummary{57, -1});
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->step, 57);
+  EXPECT_EQ(p->total_steps, -1);
+  EXPECT_FALSE(p->eta_seconds.has_value());
+  EXPECT_FALSE(p->tokens_per_second.has_value());
+  EXPECT_FALSE(final_progress(std::nullopt, std::nullopt).has_value());
+}
+
+namespace {
+
+// A job of `nodes` pods that all Succeeded, with these termination messages; rank 0 first.
+Decision succeed(const std::vector<std::string>& messages, std::optional<Progress> status_progress,
+                 std::optional<Progress> reading = std::nullopt) {
+  JobView job;
+  job.ns = "ns";
+  job.name = "tj";
+  job.nodes = static_cast<int>(messages.size());
+  job.status.phase = "Running";
+  job.status.start_time = format_time(kT0);
+  job.status.progress = status_progress;
+  Observed in;
+  in.job = job;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    PodView pod;
+    pod.name = "tj-" + std::to_string(i);
+    pod.index = static_cast<int>(i);
+    pod.attempt = 0;
+    pod.phase = "Succeeded";
+    pod.exit_code = 0;
+    pod.termination_message = messages[i];
+    in.pods.push_back(pod);
+  }
+  std::reverse(in.pods.begin(), in.pods.end());  // the cache's order is no rank order
+  in.service_exists = true;
+  in.progress = reading;
+  in.now = kT0 + 60s;
+  return decide(in);
+}
+
+}  // namespace
+
+TEST(FinalProgress, ASucceededJobShowsRank0sLastStepAndNobodyElsesSays) {
+  Progress mid;
+  mid.step = 10;  // a Python program: no total
+  auto d = succeed({"lockstep-progress step=57\n", ""}, mid);
+  EXPECT_EQ(d.status.phase, "Succeeded");
+  ASSERT_TRUE(d.status.progress.has_value());
+  EXPECT_EQ(d.status.to_json()["progress"]["steps"], "57");
+  // No reading ever (the run ended before one): rank 0's line alone gives it.
+  d = succeed({"lockstep-progress step=40 total=40\n", ""}, std::nullopt);
+  EXPECT_EQ(d.status.to_json()["progress"]["steps"], "40/40");
+  EXPECT_EQ(d.status.to_json()["progress"]["eta"], "0s");
+  // Rank 1's pod says something else: it does not speak for the job.
+  d = succeed({"", "lockstep-progress step=999999 total=999999\n"}, mid);
+  EXPECT_EQ(d.status.progress->step, 10);
+  // A forged or broken line on rank 0 changes nothing: the newest reading stays.
+  Progress reading;
+  reading.step = 190;
+  reading.total_steps = 200;
+  d = succeed({"lockstep-progress step=-5 total=NaN\n", ""}, mid, reading);
+  EXPECT_EQ(d.status.to_json()["progress"]["steps"], "200/200");  // all steps taken, as before
+  d = succeed({"lockstep-progress step=12 total=0\n"}, std::nullopt);
+  EXPECT_FALSE(d.status.progress.has_value());
 }
