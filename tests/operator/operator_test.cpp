@@ -160,6 +160,7 @@ class FakeAgent {
       {
         std::lock_guard<std::mutex> lock(mu_);
         body = text_;
+        ++gets_;
       }
       req.reply(web::http::status_codes::OK, body, "text/plain; version=0.0.4");
     });
@@ -170,10 +171,15 @@ class FakeAgent {
     std::lock_guard<std::mutex> lock(mu_);
     text_ = text;
   }
+  int gets() {  // the operator's readings so far
+    std::lock_guard<std::mutex> lock(mu_);
+    return gets_;
+  }
 
  private:
   std::mutex mu_;
   std::string text_;
+  int gets_ = 0;
   web::http::experimental::listener::http_listener listener_;
 };
 
@@ -249,15 +255,17 @@ class OperatorTest : public ::testing::Test {
     return eventually([&] { return phase(job_name) == want; }, t);
   }
   // The kubelet's part: report a pod's phase, readiness and container exit code.
-  // `finished_at`: the container's termination time (RFC 3339), if any.
+  // `finished_at`: the container's termination time (RFC 3339), if any; `message`: its
+  // termination message, as the kubelet copies it from the container's file.
   void set_pod(const std::string& pod, const std::string& phase, int exit_code = -1, const std::string& reason = "",
-               const std::string& finished_at = "") {
+               const std::string& finished_at = "", const std::string& message = "") {
     json status = {{"phase", phase},
                    {"conditions", json::array({{{"type", "Ready"}, {"status", phase == "Running" ? "True" : "False"}}})}};
     if (exit_code >= 0) {
       json term = {{"exitCode", exit_code}};
       if (!reason.empty()) term["reason"] = reason;
       if (!finished_at.empty()) term["finishedAt"] = finished_at;
+      if (!message.empty()) term["message"] = message;
       status["containerStatuses"] = json::array({{{"name", "trainer"}, {"ready", false}, {"restartCount", 0},
                                                   {"image", "lockstep/trainer:test"}, {"imageID", ""},
                                                   {"state", {{"terminated", term}}}}});
@@ -821,6 +829,147 @@ TEST_F(OperatorTest, InPlaceRestartsFromRank0sAgentAreCountedAcrossGangRestarts)
   ASSERT_TRUE(eventually([&] { return events("InPlaceRestart").size() == 2; })) << testing::PrintToString(events("InPlaceRestart"));
   EXPECT_EQ(events("InPlaceRestart").back(), c["message"]);
   EXPECT_EQ(events("GangRestart").size(), 1u);
+}
+
+// What a real agent of node 0 serves for its ranks 0 and 1 (trimmed to the progress series):
+// every series from its start, at 0 until a step report says otherwise.
+std::string agent_progress_page(const std::string& ns, const std::string& job, long long step, long long total,
+                                long long reports, long long tokens) {
+  std::string t;
+  for (int rank : {0, 1}) {
+    std::string l = "{namespace=\"" + ns + "\",node_rank=\"0\",rank=\"" + std::to_string(rank) + "\",trainingjob=\"" + job + "\"}";
+    t += "lockstep_step" + l + " " + std::to_string(step) + "\nlockstep_total_steps" + l + " " + std::to_string(total) +
+         "\nlockstep_steps_total" + l + " " + std::to_string(reports) + "\nlockstep_tokens_total" + l + " " +
+         std::to_string(tokens) + "\n";
+  }
+  return t;
+}
+
+// #25, Note [Progress schedule]: at the default --progress-period (30 s), a job's first step
+// shows within seconds, not a period later; Tok/s comes with the next reading moments after;
+// then the readings go back to the period. Before the first step nothing shows (it was "0/0"),
+// and a program that does not say its total shows the step alone.
+TEST_F(OperatorTest, TheFirstStepShowsWithinSecondsAtTheDefaultProgressPeriod) {
+  Paused paused(operator_);
+  OperatorProcess op(control_plane()->kubeconfig(), {"--namespace", ns_, "--leader-elect=false"});
+  ASSERT_TRUE(op.wait_log("caches synced")) << op.log();
+  const int metrics_port = lockstep::free_loopback_port();
+  FakeAgent agent(metrics_port);
+  agent.serve(agent_progress_page(ns_, "first", 0, 0, 0, 0));  // the agent before any step report
+  create_job("first", 1, "  metrics: {port: " + std::to_string(metrics_port) + "}\n");
+  ASSERT_TRUE(wait_pods("first", 1));
+  set_pod("first-0", "Running");
+  auto ip = client_->patch(res::kPods.path(ns_, "first-0", "status"), {{"status", {{"podIP", "127.0.0.1"}}}});
+  ASSERT_TRUE(ip.ok()) << ip.message();
+  ASSERT_TRUE(wait_phase("first", "Running"));
+  auto progress = [&] { return job("first")["status"].value("progress", json::object()); };
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  // Read 2 s and 5 s after it runs (then 9.5 s, ...): no step yet, so nothing to show.
+  ASSERT_TRUE(eventually([&] { return agent.gets() >= 2; }, 12s)) << agent.gets() << " readings\n" << op.log();
+  std::this_thread::sleep_for(300ms);  // time for a (wrong) status write
+  EXPECT_TRUE(progress().empty()) << progress();
+
+  // The first step, from a program that does not say its total.
+  agent.serve(agent_progress_page(ns_, "first", 12, 0, 12, 6144));
+  auto first_step = std::chrono::steady_clock::now();
+  ASSERT_TRUE(eventually([&] { return progress().value("steps", "") == "12"; }, 25s)) << progress();
+  double shown_after = since(first_step);
+  std::cout << "[ the first step showed " << shown_after << " s after it was served; --progress-period 30s ]\n";
+  EXPECT_LT(shown_after, 10.0) << "well under the 30 s period";
+  EXPECT_FALSE(progress().contains("totalSteps")) << progress();
+  // The next reading comes soon, for a rate: Tok/s, and still no ETA without a total.
+  agent.serve(agent_progress_page(ns_, "first", 40, 0, 40, 20480));
+  auto shown = std::chrono::steady_clock::now();
+  ASSERT_TRUE(eventually([&] { return progress().contains("tokensPerSecond"); }, 15s)) << progress();
+  EXPECT_LT(since(shown), 8.0);
+  json p = progress();
+  EXPECT_EQ(p.value("steps", ""), "40");
+  EXPECT_GT(p.value("tokensPerSecond", 0), 0) << p;
+  EXPECT_FALSE(p.contains("eta")) << p;
+
+  // With the columns filled, the period again: no reading for the next 6 s.
+  int readings = agent.gets();
+  agent.serve(agent_progress_page(ns_, "first", 90, 0, 90, 46080));
+  std::this_thread::sleep_for(6s);
+  EXPECT_EQ(agent.gets(), readings) << "read again within 6 s at a 30 s period";
+  EXPECT_EQ(progress().value("steps", ""), "40");
+}
+
+// #25, Note [Final progress]: a job's pods and their /metrics are gone once it finished, so
+// rank 0's real agent leaves the last step in its termination message; the kubelet (the test)
+// puts that into the pod's status, and the Succeeded job keeps showing it. Here no reading is
+// ever taken (the pod has no IP), so the step can only come from that message.
+TEST_F(OperatorTest, ASucceededJobKeepsRank0sLastStepFromItsTerminationMessage) {
+  create_job("final", 1);
+  ASSERT_TRUE(wait_pods("final", 1));
+  set_pod("final-0", "Running");
+  ASSERT_TRUE(wait_phase("final", "Running"));
+  // Rank 0's agent, its 2 workers run to the end: the termination message it leaves.
+  auto run_agent = [&](const std::vector<std::string>& worker) {
+    const std::string log = ::testing::TempDir() + "/final-termination-log-" + std::to_string(::getpid());
+    std::filesystem::remove(log);
+    lockstep::SpawnOptions so;
+    so.argv = {lockstep::test::env_or("LOCKSTEP_AGENT_BIN", "lockstep-agent"), "--metrics-address", "127.0.0.1", "--",
+               lockstep::test::env_or("LOCKSTEP_TEST_WORKER_BIN", "lockstep-test-worker")};
+    so.argv.insert(so.argv.end(), worker.begin(), worker.end());
+    so.env = {{"LOCKSTEP_JOB_NAME", "final"}, {"LOCKSTEP_JOB_NAMESPACE", ns_}, {"LOCKSTEP_NNODES", "1"},
+              {"LOCKSTEP_NODE_RANK", "0"}, {"LOCKSTEP_NPROC_PER_NODE", "2"}, {"LOCKSTEP_MASTER_ADDR", "127.0.0.1"},
+              {"LOCKSTEP_MASTER_PORT", std::to_string(lockstep::free_loopback_port())},
+              {"LOCKSTEP_METRICS_PORT", std::to_string(lockstep::free_loopback_port())},
+              {"LOCKSTEP_TERMINATION_LOG", log}};
+    so.output_path = ::testing::TempDir() + "/final-agent-" + std::to_string(::getpid()) + ".log";
+    auto agent = lockstep::Process::spawn(so);
+    auto st = agent.wait_for(120s);
+    EXPECT_TRUE(st.has_value() && st->shell_code() == 0) << lockstep::test::read_file(so.output_path);
+    return lockstep::test::read_file(log);
+  };
+  // Steps with a total (20 of 20), then steps without one (30, as a Python program's).
+  EXPECT_EQ(run_agent({"steps", "20"}), "lockstep-progress step=20 total=20\n");
+  const std::string message = run_agent({"compute", "30", "1"});
+  EXPECT_EQ(message, "lockstep-progress step=30\n");
+  set_pod("final-0", "Succeeded", 0, "Completed", rfc3339(std::chrono::system_clock::now()), message);
+  ASSERT_TRUE(wait_phase("final", "Succeeded"));
+  json p = job("final")["status"]["progress"];
+  EXPECT_EQ(p.value("steps", ""), "30") << p;
+  EXPECT_EQ(p.value("step", -1), 30) << p;
+  EXPECT_FALSE(p.contains("totalSteps")) << p;
+  auto row = kubectl({"get", "tj", "final", "-n", ns_, "--no-headers"});
+  EXPECT_TRUE(std::regex_search(row.output, std::regex(R"(^final\s+Succeeded\s+1\s+0\s+0\s+0\s+30\s)"))) << row.output;
+  std::this_thread::sleep_for(2s);  // and it stays
+  EXPECT_EQ(job("final")["status"]["progress"], p);
+}
+
+// #25: what rank 0 ran to wins over the last reading (here an early stop at 180 of 200, read at
+// 10); another rank's pod does not speak for the job, and a line that is not exactly the
+// agent's changes nothing (the job then shows every step done, as it always did).
+TEST_F(OperatorTest, OnlyRank0sOwnWellFormedLineGivesTheFinalStep) {
+  const int port_early = lockstep::free_loopback_port(), port_forged = lockstep::free_loopback_port();
+  FakeAgent early(port_early), forged(port_forged);
+  early.serve(agent_progress_page(ns_, "early", 10, 200, 10, 5120));
+  forged.serve(agent_progress_page(ns_, "forged", 10, 200, 10, 5120));
+  create_job("early", 2, "  metrics: {port: " + std::to_string(port_early) + "}\n");
+  create_job("forged", 1, "  metrics: {port: " + std::to_string(port_forged) + "}\n");
+  for (const std::string name : {"early", "forged"}) {
+    ASSERT_TRUE(wait_pods(name, name == "early" ? 2 : 1));
+    run_all(name, name == "early" ? 2 : 1);
+    auto ip = client_->patch(res::kPods.path(ns_, name + "-0", "status"), {{"status", {{"podIP", "127.0.0.1"}}}});
+    ASSERT_TRUE(ip.ok()) << ip.message();
+    ASSERT_TRUE(wait_phase(name, "Running"));
+    ASSERT_TRUE(eventually([&] { return job(name)["status"].value("progress", json::object()).value("steps", "") == "10/200"; }))
+        << job(name)["status"];
+  }
+  std::string now = rfc3339(std::chrono::system_clock::now());
+  set_pod("early-1", "Succeeded", 0, "Completed", now, "lockstep-progress step=999 total=999\n");
+  set_pod("early-0", "Succeeded", 0, "Completed", now, "lockstep-progress step=180 total=200\n");
+  set_pod("forged-0", "Succeeded", 0, "Completed", now, "lockstep-progress step=180 total=200 namespace=other\n");
+  ASSERT_TRUE(wait_phase("early", "Succeeded"));
+  ASSERT_TRUE(wait_phase("forged", "Succeeded"));
+  json p = job("early")["status"]["progress"];
+  EXPECT_EQ(p.value("steps", ""), "180/200") << p;
+  EXPECT_EQ(p.value("eta", ""), "0s") << p;
+  EXPECT_EQ(job("forged")["status"]["progress"].value("steps", ""), "200/200") << job("forged")["status"];
 }
 
 TEST_F(OperatorTest, SuspendRemovesPodsAndResumeRecreatesThem) {
