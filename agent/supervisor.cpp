@@ -111,8 +111,18 @@ std::vector<pid_t> own_children() {
   while (dirent* e = ::readdir(d)) {
     pid_t pid = std::atoi(e->d_name);
     if (pid <= 0) continue;
-    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    // read(2), not a stream: a process that exits between the open and the read makes read
+    // fail with ESRCH, which libstdc++'s filebuf throws as an exception (the agent then exited
+    // 64 while stopping a group); here it is just a process no longer there.
+    char buf[1024];  // 52 fields of at most 20 digits and a 16-byte name fit
+    ssize_t n = -1;
+    int fd = ::open(("/proc/" + std::to_string(pid) + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      n = ::read(fd, buf, sizeof buf);
+      ::close(fd);
+    }
+    if (n <= 0) continue;
+    std::string stat(buf, static_cast<size_t>(n));
     auto close = stat.rfind(')');  // the command name may hold spaces and parentheses
     if (close == std::string::npos) continue;
     std::istringstream rest(stat.substr(close + 1));
