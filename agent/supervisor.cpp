@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -101,6 +102,28 @@ int pending_stop_signal() {
   return sig > 0 ? sig : 0;
 }
 
+// /proc/PID/stat, or "" once the process is gone. Read with read(2): a process that exits
+// between the open and the read makes the read fail with ESRCH, which libstdc++'s filebuf
+// turns into an exception ("basic_filebuf::underflow error reading the file: No such
+// process") that once ended an agent whose workers were fine.
+std::string proc_stat(pid_t pid) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string out;
+  char buf[1024];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) != 0;) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      out.clear();
+      break;
+    }
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
 // The processes whose parent is this one, from /proc: the workers and the orphans adopted
 // (Note [The agent as init]).
 std::vector<pid_t> own_children() {
@@ -111,18 +134,7 @@ std::vector<pid_t> own_children() {
   while (dirent* e = ::readdir(d)) {
     pid_t pid = std::atoi(e->d_name);
     if (pid <= 0) continue;
-    // read(2), not a stream: a process that exits between the open and the read makes read
-    // fail with ESRCH, which libstdc++'s filebuf throws as an exception (the agent then exited
-    // 64 while stopping a group); here it is just a process no longer there.
-    char buf[1024];  // 52 fields of at most 20 digits and a 16-byte name fit
-    ssize_t n = -1;
-    int fd = ::open(("/proc/" + std::to_string(pid) + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-      n = ::read(fd, buf, sizeof buf);
-      ::close(fd);
-    }
-    if (n <= 0) continue;
-    std::string stat(buf, static_cast<size_t>(n));
+    const std::string stat = proc_stat(pid);
     auto close = stat.rfind(')');  // the command name may hold spaces and parentheses
     if (close == std::string::npos) continue;
     std::istringstream rest(stat.substr(close + 1));

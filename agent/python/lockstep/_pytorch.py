@@ -97,6 +97,8 @@ _MAX_VALUE = 1e30  # agent/protocol.hpp: kMaxReportValue
 
 
 class _Probe:
+    """The probe of one process: its hooks, the step count, and the reports it sends."""
+
     def __init__(self, socket_path):
         self.socket_path = socket_path
         self.enabled = True
@@ -134,7 +136,7 @@ class _Probe:
             self._handles.append(register_module(self._ddp.on_module_registered))
 
     def stop(self):
-        """Turns the probe off for good, silently: its hooks and finder removed."""
+        """Turns the probe off for good, silently: its hooks removed."""
         self.enabled = False
         for handle in self._handles:
             try:

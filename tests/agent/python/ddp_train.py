@@ -109,6 +109,9 @@ def main():
                    "first_loss": first_loss, "last_loss": last_loss}, f)
     print("ddp_train rank %d/%d: %d optimizer steps, loss %.4f -> %.4f" % (rank, world, steps, first_loss, last_loss),
           flush=True)
+    # Every rank done before any tears Gloo down: a rank that left first has made a peer still in
+    # destroy_process_group abort ("terminate called without an active exception"), probe or none.
+    dist.barrier()
     dist.destroy_process_group()
 
 
