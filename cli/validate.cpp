@@ -317,10 +317,10 @@ json yaml_to_json_text(const std::string& text, const std::string& name) {
     else if (jobs.size() == 1) root = jobs[0];
     else if (jobs.empty())
       throw InputError(name + ": holds " + std::to_string(docs.size()) + " YAML documents (" + kinds +
-                           ") and no TrainingJob (kind: TrainingJob)", 1);
+                           ") and no TrainingJob (kind: TrainingJob)", 4);
     else
       throw InputError(name + ": holds " + std::to_string(jobs.size()) +
-                           " TrainingJobs; lockstep reads one per file: put each in a file of its own", 1);
+                           " TrainingJobs; lockstep reads one per file: put each in a file of its own", 4);
   } catch (const YAML::DeepRecursion& e) {
     throw InputError(name + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
                          ": YAML too complex: nested deeper than the parser's limit of " + std::to_string(e.depth()) +

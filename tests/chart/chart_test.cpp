@@ -96,7 +96,10 @@ TEST(Chart, AgentImageIsAValueDefaultingToTheChartsVersion) {
     args.insert(args.end(), c.set.begin(), c.set.end());
     auto t = helm(args);
     ASSERT_TRUE(t.status.success()) << t.output;
-    YAML::Node dep = YAML::Load(t.output);
+    YAML::Node dep;  // the file renders a Service, then the Deployment
+    for (const auto& doc : YAML::LoadAll(t.output))
+      if (doc["kind"] && doc["kind"].as<std::string>() == "Deployment") dep = doc;
+    ASSERT_TRUE(dep) << t.output;
     std::vector<std::string> flags;
     for (const auto& a : dep["spec"]["template"]["spec"]["containers"][0]["args"]) flags.push_back(a.as<std::string>());
     auto has = [&](const std::string& f) { return std::find(flags.begin(), flags.end(), f) != flags.end(); };

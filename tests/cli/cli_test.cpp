@@ -115,11 +115,11 @@ TEST(Validate, AFileOfSeveralDocumentsIsReadForItsOneTrainingJob) {
   EXPECT_EQ(one.status.shell_code(), 0) << one.output;
   EXPECT_NE(one.output.find("valid TrainingJob a "), std::string::npos) << one.output;
   auto none = lockstep_cmd({"validate", write("none.yaml", cm + "---\n" + cm)});
-  EXPECT_EQ(none.status.shell_code(), 1) << none.output;
+  EXPECT_EQ(none.status.shell_code(), 4) << none.output;
   EXPECT_NE(none.output.find("holds 2 YAML documents (ConfigMap, ConfigMap) and no TrainingJob"), std::string::npos)
       << none.output;
   auto two = lockstep_cmd({"validate", write("two.yaml", named("a") + "---\n" + named("b"))});
-  EXPECT_EQ(two.status.shell_code(), 1) << two.output;
+  EXPECT_EQ(two.status.shell_code(), 4) << two.output;
   EXPECT_NE(two.output.find("holds 2 TrainingJobs"), std::string::npos) << two.output;
 }
 

@@ -182,6 +182,9 @@ TEST(Images, TheChartAndExamplesNameTheLocallyBuiltImages) {
   int images = 0;
   static const std::regex image(R"(image:\s*(\S+))");
   for (const auto& e : fs::directory_iterator(root / "examples")) {
+    // Bring your own image: this one names a stock PyTorch image on purpose (the cluster tier
+    // runs it on the locally built lockstep/pytorch instead).
+    if (e.path().filename() == "pytorch-script.yaml") continue;
     const std::string text = lockstep::test::read_file(e.path().string());
     for (auto i = std::sregex_iterator(text.begin(), text.end(), image); i != std::sregex_iterator(); ++i) {
       EXPECT_EQ((*i)[1].str(), "lockstep/trainer:" + version) << e.path();

@@ -191,7 +191,10 @@ TEST(PythonTorch, TwoGlooRanksTrainUnderDdpWithTheMeanOfTheirGradients) {
     EXPECT_NEAR(res["grad_bias"].get<double>(), mean_b, 1e-12);
     EXPECT_NEAR(res["bias"].get<double>(), b - lr * mean_b, 1e-12);
     const auto profiled = res["profiled"].get<std::vector<std::string>>();
-    for (const char* op : {"aten::linear", "gloo:all_reduce", "DistributedDataParallel.forward"})
+    // c10d::allreduce_ is DDP's all-reduce as dispatched on the rank's own thread; Gloo's own
+    // "gloo:all_reduce" event is recorded on Gloo's thread when the work ends, which on a busy
+    // machine can be after the profiler stopped (seen: rank 1 lacked it once, c10d's was there).
+    for (const char* op : {"aten::linear", "c10d::allreduce_", "DistributedDataParallel.forward"})
       EXPECT_NE(std::find(profiled.begin(), profiled.end(), op), profiled.end()) << op << " not in " << res["profiled"];
     EXPECT_EQ(res["state_dict_roundtrip"], true);
   }
