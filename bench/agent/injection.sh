@@ -83,7 +83,7 @@ one_round() {
   pod_yaml "$name" "$kind" | kubectl create -f - >/dev/null
   kubectl -n "$NS" wait --for=jsonpath='{.status.phase}'=Succeeded "pod/$name" --timeout=120s >/dev/null ||
     die "pod $name did not succeed: $(kubectl -n "$NS" describe pod "$name" | tail -20)"
-  out=$(kubectl -n "$NS" logs "$name")
+  out=$(kubectl -n "$NS" logs "$name" -c trainer)
   t1=$(sed -n 's/^\[rank 0\] \([0-9]*\.[0-9]*\)$/\1/p' <<< "$out" | head -n1)
   [[ -n $t1 ]] || die "no time in pod $name's log: $out"
   kubectl -n "$NS" delete pod "$name" --wait=false >/dev/null
