@@ -251,22 +251,45 @@ config_inputs() {
     "${ENTRYPOINT[$1]}" "${ADD_USER[$1]}" "$IMAGE_PATH_ENV" "$PRIVATE_LIB_DIR" "${CHECK[$1]}"
 }
 
-# build_scratch_image NAME: an image of NAME's install tree alone, on no base (the agent's: its
-# bundle carries its own loader and libraries). Checked before it is packed: the bundle's
-# launcher runs in that root, as the image's user, with nothing else in it.
-build_scratch_image() {
-  local name=$1 start=$SECONDS install key entry
-  new_tmp install "install-$name"
-  stage_install "$name" "$install"
-  key=$(printf '%s\n' "scratch" "$(config_inputs "$name")" "$(sha256sum < "$0")" "$(tree_manifest "$install")" | sha)
-  entry="$IMAGES/image/$name-$key"
+# cached_image NAME KEY START: links the build tree to NAME's image of KEY and says so when it
+# is built already (status 0); else removes the link until the new one is complete (status 1).
+cached_image() {
+  local name=$1 key=$2 start=$3 entry="$IMAGES/image/$1-$2"
   mkdir -p "$BUILD_DIR/images"
   if [[ -f $entry/image.tar ]]; then
     ln -sfn "$entry" "$BUILD_DIR/images/$name"
     log "$(ref "$name"): up to date ($key, checked in $((SECONDS - start)) s)"
-    return
+    return 0
   fi
-  rm -f "$BUILD_DIR/images/$name"
+  rm -f "$BUILD_DIR/images/$name"  # no link rather than a stale one
+  return 1
+}
+
+# publish_image NAME KEY TMP UNPACKED_BYTES START: TMP's archive (and packages.txt, which the
+# caller wrote) becomes NAME's image of KEY, with its image.env, and the build tree's link.
+publish_image() {
+  local name=$1 key=$2 tmp=$3 unpacked=$4 start=$5 entry="$IMAGES/image/$1-$2" compressed
+  compressed=$(du -sb "$tmp/oci/blobs" | cut -f1)
+  rm -f "$tmp"/*.log
+  { echo "ref=$(ref "$name")"; echo "key=$key"; echo "built_seconds=$((SECONDS - start))"
+    echo "compressed_bytes=$compressed"; echo "unpacked_bytes=$unpacked"; echo "archive_bytes=$(stat -c %s "$tmp/image.tar")"
+  } > "$tmp/image.env"
+  mkdir -p "$IMAGES/image"
+  mv "$tmp" "$entry"
+  ln -sfn "$entry" "$BUILD_DIR/images/$name"
+  log "$(ref "$name"): built in $((SECONDS - start)) s: $((compressed / 1000000)) MB compressed, $((unpacked / 1000000)) MB unpacked; $entry/image.tar"
+  prune "$name"
+}
+
+# build_scratch_image NAME: an image of NAME's install tree alone, on no base (the agent's: its
+# bundle carries its own loader and libraries). Checked before it is packed: the bundle's
+# launcher runs in that root, as the image's user, with nothing else in it.
+build_scratch_image() {
+  local name=$1 start=$SECONDS install key
+  new_tmp install "install-$name"
+  stage_install "$name" "$install"
+  key=$(printf '%s\n' "scratch" "$(config_inputs "$name")" "$(sha256sum < "$0")" "$(tree_manifest "$install")" | sha)
+  cached_image "$name" "$key" "$start" && return
   log "$(ref "$name"): building $key (FROM scratch)"
   local out
   out=$(chroot --userspec="${USER_SPEC[$name]}" "$install" /lockstep/lockstep-agent --version 2>&1) ||
@@ -281,23 +304,12 @@ build_scratch_image() {
     --config.label "org.opencontainers.image.version=$VERSION" --config.label "dev.lockstep.inputs=$key"
   umoci gc --layout "$tmp/oci"
   step "writing the archive" "$tmp/skopeo.log" nice skopeo copy --quiet "oci:$tmp/oci:$VERSION" "docker-archive:$tmp/image.tar:$(ref "$name")"
-  local unpacked compressed
-  unpacked=$(du -sb "$install" | cut -f1)
-  compressed=$(du -sb "$tmp/oci/blobs" | cut -f1)
-  rm -f "$tmp"/*.log
-  { echo "ref=$(ref "$name")"; echo "key=$key"; echo "built_seconds=$((SECONDS - start))"
-    echo "compressed_bytes=$compressed"; echo "unpacked_bytes=$unpacked"; echo "archive_bytes=$(stat -c %s "$tmp/image.tar")"
-  } > "$tmp/image.env"
   : > "$tmp/packages.txt"  # no Debian package in it
-  mkdir -p "$IMAGES/image"
-  mv "$tmp" "$entry"
-  ln -sfn "$entry" "$BUILD_DIR/images/$name"
-  log "$(ref "$name"): built in $((SECONDS - start)) s: $((compressed / 1000000)) MB compressed, $((unpacked / 1000000)) MB unpacked; $entry/image.tar"
-  prune "$name"
+  publish_image "$name" "$key" "$tmp" "$(du -sb "$install" | cut -f1)" "$start"
 }
 
 build_image() {
-  local name=$1 start=$SECONDS install key entry
+  local name=$1 start=$SECONDS install key
   [[ -z ${COMPONENTS[$name]} || -d $BUILD_DIR ]] || die "no build tree at $BUILD_DIR; run scripts/build.sh first"
   if [[ $SCRATCH_IMAGES == *" $name "* ]]; then build_scratch_image "$name"; return; fi
   new_tmp install "install-$name"
@@ -305,14 +317,7 @@ build_image() {
   ensure_base "$name"
   ensure_libs "$name" "$install"
   key=$(printf '%s\n' "$(basename "$PARENT")" "$(config_inputs "$name")" "$(sha256sum < "$0")" "$(tree_manifest "$install")" | sha)
-  entry="$IMAGES/image/$name-$key"
-  mkdir -p "$BUILD_DIR/images"
-  if [[ -f $entry/image.tar ]]; then
-    ln -sfn "$entry" "$BUILD_DIR/images/$name"
-    log "$(ref "$name"): up to date ($key, checked in $((SECONDS - start)) s)"
-    return
-  fi
-  rm -f "$BUILD_DIR/images/$name"  # until the new one is complete: no link rather than a stale one
+  cached_image "$name" "$key" "$start" && return
   log "$(ref "$name"): building $key"
   local tmp rootfs
   new_tmp tmp "image-$name-$key"
@@ -350,20 +355,11 @@ build_image() {
   umoci rm --image "$tmp/oci:$PARENT_TAG"
   umoci gc --layout "$tmp/oci"
   step "writing the archive" "$tmp/skopeo.log" nice skopeo copy --quiet "oci:$tmp/oci:$VERSION" "docker-archive:$tmp/image.tar:$(ref "$name")"
-  local unpacked compressed
+  local unpacked
   unpacked=$(du -sb "$rootfs" | cut -f1)
-  compressed=$(du -sb "$tmp/oci/blobs" | cut -f1)
   remove_tree "$tmp/bundle"
-  rm -f "$tmp"/*.log
-  { echo "ref=$(ref "$name")"; echo "key=$key"; echo "built_seconds=$((SECONDS - start))"
-    echo "compressed_bytes=$compressed"; echo "unpacked_bytes=$unpacked"; echo "archive_bytes=$(stat -c %s "$tmp/image.tar")"
-  } > "$tmp/image.env"
   cp "$BASE/packages.txt" "$tmp/packages.txt"
-  mkdir -p "$IMAGES/image"
-  mv "$tmp" "$entry"
-  ln -sfn "$entry" "$BUILD_DIR/images/$name"
-  log "$(ref "$name"): built in $((SECONDS - start)) s: $((compressed / 1000000)) MB compressed, $((unpacked / 1000000)) MB unpacked; $entry/image.tar"
-  prune "$name"
+  publish_image "$name" "$key" "$tmp" "$unpacked" "$start"
 }
 
 # prune NAME: keeps the three newest images of NAME (other checkouts may use older ones), and
