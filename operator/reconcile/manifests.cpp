@@ -174,6 +174,7 @@ json pod_manifest(const JobView& job, int index, int attempt, const AgentInjecti
     set_env(env, c::kCheckpointPath, job.checkpoint_path);
     set_env(env, c::kCheckpointEvery, std::to_string(job.checkpoint_every));
     set_env(env, c::kCheckpointKeep, std::to_string(job.checkpoint_keep));
+    if (!job.checkpoint_resume_from.empty()) set_env(env, c::kCheckpointResumeFrom, job.checkpoint_resume_from);
   }
   set_env(env, c::kPetNnodes, n);
   set_env(env, c::kPetNodeRank, rank);
