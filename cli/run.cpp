@@ -166,6 +166,11 @@ int run_command(const std::vector<std::string>& args) {
           checkpoint_note = st.shared ? "checkpoints in " + dir + " for every node (" + st.why + ")"
                                       : "checkpoints in " + run_dir + "/node-N" + pod_path + ", one per node (" + st.why + ")";
       }
+      if (so.env.count(contract::kCheckpointResumeFrom)) {  // a pod path too, mapped the same way
+        const std::string pod_path = so.env[contract::kCheckpointResumeFrom];
+        const Storage st = storage_of(pod["spec"], ctr, pod_path);
+        so.env[contract::kCheckpointResumeFrom] = run_dir + (st.shared ? "/shared" : "/node-" + std::to_string(i)) + pod_path;
+      }
       so.env["GLOO_SOCKET_IFNAME"] = "lo";
       so.env["PATH"] = path;
       so.new_process_group = true;

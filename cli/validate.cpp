@@ -168,6 +168,11 @@ const std::map<std::string, Rule>& cel_rules() {
          return !self.contains("metrics") || !self["metrics"].contains("port") ||
                 self["metrics"]["port"] != self.value("masterPort", json(29500));
        }},
+      {"!has(self.metrics) || !has(self.metrics.port) || self.metrics.port != self.masterPort + 1",
+       [](const json& self) {
+         return !self.contains("metrics") || !self["metrics"].contains("port") ||
+                self["metrics"]["port"].get<long long>() != self.value("masterPort", 29500LL) + 1;
+       }},
       {"!has(self.restartPolicy) || self.restartPolicy == 'Never'",
        [](const json& self) { return !self.contains("restartPolicy") || self["restartPolicy"] == "Never"; }},
       {"!has(self.hostname) && !has(self.subdomain)",

@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "checksum.hpp"
+#include "durable_file.hpp"
 
 namespace fs = std::filesystem;
 
@@ -20,35 +21,6 @@ namespace lockstep::trainer {
 namespace {
 
 constexpr const char* kToken = ".lockstep-token-";  // + the nonce: Note [Shared checkpoint directory]
-
-void fsync_path(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
-
-std::string temp_name(const std::string& path) { return path + ".tmp-" + std::to_string(::getpid()); }
-
-// Writes with `write(tmp)`, then fsync, rename over `path`, fsync the directory.
-template <typename W>
-void write_atomically(const std::string& path, W write) {
-  std::string tmp = temp_name(path);
-  write(tmp);
-  fsync_path(tmp);
-  fs::rename(tmp, path);
-  fsync_path(fs::path(path).parent_path().string());
-}
-
-void write_text_atomically(const std::string& path, const std::string& text) {
-  write_atomically(path, [&](const std::string& tmp) {
-    std::ofstream out(tmp);
-    out << text;
-    out.close();
-    if (!out) throw std::runtime_error("checkpoint: cannot write " + tmp);
-  });
-}
 
 std::string file_name(int rank) { return "rank-" + std::to_string(rank) + ".pt"; }
 std::string step_name(int64_t step) { return "step-" + std::to_string(step); }
@@ -98,6 +70,7 @@ struct Manifest {
   int64_t step = -1;
   int world = 0;
   std::string strategy, checksum = checksum::kFnv1a64;  // checkpoints before lanes64 name none
+  std::string job;  // the writer's job UID; empty before owners were recorded (Note [Checkpoint owner])
   std::map<std::string, std::pair<uint64_t, uint64_t>> files;  // name -> size, checksum
 };
 
@@ -109,6 +82,7 @@ Manifest read_manifest(const std::string& path) {
     else if (key == "world") in >> m.world;
     else if (key == "strategy") in >> m.strategy;
     else if (key == "checksum") in >> m.checksum;
+    else if (key == "job") in >> m.job;
     else if (key == "file") {
       std::string f;
       uint64_t size = 0, hash = 0;
@@ -116,6 +90,26 @@ Manifest read_manifest(const std::string& path) {
     }
   }
   return m;
+}
+
+// Note [Checkpoint owner]
+bool owned_by(const Manifest& m, const std::string& job_uid) { return job_uid.empty() || m.job.empty() || m.job == job_uid; }
+
+// The complete checkpoints in `dir` that `job_uid` owns (any, for ""), newest first, and the
+// newest one of another job.
+struct Found {
+  std::vector<int64_t> own;
+  int64_t foreign_step = -1;
+  std::string foreign_job;
+};
+Found find_checkpoints(const std::string& dir, const std::string& job_uid) {
+  Found f;
+  for (int64_t step : complete_steps(dir)) {
+    Manifest m = read_manifest(dir + "/" + step_name(step) + "/MANIFEST");
+    if (owned_by(m, job_uid)) f.own.push_back(step);
+    else if (f.foreign_job.empty()) f.foreign_step = step, f.foreign_job = m.job;
+  }
+  return f;
 }
 
 // Why this rank cannot use `step_dir`'s file, or "" when it verifies (Note [Checkpoint fallback]).
@@ -161,11 +155,12 @@ void load_file(const std::string& path, std::vector<torch::Tensor>& tensors, tor
   optimizer.load(opt_archive);
 }
 
-// Rank 0, after a complete save: all but the newest `keep` complete checkpoints go, and any
-// step directory older than the oldest kept (an incomplete one a crash left).
+// Rank 0, after a verified save: all but the newest `keep` of this job's complete checkpoints
+// go, and any incomplete step directory older than the oldest kept (one a crash left); another
+// job's are never removed (Note [Checkpoint owner]).
 void prune(const CheckpointTarget& t) {
   if (t.keep <= 0) return;
-  auto steps = complete_steps(t.dir);
+  auto steps = find_checkpoints(t.dir, t.job_uid).own;
   if (static_cast<int64_t>(steps.size()) <= t.keep) return;
   const int64_t oldest_kept = steps[static_cast<size_t>(t.keep - 1)];
   std::error_code ec;
@@ -175,11 +170,85 @@ void prune(const CheckpointTarget& t) {
     char* rest = nullptr;
     long long s = std::strtoll(name.c_str() + 5, &rest, 10);
     if (*rest || rest == name.c_str() + 5 || s >= oldest_kept) continue;
+    const fs::path manifest = it->path() / "MANIFEST";
+    if (fs::exists(manifest) && !owned_by(read_manifest(manifest.string()), t.job_uid)) continue;
     std::error_code rm;
     fs::remove_all(it->path(), rm);
     if (rm) std::cerr << "lockstep-trainer: warning: cannot remove old checkpoint " << it->path().string() << ": "
                       << rm.message() << std::endl;
   }
+}
+
+// Every rank learns whether any rank has a problem with this save; if one has, rank 0 removes
+// the unfinished step directory (it frees the space a full volume needs) and every rank throws,
+// the failing one its own message. Older checkpoints are untouched.
+void agree_or_throw(const CheckpointTarget& t, const Dist& dist, const std::string& step_dir, const std::string& problem) {
+  const auto verdicts = all_gather_ints(dist, {problem.empty() ? 0 : 1});
+  std::vector<int> bad;
+  for (size_t r = 0; r < verdicts.size(); ++r)
+    if (verdicts[r]) bad.push_back(static_cast<int>(r));
+  if (bad.empty()) return;
+  if (t.rank == 0) {
+    std::error_code ec;
+    fs::remove_all(step_dir, ec);
+  }
+  if (!problem.empty()) throw std::runtime_error(problem);
+  throw std::runtime_error("checkpoint: rank(s) " + rank_list(bad) + " could not save their part of " + step_dir +
+                           " (their log says why); it is not used, and the previous checkpoints are kept");
+}
+
+// This rank's file of the checkpoint and its checksum file, or what went wrong.
+std::string write_rank_file(const CheckpointTarget& t, int64_t step, const std::string& step_dir,
+                            const std::vector<torch::Tensor>& tensors, torch::optim::Optimizer& optimizer) {
+  if (!fs::is_directory(step_dir))
+    return "checkpoint: rank " + std::to_string(t.rank) + " does not see " + step_dir + ", which rank 0 created; " +
+           shared_storage_hint(t.dir);
+  const std::string path = step_dir + "/" + file_name(t.rank);
+  try {
+    DurableFile file(path);
+    torch::serialize::OutputArchive archive;
+    for (size_t i = 0; i < tensors.size(); ++i) archive.write("tensor." + std::to_string(i), tensors[i].detach());
+    torch::serialize::OutputArchive opt_archive;
+    optimizer.save(opt_archive);
+    archive.write("optimizer", opt_archive);
+    archive.write("step", torch::tensor(step));
+    archive.save_to([&](const void* data, size_t n) {
+      file.write(data, n);
+      return n;
+    });
+    const uint64_t size = file.commit();
+    write_text_durably(path + ".sum", std::to_string(size) + " " + std::to_string(file.checksum()) + " " +
+                                          checksum::kLanes64 + "\n");
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Rank 0: the MANIFEST, once every rank's checksum file is there; or what went wrong.
+std::string write_manifest(const CheckpointTarget& t, int64_t step, const std::string& step_dir) {
+  std::ostringstream m;
+  m << "step " << step << "\nworld " << t.world << "\nstrategy " << t.strategy << "\nchecksum " << checksum::kLanes64
+    << "\n";
+  if (!t.job_uid.empty()) m << "job " << t.job_uid << "\n";
+  for (int r = 0; r < (t.sharded ? t.world : 1); ++r) {
+    const std::string sum_path = step_dir + "/" + file_name(r) + ".sum";
+    std::ifstream sum(sum_path);
+    uint64_t size = 0, hash = 0;
+    std::string kind;
+    // Never a made-up entry: without its checksum this checkpoint stays incomplete (no
+    // MANIFEST) and the previous one remains the newest.
+    if (!(sum >> size >> hash >> kind) || kind != checksum::kLanes64)
+      return "checkpoint: " + sum_path + " is missing or incomplete after rank " + std::to_string(r) +
+             " finished writing; " + shared_storage_hint(t.dir);
+    m << "file " << file_name(r) << " " << size << " " << hash << "\n";
+  }
+  try {
+    write_text_durably(step_dir + "/MANIFEST", m.str());
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace
@@ -212,7 +281,7 @@ void prepare_checkpoint_dir(const CheckpointTarget& t, const Dist& dist, std::ch
   if (t.rank == 0) {
     std::random_device rd;
     nonce = static_cast<int64_t>((static_cast<uint64_t>(rd()) << 32 | rd()) & 0x7fffffffffffffffULL) | 1;
-    write_text_atomically(token(nonce), std::to_string(nonce) + "\n");
+    write_text_durably(token(nonce), std::to_string(nonce) + "\n");
   }
   // Rank 0's nonce to everyone (a sum in which only rank 0's slot is set), then each rank's
   // verdict to everyone, so all ranks stop together with one message.
@@ -231,66 +300,62 @@ void prepare_checkpoint_dir(const CheckpointTarget& t, const Dist& dist, std::ch
 
 void save_checkpoint(const CheckpointTarget& t, int64_t step, const std::vector<torch::Tensor>& tensors,
                      torch::optim::Optimizer& optimizer, const Dist& dist) {
-  std::string step_dir = t.dir + "/" + step_name(step);
-  if (t.rank == 0) fs::create_directories(step_dir);
-  barrier(dist);
-  if (t.sharded || t.rank == 0) {
-    std::string path = step_dir + "/" + file_name(t.rank);
-    if (!fs::is_directory(step_dir))
-      throw std::runtime_error("checkpoint: rank " + std::to_string(t.rank) + " does not see " + step_dir +
-                               ", which rank 0 created; " + shared_storage_hint(t.dir));
-    write_atomically(path, [&](const std::string& tmp) {
-      torch::serialize::OutputArchive archive;
-      for (size_t i = 0; i < tensors.size(); ++i) archive.write("tensor." + std::to_string(i), tensors[i].detach());
-      torch::serialize::OutputArchive opt_archive;
-      optimizer.save(opt_archive);
-      archive.write("optimizer", opt_archive);
-      archive.write("step", torch::tensor(step));
-      archive.save_to(tmp);
-    });
-    write_text_atomically(path + ".sum", std::to_string(fs::file_size(path)) + " " +
-                                             std::to_string(checksum::lanes64_file(path)) + " " + checksum::kLanes64 + "\n");
-  }
-  barrier(dist);  // every rank's file and checksum are complete
+  const std::string step_dir = t.dir + "/" + step_name(step);
+  const bool writer = t.sharded || t.rank == 0;
+  std::string problem;
   if (t.rank == 0) {
-    std::ostringstream m;
-    m << "step " << step << "\nworld " << t.world << "\nstrategy " << t.strategy << "\nchecksum " << checksum::kLanes64
-      << "\n";
-    for (int r = 0; r < (t.sharded ? t.world : 1); ++r) {
-      const std::string sum_path = step_dir + "/" + file_name(r) + ".sum";
-      std::ifstream sum(sum_path);
-      uint64_t size = 0, hash = 0;
-      std::string kind;
-      // Never a made-up entry: without its checksum this checkpoint stays incomplete (no
-      // MANIFEST) and the previous one remains the newest.
-      if (!(sum >> size >> hash >> kind) || kind != checksum::kLanes64)
-        throw std::runtime_error("checkpoint: " + sum_path + " is missing or incomplete after rank " + std::to_string(r) +
-                                 " finished writing; " + shared_storage_hint(t.dir));
-      m << "file " << file_name(r) << " " << size << " " << hash << "\n";
+    std::error_code ec;
+    fs::create_directories(step_dir, ec);
+    if (ec) problem = "checkpoint: cannot create " + step_dir + ": " + storage_error_text(ec.value());
+  }
+  agree_or_throw(t, dist, step_dir, problem);
+  // 1. Each writer's file and its checksum file (Note [Durable checkpoint writes]).
+  if (writer) problem = write_rank_file(t, step, step_dir, tensors, optimizer);
+  agree_or_throw(t, dist, step_dir, problem);
+  // 2. Rank 0: the MANIFEST, from every rank's checksum file.
+  if (t.rank == 0) problem = write_manifest(t, step, step_dir);
+  agree_or_throw(t, dist, step_dir, problem);
+  // 3. Every writer re-reads its file from the storage and checks it as resume would.
+  if (writer) {
+    try {
+      problem = verify(t, step_dir);
+    } catch (const std::exception& e) {
+      problem = e.what();
     }
-    write_text_atomically(step_dir + "/MANIFEST", m.str());
-    write_text_atomically(t.dir + "/LATEST", step_name(step) + "\n");
+    if (!problem.empty()) problem = "checkpoint: " + step_dir + " does not verify after it was written: " + problem;
+  }
+  agree_or_throw(t, dist, step_dir, problem);
+  // 4. Only now may older ones go. LATEST is for people: failing to update it only warns.
+  if (t.rank == 0) {
+    try {
+      write_text_durably(t.dir + "/LATEST", step_name(step) + "\n");
+    } catch (const std::exception& e) {
+      std::cerr << "lockstep-trainer: warning: " << e.what() << std::endl;
+    }
     prune(t);
   }
   barrier(dist);
 }
 
-std::optional<int64_t> load_checkpoint(const CheckpointTarget& t, std::vector<torch::Tensor>& tensors,
-                                       torch::optim::Optimizer& optimizer, const Dist& dist) {
+namespace {
+
+// Resumes from the newest of `steps` (in `dir`) that every rank can verify.
+std::optional<int64_t> resume_in(const CheckpointTarget& t, const std::string& dir, const std::vector<int64_t>& steps,
+                                 std::vector<torch::Tensor>& tensors, torch::optim::Optimizer& optimizer,
+                                 const Dist& dist) {
   // Every rank must see the same checkpoints (Note [Shared checkpoint directory]).
-  const auto steps = complete_steps(t.dir);
   const auto listed = all_gather_ints(dist, {static_cast<int64_t>(steps.size()), steps.empty() ? -1 : steps.front()});
   for (int r = 1; r < dist.world && dist.pg; ++r)
     if (listed[2 * r] != listed[0] || listed[2 * r + 1] != listed[1])
-      throw std::invalid_argument("checkpoint: the ranks see different checkpoints in " + t.dir + " (rank 0: " +
+      throw std::invalid_argument("checkpoint: the ranks see different checkpoints in " + dir + " (rank 0: " +
                                   std::to_string(listed[0]) + ", newest step " + std::to_string(listed[1]) + "; rank " +
                                   std::to_string(r) + ": " + std::to_string(listed[2 * r]) + ", newest step " +
                                   std::to_string(listed[2 * r + 1]) + "), so they would resume from different steps; " +
-                                  shared_storage_hint(t.dir));
+                                  shared_storage_hint(dir));
   // Note [Checkpoint fallback]: the newest checkpoint every rank can verify.
   std::vector<std::string> skipped;
   for (int64_t step : steps) {
-    const std::string step_dir = t.dir + "/" + step_name(step);
+    const std::string step_dir = dir + "/" + step_name(step);
     const std::string problem = verify(t, step_dir);
     auto verdicts = all_gather_ints(dist, {problem.empty() ? 0 : 1});
     std::vector<int> bad;
@@ -313,8 +378,41 @@ std::optional<int64_t> load_checkpoint(const CheckpointTarget& t, std::vector<to
   if (skipped.empty()) return std::nullopt;
   std::string all;
   for (const auto& s : skipped) all += "\n  " + s;
-  throw std::runtime_error("checkpoint: no usable checkpoint in " + t.dir + ", every one is damaged or incomplete:" + all +
+  throw std::runtime_error("checkpoint: no usable checkpoint in " + dir + ", every one is damaged or incomplete:" + all +
                            "\nMove the damaged step-* directories away to start from scratch, or restore them");
+}
+
+}  // namespace
+
+std::optional<int64_t> load_checkpoint(const CheckpointTarget& t, std::vector<torch::Tensor>& tensors,
+                                       torch::optim::Optimizer& optimizer, const Dist& dist) {
+  // Note [Checkpoint owner]: this job's own checkpoints first.
+  const Found here = find_checkpoints(t.dir, t.job_uid);
+  if (!here.own.empty() || t.resume_from.empty()) {
+    if (here.own.empty() && !here.foreign_job.empty())
+      throw std::invalid_argument(
+          "checkpoint: " + t.dir + " holds checkpoints of another job (UID " + here.foreign_job + ", newest at step " +
+          std::to_string(here.foreign_step) + ") and none of this one (UID " + t.job_uid +
+          "); a TrainingJob deleted and applied again is a new job. Not resuming from them, and not training over "
+          "them: set spec.checkpoint.resumeFrom: " + t.dir + " (--resume-from) to start from them, or give "
+          "spec.checkpoint.path an empty directory (or remove the step-* directories there) to start afresh");
+    return resume_in(t, t.dir, here.own, tensors, optimizer, dist);
+  }
+  // None of its own yet: the newest verifiable one in spec.checkpoint.resumeFrom, whoever wrote it.
+  const Found from = find_checkpoints(t.resume_from, "");
+  if (from.own.empty())
+    throw std::invalid_argument("checkpoint: spec.checkpoint.resumeFrom (--resume-from) " + t.resume_from +
+                                " holds no complete checkpoint (no step-*/MANIFEST) to start from; name the directory "
+                                "the other job's checkpoints are in (as its pods saw it), or remove resumeFrom to start "
+                                "afresh");
+  auto step = resume_in(t, t.resume_from, from.own, tensors, optimizer, dist);
+  if (step && t.rank == 0) {
+    const std::string writer = read_manifest(t.resume_from + "/" + step_name(*step) + "/MANIFEST").job;
+    std::cout << "lockstep-trainer: no checkpoint of this job in " << t.dir << "; starting from " << t.resume_from
+              << "/" << step_name(*step) << " (spec.checkpoint.resumeFrom), written by job UID "
+              << (writer.empty() ? "(not recorded)" : writer) << std::endl;
+  }
+  return step;
 }
 
 }  // namespace lockstep::trainer

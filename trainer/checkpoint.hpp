@@ -4,12 +4,15 @@
 //   step-<S>/rank-<R>.pt   tensors (all parameters for DDP, written by rank 0; each rank's
 //                          shards for FSDP) and the optimizer state, in LibTorch's archive format
 //   step-<S>/rank-<R>.pt.sum  its size and checksum, written by the rank that wrote the file
-//   step-<S>/MANIFEST      step, world size, strategy, checksum kind, each file's size and checksum
+//   step-<S>/MANIFEST      step, world size, strategy, checksum kind, the job's UID (Note [Checkpoint
+//                          owner]), each file's size and checksum
 //   LATEST                 the name of the newest complete step directory (for people; resume
 //                          looks at every step-<S>/ with a MANIFEST)
 //   .lockstep-token-<N>    only while the ranks start: Note [Shared checkpoint directory]
-// Every file is written to a temporary name, fsynced and renamed, and the MANIFEST is written
-// only after every rank's file and checksum are in place, so a crash at any moment leaves the
+// Every file is written to a temporary name, fsynced and renamed, every result checked (Note
+// [Durable checkpoint writes] in durable_file.hpp), and the MANIFEST is written only after every
+// rank's file and checksum are in place; old checkpoints are pruned only after every rank has
+// re-read and verified the new one. So a crash or a failing volume at any moment leaves the
 // previous checkpoints intact. Note [Checkpoint fallback] says what resume does with a damaged
 // one. The data order depends only on the step (Note [Global batch order]), so a resumed run
 // sees exactly the batches the lost one would have.
@@ -30,7 +33,22 @@ struct CheckpointTarget {
   std::string strategy;          // DDP or FSDP: shards only fit the same strategy and world size
   bool sharded = false;          // every rank writes (FSDP) or rank 0 only (DDP)
   int64_t keep = 3;              // complete checkpoints kept after a save; 0 keeps all
+  std::string job_uid = "";      // LOCKSTEP_JOB_UID; empty: no owner recorded or checked
+  std::string resume_from = "";  // spec.checkpoint.resumeFrom (--resume-from): Note [Checkpoint owner]
 };
+
+// Note [Checkpoint owner]
+// A TrainingJob deleted and applied again under the same name is a new job (a new UID) that
+// may find the old one's checkpoints at the same path (a hostPath, a reused PVC). Every
+// MANIFEST records the UID of the job that wrote it (LOCKSTEP_JOB_UID), and a job resumes only
+// from its own: finding only another job's, it stops at start (std::invalid_argument, exit 64)
+// saying whose they are, at which step, and that spec.checkpoint.resumeFrom (the trainer's
+// --resume-from, LOCKSTEP_CHECKPOINT_RESUME_FROM) naming that directory makes it start from
+// them. Starting afresh beside them is not done: its step directories would overwrite theirs.
+// With resumeFrom, a job with no checkpoint of its own starts from the newest verifiable one
+// in that directory, whoever wrote it; its own, once it has any, come first. Pruning removes only
+// the job's own checkpoints. A MANIFEST without a UID (written before owners were recorded), or
+// a trainer run without LOCKSTEP_JOB_UID (lockstep run, a bare trainer), matches any job.
 
 // Note [Shared checkpoint directory]
 // Every rank reads and writes the same step directories, so the directory must be the same
@@ -47,7 +65,10 @@ void prepare_checkpoint_dir(const CheckpointTarget& t, const Dist& dist,
                             std::chrono::seconds stale_after = std::chrono::minutes(5));
 
 // A collective when `dist` has a process group: every rank calls it at the same step. After the
-// checkpoint is complete rank 0 removes step directories older than the newest `t.keep`.
+// checkpoint is complete and every rank has re-read and verified its file, rank 0 removes this
+// job's step directories older than the newest `t.keep`. A write, fsync, close or verification
+// that fails on any rank makes every rank throw std::runtime_error (the failing rank's names
+// the file and the error, e.g. ENOSPC) and prunes nothing.
 void save_checkpoint(const CheckpointTarget& t, int64_t step, const std::vector<torch::Tensor>& tensors,
                      torch::optim::Optimizer& optimizer, const Dist& dist);
 
@@ -58,7 +79,8 @@ void save_checkpoint(const CheckpointTarget& t, int64_t step, const std::vector<
 // see the same list of checkpoints and resume from the same step, else std::invalid_argument
 // (Note [Shared checkpoint directory]). A checkpoint of another strategy, world size or model
 // is refused (std::invalid_argument, saying what would fit), as is a directory whose every
-// checkpoint is damaged (std::runtime_error naming the files).
+// checkpoint is damaged (std::runtime_error naming the files), and one that holds only another
+// job's checkpoints (Note [Checkpoint owner]).
 // Returns the step resumed from (tensors and optimizer loaded), or nullopt when there is no
 // checkpoint. A collective when `dist` has a process group.
 std::optional<int64_t> load_checkpoint(const CheckpointTarget& t, std::vector<torch::Tensor>& tensors,

@@ -68,6 +68,10 @@ torchrun) started: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT come from the e
   --checkpoint-keep N   complete checkpoints kept, older ones removed after each save; 0 keeps
                         all (default: LOCKSTEP_CHECKPOINT_KEEP, else 3). The directory must be
                         storage every rank shares; the ranks check that at start
+  --resume-from DIR     with no checkpoint of this job (LOCKSTEP_JOB_UID) in --checkpoint-dir,
+                        start from the newest one in DIR, whoever wrote it (default:
+                        LOCKSTEP_CHECKPOINT_RESUME_FROM); without it another job's checkpoints
+                        are never used
   --dump-params FILE    save the final parameters (torch::save) for comparison
 )";
 
@@ -157,6 +161,8 @@ Options parse_options(const std::vector<std::string>& args) {
   if (const char* s = std::getenv("LOCKSTEP_CHECKPOINT_PATH"); s && *s) o.checkpoint_dir = s;
   if (const char* s = std::getenv("LOCKSTEP_CHECKPOINT_EVERY"); s && *s) o.checkpoint_every = integer("LOCKSTEP_CHECKPOINT_EVERY", s, 1);
   if (const char* s = std::getenv("LOCKSTEP_CHECKPOINT_KEEP"); s && *s) o.checkpoint_keep = integer("LOCKSTEP_CHECKPOINT_KEEP", s, 0);
+  if (const char* s = std::getenv("LOCKSTEP_CHECKPOINT_RESUME_FROM"); s && *s) o.resume_from = s;
+  if (const char* s = std::getenv("LOCKSTEP_JOB_UID"); s && *s) o.job_uid = s;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string a = args[i], v;
     auto eq = a.find('=');
@@ -201,6 +207,7 @@ Options parse_options(const std::vector<std::string>& args) {
     else if (a == "--precision") o.precision = value();
     else if (a == "--checkpoint-every") o.checkpoint_every = integer(a, value(), 1);
     else if (a == "--checkpoint-keep") o.checkpoint_keep = integer(a, value(), 0);
+    else if (a == "--resume-from") o.resume_from = value();
     else if (a == "--exit-after-step") o.exit_after_step = integer(a, value(), 1);
     else throw std::invalid_argument("unknown flag '" + args[i] + "' (see --help)");
   }
@@ -307,7 +314,8 @@ int run(const Options& o) {
   std::ofstream loss_log;
   if (!o.loss_log.empty() && chief) loss_log.open(o.loss_log);
   // 5. Resume from the latest checkpoint, if there is one.
-  CheckpointTarget ckpt{o.checkpoint_dir, dist.rank, dist.world, use_fsdp ? "FSDP" : "DDP", use_fsdp, o.checkpoint_keep};
+  CheckpointTarget ckpt{o.checkpoint_dir, dist.rank, dist.world, use_fsdp ? "FSDP" : "DDP", use_fsdp, o.checkpoint_keep,
+                        o.job_uid, o.resume_from};
   auto ckpt_tensors = [&] { return fsdp ? fsdp->shards() : module->parameters(); };
   int64_t start = 0;
   if (!o.checkpoint_dir.empty()) {

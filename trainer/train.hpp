@@ -31,6 +31,8 @@ struct Options {
   std::string checkpoint_dir;        // default LOCKSTEP_CHECKPOINT_PATH
   int64_t checkpoint_every = 0;      // default LOCKSTEP_CHECKPOINT_EVERY
   int64_t checkpoint_keep = 3;       // default LOCKSTEP_CHECKPOINT_KEEP; 0 keeps all
+  std::string resume_from;           // default LOCKSTEP_CHECKPOINT_RESUME_FROM (Note [Checkpoint owner])
+  std::string job_uid;               // LOCKSTEP_JOB_UID: recorded in and checked against each MANIFEST
   int64_t exit_after_step = 0;       // tests: die (exit 137) right after this step
   double memory_per_rank_gb = 0;     // Auto's budget; 0: the GPU's memory, or RAM / local ranks
   bool activation_checkpointing = false;

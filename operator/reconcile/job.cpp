@@ -162,6 +162,7 @@ JobView JobView::from_json(const json& obj) {
   j.checkpoint_path = get_or<std::string>(ck, "path", "");
   j.checkpoint_every = get_or(ck, "everySteps", j.checkpoint_path.empty() ? 0 : 500);
   j.checkpoint_keep = get_or(ck, "keep", 3);
+  j.checkpoint_resume_from = get_or<std::string>(ck, "resumeFrom", "");
   const json& tr = child(spec, "trainer");
   j.command = get_or(tr, "command", std::vector<std::string>{"lockstep-trainer"});
   j.args = get_or(tr, "args", std::vector<std::string>{});

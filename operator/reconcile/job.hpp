@@ -75,6 +75,7 @@ struct JobView {
   std::string checkpoint_path;
   int checkpoint_every = 0;
   int checkpoint_keep = 3;  // spec.checkpoint.keep: complete checkpoints kept, 0 all
+  std::string checkpoint_resume_from;  // spec.checkpoint.resumeFrom (Note [Checkpoint owner] in trainer/checkpoint.hpp)
   std::vector<std::string> command{"lockstep-trainer"}, args;
   nlohmann::json tmpl;  // spec.template
   JobStatus status;

@@ -40,6 +40,20 @@ void drop_named(json& list, const std::string& name) {
   }
 }
 
+// A container port, unless the list has that port already; unnamed when its name is taken.
+void add_port(json& ports, const char* name, int port) {
+  bool name_taken = false;
+  for (const auto& p : ports) {
+    if (!p.is_object()) continue;
+    auto number = p.find("containerPort"), label = p.find("name");
+    if (number != p.end() && *number == port) return;
+    name_taken |= label != p.end() && *label == name;
+  }
+  json entry = {{"containerPort", port}, {"protocol", "TCP"}};
+  if (!name_taken) entry["name"] = name;
+  ports.push_back(std::move(entry));
+}
+
 // Note [Agent injection]: the emptyDir, the init container that fills it, and the trainer
 // container's read-only mount of it.
 void inject_agent(json& spec, json& ctr, const AgentInjection& agent) {
@@ -72,6 +86,8 @@ void inject_agent(json& spec, json& ctr, const AgentInjection& agent) {
 }
 
 }  // namespace
+
+int barrier_port(const JobView& job) { return job.master_port + 1; }
 
 std::string pod_name(const JobView& job, int index) { return job.name + "-" + std::to_string(index); }
 
@@ -108,6 +124,9 @@ json pod_manifest(const JobView& job, int index, int attempt, const AgentInjecti
   spec["hostname"] = pod_name(job, index);
   spec["subdomain"] = job.name;
   spec["restartPolicy"] = "Never";
+  // Neither the agent nor the trainer talks to the API server: no token unless the template
+  // asks for one (docs/trainingjob.md, "Pod security").
+  if (!spec.contains("automountServiceAccountToken")) spec["automountServiceAccountToken"] = false;
   if (!job.scheduler_name.empty()) spec["schedulerName"] = job.scheduler_name;
   if (!job.priority_class_name.empty()) spec["priorityClassName"] = job.priority_class_name;
 
@@ -155,6 +174,7 @@ json pod_manifest(const JobView& job, int index, int attempt, const AgentInjecti
     set_env(env, c::kCheckpointPath, job.checkpoint_path);
     set_env(env, c::kCheckpointEvery, std::to_string(job.checkpoint_every));
     set_env(env, c::kCheckpointKeep, std::to_string(job.checkpoint_keep));
+    if (!job.checkpoint_resume_from.empty()) set_env(env, c::kCheckpointResumeFrom, job.checkpoint_resume_from);
   }
   set_env(env, c::kPetNnodes, n);
   set_env(env, c::kPetNodeRank, rank);
@@ -163,10 +183,11 @@ json pod_manifest(const JobView& job, int index, int attempt, const AgentInjecti
   set_env(env, c::kPetMasterPort, port);
   ctr["env"] = std::move(env);
 
+  // The ports every pod may serve (Note [Job ports]), unless the template lists them already.
   json ports = take(ctr, "ports", json::value_t::array);
-  bool has_metrics = false;
-  for (const auto& p : ports) has_metrics |= p.value("containerPort", 0) == job.metrics_port;
-  if (!has_metrics) ports.push_back({{"name", "metrics"}, {"containerPort", job.metrics_port}, {"protocol", "TCP"}});
+  add_port(ports, "metrics", job.metrics_port);
+  add_port(ports, "rendezvous", job.master_port);
+  add_port(ports, "barrier", barrier_port(job));
   ctr["ports"] = std::move(ports);
   if (!agent.image.empty()) inject_agent(spec, ctr, agent);
 

@@ -13,6 +13,15 @@ namespace lockstep::reconcile {
 std::string pod_name(const JobView& job, int index);
 std::string master_addr(const JobView& job);
 
+// Note [Job ports]
+// A job's pods serve three TCP ports: the rendezvous store (spec.masterPort, on pod 0), the
+// agents' restart barrier (masterPort + 1, node 0's agent: LOCKSTEP_AGENT_PORT's default) and
+// the agent's /metrics (spec.metrics.port). The CRD keeps them distinct and in range
+// (masterPort <= 65534, metrics.port != masterPort, != masterPort + 1), since a clash fails every
+// pod at start. Each is listed in the trainer container's ports, and the job's NetworkPolicy
+// (Note [Job isolation]) admits these three.
+int barrier_port(const JobView& job);
+
 // Note [Agent injection]
 // The user's image needs nothing of ours. Every pod gets an emptyDir (kAgentVolume), an init
 // container from the lockstep/agent image that copies the agent bundle into it (the bundle's

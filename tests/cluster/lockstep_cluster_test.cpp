@@ -195,6 +195,35 @@ TEST_F(LockstepInCluster, DdpExampleTrainsInRealPodsToSucceeded) {
   }, 60s)) << diagnose(ns);
 }
 
+// #26 item 13: examples/restricted.yaml as written, in a namespace that enforces the restricted
+// Pod Security Standard: admitted (the API server would refuse a pod that is not), run by real
+// kubelets as user 1000 with no service-account token, and trains to Succeeded.
+TEST_F(LockstepInCluster, TheRestrictedExampleTrainsWhereTheRestrictedStandardIsEnforced) {
+  std::string ns = create_test_namespace("restricted");
+  auto label = cluster_kubectl({"label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted",
+                                "pod-security.kubernetes.io/enforce-version=latest"});
+  ASSERT_TRUE(label.status.success()) << label.output;
+  auto t0 = std::chrono::steady_clock::now();
+  apply_example(ns, "examples/restricted.yaml");
+  ASSERT_TRUE(wait_phase(ns, "tiny-restricted", "Succeeded", 300s)) << diagnose(ns);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::cerr << "[cluster] examples/restricted.yaml (enforce=restricted): apply -> Succeeded in " << seconds << " s\n";
+  RecordProperty("restricted_apply_to_succeeded_seconds", std::to_string(seconds));
+  json job = get_json(ns, "trainingjob/tiny-restricted");
+  EXPECT_EQ(job["status"]["nodes"].value("succeeded", -1), 2) << job["status"].dump();
+  EXPECT_EQ(job["status"].value("restarts", -1), 0) << job["status"].dump();
+  json pods = get_json(ns, "pods");
+  ASSERT_EQ(pods["items"].size(), 2u) << diagnose(ns);
+  for (const auto& p : pods["items"]) {
+    EXPECT_EQ(p["spec"].value("automountServiceAccountToken", true), false) << p["metadata"]["name"];
+    for (const auto& c : p["spec"]["containers"])
+      for (const auto& m : c.value("volumeMounts", json::array()))
+        EXPECT_NE(m.value("mountPath", ""), "/var/run/secrets/kubernetes.io/serviceaccount") << p["metadata"]["name"];
+  }
+  auto rank0 = cluster_kubectl({"-n", ns, "logs", "tiny-restricted-0"});
+  EXPECT_NE(rank0.output.find("step   200/200"), std::string::npos) << rank0.output;
+}
+
 // examples/fsdp.yaml as written, with the ReadWriteMany claim it asks for: a hostPath volume
 // on the one node stands in for shared storage. The ranks agree on the checkpoint directory
 // and the checkpoints land in it.

@@ -635,6 +635,24 @@ TEST_F(OperatorTest, InjectedAgentPassesTheRestrictedPodSecurityStandard) {
   EXPECT_TRUE(pods("loose").empty());
 }
 
+// examples/restricted.yaml as written: the pods the operator makes of it are admitted where the
+// restricted Pod Security Standard is enforced, carry no service-account token, and list every
+// port they serve (Note [Job ports]).
+TEST_F(OperatorTest, TheRestrictedExamplesPodsAreAdmittedUnderTheRestrictedStandard) {
+  auto label = kubectl({"label", "namespace", ns_, "pod-security.kubernetes.io/enforce=restricted"});
+  ASSERT_TRUE(label.status.success()) << label.output;
+  auto r = kubectl({"apply", "-n", ns_, "-f", source_path("examples/restricted.yaml")});
+  ASSERT_TRUE(r.status.success()) << r.output;
+  EXPECT_EQ(r.output.find("Warning"), std::string::npos) << r.output;
+  ASSERT_TRUE(wait_pods("tiny-restricted", 2)) << operator_->log();
+  for (const auto& pod : pods("tiny-restricted")) {
+    EXPECT_EQ(pod["spec"]["automountServiceAccountToken"], false) << pod["spec"];
+    std::set<int> ports;
+    for (const auto& p : pod["spec"]["containers"][0]["ports"]) ports.insert(p["containerPort"].get<int>());
+    EXPECT_EQ(ports, (std::set<int>{9400, 29500, 29501})) << pod["spec"]["containers"][0]["ports"];
+  }
+}
+
 // Note [Agent injection]: an agent image that cannot be pulled is named in the job's condition
 // as the init container's, with the flag that chooses it.
 TEST_F(OperatorTest, AnAgentImageThatCannotBePulledIsNamed) {

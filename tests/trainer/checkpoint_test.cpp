@@ -2,6 +2,7 @@
 // the checksum and save/prune/clean-up in process, everything else as real trainer processes
 // (Gloo on the CPU), under the agent where pods matter.
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -14,6 +15,7 @@
 
 #include "checkpoint.hpp"
 #include "checksum.hpp"
+#include "durable_file.hpp"
 #include "dist.hpp"
 #include "lockstep/contract.hpp"
 #include "lockstep/process.hpp"
@@ -49,12 +51,13 @@ std::set<std::string> step_dirs(const std::string& dir) {
 }
 
 // `nproc` ranks on one node under the agent; returns the agent's output and sets `code`.
-std::string train(int nproc, std::vector<std::string> args, int* code) {
+std::string train(int nproc, std::vector<std::string> args, int* code, std::map<std::string, std::string> env = {}) {
   std::vector<std::string> argv = {agent_bin(), "--nproc-per-node", std::to_string(nproc), "--master-port",
                                    std::to_string(lockstep::free_loopback_port()), "--no-metrics", "--",
                                    trainer_bin(), "--device", "cpu", "--batch-size", "4"};
   argv.insert(argv.end(), args.begin(), args.end());
-  auto r = lockstep::run_capture(argv, {{"GLOO_SOCKET_IFNAME", "lo"}, {"MASTER_ADDR", "127.0.0.1"}}, 300s);
+  env.insert({{"GLOO_SOCKET_IFNAME", "lo"}, {"MASTER_ADDR", "127.0.0.1"}});
+  auto r = lockstep::run_capture(argv, env, 300s);
   *code = r.status.shell_code();
   return r.output;
 }
@@ -161,10 +164,174 @@ TEST(Checkpoint, AMissingChecksumLeavesTheCheckpointIncomplete) {
     EXPECT_NE(std::string(e.what()).find("rank-1.pt.sum is missing"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("ReadWriteMany"), std::string::npos) << e.what();
   }
-  EXPECT_FALSE(fs::exists(dir + "/step-2/MANIFEST"));
-  EXPECT_TRUE(fs::exists(dir + "/step-2/rank-0.pt.sum"));
+  EXPECT_FALSE(fs::exists(dir + "/step-2")) << "the unfinished checkpoint is removed, freeing its space";
   for (const auto& e : fs::recursive_directory_iterator(dir))
     EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos) << "left behind: " << e.path();
+}
+
+namespace {
+// Storage that fails (Note [Durable checkpoint writes]): the file_io() seam's calls, failing
+// with kFailErrno while armed.
+int kFailErrno = 0;
+int failing_fsync(int fd) {
+  if (!kFailErrno) return ::fsync(fd);
+  errno = kFailErrno;
+  return -1;
+}
+int failing_close(int fd) {
+  ::close(fd);  // closed, as a failing close(2) on NFS still closes
+  if (!kFailErrno) return 0;
+  errno = kFailErrno;
+  return -1;
+}
+ssize_t failing_write(int fd, const void* p, size_t n) {
+  if (!kFailErrno) return ::write(fd, p, n);
+  errno = kFailErrno;
+  return -1;
+}
+
+struct SmallModel {
+  std::vector<torch::Tensor> tensors{torch::randn({16384}).requires_grad_(true)};  // 64 KiB
+  torch::optim::SGD opt{tensors, torch::optim::SGDOptions(0.1)};
+  torch::Tensor saved = tensors[0].detach().clone();
+};
+
+void expect_no_temporaries(const std::string& dir) {
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos) << "left behind: " << e.path();
+}
+}  // namespace
+
+// A deferred write error, as NFS reports it (at fsync, or only at close), or a write refused at
+// once: the save fails on every path with the errno named, nothing of it is left, the previous
+// checkpoint is not pruned even with keep 1, and resume finds it.
+TEST(Checkpoint, FailingStorageKeepsThePreviousCheckpoint) {
+  using namespace lockstep::trainer;
+  struct Case {
+    const char* name;
+    int err;
+    void (*arm)(FileIo&);
+    const char* says;
+  };
+  const Case cases[] = {
+      {"fsync", EIO, [](FileIo& io) { io.fsync = failing_fsync; }, "fsync of"},
+      {"close", EIO, [](FileIo& io) { io.close = failing_close; }, "close of"},
+      {"write", ENOSPC, [](FileIo& io) { io.write = failing_write; }, "write of"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::string dir = temp_dir(std::string("failing-") + c.name);
+    CheckpointTarget t{dir, 0, 1, "DDP", false, 1, "uid-a"};
+    SmallModel m;
+    save_checkpoint(t, 2, m.tensors, m.opt, Dist{});
+    ASSERT_TRUE(fs::exists(dir + "/step-2/MANIFEST"));
+    { torch::NoGradGuard g; m.tensors[0].add_(1); }
+    c.arm(file_io());
+    kFailErrno = c.err;
+    try {
+      save_checkpoint(t, 4, m.tensors, m.opt, Dist{});
+      ADD_FAILURE() << "a save whose " << c.name << " failed was accepted";
+    } catch (const std::runtime_error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(c.says), std::string::npos) << what;
+      EXPECT_NE(what.find(c.err == EIO ? "(EIO)" : "(ENOSPC)"), std::string::npos) << what;
+      EXPECT_NE(what.find("previous checkpoints are kept"), std::string::npos) << what;
+    }
+    kFailErrno = 0;
+    file_io() = default_file_io();
+    EXPECT_FALSE(fs::exists(dir + "/step-4")) << "a failed checkpoint is removed";
+    EXPECT_EQ(slurp(dir + "/LATEST"), "step-2\n");
+    expect_no_temporaries(dir);
+    SmallModel fresh;
+    auto step = load_checkpoint(t, fresh.tensors, fresh.opt, Dist{});
+    ASSERT_TRUE(step.has_value());
+    EXPECT_EQ(*step, 2);
+    EXPECT_TRUE(torch::equal(fresh.tensors[0], m.saved));
+    // Storage working again: the next save verifies, and only then does keep 1 prune step-2.
+    save_checkpoint(t, 6, m.tensors, m.opt, Dist{});
+    EXPECT_EQ(step_dirs(dir), (std::set<std::string>{"step-6"}));
+  }
+}
+
+// A real full volume: a 1 MiB tmpfs with room for one checkpoint of this model. The second save
+// fails with ENOSPC and takes nothing with it; space freed, the next save succeeds.
+TEST(Checkpoint, AFullVolumeFailsTheSaveAndKeepsTheOlderCheckpoint) {
+  using namespace lockstep::trainer;
+  std::string dir = temp_dir("full");
+  if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=1m") != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs at " << dir << " (" << std::strerror(errno) << "): needs root";
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { ::umount2(dir.c_str(), MNT_DETACH); }
+  } unmount{dir};
+  CheckpointTarget t{dir, 0, 1, "DDP", false, 1, "uid-a"};
+  SmallModel m;
+  save_checkpoint(t, 2, m.tensors, m.opt, Dist{});
+  ASSERT_TRUE(fs::exists(dir + "/step-2/MANIFEST"));
+  // Fill what is left but about 20 KiB: less than the next checkpoint's 64 KiB.
+  {
+    std::ofstream filler(dir + "/filler", std::ios::binary);
+    std::vector<char> block(4096, 'x');
+    while (filler.write(block.data(), static_cast<std::streamsize>(block.size())) && filler.flush()) {}
+  }
+  fs::resize_file(dir + "/filler", fs::file_size(dir + "/filler") - 20 * 1024);
+  try {
+    save_checkpoint(t, 4, m.tensors, m.opt, Dist{});
+    ADD_FAILURE() << "a save into a full volume was accepted";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("(ENOSPC)"), std::string::npos) << what;
+    EXPECT_NE(what.find("the checkpoint volume is full"), std::string::npos) << what;
+  }
+  EXPECT_FALSE(fs::exists(dir + "/step-4"));
+  expect_no_temporaries(dir);
+  SmallModel fresh;
+  auto step = load_checkpoint(t, fresh.tensors, fresh.opt, Dist{});
+  ASSERT_TRUE(step.has_value());
+  EXPECT_EQ(*step, 2);
+  fs::remove(dir + "/filler");
+  save_checkpoint(t, 6, m.tensors, m.opt, Dist{});
+  EXPECT_EQ(step_dirs(dir), (std::set<std::string>{"step-6"}));
+}
+
+// Note [Checkpoint owner]: a job applied again (a new UID) at the same path stops at start
+// naming the other job's UID and step instead of "resuming" at its end; with --resume-from
+// (spec.checkpoint.resumeFrom) it starts from them, writes its own beside them, prunes only its
+// own, and later resumes from its own.
+TEST(Checkpoint, AnotherJobsCheckpointsAreUsedOnlyWhenResumeFromNamesThem) {
+  std::string dir = temp_dir("owner");
+  int code;
+  auto args = [&](int steps, bool resume_from) {
+    std::vector<std::string> a = {"--steps", std::to_string(steps), "--checkpoint-every", "2", "--checkpoint-keep", "1",
+                                  "--log-every", "1", "--checkpoint-dir", dir};
+    if (resume_from) a.insert(a.end(), {"--resume-from", dir});
+    return a;
+  };
+  std::string out = train(1, args(4, false), &code, {{"LOCKSTEP_JOB_UID", "uid-a"}});
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(slurp(dir + "/step-4/MANIFEST").find("job uid-a\n"), std::string::npos);
+
+  out = train(1, args(8, false), &code, {{"LOCKSTEP_JOB_UID", "uid-b"}});
+  EXPECT_EQ(code, lockstep::contract::kExitUsage) << out;
+  EXPECT_NE(out.find("holds checkpoints of another job (UID uid-a, newest at step 4) and none of this one (UID uid-b)"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("set spec.checkpoint.resumeFrom: " + dir), std::string::npos) << out;
+  EXPECT_EQ(out.find("step     5/8"), std::string::npos) << "trained:\n" << out;
+  EXPECT_EQ(step_dirs(dir), (std::set<std::string>{"step-4"}));
+
+  out = train(1, args(6, true), &code, {{"LOCKSTEP_JOB_UID", "uid-b"}});
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("starting from " + dir + "/step-4 (spec.checkpoint.resumeFrom), written by job UID uid-a"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("step     5/6"), std::string::npos) << out;
+  EXPECT_NE(slurp(dir + "/step-6/MANIFEST").find("job uid-b\n"), std::string::npos);
+  EXPECT_EQ(step_dirs(dir), (std::set<std::string>{"step-4", "step-6"})) << "keep 1 prunes only this job's";
+
+  out = train(1, args(8, true), &code, {{"LOCKSTEP_JOB_UID", "uid-b"}});
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("resumed from " + dir + " at step 6"), std::string::npos) << out;
+  EXPECT_EQ(out.find("spec.checkpoint.resumeFrom"), std::string::npos) << "its own come first:\n" << out;
+  EXPECT_EQ(step_dirs(dir), (std::set<std::string>{"step-4", "step-8"}));
 }
 
 // Rank 0 removes temporaries an interrupted writer left, but not one a writer may still own.

@@ -165,3 +165,39 @@ TEST(PodManifest, CarriesTheInPlaceBudgetAndTheRestartPolicy) {
   j.in_place_restarts = 0;
   EXPECT_EQ(env_of(pod_manifest(j, 0, 0))[lockstep::contract::kInPlaceRestarts], "0");
 }
+
+// Note [Job ports]: every port a pod serves is listed, once, named unless the name is taken.
+TEST(PodManifest, ListsTheRendezvousBarrierAndMetricsPorts) {
+  JobView j;
+  j.name = "tj";
+  j.ns = "team";
+  j.master_port = 30000;
+  j.metrics_port = 9500;
+  auto ports_of = [](const json& pod) {
+    std::map<int, std::string> out;
+    for (const auto& p : pod["spec"]["containers"][0]["ports"]) out[p["containerPort"]] = p.value("name", "");
+    return out;
+  };
+  EXPECT_EQ(ports_of(pod_manifest(j, 0, 0)),
+            (std::map<int, std::string>{{9500, "metrics"}, {30000, "rendezvous"}, {30001, "barrier"}}));
+  EXPECT_EQ(barrier_port(j), 30001);
+  // The template's own entries are kept; a port it lists already is not added again, and a
+  // name it uses for another port is not reused.
+  j.tmpl = json::parse(R"({"spec": {"containers": [{"name": "trainer", "image": "img",
+      "ports": [{"name": "barrier", "containerPort": 8080}, {"name": "mine", "containerPort": 30000}]}]}})");
+  json ports = pod_manifest(j, 0, 0)["spec"]["containers"][0]["ports"];
+  EXPECT_EQ(ports.size(), 4u) << ports.dump();
+  EXPECT_EQ(ports_of(pod_manifest(j, 0, 0)),
+            (std::map<int, std::string>{{8080, "barrier"}, {9500, "metrics"}, {30000, "mine"}, {30001, ""}}));
+}
+
+// Training pods never call the API server: no service-account token unless the template
+// sets automountServiceAccountToken itself.
+TEST(PodManifest, MountsNoServiceAccountTokenUnlessTheTemplateAsks) {
+  JobView j;
+  j.name = "tj";
+  j.ns = "team";
+  EXPECT_EQ(pod_manifest(j, 0, 0)["spec"]["automountServiceAccountToken"], false);
+  j.tmpl = json::parse(R"({"spec": {"automountServiceAccountToken": true, "containers": [{"name": "trainer"}]}})");
+  EXPECT_EQ(pod_manifest(j, 0, 0)["spec"]["automountServiceAccountToken"], true);
+}

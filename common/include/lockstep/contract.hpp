@@ -20,6 +20,9 @@ inline constexpr const char* kMetricsPort = "LOCKSTEP_METRICS_PORT";
 inline constexpr const char* kCheckpointPath = "LOCKSTEP_CHECKPOINT_PATH";
 inline constexpr const char* kCheckpointEvery = "LOCKSTEP_CHECKPOINT_EVERY";
 inline constexpr const char* kCheckpointKeep = "LOCKSTEP_CHECKPOINT_KEEP";  // spec.checkpoint.keep
+// spec.checkpoint.resumeFrom: where a job with no checkpoint of its own may start from
+// (Note [Checkpoint owner] in trainer/checkpoint.hpp).
+inline constexpr const char* kCheckpointResumeFrom = "LOCKSTEP_CHECKPOINT_RESUME_FROM";
 // In-place gang restarts (DESIGN.md, Restarts): the budget per gang attempt
 // (spec.runPolicy.inPlaceRestarts; 0 when restartPolicy is Never), the policy the agents judge
 // a worker's exit code by (OnFailure | ExitCode | Never), and the port node 0's agent serves
