@@ -9,7 +9,6 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <poll.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -23,6 +22,7 @@
 
 #include "lockstep/contract.hpp"
 #include "lockstep/log.hpp"
+#include "lockstep/random.hpp"
 
 namespace lockstep::agent {
 namespace {
@@ -125,18 +125,6 @@ std::string to_hex(const unsigned char* p, size_t n) {
   return out;
 }
 }  // namespace
-
-std::string random_hex(size_t bytes) {
-  std::string raw(bytes, '\0');
-  size_t got = 0;
-  while (got < bytes) {
-    ssize_t n = ::getrandom(raw.data() + got, bytes - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw std::runtime_error(std::string("getrandom failed: ") + std::strerror(errno));
-    got += static_cast<size_t>(n);
-  }
-  return to_hex(reinterpret_cast<const unsigned char*>(raw.data()), raw.size());
-}
 
 std::string barrier_proof_input(const std::string& nonce, int node, int attempt, const std::string& run_id) {
   return "lockstep-barrier-v1\n" + nonce + "\n" + std::to_string(node) + "\n" + std::to_string(attempt) + "\n" + run_id;
@@ -473,7 +461,14 @@ void BarrierServer::loop() {
       if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
       drop(c, "the connection broke");
     }
-    if (c.out.empty() && c.closing) c.dead = true;  // a refusal, delivered
+    if (c.out.empty() && c.closing && !c.dead) {  // a refusal, delivered
+      // What the peer sent after its HELLO is read and dropped first: a close with unread
+      // input resets the connection, and the peer could lose the refusal.
+      char buf[4096];
+      for (int k = 0; k < 16 && ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT) > 0; ++k) {}
+      ::shutdown(c.fd, SHUT_WR);
+      c.dead = true;
+    }
   };
   auto queue = [&](Conn& c, const Message& m) {
     if (c.dead) return;

@@ -101,7 +101,6 @@ std::string barrier_proof_input(const std::string& nonce, int node, int attempt,
 std::string barrier_proof(const std::string& secret, const std::string& nonce, int node, int attempt,
                           const std::string& run_id);  // hex HMAC-SHA256
 bool proof_matches(const std::string& expected, const std::string& given);  // constant time
-std::string random_hex(size_t bytes);  // getrandom(2); throws std::runtime_error if it fails
 
 // Peer text made safe for status: valid UTF-8 (invalid sequences become U+FFFD), control
 // characters dropped (a tab becomes a space; '\n' kept only if `newlines`), at most `max_bytes`

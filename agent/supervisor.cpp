@@ -20,6 +20,7 @@
 #include "lockstep/contract.hpp"
 #include "lockstep/log.hpp"
 #include "barrier.hpp"
+#include "lockstep/random.hpp"
 #include "worker_env.hpp"
 
 namespace lockstep::agent {
