@@ -683,16 +683,29 @@ void BarrierServer::loop() {
   };
 
   std::vector<pollfd> fds;
+  bool leaving = false;
+  Clock::time_point leave_by{};
   while (true) {
     const auto now = Clock::now();
     fds.clear();
-    fds.push_back({wake_[0], POLLIN, 0});
+    fds.push_back({leaving ? -1 : wake_[0], POLLIN, 0});
     fds.push_back({now >= listen_again ? listen_fd_ : -1, POLLIN, 0});
     for (auto& c : conns)
       fds.push_back({c->fd, static_cast<short>((c->closing ? 0 : POLLIN) | (c->out.empty() ? 0 : POLLOUT)), 0});
     int timeout = now >= listen_again ? 200 : static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(listen_again - now).count()) + 1;
     ::poll(fds.data(), fds.size(), std::min(timeout, 200));
-    if (fds[0].revents) break;
+    if (fds[0].revents && !leaving) {
+      char c;
+      while (::read(wake_[0], &c, 1) > 0) {}
+      leaving = true;
+      leave_by = Clock::now() + std::chrono::seconds(2);
+    }
+    // Node 0's agent leaves last: after the verdict, until every member has read it and
+    // closed its side (or 2 s). Closing first, with a member's last line unread, would reset
+    // the connection, and a verdict still in flight could be lost.
+    if (leaving && (phase != Phase::Finished || Clock::now() > leave_by ||
+                    std::none_of(node_conn.begin(), node_conn.end(), [](Conn* p) { return p != nullptr; })))
+      break;
     // conns may grow below: index by the poll set's own size.
     const size_t polled = fds.size() - 2;
     for (size_t i = 0; i < polled; ++i) {
