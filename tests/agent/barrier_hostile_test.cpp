@@ -351,6 +351,20 @@ TEST(BarrierHostile, SlowReadersDoNotDelayTheStart) {
   EXPECT_GT(sent.load(), 50);
 }
 
+// A stranger that says nothing is closed at its HELLO deadline (kHelloTimeout, 10 s).
+TEST(BarrierHostile, ASilentConnectionIsClosedAtItsHelloDeadline) {
+  agent::BarrierServer server(server_config(2), "127.0.0.1", 0);
+  int fd = dial(server.port());
+  ASSERT_GE(fd, 0);
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(read_line(fd, 5s).rfind("CHALLENGE", 0), 0u);
+  EXPECT_TRUE(closed_by_peer(fd, agent::kHelloTimeout + 3s));
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("a silent connection was closed after %.1f s\n", took);
+  EXPECT_GE(took, 9.5);
+  ::close(fd);
+}
+
 // Thousands of idle strangers, each holding as much as it may before HELLO: the agent stays
 // small, and real agents still join.
 TEST(BarrierHostile, ThousandsOfIdleConnectionsKeepTheAgentSmall) {
