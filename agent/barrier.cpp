@@ -5,18 +5,24 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 
 #include "lockstep/contract.hpp"
 #include "lockstep/log.hpp"
+#include "lockstep/random.hpp"
 
 namespace lockstep::agent {
 namespace {
@@ -108,6 +114,113 @@ long long unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+namespace {
+std::string to_hex(const unsigned char* p, size_t n) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    out += hex[p[i] >> 4];
+    out += hex[p[i] & 15];
+  }
+  return out;
+}
+}  // namespace
+
+std::string barrier_proof_input(const std::string& nonce, int node, int attempt, const std::string& run_id) {
+  return "lockstep-barrier-v1\n" + nonce + "\n" + std::to_string(node) + "\n" + std::to_string(attempt) + "\n" + run_id;
+}
+
+std::string barrier_proof(const std::string& secret, const std::string& nonce, int node, int attempt,
+                          const std::string& run_id) {
+  const std::string input = barrier_proof_input(nonce, node, attempt, run_id);
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (!HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+            reinterpret_cast<const unsigned char*>(input.data()), input.size(), mac, &len))
+    throw std::runtime_error("HMAC-SHA256 failed (OpenSSL)");
+  return to_hex(mac, len);
+}
+
+bool proof_matches(const std::string& expected, const std::string& given) {
+  // The length is public (64 hex digits); the bytes are compared in constant time.
+  return !expected.empty() && expected.size() == given.size() &&
+         CRYPTO_memcmp(expected.data(), given.data(), expected.size()) == 0;
+}
+
+std::string clean_text(const std::string& s, size_t max_bytes, bool newlines, bool keep_end) {
+  // Decode UTF-8 strictly (no overlong forms, surrogates or code points past U+10FFFF).
+  std::vector<std::string> chars;
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  static const std::string replacement = "\xEF\xBF\xBD";
+  for (size_t i = 0; i < n;) {
+    unsigned char c = p[i];
+    if (c < 0x80) {
+      if (c == '\n' && newlines) chars.emplace_back("\n");
+      else if (c == '\t') chars.emplace_back(" ");
+      else if (c >= 0x20 && c != 0x7f) chars.emplace_back(1, static_cast<char>(c));
+      ++i;
+      continue;
+    }
+    size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    bool ok = len > 0 && i + len <= n;
+    for (size_t k = 1; ok && k < len; ++k) ok = (p[i + k] & 0xC0) == 0x80;
+    if (ok && len == 3) {
+      unsigned char c1 = p[i + 1];
+      ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0);  // overlong; surrogate
+    }
+    if (ok && len == 4) {
+      unsigned char c1 = p[i + 1];
+      ok = !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90);  // overlong; past U+10FFFF
+    }
+    if (!ok) {
+      chars.push_back(replacement);
+      ++i;
+      continue;
+    }
+    if (!(len == 2 && c == 0xC2 && p[i + 1] < 0xA0))  // C1 controls (U+0080..U+009F) dropped
+      chars.emplace_back(s, i, len);
+    i += len;
+  }
+  std::string out;
+  if (!keep_end) {
+    for (const auto& ch : chars) {
+      if (out.size() + ch.size() > max_bytes) break;
+      out += ch;
+    }
+    return out;
+  }
+  size_t total = 0, first = chars.size();
+  while (first > 0 && total + chars[first - 1].size() <= max_bytes) total += chars[--first].size();
+  for (size_t i = first; i < chars.size(); ++i) out += chars[i];
+  return out;
+}
+
+std::string log_escape(const std::string& s, size_t max) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < max; ++i) {
+    auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  if (s.size() > max) out += "...(" + std::to_string(s.size()) + " bytes)";
+  return out;
+}
+
+Failure sanitize_failure(Failure f) {
+  if (f.reason != "WorkerFailed" && f.reason != "Stall") f.reason = "WorkerFailed";
+  if (f.code < 1 || f.code > 255) f.code = 1;  // a failure's shell code: 1..255
+  f.what = clean_text(f.what, kFailureWhatBytes);
+  f.tail = clean_text(f.tail, kFailureTailBytes, /*newlines=*/true, /*keep_end=*/true);
+  return f;
+}
+
 std::string Message::get(const std::string& k, const std::string& fallback) const {
   auto it = fields.find(k);
   return it == fields.end() ? fallback : it->second;
@@ -177,7 +290,7 @@ std::optional<Failure> failure_of(const Message& m) {
   }
   f.what = m.get("what");
   f.tail = m.get("tail");
-  return f;
+  return sanitize_failure(std::move(f));
 }
 
 bool restartable_in_place(const std::string& policy, int code) {
@@ -220,7 +333,7 @@ Verdict decide(const Failure& cause, int generation, int budget, const std::stri
 // ---- server ----
 
 BarrierServer::BarrierServer(const Config& cfg, const std::string& address, int port) : cfg_(cfg) {
-  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (listen_fd_ < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
   int one = 1;
   ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -237,6 +350,10 @@ BarrierServer::BarrierServer(const Config& cfg, const std::string& address, int 
   socklen_t len = sizeof a;
   ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
   port_ = ntohs(a.sin_port);
+  if (cfg_.barrier_secret.empty())
+    LOCKSTEP_LOG(Warn, "barrier", "LOCKSTEP_BARRIER_SECRET is not set: the restart barrier on " << address << ":" << port_
+                                  << " admits any peer that names this job's run id and gang attempt (the operator and "
+                                     "`lockstep run` set it; agents started by hand need one random value on every node)");
   if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) throw std::runtime_error("pipe failed");
   thread_ = std::thread([this] { loop(); });
 }
@@ -251,17 +368,68 @@ BarrierServer::~BarrierServer() {
     if (fd >= 0) ::close(fd);
 }
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// One peer of the server (Note [Barrier trust]).
+struct Conn {
+  int fd = -1;
+  std::string peer;         // address:port, for node 0's log
+  std::string in, out;      // unread input; output not yet taken by the peer
+  size_t received = 0;      // bytes received in all
+  int node = -1;            // its node rank once joined
+  std::string nonce;        // the challenge it must answer
+  Clock::time_point since;  // accepted
+  bool closing = false;     // refused: closed once `out` is written, or at its HELLO deadline
+  bool dead = false;        // to be closed at the end of this round
+};
+
+// Refusals and dropped strangers in node 0's log: the first kFirst of each minute, then one
+// line with how many more (Note [Barrier trust]: a stranger must not flood the log).
+class RefusalLog {
+ public:
+  void note(const std::string& line) {
+    roll();
+    if (logged_ < kFirst) {
+      ++logged_;
+      LOCKSTEP_LOG(Warn, "barrier", line);
+    } else {
+      ++suppressed_;
+    }
+  }
+  void roll() {
+    auto now = Clock::now();
+    if (now - window_ < kWindow) return;
+    if (suppressed_ > 0)
+      LOCKSTEP_LOG(Warn, "barrier", suppressed_ << " more refused or dropped connection(s) in the last "
+                                    << std::chrono::duration_cast<std::chrono::seconds>(now - window_).count()
+                                    << " s, not logged one by one");
+    window_ = now;
+    logged_ = suppressed_ = 0;
+  }
+
+ private:
+  static constexpr int kFirst = 5;
+  static constexpr auto kWindow = std::chrono::seconds(60);
+  Clock::time_point window_ = Clock::now();
+  int logged_ = 0;
+  long suppressed_ = 0;
+};
+
+std::string peer_name(const sockaddr_in& a) {
+  char ip[INET_ADDRSTRLEN] = "?";
+  ::inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip);
+  return std::string(ip) + ":" + std::to_string(ntohs(a.sin_port));
+}
+
+}  // namespace
+
 void BarrierServer::loop() {
-  using Clock = std::chrono::steady_clock;
   enum class Phase { Gathering, Running, Stopping, Finished };
-  struct Conn {
-    int fd;
-    std::string buffer;
-    int node = -1;
-  };
-  std::vector<Conn> conns;
+  std::vector<std::unique_ptr<Conn>> conns;
   const int n = cfg_.nnodes;
-  std::vector<int> node_fd(n, -1);
+  std::vector<Conn*> node_conn(n, nullptr);
   std::vector<bool> done(n, false), stopped(n, false);
   std::vector<Failure> reports;
   std::set<int> reported;
@@ -270,10 +438,55 @@ void BarrierServer::loop() {
   auto deadline = Clock::now() + cfg_.rendezvous_timeout;
   // Stopping takes the grace period and at most 10 s of SIGKILL (Supervisor::stop_group).
   const auto stop_limit = cfg_.grace_period + std::chrono::seconds(30);
+  RefusalLog refusals;
+  Clock::time_point listen_again{}, next_alive = Clock::now() + kAliveInterval;
+  std::vector<int> lost_nodes;  // members whose connection closed this round
 
+  auto drop = [&](Conn& c, const std::string& why) {
+    if (c.dead) return;
+    c.dead = true;
+    if (c.node >= 0) {
+      LOCKSTEP_LOG(Warn, "barrier", "closing node " << c.node << "'s connection: " << why);
+      if (node_conn[c.node] == &c) node_conn[c.node] = nullptr;
+      lost_nodes.push_back(c.node);
+    } else if (!c.closing) {
+      refusals.note("closing a connection from " + c.peer + " that has not joined: " + why);
+    }
+  };
+  auto flush = [&](Conn& c) {
+    while (!c.out.empty() && !c.dead) {
+      ssize_t k = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (k > 0) { c.out.erase(0, static_cast<size_t>(k)); continue; }
+      if (k < 0 && errno == EINTR) continue;
+      if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      drop(c, "the connection broke");
+    }
+    if (c.out.empty() && c.closing && !c.dead) {  // a refusal, delivered
+      // What the peer sent after its HELLO is read and dropped first: a close with unread
+      // input resets the connection, and the peer could lose the refusal.
+      char buf[4096];
+      for (int k = 0; k < 16 && ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT) > 0; ++k) {}
+      ::shutdown(c.fd, SHUT_WR);
+      c.dead = true;
+    }
+  };
+  auto queue = [&](Conn& c, const Message& m) {
+    if (c.dead) return;
+    c.out += encode(m) + "\n";
+    if (c.out.size() > kMaxQueuedBytes) {
+      drop(c, "it does not read what it is sent (" + std::to_string(c.out.size()) + " bytes queued)");
+      return;
+    }
+    flush(c);
+  };
+  auto refuse = [&](Conn& c, const std::string& text) {
+    queue(c, {"EXIT", {{"exit", std::to_string(contract::kExitRendezvous)}, {"why", text}}});
+    c.closing = true;
+    flush(c);
+  };
   auto broadcast = [&](const Message& m) {
-    for (int fd : node_fd)
-      if (fd >= 0) send_line(fd, m);
+    for (Conn* c : node_conn)
+      if (c) queue(*c, m);
   };
   auto finish = [&](int code, const std::string& why, const std::optional<Failure>& cause) {
     Message m = failure_message("EXIT", gen, cause);
@@ -287,7 +500,7 @@ void BarrierServer::loop() {
   auto begin_stop = [&](const std::string& why) {
     phase = Phase::Stopping;
     std::fill(stopped.begin(), stopped.end(), false);
-    for (int i = 0; i < n; ++i) stopped[i] = done[i] && node_fd[i] < 0;
+    for (int i = 0; i < n; ++i) stopped[i] = done[i] && !node_conn[i];
     deadline = Clock::now() + stop_limit;
     LOCKSTEP_LOG(Info, "barrier", "generation " << gen << ": " << why << "; every node stops its workers");
     broadcast({"STOP", {{"gen", std::to_string(gen)}}});
@@ -322,38 +535,63 @@ void BarrierServer::loop() {
            "the agent of node " + std::to_string(node) + " is gone (its pod deleted, its node lost or the agent killed)",
            std::nullopt);
   };
-  auto handle = [&](Conn& c, const Message& m) {
-    const int g = m.get_int("gen", -1);
-    if (m.verb == "HELLO") {
-      const int node = m.get_int("node");
-      std::string refuse;
-      if (node < 0 || node >= n) refuse = "node rank " + m.get("node") + " is outside 0.." + std::to_string(n - 1);
-      else if (m.get("run") != cfg_.run_id) refuse = "it belongs to run '" + m.get("run") + "', not '" + cfg_.run_id + "'";
-      else if (m.get_int("attempt") != cfg_.restart_attempt)
-        refuse = "it belongs to gang attempt " + m.get("attempt") + ", this is attempt " + std::to_string(cfg_.restart_attempt);
-      else if (node_fd[node] >= 0) refuse = "node " + std::to_string(node) + " has already joined (two pods with one node rank?)";
-      else if (phase != Phase::Gathering) refuse = "the job has already started without it";
-      if (!refuse.empty()) {
-        LOCKSTEP_LOG(Warn, "barrier", "refusing an agent: " << refuse);
-        send_line(c.fd, {"EXIT", {{"exit", std::to_string(contract::kExitRendezvous)}, {"why", "refused by node 0's agent: " + refuse}}});
-        return;
-      }
-      c.node = node;
-      node_fd[node] = c.fd;
-      int joined = static_cast<int>(std::count_if(node_fd.begin(), node_fd.end(), [](int fd) { return fd >= 0; }));
-      if (joined == n) {
-        phase = Phase::Running;
-        if (n > 1) LOCKSTEP_LOG(Info, "barrier", "all " << n << " agents joined; starting generation 0");
-        broadcast({"START", {{"gen", "0"}}});
-      }
+  // A member's report, as the server saw it (Note [Barrier trust]).
+  auto report = [&](const Conn& c, const Message& m) {
+    auto f = failure_of(m);
+    if (!f || !reported.insert(c.node).second) return;
+    f->node = c.node;
+    f->at_ms = unix_ms();
+    reports.push_back(*f);
+  };
+  auto hello = [&](Conn& c, const Message& m) {
+    const int node = m.get_int("node");
+    const int attempt = m.get_int("attempt");
+    // Which check failed goes to node 0's log only, never to the peer.
+    std::string failed;
+    if (node < 0 || node >= n) failed = "node rank '" + log_escape(m.get("node")) + "' is not one of this job's";
+    else if (!cfg_.barrier_secret.empty()) {
+      if (!proof_matches(barrier_proof(cfg_.barrier_secret, c.nonce, node, cfg_.restart_attempt, cfg_.run_id), m.get("proof")))
+        failed = "no valid proof of the job's secret for node " + std::to_string(node) +
+                 " (another job, an older gang attempt, or not an agent)";
+    } else if (m.get("run") != cfg_.run_id || attempt != cfg_.restart_attempt) {
+      failed = "another run id or gang attempt (node " + std::to_string(node) + ")";
+    }
+    if (!failed.empty()) {
+      refusals.note("refused a HELLO from " + c.peer + ": " + failed);
+      refuse(c, kRefusal);
       return;
     }
-    if (c.node < 0 || g != gen) return;  // not joined, or about an older generation: ignore
+    // A member from here on: it may be told more.
+    std::string refusal;
+    if (node_conn[node]) refusal = "node " + std::to_string(node) + " has already joined (two pods with one node rank?)";
+    else if (phase != Phase::Gathering) refusal = "the job has already started without it";
+    if (!refusal.empty()) {
+      LOCKSTEP_LOG(Warn, "barrier", "refusing the agent of node " << node << " at " << c.peer << ": " << refusal);
+      refuse(c, "refused by node 0's agent: " + refusal);
+      return;
+    }
+    c.node = node;
+    node_conn[node] = &c;
+    int joined = static_cast<int>(std::count_if(node_conn.begin(), node_conn.end(), [](Conn* p) { return p != nullptr; }));
+    if (joined == n) {
+      phase = Phase::Running;
+      if (n > 1) LOCKSTEP_LOG(Info, "barrier", "all " << n << " agents joined; starting generation 0");
+      broadcast({"START", {{"gen", "0"}}});
+    }
+  };
+  auto handle = [&](Conn& c, const Message& m) {
+    if (c.node < 0) {  // the first line must be a HELLO
+      if (m.verb == "HELLO") hello(c, m);
+      else drop(c, "it sent " + log_escape(m.verb, 16) + " before HELLO");
+      return;
+    }
+    const int g = m.get_int("gen", -1);
+    if (g != gen) return;  // about an older generation: ignore
     if (m.verb == "FAILED") {
-      if (auto f = failure_of(m); f && reported.insert(c.node).second) reports.push_back(*f);
+      report(c, m);
       if (phase == Phase::Running) begin_stop("node " + std::to_string(c.node) + " reports a failure");
     } else if (m.verb == "STOPPED") {
-      if (auto f = failure_of(m); f && reported.insert(c.node).second) reports.push_back(*f);
+      report(c, m);
       if (phase == Phase::Stopping) stopped[c.node] = true;
       maybe_decide();
     } else if (m.verb == "DONE") {
@@ -366,38 +604,153 @@ void BarrierServer::loop() {
       }
     }
   };
+  // Reads what `c` sent (at most 64 KiB a round, so no peer starves the others) and handles
+  // each complete line, within the bounds of Note [Barrier trust].
+  auto receive = [&](Conn& c) {
+    char buf[4096];
+    for (size_t round = 0; round < 16 && !c.dead && !c.closing; ++round) {
+      ssize_t k = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
+      if (k < 0 && errno == EINTR) continue;
+      if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      if (k <= 0) {  // closed, or an error: a member's loss is judged when it is closed
+        c.dead = true;
+        return;
+      }
+      c.received += static_cast<size_t>(k);
+      c.in.append(buf, static_cast<size_t>(k));
+      for (size_t pos; !c.dead && !c.closing && (pos = c.in.find('\n')) != std::string::npos;) {
+        std::string line = c.in.substr(0, pos);
+        c.in.erase(0, pos + 1);
+        auto m = decode(line);
+        if (!m) {
+          if (c.node < 0) drop(c, "it sent a line that is not the barrier's protocol: '" + log_escape(line) + "'");
+          continue;  // a member's garbled line: ignored, as before
+        }
+        handle(c, *m);
+      }
+      if (c.node < 0 && c.received > kMaxUnjoinedBytes)
+        drop(c, "it sent more than " + std::to_string(kMaxUnjoinedBytes) + " bytes without joining");
+      else if (c.in.size() > kMaxLineBytes)
+        drop(c, "a line longer than " + std::to_string(kMaxLineBytes) + " bytes");
+    }
+  };
+  auto unjoined = [&] {
+    return std::count_if(conns.begin(), conns.end(), [](const auto& c) { return c->node < 0 && !c->dead; });
+  };
+  auto drop_oldest_unjoined = [&](const std::string& why) {
+    for (auto& c : conns)  // accepted in order: the first is the oldest
+      if (c->node < 0 && !c->dead) {
+        c->closing ? void(c->dead = true) : drop(*c, why);
+        return;
+      }
+  };
+  auto accept_new = [&] {
+    for (int k = 0; k < 64; ++k) {
+      sockaddr_in a{};
+      socklen_t len = sizeof a;
+      int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          // Out of descriptors: the pending connection stays in the backlog, so polling the
+          // listener again at once would spin. Rest, and free a stranger's descriptor.
+          listen_again = Clock::now() + kAcceptBackoff;
+          refusals.note(std::string("cannot accept connections: ") + std::strerror(errno) +
+                        "; dropping the oldest connection that has not joined");
+          drop_oldest_unjoined("the agent is out of file descriptors");
+        }
+        return;
+      }
+      if (unjoined() >= kMaxUnjoined)
+        drop_oldest_unjoined(std::to_string(kMaxUnjoined) + " connections wait to join; the oldest goes");
+      int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      auto c = std::make_unique<Conn>();
+      c->fd = fd;
+      c->peer = peer_name(a);
+      c->since = Clock::now();
+      try {
+        c->nonce = random_hex(32);
+      } catch (const std::exception& e) {
+        LOCKSTEP_LOG(Error, "barrier", e.what());
+        ::close(fd);
+        return;
+      }
+      Conn& ref = *c;
+      conns.push_back(std::move(c));
+      queue(ref, {"CHALLENGE", {{"nonce", ref.nonce}}});
+    }
+  };
 
+  std::vector<pollfd> fds;
+  bool leaving = false;
+  Clock::time_point leave_by{};
   while (true) {
-    std::vector<pollfd> fds{{wake_[0], POLLIN, 0}, {listen_fd_, POLLIN, 0}};
-    for (auto& c : conns) fds.push_back({c.fd, POLLIN, 0});
-    ::poll(fds.data(), fds.size(), 200);
-    if (fds[0].revents) break;
-    if (fds[1].revents & POLLIN) {
-      int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd >= 0) {
-        int one = 1;
-        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        conns.push_back({fd, "", -1});
+    const auto now = Clock::now();
+    fds.clear();
+    fds.push_back({leaving ? -1 : wake_[0], POLLIN, 0});
+    fds.push_back({now >= listen_again ? listen_fd_ : -1, POLLIN, 0});
+    for (auto& c : conns)
+      fds.push_back({c->fd, static_cast<short>((c->closing ? 0 : POLLIN) | (c->out.empty() ? 0 : POLLOUT)), 0});
+    int timeout = now >= listen_again ? 200 : static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(listen_again - now).count()) + 1;
+    ::poll(fds.data(), fds.size(), std::min(timeout, 200));
+    if (fds[0].revents && !leaving) {
+      char c;
+      while (::read(wake_[0], &c, 1) > 0) {}
+      leaving = true;
+      leave_by = Clock::now() + std::chrono::seconds(2);
+    }
+    // Node 0's agent leaves last: after the verdict, until every member has read it and
+    // closed its side (or 2 s). Closing first, with a member's last line unread, would reset
+    // the connection, and a verdict still in flight could be lost.
+    if (leaving && (phase != Phase::Finished || Clock::now() > leave_by ||
+                    std::none_of(node_conn.begin(), node_conn.end(), [](Conn* p) { return p != nullptr; })))
+      break;
+    // conns may grow below: index by the poll set's own size.
+    const size_t polled = fds.size() - 2;
+    for (size_t i = 0; i < polled; ++i) {
+      Conn& c = *conns[i];
+      short ev = fds[i + 2].revents;
+      if (!ev || c.dead) continue;
+      if (ev & POLLOUT) flush(c);
+      if (ev & (POLLIN | POLLHUP | POLLERR)) {
+        if (c.closing && (ev & (POLLHUP | POLLERR))) c.dead = true;
+        else receive(c);
       }
     }
-    for (size_t i = 0; i < conns.size();) {
-      if (!(fds.size() > i + 2 && fds[i + 2].fd == conns[i].fd && fds[i + 2].revents)) { ++i; continue; }
-      std::vector<std::string> lines;
-      bool open = read_lines(conns[i].fd, conns[i].buffer, lines);
-      for (const auto& l : lines)
-        if (auto m = decode(l)) handle(conns[i], *m);
-      if (open) { ++i; continue; }
-      int node = conns[i].node;
-      ::close(conns[i].fd);
-      if (node >= 0 && node_fd[node] == conns[i].fd) node_fd[node] = -1;
-      fds.erase(fds.begin() + static_cast<long>(i) + 2);
-      conns.erase(conns.begin() + static_cast<long>(i));
+    if (fds[1].revents & POLLIN) accept_new();
+    // Deadlines: a HELLO within kHelloTimeout of the accept; a refusal delivered by then too.
+    const auto t = Clock::now();
+    for (auto& c : conns)
+      if (c->node < 0 && !c->dead && t - c->since > kHelloTimeout) {
+        if (c->closing) c->dead = true;
+        else drop(*c, "no HELLO within " + std::to_string(kHelloTimeout.count()) + " s");
+      }
+    if (t >= next_alive) {
+      next_alive = t + kAliveInterval;
+      broadcast({"ALIVE", {}});
+    }
+    // Close what is done with; a member's loss may end the generation.
+    for (auto it = conns.begin(); it != conns.end();) {
+      if (!(*it)->dead) { ++it; continue; }
+      Conn& c = **it;
+      if (c.node >= 0 && node_conn[c.node] == &c) {
+        node_conn[c.node] = nullptr;
+        lost_nodes.push_back(c.node);
+      }
+      ::close(c.fd);
+      it = conns.erase(it);
+    }
+    while (!lost_nodes.empty()) {  // lost() may close more members (their queues overflowing)
+      int node = lost_nodes.back();
+      lost_nodes.pop_back();
       lost(node);
     }
+    refusals.roll();
     if (Clock::now() > deadline && (phase == Phase::Gathering || phase == Phase::Stopping)) {
       std::vector<int> missing;
       for (int i = 0; i < n; ++i)
-        if (phase == Phase::Gathering ? node_fd[i] < 0 : !stopped[i]) missing.push_back(i);
+        if (phase == Phase::Gathering ? !node_conn[i] : !stopped[i]) missing.push_back(i);
       finish(contract::kExitRendezvous,
              phase == Phase::Gathering
                  ? "the agents of node(s) " + node_list(missing) + " did not join within the rendezvous timeout"
@@ -405,7 +758,7 @@ void BarrierServer::loop() {
              std::nullopt);
     }
   }
-  for (auto& c : conns) ::close(c.fd);
+  for (auto& c : conns) ::close(c->fd);
 }
 
 // ---- client ----
@@ -447,6 +800,7 @@ bool BarrierClient::connect(const std::string& host, int port, std::string& erro
   fd_ = fd;
   lost_ = false;
   buffer_.clear();
+  last_heard_ = std::chrono::steady_clock::now();
   return true;
 }
 
@@ -470,6 +824,7 @@ std::optional<Message> BarrierClient::poll(std::chrono::milliseconds timeout) {
   std::vector<std::string> lines;
   std::string rest;
   bool open = read_lines(fd_, rest, lines);
+  if (!lines.empty()) last_heard_ = std::chrono::steady_clock::now();
   std::string joined;
   for (auto& l : lines) joined += l + "\n";
   buffer_ += joined + rest;

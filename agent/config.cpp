@@ -28,6 +28,11 @@ variables (set by the operator), else torchrun's PET_* variables, else these fla
                              Never (default OnFailure)
   --agent-port PORT          LOCKSTEP_AGENT_PORT: node 0's agent serves the restart barrier
                              here (default: the master port + 1)
+  --barrier-timeout D        LOCKSTEP_BARRIER_TIMEOUT: an agent whose workers finished waits for
+                             the others while node 0's agent says it is alive; silence this long
+                             ends the wait (default 60s)
+  (LOCKSTEP_BARRIER_SECRET: the secret agents prove to node 0's agent to join the restart
+                             barrier; the operator and lockstep run set it; docs/security.md)
   --run-id ID                TORCHELASTIC_RUN_ID (default: LOCKSTEP_JOB_UID, else the job name)
   --metrics-port PORT        LOCKSTEP_METRICS_PORT (default 9400; 0 disables /metrics)
   --metrics-address ADDR     address for /metrics (default 0.0.0.0)
@@ -167,6 +172,8 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
   cfg.max_restarts = env_int(env, {c::kInPlaceRestarts}, 0, 0, 1000);
   cfg.agent_port = env_int(env, {c::kAgentPort}, 0, 1, 65535);
   if (lookup(env, {c::kRestartPolicy}, v, from)) cfg.restart_policy = v;
+  if (lookup(env, {c::kBarrierSecret}, v, from)) cfg.barrier_secret = v;
+  cfg.barrier_timeout = env_duration(env, "LOCKSTEP_BARRIER_TIMEOUT", cfg.barrier_timeout);
   // Durations also from the environment: the operator starts `lockstep-agent -- COMMAND` with
   // no flags, so a pod's env is how a job changes them.
   cfg.stall_timeout = env_duration(env, "LOCKSTEP_STALL_TIMEOUT", cfg.stall_timeout);
@@ -217,6 +224,7 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
       else if (match(argc, argv.data(), i, "--restart-policy", v)) cfg.restart_policy = v;
       else if (match(argc, argv.data(), i, "--agent-port", v)) cfg.agent_port = to_int("--agent-port", v, 1, 65535);
       else if (match(argc, argv.data(), i, "--run-id", v)) cfg.run_id = v;
+      else if (match(argc, argv.data(), i, "--barrier-timeout", v)) cfg.barrier_timeout = to_duration("--barrier-timeout", v);
       else if (match(argc, argv.data(), i, "--metrics-port", v)) cfg.metrics_port = to_int("--metrics-port", v, 0, 65535);
       else if (match(argc, argv.data(), i, "--metrics-address", v)) cfg.metrics_address = v;
       else if (match(argc, argv.data(), i, "--stall-timeout", v)) cfg.stall_timeout = to_duration("--stall-timeout", v);
@@ -260,6 +268,9 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
     cfg.python_probe_dir = find_python_probe_dir(probe_dir, probe_dir_from, self_exe, &cfg.python_probe_note);
   else
     cfg.python_probe_note = "off (LOCKSTEP_PYTHON_PROBE=0 or --no-python-probe)";
+  if (cfg.barrier_timeout.count() <= 0)
+    throw ConfigError("--barrier-timeout (LOCKSTEP_BARRIER_TIMEOUT) must be positive: it bounds how long a finished "
+                      "agent waits for a silent node 0");
   if (cfg.master_addr.empty()) throw ConfigError("the master address (LOCKSTEP_MASTER_ADDR or --master-addr) is empty");
   return cfg;
 }

@@ -28,6 +28,12 @@ struct Config {
   int max_restarts = 0;
   std::string restart_policy = "OnFailure";  // LOCKSTEP_RESTART_POLICY: OnFailure | ExitCode | Never
   int agent_port = 0;                        // LOCKSTEP_AGENT_PORT; 0: the master port + 1
+  // Note [Barrier trust]: the job's secret (LOCKSTEP_BARRIER_SECRET), never logged; empty: none.
+  // The agent takes it out of its environment, so no worker sees it.
+  std::string barrier_secret;
+  // A finished agent waits for the barrier's verdict (its peers may train on) as long as the
+  // server says ALIVE; silence this long ends the wait (LOCKSTEP_BARRIER_TIMEOUT).
+  std::chrono::milliseconds barrier_timeout{std::chrono::seconds(60)};
   std::string run_id = "none";    // TORCHELASTIC_RUN_ID: the job's UID, else its name
   std::string job_name, job_namespace;
   int metrics_port = 9400;        // 0: no /metrics

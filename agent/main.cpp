@@ -32,6 +32,12 @@ int main(int argc, char** argv) {
     std::cerr << "lockstep-agent: " << e.what() << "\n";
     return lockstep::contract::kExitUsage;
   }
+  // Note [Barrier trust]: the secret is the agent's alone. Out of the environment the workers
+  // inherit, and overwritten where the kernel shows it (/proc/<pid>/environ).
+  if (char* secret = std::getenv(lockstep::contract::kBarrierSecret)) {
+    for (char* p = secret; *p; ++p) *p = 'x';
+    ::unsetenv(lockstep::contract::kBarrierSecret);
+  }
   Supervisor::block_signals();  // before any thread: stop signals are taken synchronously
   mallopt(M_ARENA_MAX, 2);
 

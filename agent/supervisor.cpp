@@ -20,6 +20,7 @@
 #include "lockstep/contract.hpp"
 #include "lockstep/log.hpp"
 #include "barrier.hpp"
+#include "lockstep/random.hpp"
 #include "worker_env.hpp"
 
 namespace lockstep::agent {
@@ -47,6 +48,14 @@ void write_termination_log(const std::string& text) {
   out << text;
   if (!out) LOCKSTEP_LOG(Warn, "agent", "cannot write the termination message to " << path);
 }
+
+// A verdict from node 0's agent, bounded before it reaches a log or the termination message
+// (Note [Barrier trust]).
+int verdict_code(const Message& m) {
+  int code = m.get_int("exit", contract::kExitRendezvous);
+  return code >= 0 && code <= 255 ? code : contract::kExitRendezvous;
+}
+std::string verdict_why(const Message& m) { return clean_text(m.get("why"), kVerdictWhyBytes); }
 
 // A gauge or counter as a step count: a whole number in [0, 1e15] (what the operator believes).
 std::optional<long long> step_count(double v) {
@@ -210,6 +219,7 @@ void Supervisor::start_group(int generation) {
     std::string errors = error_file(i);
     if (!errors.empty()) ::unlink(errors.c_str());  // only this attempt's error counts
     so.env = worker_env(cfg_, i, generation, metrics_ ? metrics_->socket_path(i) : "", inherited, errors);
+    so.unset_env.push_back(contract::kBarrierSecret);  // Note [Barrier trust]: the agent's alone
     so.new_process_group = true;
     int pipe_fds[2] = {-1, -1};
     if (!cfg_.log_dir.empty()) {
@@ -477,12 +487,17 @@ int Supervisor::join_barrier(BarrierClient& barrier, const std::string& host, in
         continue;
       }
     }
-    if (!said_hello) {
-      barrier.send({"HELLO", {{"node", std::to_string(cfg_.node_rank)}, {"run", cfg_.run_id},
-                              {"attempt", std::to_string(cfg_.restart_attempt)}}});
-      said_hello = true;
-    }
     auto m = barrier.poll(std::chrono::milliseconds(100));
+    if (m && m->verb == "CHALLENGE" && !said_hello) {  // Note [Barrier trust]: prove membership
+      Message hello{"HELLO", {{"node", std::to_string(cfg_.node_rank)}, {"run", cfg_.run_id},
+                              {"attempt", std::to_string(cfg_.restart_attempt)}}};
+      if (!cfg_.barrier_secret.empty())
+        hello.fields["proof"] = barrier_proof(cfg_.barrier_secret, m->get("nonce"), cfg_.node_rank,
+                                              cfg_.restart_attempt, cfg_.run_id);
+      barrier.send(hello);
+      said_hello = true;
+      continue;
+    }
     if (m && m->verb == "START" && m->get_int("gen") == 0) {
       if (cfg_.nnodes > 1)
         LOCKSTEP_LOG(Info, "agent", "all " << cfg_.nnodes << " agents joined the restart barrier after "
@@ -491,7 +506,7 @@ int Supervisor::join_barrier(BarrierClient& barrier, const std::string& host, in
                                     << cfg_.restart_policy << ")");
       return -1;
     }
-    if (m && m->verb == "EXIT") return finish(m->get_int("exit", contract::kExitRendezvous), m->get("why"), nullptr);
+    if (m && m->verb == "EXIT") return finish(verdict_code(*m), verdict_why(*m), nullptr);
     if (barrier.lost()) {  // node 0's agent restarted or refused us without a word: try again
       connected = said_hello = false;
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -516,6 +531,8 @@ int Supervisor::run() {
   if (!wait_for_master()) return contract::kExitRendezvous;
   // Note [Restart barrier]: node 0's agent serves it; a single node keeps it on loopback.
   std::unique_ptr<BarrierServer> server;
+  // Note [Barrier trust]: a single node is its own peer, so it can draw its own secret.
+  if (cfg_.nnodes == 1 && cfg_.barrier_secret.empty()) cfg_.barrier_secret = random_hex(32);
   if (cfg_.node_rank == 0) {
     try {
       server = cfg_.nnodes == 1 ? std::make_unique<BarrierServer>(cfg_, "127.0.0.1", 0)
@@ -590,7 +607,7 @@ int Supervisor::run() {
       }
       if (m && m->verb == "EXIT") {
         stop_group();
-        return finish(m->get_int("exit", contract::kExitRendezvous), m->get("why"), nullptr);
+        return finish(verdict_code(*m), verdict_why(*m), nullptr);
       }
       if (barrier.lost()) {
         LOCKSTEP_LOG(Error, "agent", lost_server() << "; stopping the workers");
@@ -618,22 +635,22 @@ int Supervisor::run() {
       if (m && m->verb == "START" && m->get_int("gen") == gen + 1) {
         gen += 1;
         auto cause = failure_of(*m);
-        LOCKSTEP_LOG(Warn, "agent", "restart barrier: " << m->get("why") << "; starting generation " << gen
+        LOCKSTEP_LOG(Warn, "agent", "restart barrier: " << verdict_why(*m) << "; starting generation " << gen
                                                         << " (TORCHELASTIC_RESTART_COUNT=" << cfg_.restart_attempt + gen << ")");
         if (metrics_) metrics_->count_in_place_restart(cause ? cause->reason : "WorkerFailed", cause ? cause->rank : -1,
                                                        cause ? cause->code : 0);
         break;
       }
       if (m && m->verb == "EXIT") {
-        int code = m->get_int("exit", contract::kExitRendezvous);
+        int code = verdict_code(*m);
         auto cause = failure_of(*m);
         if (code == 0) return finish(0, "all " + std::to_string(cfg_.nproc_per_node) + " worker(s) finished", nullptr);
         if (mine && mine->reason == "Stall") linger_after_stall();
         const bool here = cause && cause->node == cfg_.node_rank;
-        if (here && culprit) return finish(code, m->get("why"), culprit);
+        if (here && culprit) return finish(code, verdict_why(*m), culprit);
         // The cause ran on another node: quote its last words as that node's agent sent them,
         // so whichever pod the operator reads first tells the user what went wrong.
-        return finish(code, m->get("why"), nullptr, cause ? std::optional<Failure>(cause) : std::nullopt);
+        return finish(code, verdict_why(*m), nullptr, cause ? std::optional<Failure>(cause) : std::nullopt);
       }
       if (barrier.lost()) {
         if (finished) return finish(0, "all " + std::to_string(cfg_.nproc_per_node) + " worker(s) finished", nullptr);
@@ -641,6 +658,13 @@ int Supervisor::run() {
       }
       if (!finished && std::chrono::steady_clock::now() > deadline)
         return finish(contract::kExitRendezvous, "the restart barrier gave no verdict in time (a node could not stop its workers?)", nullptr);
+      // Note [Barrier trust]: a finished node waits while node 0's agent says it is alive.
+      if (finished && std::chrono::steady_clock::now() - barrier.last_heard() > cfg_.barrier_timeout) {
+        LOCKSTEP_LOG(Warn, "agent", "node 0's agent said nothing for " << cfg_.barrier_timeout.count() / 1000.0
+                                    << " s (--barrier-timeout, LOCKSTEP_BARRIER_TIMEOUT); this node's workers all "
+                                       "finished, so it leaves without the barrier's verdict");
+        return finish(0, "all " + std::to_string(cfg_.nproc_per_node) + " worker(s) finished; the restart barrier went silent", nullptr);
+      }
     }
   }
 }

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "lockstep/contract.hpp"
+#include "lockstep/random.hpp"
 #include "lockstep/process.hpp"
 #include "reconcile/failure_policy.hpp"
 #include "reconcile/job.hpp"
@@ -141,8 +142,10 @@ int run_command(const std::vector<std::string>& args) {
   auto start_gang = [&](int attempt) -> int {
     agents.clear();
     int out_fd = -1;
+    // Note [Barrier secret]: one per gang attempt, as the operator draws it.
+    const std::string secret = lockstep::random_hex(32);
     for (int i = 0; i < nodes; ++i) {
-      json pod = reconcile::pod_manifest(view, i, attempt);
+      json pod = reconcile::pod_manifest(view, i, attempt, {}, secret);
       json ctr;
       for (const auto& c : pod["spec"]["containers"])
         if (c.value("name", "") == contract::kTrainerContainer || ctr.is_null()) ctr = c;

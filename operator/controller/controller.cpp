@@ -6,6 +6,7 @@
 #include "controller/pod_event.hpp"
 #include "lockstep/contract.hpp"
 #include "lockstep/log.hpp"
+#include "lockstep/random.hpp"
 #include "reconcile/manifests.hpp"
 
 using json = nlohmann::json;
@@ -307,13 +308,24 @@ bool Controller::reconcile(const std::string& key) {
 
   Decision d = reconcile::decide(in, config_.decide);
   bool ok = true;
-  execute(in.job, resource_version, d, key, ok);
+  execute(in.job, resource_version, d, key, in.pods, ok);
   if (d.requeue_after) queue_.add_after(key, *d.requeue_after);
   return ok;
 }
 
+std::string Controller::attempt_secret(const JobView& job, int attempt, const std::vector<reconcile::PodView>& pods) {
+  for (const auto& p : pods) {
+    if (p.attempt != attempt || p.deleting) continue;
+    auto r = client_.get(res::kPods.path(job.ns, p.name));
+    if (!r.ok()) continue;
+    std::string secret = reconcile::barrier_secret_of(r.body);
+    if (!secret.empty()) return secret;
+  }
+  return lockstep::random_hex(32);  // a new attempt (or none readable: Note [Barrier secret])
+}
+
 void Controller::execute(const JobView& job, const std::string& resource_version, const Decision& d,
-                         const std::string& key, bool& ok) {
+                         const std::string& key, const std::vector<reconcile::PodView>& pods, bool& ok) {
   const std::string& ns = job.ns;
   auto fail = [&](const std::string& what, const kube::Response& r) {
     LOCKSTEP_LOG(Warn, "reconcile", key << ": " << what << ": " << r.message());
@@ -330,12 +342,13 @@ void Controller::execute(const JobView& job, const std::string& resource_version
   // Pods of a gang are created together, create_parallelism requests in flight at a time.
   if (!d.create_pods.empty()) {
     std::vector<kube::Response> results;
+    const std::string secret = attempt_secret(job, d.status.restarts, pods);
     for (int index : d.create_pods) expectations_.expect_create(key, reconcile::pod_name(job, index));
     size_t step = static_cast<size_t>(config_.create_parallelism);
     for (size_t start = 0; start < d.create_pods.size(); start += step) {
       std::vector<json> batch;
       for (size_t i = start; i < std::min(d.create_pods.size(), start + step); ++i)
-        batch.push_back(reconcile::pod_manifest(job, d.create_pods[i], d.status.restarts, config_.agent));
+        batch.push_back(reconcile::pod_manifest(job, d.create_pods[i], d.status.restarts, config_.agent, secret));
       for (auto& r : client_.create_all(res::kPods.path(ns), batch, &kube::kDiscardBody)) results.push_back(std::move(r));
     }
     int created = 0;

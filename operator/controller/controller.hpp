@@ -71,7 +71,9 @@ class Controller {
   void worker();
   bool reconcile(const std::string& key);  // false: retry with backoff
   void execute(const reconcile::JobView& job, const std::string& resource_version, const reconcile::Decision& d,
-               const std::string& key, bool& ok);
+               const std::string& key, const std::vector<reconcile::PodView>& pods, bool& ok);
+  // Note [Barrier secret] in reconcile/manifests.hpp: gang attempt `attempt`'s secret.
+  std::string attempt_secret(const reconcile::JobView& job, int attempt, const std::vector<reconcile::PodView>& pods);
   void record_event(const reconcile::JobView& job, const std::string& type, const std::string& reason,
                     const std::string& message);
   void delete_orphans(const std::string& ns, const std::string& name);

@@ -103,7 +103,8 @@ json owner_reference(const JobView& job) {
 // Built from one copy of the template, its parts moved rather than copied into the pod: a
 // gang's pods are built together, and copies of the template were most of the cost
 // (bench/operator).
-json pod_manifest(const JobView& job, int index, int attempt, const AgentInjection& agent) {
+json pod_manifest(const JobView& job, int index, int attempt, const AgentInjection& agent,
+                  const std::string& barrier_secret) {
   json tmpl = job.tmpl.is_object() ? job.tmpl : json::object();
   json md = take(tmpl, "metadata", json::value_t::object);
   json spec = take(tmpl, "spec", json::value_t::object);
@@ -170,6 +171,7 @@ json pod_manifest(const JobView& job, int index, int attempt, const AgentInjecti
   // the policy they judge a worker's exit by, as the operator judges a pod's.
   set_env(env, c::kInPlaceRestarts, std::to_string(job.in_place_budget()));
   set_env(env, c::kRestartPolicy, to_string(job.restart_policy));
+  if (!barrier_secret.empty()) set_env(env, c::kBarrierSecret, barrier_secret);  // Note [Barrier secret]
   if (!job.checkpoint_path.empty()) {
     set_env(env, c::kCheckpointPath, job.checkpoint_path);
     set_env(env, c::kCheckpointEvery, std::to_string(job.checkpoint_every));
@@ -197,6 +199,19 @@ json pod_manifest(const JobView& job, int index, int attempt, const AgentInjecti
   pod["metadata"] = std::move(meta);
   pod["spec"] = std::move(spec);
   return pod;
+}
+
+std::string barrier_secret_of(const json& pod) {
+  if (!pod.is_object() || !pod.contains("spec") || !pod["spec"].is_object()) return "";
+  const json& containers = pod["spec"].value("containers", json::array());
+  if (!containers.is_array()) return "";
+  for (const auto& ctr : containers) {
+    if (!ctr.is_object() || !ctr.contains("env") || !ctr["env"].is_array()) continue;
+    for (const auto& e : ctr["env"])
+      if (e.is_object() && e.value("name", "") == c::kBarrierSecret && e.contains("value") && e["value"].is_string())
+        return e["value"].get<std::string>();
+  }
+  return "";
 }
 
 json service_manifest(const JobView& job) {

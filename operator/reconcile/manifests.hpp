@@ -43,7 +43,25 @@ struct AgentInjection {
 // container's entrypoint (injected when `agent.image` is set), the full LOCKSTEP_* and PET_*
 // environment, labels, hostname and subdomain, restartPolicy Never, scheduling fields and a
 // controller owner reference.
-nlohmann::json pod_manifest(const JobView& job, int index, int attempt, const AgentInjection& agent = {});
+// `barrier_secret`: the gang attempt's LOCKSTEP_BARRIER_SECRET (Note [Barrier secret]); none
+// when empty.
+nlohmann::json pod_manifest(const JobView& job, int index, int attempt, const AgentInjection& agent = {},
+                            const std::string& barrier_secret = "");
+
+// Note [Barrier secret]
+// The agents of a gang attempt prove to node 0's agent that they hold one secret (Note
+// [Barrier trust] in agent/barrier.hpp). The operator draws it, 32 random bytes, when it
+// creates the first pod of an attempt and writes it into each pod's env
+// (LOCKSTEP_BARRIER_SECRET): no Secret object, no RBAC beyond creating pods, and a new
+// attempt's pods share nothing with the old one's, which fences the old ranks out. A pod
+// recreated within an attempt gets the secret of a live pod of that attempt, read from the
+// API server (barrier_secret_of; the informer's lean cache holds no env). If none can be
+// read, a fresh one: node 0 refuses that pod's agent, which exits 76, and the gang restarts
+// with a new attempt, so the failure is safe. Whoever may `get pods` in the job's namespace
+// can read it (as they can read the pods' logs and usually exec into them); pods of other
+// namespaces cannot. It is never logged, nor in an Event or a condition.
+// The value of LOCKSTEP_BARRIER_SECRET in `pod`'s trainer container; "" if none.
+std::string barrier_secret_of(const nlohmann::json& pod);
 // Headless Service <job> (publishNotReadyAddresses: rendezvous happens before readiness).
 nlohmann::json service_manifest(const JobView& job);
 // PodGroup <job> with minMember = nodes, for the coscheduling plugin.

@@ -314,6 +314,7 @@ TEST_F(OperatorTest, CreatesServicePodGroupAndPodsWithTheExactEnvironment) {
   ASSERT_TRUE(pg.ok()) << pg.message();
   EXPECT_EQ(pg.body["spec"]["minMember"], 3);
 
+  std::set<std::string> secrets;
   std::set<std::string> names;
   for (const auto& pod : pods("envjob")) {
     std::string name = pod["metadata"]["name"];
@@ -358,8 +359,16 @@ TEST_F(OperatorTest, CreatesServicePodGroupAndPodsWithTheExactEnvironment) {
         {"LOCKSTEP_RESTART_POLICY", "OnFailure"}, {"LOCKSTEP_CHECKPOINT_PATH", "/ckpt"},
         {"LOCKSTEP_CHECKPOINT_EVERY", "7"}, {"LOCKSTEP_CHECKPOINT_KEEP", "3"}, {"PET_NNODES", "3"}, {"PET_NODE_RANK", std::to_string(rank)},
         {"PET_NPROC_PER_NODE", "2"}, {"PET_MASTER_ADDR", master}, {"PET_MASTER_PORT", "29600"}};
-    EXPECT_EQ(env_of(pod), want);
+    auto env = env_of(pod);
+    // Note [Barrier secret]: 32 random bytes in hex, one for every pod of the attempt.
+    const std::string secret = env["LOCKSTEP_BARRIER_SECRET"];
+    EXPECT_EQ(secret.size(), 64u);
+    EXPECT_EQ(secret.find_first_not_of("0123456789abcdef"), std::string::npos) << secret;
+    secrets.insert(secret);
+    env.erase("LOCKSTEP_BARRIER_SECRET");
+    EXPECT_EQ(env, want);
   }
+  EXPECT_EQ(secrets.size(), 1u) << "the pods of one attempt hold different barrier secrets";
   EXPECT_EQ(names, (std::set<std::string>{"envjob-0", "envjob-1", "envjob-2"}));
   EXPECT_TRUE(wait_phase("envjob", "Pending"));
 }
@@ -427,8 +436,11 @@ TEST_F(OperatorTest, NodeCountsThatChangeTogetherAreWrittenTogether) {
 TEST_F(OperatorTest, ExitCode137RestartsTheWholeGang) {
   create_job("oom", 3);
   ASSERT_TRUE(wait_pods("oom", 3, 0));
-  std::set<std::string> old_uids;
-  for (const auto& p : pods("oom")) old_uids.insert(p["metadata"]["uid"]);
+  std::set<std::string> old_uids, old_secrets;
+  for (const auto& p : pods("oom")) {
+    old_uids.insert(p["metadata"]["uid"]);
+    old_secrets.insert(env_of(p)["LOCKSTEP_BARRIER_SECRET"]);
+  }
   run_all("oom", 3);
   ASSERT_TRUE(wait_phase("oom", "Running"));
   set_pod("oom-1", "Failed", 137, "OOMKilled");
@@ -438,6 +450,8 @@ TEST_F(OperatorTest, ExitCode137RestartsTheWholeGang) {
   for (const auto& p : pods("oom", 1)) {
     EXPECT_EQ(env_of(p)["LOCKSTEP_RESTART_ATTEMPT"], "1");
     EXPECT_FALSE(old_uids.count(p["metadata"]["uid"])) << "pod not recreated";
+    // Note [Barrier secret]: a new attempt, a new secret, so attempt 0's ranks are fenced out.
+    EXPECT_FALSE(old_secrets.count(env_of(p)["LOCKSTEP_BARRIER_SECRET"]));
   }
   json j = job("oom");
   EXPECT_EQ(j["status"]["restarts"], 1);

@@ -201,3 +201,20 @@ TEST(PodManifest, MountsNoServiceAccountTokenUnlessTheTemplateAsks) {
   j.tmpl = json::parse(R"({"spec": {"automountServiceAccountToken": true, "containers": [{"name": "trainer"}]}})");
   EXPECT_EQ(pod_manifest(j, 0, 0)["spec"]["automountServiceAccountToken"], true);
 }
+
+// Note [Barrier secret]: the attempt's secret goes into the trainer container's env, and is
+// read back from a pod of that attempt for a pod recreated within it.
+TEST(PodManifest, CarriesTheBarrierSecretAndItIsReadBack) {
+  JobView j;
+  j.name = "tj";
+  j.ns = "team";
+  j.nodes = 2;
+  const std::string secret(64, 'c');
+  auto pod = pod_manifest(j, 1, 4, {}, secret);
+  EXPECT_EQ(barrier_secret_of(pod), secret);
+  EXPECT_EQ(barrier_secret_of(pod_manifest(j, 1, 4)), "") << "none unless given";
+  EXPECT_EQ(barrier_secret_of(json::object()), "");
+  EXPECT_EQ(barrier_secret_of(json{{"spec", {{"containers", "x"}}}}), "");
+  // Only in the env: not in labels or annotations, where more readers would see it.
+  EXPECT_EQ(pod["metadata"].dump().find(secret), std::string::npos);
+}

@@ -30,6 +30,10 @@ inline constexpr const char* kCheckpointResumeFrom = "LOCKSTEP_CHECKPOINT_RESUME
 inline constexpr const char* kInPlaceRestarts = "LOCKSTEP_IN_PLACE_RESTARTS";
 inline constexpr const char* kRestartPolicy = "LOCKSTEP_RESTART_POLICY";
 inline constexpr const char* kAgentPort = "LOCKSTEP_AGENT_PORT";
+// The restart barrier's secret (Note [Barrier trust] in agent/barrier.hpp): 32 random bytes in
+// hex, drawn by the operator for each gang attempt; the agents prove they hold it. The agent
+// removes it from its environment before any worker starts.
+inline constexpr const char* kBarrierSecret = "LOCKSTEP_BARRIER_SECRET";
 // torchrun's own, so a command that calls torchrun works unchanged.
 inline constexpr const char* kPetNnodes = "PET_NNODES";
 inline constexpr const char* kPetNodeRank = "PET_NODE_RANK";
