@@ -10,6 +10,7 @@
 #include <iomanip>
 #include <stdexcept>
 
+#include "lockstep/listener_limits.hpp"
 #include "lockstep/log.hpp"
 
 using namespace prometheus;
@@ -145,7 +146,8 @@ Metrics::Metrics(const Config& cfg, const std::string& socket_dir)
   if (cfg.metrics_port > 0) {
     endpoint_ = cfg.metrics_address + ":" + std::to_string(cfg.metrics_port);
     try {
-      exposer_ = std::make_unique<Exposer>(endpoint_);
+      // Note [Listener limits]: a few slow peers must not blind Prometheus and the operator.
+      exposer_ = std::make_unique<Exposer>(civetweb_options(endpoint_, kAgentListener));
     } catch (const std::exception& e) {
       throw std::runtime_error("cannot serve /metrics on " + endpoint_ + " (LOCKSTEP_METRICS_PORT or --metrics-port): " +
                                e.what());

@@ -13,7 +13,7 @@ RUN cmake -S /src -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOCKSTEP_BUILD
 
 FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends \
-      libcpprest2.10 libyaml-cpp0.7 libprometheus-cpp-core1.0 libssl3 ca-certificates \
+      libcpprest2.10 libyaml-cpp0.7 libprometheus-cpp-core1.0 libcivetweb1 libssl3 ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/bin/lockstep-operator /usr/local/bin/lockstep-operator
 USER 65532:65532

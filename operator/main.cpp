@@ -5,18 +5,16 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <cpprest/http_listener.h>
-
 #include <iostream>
 #include <thread>
 
 #include "controller/controller.hpp"
+#include "http_server.hpp"
 #include "kube/leader_election.hpp"
 #include "lockstep/flags.hpp"
 #include "lockstep/log.hpp"
 
 using namespace std::chrono_literals;
-namespace http = web::http;
 
 namespace {
 
@@ -189,30 +187,26 @@ int main(int argc, char** argv) {
   std::atomic<bool> stopping{false}, leading{false};
   std::atomic<int> exit_code{0};
 
-  std::unique_ptr<http::experimental::listener::http_listener> server;
+  std::unique_ptr<lockstep::op::HttpServer> server;
   if (opt.http_port > 0) {
-    std::string url = "http://" + opt.http_address + ":" + std::to_string(opt.http_port);
-    server = std::make_unique<http::experimental::listener::http_listener>(url);
-    server->support(http::methods::GET, [&](http::http_request req) {
-      std::string path = req.relative_uri().path();
-      if (path == "/metrics") {
-        controller.refresh_metrics();
-        req.reply(http::status_codes::OK, metrics.render(), "text/plain; version=0.0.4");
-      } else if (path == "/healthz") {
-        req.reply(http::status_codes::OK, "ok");
-      } else if (path == "/readyz") {
-        // Ready when the caches are synced, or while waiting as a standby replica.
-        bool ready = !stopping && (controller.synced() || !leading);
-        req.reply(ready ? http::status_codes::OK : http::status_codes::ServiceUnavailable, ready ? "ok" : "not ready");
-      } else {
-        req.reply(http::status_codes::NotFound, "not found");
-      }
-    });
+    using lockstep::op::HttpAnswer;
+    std::map<std::string, lockstep::op::HttpHandler> routes{
+        {"/metrics", [&] {
+           controller.refresh_metrics();
+           return HttpAnswer{200, metrics.render(), "text/plain; version=0.0.4"};
+         }},
+        {"/healthz", [] { return HttpAnswer{200, "ok"}; }},
+        {"/readyz", [&] {
+           // Ready when the caches are synced, or while waiting as a standby replica.
+           bool ready = !stopping && (controller.synced() || !leading);
+           return HttpAnswer{ready ? 200 : 503, ready ? "ok" : "not ready"};
+         }},
+    };
     try {
-      server->open().wait();
-      LOCKSTEP_LOG(Info, "operator", "serving /healthz, /readyz and /metrics on " << url);
+      server = std::make_unique<lockstep::op::HttpServer>(opt.http_address, opt.http_port, std::move(routes));
+      LOCKSTEP_LOG(Info, "operator", "serving /healthz, /readyz and /metrics on " << server->url());
     } catch (const std::exception& e) {
-      std::cerr << "lockstep-operator: cannot serve on " << url << ": " << e.what() << " (see --http-port)\n";
+      std::cerr << "lockstep-operator: " << e.what() << "\n";
       return 2;
     }
   }
@@ -248,7 +242,7 @@ int main(int argc, char** argv) {
   controller.stop();  // in-flight reconciles finish; no new ones start
   runner.join();
   if (opt.leader_elect && leading && exit_code == 0) elector.release();
-  if (server) server->close().wait();
+  server.reset();
   LOCKSTEP_LOG(Info, "operator", "stopped");
   std::fflush(nullptr);
   ::_exit(exit_code);  // watch streams may still be open; nothing else is left to flush

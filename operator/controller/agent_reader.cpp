@@ -208,7 +208,7 @@ std::vector<AgentAnswer> read_agents(const std::vector<AgentTarget>& targets, co
       break;
     }
     auto now = Clock::now();
-    auto wait = std::chrono::milliseconds(100);  // stop is looked at this often
+    auto wait = kStopLatency;  // stop is looked at this often
     fds.clear();
     for (const auto& r : active) {
       fds.push_back({r->fd, static_cast<short>(r->state == Read::Receiving ? POLLIN : POLLOUT), 0});

@@ -11,6 +11,9 @@
 // that never answer (a NetworkPolicy dropping the operator's packets) cost the round one
 // deadline per `max_in_flight` of them, not one each; and the memory they may hold is at most
 // max_in_flight x max_bytes (16 MiB at the defaults), whatever they send.
+//   A round ends within kStopLatency of `stop` being set, whatever the agents do: the progress
+// thread passes the controller's stopping flag, so a replica that loses its lease or is asked
+// to stop joins that thread at once, not after a deadline (http_hostile_test checks both).
 #pragma once
 
 #include <atomic>
@@ -20,6 +23,9 @@
 #include <vector>
 
 namespace lockstep::controller {
+
+// How often a round looks at `stop` (read_agents): its longest wait in poll().
+inline constexpr std::chrono::milliseconds kStopLatency{100};
 
 struct AgentTarget {
   std::string ip;  // an IPv4 or IPv6 literal (a pod's status.podIP)

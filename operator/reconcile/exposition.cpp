@@ -45,11 +45,42 @@ bool parse_labels(const std::string& line, size_t& i, std::map<std::string, std:
       }
     }
     ++i;  // the closing quote
+    if (!valid_utf8(value)) return false;  // Note [Untrusted exposition]
     out[key] = value;
   }
 }
 
 }  // namespace
+
+bool valid_utf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n;
+    unsigned min, cp;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      n = 1, min = 0x80, cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      n = 2, min = 0x800, cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      n = 3, min = 0x10000, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + n >= s.size()) return false;  // cut short
+    for (size_t k = 1; k <= n; ++k) {
+      unsigned char d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n + 1;
+  }
+  return true;
+}
 
 std::optional<std::string> Sample::label(const std::string& key) const {
   auto it = labels.find(key);
@@ -58,7 +89,7 @@ std::optional<std::string> Sample::label(const std::string& key) const {
 }
 
 std::optional<Sample> parse_sample(const std::string& line) {
-  if (line.empty() || line[0] == '#') return std::nullopt;
+  if (line.empty() || line[0] == '#' || line.size() > kMaxLineBytes) return std::nullopt;
   Sample s;
   s.name = name_of(line);
   if (s.name.empty()) return std::nullopt;
@@ -69,6 +100,15 @@ std::optional<Sample> parse_sample(const std::string& line) {
   char* end = nullptr;
   s.value = std::strtod(start, &end);  // also NaN, +Inf, -Inf
   if (end == start) return std::nullopt;
+  // Then only an optional timestamp (an integer in ms) and blanks.
+  auto blanks = [&] {
+    while (*end == ' ' || *end == '\t') ++end;
+  };
+  blanks();
+  if (*end == '-') ++end;
+  while (*end >= '0' && *end <= '9') ++end;
+  blanks();
+  if (end != line.c_str() + line.size()) return std::nullopt;
   return s;
 }
 
@@ -83,6 +123,7 @@ std::vector<Sample> samples_of(const std::string& text, const std::vector<std::s
     for (const auto& n : names) wanted |= n == name;
     if (!wanted) continue;
     if (auto s = parse_sample(line)) out.push_back(std::move(*s));
+    if (out.size() >= kMaxSamples) break;  // Note [Untrusted exposition]
   }
   return out;
 }

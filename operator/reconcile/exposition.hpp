@@ -2,6 +2,16 @@
 // to read a few named series out of one scrape (Note [Progress]). HELP, TYPE and other
 // comment lines are skipped; a line that does not parse is skipped too, so one odd series
 // never hides the rest.
+//
+// Note [Untrusted exposition]
+// The text is whatever a pod's metrics port answered (Note [Reading agents]): any tenant's
+// program may serve it. So, before any of it can reach a status, an Event or a log: a line
+// longer than kMaxLineBytes is skipped unparsed (so is every label value, bounded by it); a
+// label value that is not valid UTF-8 makes its line malformed (a JSON status write would
+// throw on it); the value must be the line's last field but for a timestamp; and at most
+// kMaxSamples samples are kept from one text, whatever it holds. The value is any double,
+// NaN and the infinities included: each reader checks the range it needs (progress.cpp,
+// in_place.cpp). An agent's real lines are under 512 bytes, its samples a few per rank.
 #pragma once
 
 #include <map>
@@ -10,6 +20,12 @@
 #include <vector>
 
 namespace lockstep::reconcile {
+
+inline constexpr size_t kMaxLineBytes = 4096;
+inline constexpr size_t kMaxSamples = 4096;
+
+// Whether `s` is well-formed UTF-8 (no overlong forms, no surrogates, nothing past U+10FFFF).
+bool valid_utf8(const std::string& s);
 
 struct Sample {
   std::string name;
@@ -22,8 +38,8 @@ struct Sample {
 // One sample line, or nullopt (a comment, a blank or a malformed line).
 std::optional<Sample> parse_sample(const std::string& line);
 
-// The samples of `text` whose metric name is one of `names`, in the order they appear. Lines
-// of other series are not parsed beyond their name.
+// The samples of `text` whose metric name is one of `names`, in the order they appear, at most
+// kMaxSamples. Lines of other series are not parsed beyond their name.
 std::vector<Sample> samples_of(const std::string& text, const std::vector<std::string>& names);
 
 }  // namespace lockstep::reconcile

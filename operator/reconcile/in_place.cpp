@@ -1,12 +1,39 @@
 #include "reconcile/in_place.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <cmath>
 
 #include "reconcile/exposition.hpp"
 
 namespace lockstep::reconcile {
+namespace {
+
+// The agent's words for a restart's cause (Note [In-place restarts]) reach the Restarted
+// condition, an Event and the log, but the text is the pod's (Note [Untrusted exposition]):
+// a reason is taken only as a short CamelCase word (the agent's are WorkerFailed and Stall), a
+// rank or exit code only as a small decimal integer; anything else is as if not said.
+std::string word_or_nothing(const std::optional<std::string>& v) {
+  if (!v || v->empty() || v->size() > kMaxReasonBytes || !std::isupper(static_cast<unsigned char>((*v)[0])) ||
+      !std::all_of(v->begin(), v->end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); }))
+    return "";
+  return *v;
+}
+
+std::string integer_or_nothing(const std::optional<std::string>& v) {
+  if (!v) return "";
+  size_t digits = v->size() - (!v->empty() && (*v)[0] == '-');
+  if (digits == 0 || digits > 9 ||
+      !std::all_of(v->end() - static_cast<long>(digits), v->end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return "";
+  return *v;
+}
+
+// The latest restart time believed: after 1970 and before 2100 (a Time holds up to 2262).
+constexpr double kMaxRestartTime = 4102444800.0;
+
+}  // namespace
 
 std::optional<InPlaceReading> parse_in_place(const std::string& text, int attempt) {
   InPlaceReading r;
@@ -14,24 +41,27 @@ std::optional<InPlaceReading> parse_in_place(const std::string& text, int attemp
   bool counted = false, info_is_set = false;
   for (const auto& s : samples_of(text, {"lockstep_restarts_total", "lockstep_last_restart_timestamp_seconds",
                                          "lockstep_last_restart_info", "lockstep_restart_attempt"})) {
-    if (!std::isfinite(s.value)) continue;
     if (s.name == "lockstep_restart_attempt") {
-      if (static_cast<long long>(s.value) != attempt) return std::nullopt;
+      // Also NaN, a fraction or a figure out of range: not this attempt's.
+      if (s.value != static_cast<double>(attempt)) return std::nullopt;
       continue;
     }
+    if (!std::isfinite(s.value)) continue;
     if (s.label("kind") != "in_place") continue;  // the operator's kind="gang" is not served here
     if (s.name == "lockstep_restarts_total") {
       // One series per agent; should there be more, the highest count is the gang's.
-      double v = std::min(std::max(s.value, 0.0), static_cast<double>(INT_MAX));
+      // Capped: the budget is at most 100 per attempt, so the job's total over its attempts
+      // (backoffLimit <= 1000) stays far from overflowing an int.
+      double v = std::min(std::max(s.value, 0.0), static_cast<double>(kMaxInPlaceReading));
       r.restarts = std::max(r.restarts, static_cast<int>(v));
       counted = true;
     } else if (s.name == "lockstep_last_restart_timestamp_seconds") {
-      if (s.value > 0)
+      if (s.value > 0 && s.value < kMaxRestartTime)
         r.last_at = Time(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s.value)));
     } else if (!info_is_set) {  // lockstep_last_restart_info: the one series set to 1
-      r.reason = s.label("reason").value_or("");
-      r.rank = s.label("rank").value_or("");
-      r.exit_code = s.label("exit_code").value_or("");
+      r.reason = word_or_nothing(s.label("reason"));
+      r.rank = integer_or_nothing(s.label("rank"));
+      r.exit_code = integer_or_nothing(s.label("exit_code"));
       info_is_set = s.value == 1;
     }
   }

@@ -27,13 +27,20 @@
 
 namespace lockstep::reconcile {
 
+// The most in-place restarts one reading may say (the CRD allows at most 100 per attempt).
+inline constexpr int kMaxInPlaceReading = 1000;
+// The longest restart reason taken from an agent (see word_or_nothing in in_place.cpp).
+inline constexpr size_t kMaxReasonBytes = 64;
+
 // One reading of rank 0's agent's in-place restart series.
 struct InPlaceReading {
   int attempt = -1;              // the gang attempt of the pod it came from (its label)
   int restarts = 0;              // lockstep_restarts_total{kind="in_place"}: in that attempt
   std::optional<Time> last_at;   // lockstep_last_restart_timestamp_seconds{kind="in_place"}
   // The labels of lockstep_last_restart_info{kind="in_place"}, the last restart's cause:
-  // reason (WorkerFailed, Stall), the rank and its exit code; "" where the agent says nothing.
+  // reason (WorkerFailed, Stall), the rank and its exit code; "" where the agent says nothing
+  // or says it in other than a CamelCase word of at most kMaxReasonBytes and decimal integers
+  // of at most 9 digits (Note [Untrusted exposition]).
   std::string reason, rank, exit_code;
   bool operator==(const InPlaceReading& o) const {
     return attempt == o.attempt && restarts == o.restarts && last_at == o.last_at && reason == o.reason &&

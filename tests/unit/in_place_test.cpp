@@ -5,6 +5,9 @@
 #include "reconcile/decide.hpp"
 #include "reconcile/exposition.hpp"
 #include "reconcile/in_place.hpp"
+#include "reconcile/progress.hpp"
+
+#include <nlohmann/json.hpp>
 
 using namespace lockstep::reconcile;
 using namespace std::chrono_literals;
@@ -262,4 +265,44 @@ TEST(InPlace, TheBudgetIsTheSpecsWithTheCrdsDefaultAndBoundsAndNoneUnderNever) {
   EXPECT_EQ(in.job.in_place_budget(), 3);
   in.job.in_place_restarts = 0;
   EXPECT_EQ(in.job.in_place_budget(), 0);
+}
+
+// Note [Untrusted exposition]: a page of invalid UTF-8, NaN, huge numbers and a megabyte of
+// label, read from rank 0's agent, leaves a status and Events that serialize (a JSON dump
+// throws on invalid UTF-8: the status write would fail on every reconcile) and say nothing of
+// the hostile bytes.
+TEST(InPlace, AHostilePageWritesACleanStatus) {
+  const std::string agent = "namespace=\"ns\",node_rank=\"0\",trainingjob=\"tj\"";
+  const std::string page =
+      "lockstep_restarts_total{kind=\"in_place\"," + agent + "} 1e300\n"
+      "lockstep_restart_attempt{" + agent + "} 0\n"
+      "lockstep_last_restart_timestamp_seconds{kind=\"in_place\"," + agent + "} 1e300\n"
+      "lockstep_last_restart_info{exit_code=\"137\xff\",kind=\"in_place\"," + agent + ",rank=\"" +
+      std::string(1 << 20, '9') + "\",reason=\"Worker\xc0\xaf" "Failed\"} 1\n"
+      "lockstep_last_restart_info{exit_code=\"99999999999\",kind=\"in_place\"," + agent +
+      ",rank=\"0\",reason=\"Worker Failed; see http://x\"} 1\n"
+      "lockstep_step{" + agent + ",rank=\"0\"} NaN\n"
+      "lockstep_step{" + agent + ",rank=\"0\"} 1e300\n"
+      "lockstep_steps_total{" + agent + ",rank=\"0\"} 5\n";
+  auto in = running();
+  in.in_place = parse_in_place(page, 0);
+  ASSERT_TRUE(in.in_place);
+  EXPECT_EQ(in.in_place->reason, "");
+  EXPECT_EQ(in.in_place->rank, "0");
+  EXPECT_EQ(in.in_place->exit_code, "");
+  EXPECT_FALSE(in.in_place->last_at) << "a time past 2100 is not believed";
+  auto sample = parse_progress(page, 0, kNow);
+  EXPECT_FALSE(sample) << "a step of 1e300 is not believed";
+  auto d = decide(in);
+  EXPECT_EQ(d.status.in_place_restarts, kMaxInPlaceReading);
+  std::string status;
+  ASSERT_NO_THROW(status = d.status.to_json().dump());
+  EXPECT_LT(status.size(), 4096u);
+  EXPECT_EQ(restarted(d)->message.find("Worker"), std::string::npos) << restarted(d)->message;
+  EXPECT_EQ(restarted(d)->last_transition_time, format_time(kNow));
+  for (const auto& e : d.events) {
+    nlohmann::json event = {{"message", e.message}, {"reason", e.reason}};
+    EXPECT_NO_THROW((void)event.dump());
+    EXPECT_LT(e.message.size(), 512u);
+  }
 }
