@@ -186,6 +186,10 @@ void ControlPlane::start_apiserver() {
              // No controller-manager runs, so nobody creates the "default" ServiceAccount
              // that this admission plugin insists on for every pod.
              "--disable-admission-plugins=ServiceAccount",
+             // Off by default upstream, on in OpenShift: a child that sets blockOwnerDeletion
+             // needs update on its owner's finalizers (tests/chart/chart_test.cpp runs the
+             // operator with the chart's RBAC, which must grant it).
+             "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
              "--enable-priority-and-fairness=false",
              "--profiling=false",
              "--endpoint-reconciler-type=none",
