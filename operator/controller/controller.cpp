@@ -143,10 +143,10 @@ bool Controller::synced() const {
   return jobs_ && jobs_->synced() && pods_->synced() && services_->synced() && (!podgroups || podgroups->synced());
 }
 
-bool Controller::wait_for_sync(std::chrono::seconds timeout) {
+bool Controller::wait_for_sync(std::chrono::seconds timeout, const std::function<bool()>& abort) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!synced()) {
-    if (std::chrono::steady_clock::now() > deadline || stopping_) return false;
+    if (std::chrono::steady_clock::now() > deadline || stopping_ || (abort && abort())) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return true;
