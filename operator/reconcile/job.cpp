@@ -177,6 +177,10 @@ RawPod RawPod::from_json(const json& obj) {
   r.name = get_or<std::string>(md, "name", "");
   r.uid = get_or<std::string>(md, "uid", "");
   r.deleting = md.contains("deletionTimestamp");
+  r.deletion_timestamp = get_or<std::string>(md, "deletionTimestamp", "");
+  if (md.contains("finalizers") && md["finalizers"].is_array())
+    for (const auto& f : md["finalizers"])
+      if (f.is_string()) r.finalizers.push_back(f.get<std::string>());
   const json& labels = child(md, "labels");
   r.job_label = get_or<std::string>(labels, contract::kLabelJobName, "");
   r.rank_label = get_or<std::string>(labels, contract::kLabelNodeRank, "");
@@ -224,7 +228,9 @@ PodView PodView::from_raw(const RawPod& raw) {
   p.name = raw.name;
   p.uid = raw.uid;
   p.deleting = raw.deleting;
-  p.index = label_int(raw.rank_label);
+  if (raw.deleting) p.deletion_due = parse_time(raw.deletion_timestamp);
+  for (const auto& f : raw.finalizers) p.finalizers += (p.finalizers.empty() ? "" : ", ") + f;
+  p.finalizers = head(p.finalizers, 256);
   p.attempt = label_int(raw.attempt_label);
   p.phase = raw.phase ? *raw.phase : "Pending";
   p.reason = raw.reason;
