@@ -305,8 +305,15 @@ PodRecord PodRecord::from_raw(const RawPod& raw) {
   return r;
 }
 
+// Note [Cached templates]
+// A job's pod template is what its pods are made from, and the largest part of it: tens of
+// KB for a template with many env entries or volumes, several times that as nlohmann::json.
+// A finished job makes no pods again, and a suspended one none until it resumes (a change
+// of its spec, which brings the template back with it): the cache keeps neither's template.
 JobRecord JobRecord::from_json(const json& job) {
-  return {JobView::from_json(job), get_or<std::string>(child(job, "metadata"), "resourceVersion", "")};
+  JobRecord r{JobView::from_json(job), get_or<std::string>(child(job, "metadata"), "resourceVersion", "")};
+  if (r.view.status.finished() || r.view.suspend) r.view.tmpl = nullptr;
+  return r;
 }
 
 }  // namespace lockstep::reconcile

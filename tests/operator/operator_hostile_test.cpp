@@ -448,6 +448,63 @@ TEST_F(HostileTest, AHugeJobDoesNotStarveASmallOne) {
   std::cout << "[figures] the 1-pod job's pod existed when the 200-pod job had " << huge_then << " of its pods\n";
 }
 
+// The chart's memory limit for the operator (charts/lockstep/values.yaml), in bytes.
+double chart_memory_limit() {
+  YAML::Node values = YAML::LoadFile(source_path("charts/lockstep/values.yaml"));
+  std::string v = values["resources"]["limits"]["memory"].as<std::string>();
+  double n = std::stod(v);
+  if (v.find("Gi") != std::string::npos) return n * 1024 * 1024 * 1024;
+  if (v.find("Mi") != std::string::npos) return n * 1024 * 1024;
+  throw std::runtime_error("values.yaml resources.limits.memory: unexpected unit in '" + v + "'");
+}
+
+// kB of a /proc/PID/status line (VmRSS, VmHWM), as bytes; -1 if absent.
+double proc_status_bytes(pid_t pid, const std::string& field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) * 1024;
+  return -1;
+}
+
+// #26 item 10, Note [Cached templates]. 500 TrainingJobs of ~50 KB templates each (25 MB of
+// them in the API server), half finished and half suspended: the operator's peak RSS stays
+// well under the chart's memory limit.
+TEST_F(HostileTest, ManyLargeFinishedOrSuspendedJobsFitTheChartsMemoryLimit) {
+  constexpr int kJobs = 500;
+  json env = json::array();
+  for (int i = 0; i < 400; ++i) env.push_back({{"name", "SETTING_" + std::to_string(i)}, {"value", std::string(110, 'x')}});
+  json tmpl = {{"spec", {{"containers", json::array({{{"name", "trainer"}, {"image", "lockstep/trainer:test"}, {"env", env}}})}}}};
+  size_t template_bytes = tmpl.dump().size();
+  for (int i = 0; i < kJobs; ++i) {
+    std::string name = "big-" + std::to_string(i);
+    json job = {{"apiVersion", "lockstep.dev/v1alpha1"}, {"kind", "TrainingJob"}, {"metadata", {{"name", name}}},
+                {"spec", {{"nodes", 2}, {"template", tmpl}, {"runPolicy", {{"suspend", i % 2 == 1}}}}}};
+    auto r = client_->create(res::kTrainingJobs.path(ns_), job);
+    ASSERT_TRUE(r.ok()) << name << ": " << r.message();
+    if (i % 2 == 0) {
+      auto s = client_->patch(res::kTrainingJobs.path(ns_, name, "status"),
+                              {{"status", {{"phase", "Succeeded"}, {"completionTime", "2026-01-01T00:00:00Z"}}}});
+      ASSERT_TRUE(s.ok()) << name << ": " << s.message();
+    }
+  }
+  OperatorProcess op(control_plane()->kubeconfig(), {"--namespace", ns_, "--leader-elect=false"});
+  ASSERT_TRUE(op.wait_log("caches synced", 60s)) << op.log();
+  // Every suspended job is reconciled once (phase Suspended).
+  EXPECT_TRUE(eventually([&] {
+    auto l = client_->get(res::kTrainingJobs.path(ns_));
+    int suspended = 0;
+    for (const auto& j : l.body["items"]) suspended += j.value("status", json::object()).value("phase", "") == "Suspended";
+    return suspended == kJobs / 2;
+  }, 60s));
+  std::this_thread::sleep_for(2s);
+  pid_t pid = op.process().pid();
+  double rss = proc_status_bytes(pid, "VmRSS"), peak = proc_status_bytes(pid, "VmHWM"), limit = chart_memory_limit();
+  std::cout << "[figures] " << kJobs << " jobs of " << template_bytes / 1024 << " KB templates (half Succeeded, half suspended): "
+            << "operator RSS " << std::fixed << std::setprecision(1) << rss / 1048576 << " MiB, peak " << peak / 1048576
+            << " MiB; the chart's limit " << limit / 1048576 << " MiB\n";
+  EXPECT_LT(peak, 0.75 * limit) << "the operator's peak RSS is within 25% of the chart's memory limit";
+}
+
 int main(int argc, char** argv) {
   lockstep::test::ControlPlaneOptions options;
   options.audit_writes = true;
