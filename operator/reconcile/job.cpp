@@ -231,6 +231,7 @@ PodView PodView::from_raw(const RawPod& raw) {
   if (raw.deleting) p.deletion_due = parse_time(raw.deletion_timestamp);
   for (const auto& f : raw.finalizers) p.finalizers += (p.finalizers.empty() ? "" : ", ") + f;
   p.finalizers = head(p.finalizers, 256);
+  p.index = label_int(raw.rank_label);
   p.attempt = label_int(raw.attempt_label);
   p.phase = raw.phase ? *raw.phase : "Pending";
   p.reason = raw.reason;

@@ -566,3 +566,21 @@ TEST(Time, RoundTripsRfc3339) {
   EXPECT_TRUE(parse_time("2026-11-22T00:42:38.123456Z").has_value());
   EXPECT_FALSE(parse_time("yesterday").has_value());
 }
+
+// What PodView reads of a pod: its rank and attempt labels, and for a deleted one when it is
+// due to be gone and what holds it (Note [Pods that do not terminate]).
+TEST(PodView, ReadsRankAttemptDeletionAndFinalizers) {
+  nlohmann::json pod = {{"metadata",
+                         {{"name", "tj-1"}, {"namespace", "ns"}, {"uid", "u"},
+                          {"deletionTimestamp", "2027-01-15T08:00:00Z"},
+                          {"finalizers", {"example.com/hold", "example.com/other"}},
+                          {"labels", {{lockstep::contract::kLabelNodeRank, "1"}, {lockstep::contract::kLabelRestartAttempt, "2"}}}}},
+                        {"status", {{"phase", "Running"}}}};
+  PodView p = PodView::from_json(pod);
+  EXPECT_EQ(p.index, 1);
+  EXPECT_EQ(p.attempt, 2);
+  EXPECT_TRUE(p.deleting);
+  ASSERT_TRUE(p.deletion_due.has_value());
+  EXPECT_EQ(format_time(*p.deletion_due), "2027-01-15T08:00:00Z");
+  EXPECT_EQ(p.finalizers, "example.com/hold, example.com/other");
+}
