@@ -158,6 +158,15 @@ const std::map<std::string, Rule>& cel_rules() {
          static const std::regex dns1035("^[a-z]([-a-z0-9]*[a-z0-9])?$");
          return name.size() <= 50 && std::regex_match(name, dns1035);  // short first: std::regex recurses per character
        }},
+      // A transition rule (it reads oldSelf): the API server runs it on updates only, and
+      // lockstep validate checks a job as it would be created.
+      {"!has(oldSelf.status) || !has(oldSelf.status.phase) || !(oldSelf.status.phase in ['Pending', "
+       "'Running', 'Restarting']) || (has(self.spec.nodes) == has(oldSelf.spec.nodes) && "
+       "(!has(self.spec.nodes) || self.spec.nodes == oldSelf.spec.nodes) && has(self.spec.procsPerNode) "
+       "== has(oldSelf.spec.procsPerNode) && (!has(self.spec.procsPerNode) || self.spec.procsPerNode == "
+       "oldSelf.spec.procsPerNode) && has(self.spec.template) == has(oldSelf.spec.template) && "
+       "(!has(self.spec.template) || self.spec.template == oldSelf.spec.template))",
+       [](const json&) { return true; }},
       {"!has(self.strategy) || self.strategy != 'FSDP' || self.nodes * self.procsPerNode >= 2",
        [](const json& self) {
          return !self.contains("strategy") || self["strategy"] != "FSDP" ||

@@ -22,6 +22,7 @@ struct Options {
   std::string kubeconfig, context, watch_namespace;
   int workers = 4;
   int create_parallelism = 8;
+  int max_creates_per_pass = 256;
   double qps = 500;  // docs/operator.md, "Client rate limit": 100 jobs x 8 pods in one API-server-bound wave
   int burst = 1000;
   int http_port = 8080;
@@ -45,6 +46,8 @@ const char* kUsage = R"(usage: lockstep-operator [flags]
   --namespace NS               watch only NS (default: all namespaces)
   --workers N                  concurrent reconciles (default 4)
   --create-parallelism N       concurrent pod creates or deletes per reconcile (default 8)
+  --max-pod-creates-per-pass N pod creates one reconcile may send, in batches of 1, 2, 4, ... up to
+                               --create-parallelism, stopping at the first refusal (default 256)
   --kube-api-qps Q             client-side request rate limit (default 500)
   --kube-api-burst B           and its burst (default 1000)
   --http-port P                /healthz, /readyz and /metrics port (default 8080; 0 disables)
@@ -83,6 +86,7 @@ Options parse(int argc, char** argv) {
     else if (match(argc, argv, i, "--namespace", v)) o.watch_namespace = v;
     else if (match(argc, argv, i, "--workers", v)) o.workers = to_int("--workers", v, 1, 256);
     else if (match(argc, argv, i, "--create-parallelism", v)) o.create_parallelism = to_int("--create-parallelism", v, 1, 256);
+    else if (match(argc, argv, i, "--max-pod-creates-per-pass", v)) o.max_creates_per_pass = to_int("--max-pod-creates-per-pass", v, 1, 100000);
     else if (match(argc, argv, i, "--kube-api-qps", v)) o.qps = to_double("--kube-api-qps", v, 0.1, 1e6);
     else if (match(argc, argv, i, "--kube-api-burst", v)) o.burst = to_int("--kube-api-burst", v, 1, 1000000);
     else if (match(argc, argv, i, "--http-port", v)) o.http_port = to_int("--http-port", v, 0, 65535);
@@ -169,6 +173,7 @@ int main(int argc, char** argv) {
   lockstep::controller::Config cc;
   cc.workers = opt.workers;
   cc.create_parallelism = opt.create_parallelism;
+  cc.max_creates_per_pass = opt.max_creates_per_pass;
   cc.watch_namespace = opt.watch_namespace;
   cc.decide.restart_backoff = opt.restart_backoff;
   cc.decide.restart_backoff_max = opt.restart_backoff_max;
@@ -211,28 +216,36 @@ int main(int argc, char** argv) {
     }
   }
 
-  lockstep::kube::LeaderElector elector(client, {opt.lease_namespace, opt.lease_name, opt.identity,
-                                                 opt.lease_duration, opt.renew_deadline, opt.retry_period});
+  // Note [Fenced writes]: the Lease has a client of its own, each request bounded by the renew
+  // deadline; the controller's client writes only while leading() holds.
+  lockstep::kube::RestConfig lease_config = config;
+  lease_config.request_timeout = opt.renew_deadline;
+  lockstep::kube::Client lease_client(lease_config);
+  lease_client.set_observer([&metrics](const std::string& verb, int code) { metrics.observe_request(verb, code); });
+  lockstep::kube::LeaderElector elector(lease_client, {opt.lease_namespace, opt.lease_name, opt.identity,
+                                                       opt.lease_duration, opt.renew_deadline, opt.retry_period});
+  if (opt.leader_elect) client.set_write_gate([&elector] { return elector.leading(); });
+  auto lost = [&] {  // another replica may already lead: stop at once
+    exit_code = 1;
+    metrics.leader.Set(0);
+    ::kill(::getpid(), SIGTERM);
+  };
   std::thread runner([&] {
-    if (opt.leader_elect && !elector.acquire(stopping)) return;
+    if (opt.leader_elect && !elector.acquire(stopping)) return;  // renewals run from here on
     leading = true;
     metrics.leader.Set(1);
     controller.start_informers();
-    if (!controller.wait_for_sync(120s)) {
-      if (!stopping) {
-        LOCKSTEP_LOG(Error, "operator", "caches did not sync within 120 s");
-        exit_code = 1;
-        ::kill(::getpid(), SIGTERM);
-      }
+    if (!controller.wait_for_sync(120s, [&] { return opt.leader_elect && !elector.leading(); })) {
+      if (stopping) return;
+      if (opt.leader_elect && !elector.leading()) return lost();
+      LOCKSTEP_LOG(Error, "operator", "caches did not sync within 120 s");
+      exit_code = 1;
+      ::kill(::getpid(), SIGTERM);
       return;
     }
     LOCKSTEP_LOG(Info, "operator", "caches synced; starting " << opt.workers << " workers");
     controller.start_workers();
-    if (opt.leader_elect && !elector.hold(stopping)) {
-      exit_code = 1;  // another replica may already lead: stop at once
-      metrics.leader.Set(0);
-      ::kill(::getpid(), SIGTERM);
-    }
+    if (opt.leader_elect && !elector.wait_while_leading(stopping)) lost();
   });
 
   int sig = 0;
@@ -241,6 +254,7 @@ int main(int argc, char** argv) {
   stopping = true;
   controller.stop();  // in-flight reconciles finish; no new ones start
   runner.join();
+  elector.stop_renewing();
   if (opt.leader_elect && leading && exit_code == 0) elector.release();
   server.reset();
   LOCKSTEP_LOG(Info, "operator", "stopped");

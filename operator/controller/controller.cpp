@@ -4,6 +4,7 @@
 
 #include "controller/agent_reader.hpp"
 #include "controller/pod_event.hpp"
+#include "controller/slow_start.hpp"
 #include "lockstep/contract.hpp"
 #include "lockstep/log.hpp"
 #include "lockstep/random.hpp"
@@ -115,6 +116,9 @@ void Controller::start_informers() {
   kube::InformerBase::Options job_opts;
   job_opts.ns = config_.watch_namespace;
   job_opts.prune = kJobPrune;
+  // Note [Cached templates]: a page is parsed whole before its jobs are converted; 50 jobs of
+  // 50 KB templates is 2.5 MB of text, where 500 (the default page) peaked at 140 MB of heap.
+  job_opts.page_size = 50;
   jobs_ = std::make_unique<JobInformer>(
       client_, res::kTrainingJobs, job_opts, JobInformer::Typed{[](json& obj) { return JobRecord::from_json(obj); }, {}, {}},
       [this](const JobInformer::Ptr& old, const JobInformer::Ptr& now) {
@@ -144,10 +148,10 @@ bool Controller::synced() const {
   return jobs_ && jobs_->synced() && pods_->synced() && services_->synced() && (!podgroups || podgroups->synced());
 }
 
-bool Controller::wait_for_sync(std::chrono::seconds timeout) {
+bool Controller::wait_for_sync(std::chrono::seconds timeout, const std::function<bool()>& abort) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!synced()) {
-    if (std::chrono::steady_clock::now() > deadline || stopping_) return false;
+    if (std::chrono::steady_clock::now() > deadline || stopping_ || (abort && abort())) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return true;
@@ -339,37 +343,45 @@ void Controller::execute(const JobView& job, const std::string& resource_version
     auto r = client_.create(res::kPodGroups.path(ns), reconcile::podgroup_manifest(job), &kube::kDiscardBody);
     if (!r.ok() && !r.conflict()) fail("create PodGroup", r);
   }
-  // Pods of a gang are created together, create_parallelism requests in flight at a time.
+  // Pods of a gang are created together, in batches that grow (Note [Slow start]).
   if (!d.create_pods.empty()) {
-    std::vector<kube::Response> results;
     const std::string secret = attempt_secret(job, d.status.restarts, pods);
-    for (int index : d.create_pods) expectations_.expect_create(key, reconcile::pod_name(job, index));
-    size_t step = static_cast<size_t>(config_.create_parallelism);
-    for (size_t start = 0; start < d.create_pods.size(); start += step) {
-      std::vector<json> batch;
-      for (size_t i = start; i < std::min(d.create_pods.size(), start + step); ++i)
-        batch.push_back(reconcile::pod_manifest(job, d.create_pods[i], d.status.restarts, config_.agent, secret));
-      for (auto& r : client_.create_all(res::kPods.path(ns), batch, &kube::kDiscardBody)) results.push_back(std::move(r));
-    }
-    int created = 0;
+    int created = 0, attempted = 0;
     std::vector<std::string> failed_creates;
-    for (size_t i = 0; i < results.size(); ++i) {
-      const auto& r = results[i];
-      std::string pod = reconcile::pod_name(job, d.create_pods[i]);
-      if (r.ok()) {
-        ++created;
-        continue;
+    for (int size : slow_start_batches(static_cast<int>(d.create_pods.size()), config_.create_parallelism,
+                                       config_.max_creates_per_pass)) {
+      std::vector<json> batch;
+      std::vector<std::string> names;
+      for (int i = attempted; i < attempted + size; ++i) {
+        names.push_back(reconcile::pod_name(job, d.create_pods[i]));
+        batch.push_back(reconcile::pod_manifest(job, d.create_pods[i], d.status.restarts, config_.agent, secret));
+        expectations_.expect_create(key, names.back());
       }
-      expectations_.observed_create(key, pod);  // no event will come for a failed create
-      if (r.conflict()) continue;
-      fail("create pod " + pod, r);
-      failed_creates.push_back(pod + ": " + r.message());
+      attempted += size;
+      auto results = client_.create_all(res::kPods.path(ns), batch, &kube::kDiscardBody);
+      bool refused = false;
+      for (size_t i = 0; i < results.size(); ++i) {
+        const auto& r = results[i];
+        if (r.ok()) {
+          ++created;
+          continue;
+        }
+        expectations_.observed_create(key, names[i]);  // no event will come for a failed create
+        if (r.conflict()) continue;
+        refused = true;
+        fail("create pod " + names[i], r);
+        if (!r.refused) failed_creates.push_back(names[i] + ": " + r.message());
+      }
+      if (refused) break;  // the rest wait for the retry, which starts again from 1
     }
     metrics_.pods_created.Increment(created);
     if (!failed_creates.empty())  // the user sees why in `kubectl describe tj`
       record_event(job, "Warning", "FailedCreatePod", "cannot create " + failed_creates.front() +
                    (failed_creates.size() > 1 ? " (and " + std::to_string(failed_creates.size() - 1) + " more)" : ""));
-    if (created) LOCKSTEP_LOG(Debug, "reconcile", key << ": created " << created << " pod(s)");
+    if (created) LOCKSTEP_LOG(Debug, "reconcile", key << ": created " << created << " pod(s)"
+                                   << (attempted < static_cast<int>(d.create_pods.size())
+                                           ? ", " + std::to_string(d.create_pods.size() - attempted) + " left for the next pass"
+                                           : std::string()));
   }
   // And deleted together, as many in flight: a gang restart deletes every pod of the attempt,
   // and one at a time it took a reconcile 8 round trips (bench/operator/bench_scale.cpp's storm).

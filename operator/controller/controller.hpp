@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <optional>
 #include <memory>
@@ -28,6 +29,7 @@ namespace lockstep::controller {
 struct Config {
   int workers = 4;
   int create_parallelism = 8;   // concurrent pod creates within one reconcile
+  int max_creates_per_pass = 256;  // pod creates one reconcile may send (Note [Slow start])
   std::string watch_namespace;  // "" for all namespaces
   reconcile::Options decide;
   std::string component = "lockstep-operator";
@@ -60,7 +62,8 @@ class Controller {
   ~Controller();
 
   void start_informers();
-  bool wait_for_sync(std::chrono::seconds timeout);
+  // False after `timeout`, on stop(), or as soon as `abort` (optional) says so.
+  bool wait_for_sync(std::chrono::seconds timeout, const std::function<bool()>& abort = {});
   bool synced() const;
   void start_workers();
   // Stops taking work, lets in-flight reconciles finish.

@@ -35,6 +35,7 @@ class PodVisitor : public kube::JsonVisitor {
       if (depth == 3) {
         if (is(field, "deletionTimestamp")) raw_.deleting = true;  // whatever its value, as contains()
         if (!str) return;
+        if (is(field, "deletionTimestamp")) raw_.deletion_timestamp.assign(v.text);
         if (is(field, "name")) raw_.name.assign(v.text);
         else if (is(field, "namespace")) raw_.ns.assign(v.text);
         else if (is(field, "uid")) raw_.uid.assign(v.text);
@@ -44,6 +45,8 @@ class PodVisitor : public kube::JsonVisitor {
         if (is(label, contract::kLabelJobName)) raw_.job_label.assign(v.text);
         else if (is(label, contract::kLabelNodeRank)) raw_.rank_label.assign(v.text);
         else if (is(label, contract::kLabelRestartAttempt)) raw_.attempt_label.assign(v.text);
+      } else if (depth == 4 && is(field, "finalizers") && is(path[3], "*") && str) {
+        raw_.finalizers.emplace_back(v.text);
       } else if (is(field, "ownerReferences") && is(path[3], "*")) {
         if (depth == 4) {
           raw_.owners.emplace_back();  // an element, of whatever kind

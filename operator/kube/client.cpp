@@ -57,14 +57,18 @@ http::TlsConfig tls_of(const RestConfig& c) {
   return t;
 }
 
-// A request's read or write that waits longer than this fails the request.
-constexpr std::chrono::seconds kRequestTimeout{30};
+Response refused_write() {
+  Response r;
+  r.refused = true;
+  r.error = "write refused: this replica no longer leads (its lease was not renewed within --renew-deadline)";
+  return r;
+}
 
 }  // namespace
 
 struct Client::Impl {
   explicit Impl(const RestConfig& c)
-      : transport(c.server, tls_of(c), kRequestTimeout, std::string("lockstep-operator/") + LOCKSTEP_VERSION) {}
+      : transport(c.server, tls_of(c), c.request_timeout, std::string("lockstep-operator/") + LOCKSTEP_VERSION) {}
   http::Transport transport;
   std::mutex token_mu;
   std::string token;
@@ -107,6 +111,8 @@ size_t Client::connections_opened() const { return impl_->transport.connections_
 Response Client::request(const std::string& verb, const std::string& path, const json* body,
                          const char* content_type, const Prune* prune, PruneRoot root) {
   limiter_.acquire();
+  // After the limiter's wait, which may be long: leadership is judged as the request leaves.
+  if (verb != "GET" && gate_ && !gate_()) return refused_write();
   std::string payload = body && !body->is_null() ? body->dump() : std::string();
   std::string auth = impl_->auth_header(config_);
   http::Request req{verb, path, payload.empty() ? "" : content_type, payload, auth, prune && prune->all};
@@ -123,7 +129,10 @@ std::vector<Response> Client::request_all(const std::string& verb, const std::ve
     reqs[i] = http::Request{verb, paths[i], payloads[i].empty() ? "" : "application/json", payloads[i], auth,
                             prune && prune->all};
   }
-  auto replies = impl_->transport.round_trip_all(reqs, [this](size_t) { limiter_.acquire(); });
+  // Every token first, then the gate, then the batch: no write of it leaves after a refusal.
+  for (size_t i = 0; i < reqs.size(); ++i) limiter_.acquire();
+  if (gate_ && !gate_()) return std::vector<Response>(reqs.size(), refused_write());
+  auto replies = impl_->transport.round_trip_all(reqs);
   std::vector<Response> out;
   out.reserve(replies.size());
   for (auto& reply : replies) out.push_back(Impl::finish(verb, std::move(reply), prune, PruneRoot::Document, observer_));

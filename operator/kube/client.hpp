@@ -23,6 +23,7 @@ struct Response {
   int status = 0;               // HTTP status; 0 when the request never got an answer
   nlohmann::json body;          // parsed JSON body (null if none or not JSON)
   std::string error;            // transport error, when status == 0
+  bool refused = false;         // never sent: the write gate said no (status 0)
 
   bool ok() const { return status >= 200 && status < 300; }
   bool not_found() const { return status == 404; }
@@ -50,6 +51,9 @@ class Cancellation {
 
 // Called for each request with its verb and HTTP status (0: no answer), for metrics.
 using RequestObserver = std::function<void(const std::string& verb, int status)>;
+// Asked before every write (POST, PUT, PATCH, DELETE): false refuses it without sending
+// (Note [Fenced writes] in kube/leader_election.hpp).
+using WriteGate = std::function<bool()>;
 
 // Token bucket: `qps` tokens a second, up to `burst` banked. acquire() blocks for a token.
 class RateLimiter {
@@ -70,6 +74,8 @@ class Client {
 
   const RestConfig& config() const { return config_; }
   void set_observer(RequestObserver observer) { observer_ = std::move(observer); }
+  // Set before any request is made. A refused write answers status 0, `refused` true.
+  void set_write_gate(WriteGate gate) { gate_ = std::move(gate); }
 
   // A prune (Note [Pruned parsing]) leaves subtrees of the answer's object(s) unbuilt;
   // `root` says where they are (a list's items, or the answer itself).
@@ -125,6 +131,7 @@ class Client {
   RestConfig config_;
   RateLimiter limiter_;
   RequestObserver observer_;
+  WriteGate gate_;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -465,7 +465,7 @@ void Interrupt::detach() {
   fd_ = -1;
 }
 
-Transport::Transport(const std::string& server, const TlsConfig& tls, std::chrono::seconds timeout,
+Transport::Transport(const std::string& server, const TlsConfig& tls, std::chrono::milliseconds timeout,
                      std::string user_agent)
     : timeout_(timeout), user_agent_(std::move(user_agent)) {
   auto bad = [&server](const std::string& why) {
@@ -575,7 +575,7 @@ size_t Transport::idle_connections() const {
   return idle_.size();
 }
 
-std::unique_ptr<Connection> Transport::dial(std::chrono::seconds timeout, std::string& error, Interrupt* interrupt) {
+std::unique_ptr<Connection> Transport::dial(std::chrono::milliseconds timeout, std::string& error, Interrupt* interrupt) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -587,7 +587,7 @@ std::unique_ptr<Connection> Transport::dial(std::chrono::seconds timeout, std::s
   }
   auto c = std::make_unique<Connection>();
   std::string why = "no address";
-  timeval tv{static_cast<time_t>(timeout.count()), 0};
+  timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
   for (addrinfo* ai = found; ai; ai = ai->ai_next) {
     int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
     if (fd < 0) {

@@ -79,7 +79,8 @@ class Transport {
  public:
   // `server`: https://host[:port][/prefix] or http://...; throws std::invalid_argument for a
   // bad URL and std::runtime_error for unusable TLS material (both name what is wrong).
-  Transport(const std::string& server, const TlsConfig& tls, std::chrono::seconds timeout,
+  // `timeout` bounds the connect and each read and write of a request.
+  Transport(const std::string& server, const TlsConfig& tls, std::chrono::milliseconds timeout,
             std::string user_agent = "lockstep");
   ~Transport();
   Transport(const Transport&) = delete;
@@ -102,7 +103,7 @@ class Transport {
  private:
   // A new connection; with `interrupt`, its socket is attached to it from the start (and
   // detached again on failure), so an interrupt ends a connect or handshake too.
-  std::unique_ptr<Connection> dial(std::chrono::seconds timeout, std::string& error, Interrupt* interrupt = nullptr);
+  std::unique_ptr<Connection> dial(std::chrono::milliseconds timeout, std::string& error, Interrupt* interrupt = nullptr);
   std::unique_ptr<Connection> acquire(bool& reused, std::string& error);
   void release(std::unique_ptr<Connection> c);
   bool send(Connection& c, const Request& r, std::string& error);
@@ -115,7 +116,7 @@ class Transport {
   std::string prefix_;       // path prefix of the server URL, without a trailing slash
   bool host_is_ip_ = false;
   bool verify_ = true;
-  std::chrono::seconds timeout_;
+  std::chrono::milliseconds timeout_;
   std::string user_agent_;
   SSL_CTX* ctx_ = nullptr;
 

@@ -37,7 +37,9 @@ bool sleep_unless(const std::atomic<bool>& stop, std::chrono::milliseconds d) {
 
 LeaderElector::LeaderElector(Client& client, Options options) : client_(client), options_(std::move(options)) {}
 
-bool LeaderElector::try_acquire_or_renew() {
+LeaderElector::~LeaderElector() { stop_renewing(); }
+
+LeaderElector::Attempt LeaderElector::try_acquire_or_renew() {
   const auto& res = resources::kLeases;
   std::string now = micro_time();
   int duration_s = static_cast<int>(std::chrono::duration_cast<std::chrono::seconds>(options_.lease_duration).count());
@@ -49,9 +51,12 @@ bool LeaderElector::try_acquire_or_renew() {
                   {"spec",
                    {{"holderIdentity", options_.identity}, {"leaseDurationSeconds", duration_s},
                     {"acquireTime", now}, {"renewTime", now}, {"leaseTransitions", 0}}}};
-    return client_.create(res.path(options_.ns), lease).ok();
+    return client_.create(res.path(options_.ns), lease).ok() ? Attempt::Held : Attempt::Failed;
   }
-  if (!r.ok()) return false;
+  if (!r.ok()) {
+    LOCKSTEP_LOG(Debug, "leader-election", "reading Lease " << options_.ns << "/" << options_.name << ": " << r.message());
+    return Attempt::Failed;
+  }
   json lease = r.body;
   json& spec = lease["spec"];
   std::string holder = spec.value("holderIdentity", "");
@@ -64,7 +69,10 @@ bool LeaderElector::try_acquire_or_renew() {
   bool mine = holder == options_.identity;
   int their_duration = spec.value("leaseDurationSeconds", duration_s);
   bool expired = holder.empty() || local_now >= observed_at_ + std::chrono::seconds(their_duration);
-  if (!mine && !expired) return false;
+  if (!mine && !expired) {
+    LOCKSTEP_LOG(Debug, "leader-election", "Lease held by " << holder);
+    return Attempt::Taken;
+  }
   if (!mine) {
     spec["leaseTransitions"] = spec.value("leaseTransitions", 0) + 1;
     spec["acquireTime"] = now;
@@ -74,18 +82,24 @@ bool LeaderElector::try_acquire_or_renew() {
   spec["renewTime"] = now;
   // PUT carries metadata.resourceVersion: a concurrent writer makes this a 409, not a tie.
   Response u = client_.replace(res.path(options_.ns, options_.name), lease);
-  if (!u.ok()) return false;
+  if (!u.ok()) {
+    LOCKSTEP_LOG(Debug, "leader-election", "writing Lease " << options_.ns << "/" << options_.name << ": " << u.message());
+    return Attempt::Failed;
+  }
   observed_record_ = u.body["spec"].dump();
   observed_at_ = std::chrono::steady_clock::now();
-  return true;
+  return Attempt::Held;
 }
 
 bool LeaderElector::acquire(const std::atomic<bool>& stop) {
   LOCKSTEP_LOG(Info, "leader-election", "waiting to lead via Lease " << options_.ns << "/" << options_.name
                                                                       << " as " << options_.identity);
   while (!stop) {
-    if (try_acquire_or_renew()) {
+    auto start = std::chrono::steady_clock::now();
+    if (try_acquire_or_renew() == Attempt::Held) {
+      valid_until_ = (start + options_.renew_deadline).time_since_epoch().count();
       LOCKSTEP_LOG(Info, "leader-election", "became leader (" << options_.identity << ")");
+      renewer_ = std::thread([this, &stop] { renew_loop(stop); });
       return true;
     }
     if (!sleep_unless(stop, options_.retry_period)) break;
@@ -93,20 +107,48 @@ bool LeaderElector::acquire(const std::atomic<bool>& stop) {
   return false;
 }
 
-bool LeaderElector::hold(const std::atomic<bool>& stop) {
-  auto last_renew = std::chrono::steady_clock::now();
-  while (sleep_unless(stop, options_.retry_period)) {
-    if (try_acquire_or_renew()) {
-      last_renew = std::chrono::steady_clock::now();
-    } else if (std::chrono::steady_clock::now() - last_renew > options_.renew_deadline) {
-      LOCKSTEP_LOG(Error, "leader-election", "lost the lease: no renewal within the renew deadline");
-      return false;
+// Note [Fenced writes]: a renewal counts from when it was sent, not from when its answer came.
+void LeaderElector::renew_loop(const std::atomic<bool>& stop) {
+  while (!stop_renewing_ && sleep_unless(stop, options_.retry_period) && !stop_renewing_) {
+    auto start = std::chrono::steady_clock::now();
+    Attempt a = try_acquire_or_renew();
+    if (a == Attempt::Taken) {
+      lost_ = true;
+      LOCKSTEP_LOG(Error, "leader-election", "lost the lease: another replica holds it");
+      return;
     }
+    if (!leading()) {  // a renewal that ends after the deadline does not reopen the gate
+      lost_ = true;
+      LOCKSTEP_LOG(Error, "leader-election", "lost the lease: no renewal within the renew deadline ("
+                                                 << options_.renew_deadline.count() << " ms)");
+      return;
+    }
+    if (a == Attempt::Held) valid_until_ = (start + options_.renew_deadline).time_since_epoch().count();
+  }
+}
+
+bool LeaderElector::leading() const {
+  return !lost_ && std::chrono::steady_clock::now().time_since_epoch().count() < valid_until_.load();
+}
+
+bool LeaderElector::wait_while_leading(const std::atomic<bool>& stop) const {
+  while (!stop) {
+    if (!leading()) {
+      if (!stop) LOCKSTEP_LOG(Error, "leader-election", "no longer leading: every write is refused from now on");
+      return stop;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return true;
 }
 
+void LeaderElector::stop_renewing() {
+  stop_renewing_ = true;
+  if (renewer_.joinable()) renewer_.join();
+}
+
 void LeaderElector::release() {
+  stop_renewing();
   const auto& res = resources::kLeases;
   Response r = client_.get(res.path(options_.ns, options_.name));
   if (!r.ok() || r.body["spec"].value("holderIdentity", "") != options_.identity) return;

@@ -2,6 +2,7 @@
 // service account (in-cluster), the two ways client-go finds it.
 #pragma once
 
+#include <chrono>
 #include <stdexcept>
 #include <string>
 
@@ -23,6 +24,9 @@ struct RestConfig {
   std::string default_namespace = "default";
   double qps = 50;               // client-side rate limit, requests per second
   int burst = 100;               // and burst
+  // Bounds a request's connect and each of its reads and writes (the leader elector's client
+  // uses its renew deadline: Note [Fenced writes] in kube/leader_election.hpp).
+  std::chrono::milliseconds request_timeout{std::chrono::seconds(30)};
 
   // kubeconfig at `path`; `context` empty means current-context.
   static RestConfig from_kubeconfig(const std::string& path, const std::string& context = "");

@@ -245,11 +245,43 @@ struct Pass {
     return true;
   }
 
+  // Note [Pods that do not terminate]
+  // The next attempt waits until every pod of the earlier one is gone (its ranks must not meet
+  // the new ones). A pod held past its deletion deadline (a finalizer of some controller, a
+  // node that is gone, a kubelet that does not answer) would hold the gang restart forever
+  // without a word; once one is kStuckAfter past due, the StuckTerminating condition names
+  // each, how long past due, and its finalizers, refreshed every kStuckAfter.
+  static constexpr std::chrono::seconds kStuckAfter{30};
+  void report_stuck_terminating() {
+    std::vector<std::string> stuck;
+    for (const auto* p : stale) {
+      if (!p->deleting || !p->deletion_due) continue;
+      auto overdue = std::chrono::duration_cast<std::chrono::seconds>(in.now - *p->deletion_due);
+      if (overdue < kStuckAfter) {
+        requeue(std::chrono::duration_cast<milliseconds>(kStuckAfter - overdue));
+        continue;
+      }
+      stuck.push_back(p->name + " (" + std::to_string(overdue.count()) + " s past its deletion" +
+                      (p->finalizers.empty() ? "" : "; finalizers: " + p->finalizers) + ")");
+    }
+    if (stuck.empty()) return;
+    requeue(kStuckAfter);
+    condition("StuckTerminating", "True", "PodsNotTerminating",
+              "gang restart " + std::to_string(s().restarts) + " waits for " + std::to_string(stuck.size()) +
+                  " pod(s) of an earlier attempt that do not terminate: " + join(stuck) +
+                  ". Remove what holds them (a finalizer), or, if a node is gone, kubectl delete pod --force "
+                  "--grace-period=0");
+  }
+
   // True while the next attempt must wait (old pods still there, or the backoff).
   bool waiting_to_restart() {
     bool old_pods = !stale.empty();
     for (const auto* p : stale) delete_pod(p);
-    if (old_pods) return true;  // their deletion events bring us back
+    if (old_pods) {
+      report_stuck_terminating();
+      return true;  // their deletion events bring us back
+    }
+    condition("StuckTerminating", "False", "PodsTerminated", "every pod of the earlier attempts is gone");
     if (s().phase != "Restarting") return false;
     const Condition* c = s().condition("Restarting");
     auto since = c ? parse_time(c->last_transition_time) : std::nullopt;

@@ -178,6 +178,10 @@ RawPod RawPod::from_json(const json& obj) {
   r.name = get_or<std::string>(md, "name", "");
   r.uid = get_or<std::string>(md, "uid", "");
   r.deleting = md.contains("deletionTimestamp");
+  r.deletion_timestamp = get_or<std::string>(md, "deletionTimestamp", "");
+  if (md.contains("finalizers") && md["finalizers"].is_array())
+    for (const auto& f : md["finalizers"])
+      if (f.is_string()) r.finalizers.push_back(f.get<std::string>());
   const json& labels = child(md, "labels");
   r.job_label = get_or<std::string>(labels, contract::kLabelJobName, "");
   r.rank_label = get_or<std::string>(labels, contract::kLabelNodeRank, "");
@@ -225,6 +229,9 @@ PodView PodView::from_raw(const RawPod& raw) {
   p.name = raw.name;
   p.uid = raw.uid;
   p.deleting = raw.deleting;
+  if (raw.deleting) p.deletion_due = parse_time(raw.deletion_timestamp);
+  for (const auto& f : raw.finalizers) p.finalizers += (p.finalizers.empty() ? "" : ", ") + f;
+  p.finalizers = head(p.finalizers, 256);
   p.index = label_int(raw.rank_label);
   p.attempt = label_int(raw.attempt_label);
   p.phase = raw.phase ? *raw.phase : "Pending";
@@ -300,8 +307,15 @@ PodRecord PodRecord::from_raw(const RawPod& raw) {
   return r;
 }
 
+// Note [Cached templates]
+// A job's pod template is what its pods are made from, and the largest part of it: tens of
+// KB for a template with many env entries or volumes, several times that as nlohmann::json.
+// A finished job makes no pods again, and a suspended one none until it resumes (a change
+// of its spec, which brings the template back with it): the cache keeps neither's template.
 JobRecord JobRecord::from_json(const json& job) {
-  return {JobView::from_json(job), get_or<std::string>(child(job, "metadata"), "resourceVersion", "")};
+  JobRecord r{JobView::from_json(job), get_or<std::string>(child(job, "metadata"), "resourceVersion", "")};
+  if (r.view.status.finished() || r.view.suspend) r.view.tmpl = nullptr;
+  return r;
 }
 
 }  // namespace lockstep::reconcile

@@ -95,6 +95,8 @@ inline constexpr int kMaxInPlaceRestarts = 100;
 struct RawPod {
   std::string ns, name, uid;
   bool deleting = false;  // metadata.deletionTimestamp is present
+  std::string deletion_timestamp;  // its value, when a string
+  std::vector<std::string> finalizers;  // metadata.finalizers (the strings among them)
   std::string job_label, rank_label, attempt_label;  // those labels when strings, else ""
   struct Owner {
     std::string kind, uid;
@@ -127,6 +129,10 @@ struct PodView {
   std::string phase;   // Pending, Running, Succeeded, Failed, Unknown
   bool ready = false;
   bool deleting = false;
+  // When a deleted pod is due to be gone (metadata.deletionTimestamp: the deletion's time plus
+  // its grace period), and what may hold it past that (metadata.finalizers, joined, bounded).
+  std::optional<Time> deletion_due;
+  std::string finalizers;
   int exit_code = -1;  // of the agent container once terminated; -1 if unknown
   std::string reason;  // pod or container termination reason (OOMKilled, Evicted, ...)
   // When that container terminated (its kubelet's clock, second precision); unknown for a
@@ -147,7 +153,8 @@ struct PodView {
   static PodView from_raw(const RawPod& raw);
   bool operator==(const PodView& o) const {
     return name == o.name && uid == o.uid && index == o.index && attempt == o.attempt && phase == o.phase &&
-           ready == o.ready && deleting == o.deleting && exit_code == o.exit_code && reason == o.reason &&
+           ready == o.ready && deleting == o.deleting && deletion_due == o.deletion_due &&
+           finalizers == o.finalizers && exit_code == o.exit_code && reason == o.reason &&
            finished_at == o.finished_at && termination_message == o.termination_message &&
            unschedulable_message == o.unschedulable_message && waiting_reason == o.waiting_reason &&
            waiting_message == o.waiting_message && ip == o.ip;

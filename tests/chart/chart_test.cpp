@@ -112,6 +112,8 @@ TEST(Chart, RbacGrantsOnlyWhatTheOperatorUses) {
   const std::set<std::string> used = {
       "lockstep.dev/trainingjobs/list", "lockstep.dev/trainingjobs/watch", "lockstep.dev/trainingjobs/delete",
       "lockstep.dev/trainingjobs/status/patch",
+      // blockOwnerDeletion on every child, under OwnerReferencesPermissionEnforcement.
+      "lockstep.dev/trainingjobs/finalizers/update",
       "/pods/list", "/pods/watch", "/pods/create", "/pods/delete",
       "/services/list", "/services/watch", "/services/create", "/services/delete",
       "scheduling.x-k8s.io/podgroups/list", "scheduling.x-k8s.io/podgroups/watch",

@@ -186,10 +186,22 @@ void ControlPlane::start_apiserver() {
              // No controller-manager runs, so nobody creates the "default" ServiceAccount
              // that this admission plugin insists on for every pod.
              "--disable-admission-plugins=ServiceAccount",
+             // Off by default upstream, on in OpenShift: a child that sets blockOwnerDeletion
+             // needs update on its owner's finalizers (tests/chart/chart_test.cpp runs the
+             // operator with the chart's RBAC, which must grant it).
+             "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
              "--enable-priority-and-fairness=false",
              "--profiling=false",
              "--endpoint-reconciler-type=none",
              "--v=1"};
+  if (options_.audit_writes) {
+    write_file(pki + "/audit-policy.yaml",
+               "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived, ResponseStarted, Panic]\n"
+               "rules:\n- level: Metadata\n  verbs: [create, update, patch, delete, deletecollection]\n- level: None\n");
+    so.argv.push_back("--audit-policy-file=" + pki + "/audit-policy.yaml");
+    so.argv.push_back("--audit-log-path=" + audit_log());
+    so.argv.push_back("--audit-log-mode=blocking");  // an event is in the file before its answer leaves
+  }
   for (const auto& a : options_.extra_apiserver_args) so.argv.push_back(a);
   so.output_path = apiserver_log_;
   so.new_process_group = true;

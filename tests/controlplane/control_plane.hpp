@@ -28,6 +28,9 @@ struct ControlPlaneOptions {
   std::chrono::seconds startup_timeout{120};
   std::vector<std::string> extra_apiserver_args;
   bool quiet = false;                      // no start-up line on stderr
+  // Every write (create, update, patch, delete) is recorded, one JSON audit event a line at
+  // ResponseComplete, in audit_log(): who sent it, when the server took it, what it answered.
+  bool audit_writes = false;
 };
 
 class ControlPlane {
@@ -47,6 +50,7 @@ class ControlPlane {
   const std::string& server() const { return server_; }           // https://127.0.0.1:PORT
   const std::string& token() const { return token_; }             // admin bearer token
   const std::string& ca_file() const { return ca_file_; }
+  std::string audit_log() const { return dir_ + "/audit.log"; }  // with audit_writes
   const std::string& client_cert_file() const { return client_cert_; }  // admin, system:masters
   const std::string& client_key_file() const { return client_key_; }
   std::string etcd_endpoint() const { return etcd_url_; }

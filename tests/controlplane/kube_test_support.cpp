@@ -26,9 +26,10 @@ std::atomic<int> g_namespace_counter{0};
 
 class ControlPlaneEnvironment : public ::testing::Environment {
  public:
+  explicit ControlPlaneEnvironment(ControlPlaneOptions options) : options_(std::move(options)) {}
   void SetUp() override {
     try {
-      g_control_plane = ControlPlane::start();
+      g_control_plane = ControlPlane::start(options_);
     } catch (const std::exception& e) {
       g_skip_reason = e.what();
       std::cerr << "[controlplane] not available: " << g_skip_reason << "\n";
@@ -37,6 +38,9 @@ class ControlPlaneEnvironment : public ::testing::Environment {
   void TearDown() override {
     if (g_control_plane) g_control_plane->stop();
   }
+
+ private:
+  ControlPlaneOptions options_;
 };
 
 }  // namespace
@@ -76,14 +80,14 @@ std::string create_namespace(const std::string& prefix) {
   return name;
 }
 
-int run_tests_with_control_plane(int argc, char** argv) {
+int run_tests_with_control_plane(int argc, char** argv, ControlPlaneOptions options) {
   ::testing::InitGoogleTest(&argc, argv);
   // A Ctrl-C or a ctest timeout's SIGTERM still tears the control plane down.
   on_stop_signal([](int sig) {
     std::cerr << "\n[controlplane] " << strsignal(sig) << ": stopping etcd and kube-apiserver\n";
     if (g_control_plane) g_control_plane->stop();
   });
-  ::testing::AddGlobalTestEnvironment(new ControlPlaneEnvironment);
+  ::testing::AddGlobalTestEnvironment(new ControlPlaneEnvironment(std::move(options)));
   int rc = RUN_ALL_TESTS();
   g_control_plane.reset();
   return suite_exit_code(rc);  // all skipped (no control plane): ctest shows Skipped

@@ -33,7 +33,7 @@ std::string create_namespace(const std::string& prefix);
 // True when a missing prerequisite must fail rather than skip (LOCKSTEP_REQUIRE_ALL=1).
 bool require_all();
 
-int run_tests_with_control_plane(int argc, char** argv);
+int run_tests_with_control_plane(int argc, char** argv, ControlPlaneOptions options = {});
 
 }  // namespace lockstep::test
 

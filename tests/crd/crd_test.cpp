@@ -244,4 +244,36 @@ TEST(Crd, StatusIsOnlyWrittenThroughTheSubresource) {
   EXPECT_NE(bad.output.find("status.phase"), std::string::npos) << bad.output;
 }
 
+// #26 item 15: the gang's shape cannot change under its running pods; once Suspended (or
+// before the operator has seen the job, or after it finished) it can.
+TEST(Crd, GangShapeIsImmutableWhileTheJobRuns) {
+  LOCKSTEP_REQUIRE_CONTROL_PLANE();
+  install_crd();
+  std::string ns = create_namespace("crd-immutable");
+  ASSERT_TRUE(kubectl({"apply", "-n", ns, "-f", "-"}, minimal_job("shape")).status.success());
+  auto patch = [&](const std::string& p) { return kubectl({"patch", "tj", "shape", "-n", ns, "--type=merge", "-p", p}); };
+  auto set_phase = [&](const std::string& phase) {
+    return kubectl({"patch", "tj", "shape", "-n", ns, "--subresource=status", "--type=merge", "-p",
+                    R"({"status":{"phase":")" + phase + R"("}})"}).status.success();
+  };
+  EXPECT_TRUE(patch(R"({"spec":{"nodes":3}})").status.success()) << "no status yet: free to change";
+  for (const char* phase : {"Pending", "Running", "Restarting"}) {
+    SCOPED_TRACE(phase);
+    ASSERT_TRUE(set_phase(phase));
+    for (const char* p : {R"({"spec":{"nodes":4}})", R"({"spec":{"procsPerNode":8}})",
+                          R"({"spec":{"template":{"metadata":{"labels":{"team":"b"}}}}})"}) {
+      auto r = patch(p);
+      EXPECT_FALSE(r.status.success()) << p;
+      EXPECT_NE(r.output.find("spec.nodes, spec.procsPerNode and spec.template cannot change"), std::string::npos) << r.output;
+    }
+    // Other fields, and suspending, stay free; the status keeps being written.
+    EXPECT_TRUE(patch(R"({"spec":{"runPolicy":{"backoffLimit":5}}})").status.success());
+  }
+  EXPECT_TRUE(patch(R"({"spec":{"runPolicy":{"suspend":true}}})").status.success());
+  ASSERT_TRUE(set_phase("Suspended"));
+  auto r = patch(R"({"spec":{"nodes":4,"procsPerNode":2,"template":{"metadata":{"labels":{"team":"b"}}}}})");
+  EXPECT_TRUE(r.status.success()) << r.output;
+  EXPECT_EQ(get_json({"get", "tj", "shape", "-n", ns})["spec"]["nodes"], 4);
+}
+
 int main(int argc, char** argv) { return lockstep::test::run_tests_with_control_plane(argc, argv); }

@@ -205,7 +205,11 @@ class OperatorTest : public ::testing::Test {
                       "crd/podgroups.scheduling.x-k8s.io", "--timeout=60s"});
     ASSERT_TRUE(w.status.success()) << w.output;
     client_ = new Client(RestConfig::from_kubeconfig(control_plane()->kubeconfig()));
-    operator_ = new OperatorProcess(control_plane()->kubeconfig(), {"--progress-period=1s"});
+    // Tests pause this operator (Paused) while one of their own acts; a leader resumed after
+    // its renew deadline steps down and exits (Note [Fenced writes]), so its lease outlasts
+    // every pause.
+    operator_ = new OperatorProcess(control_plane()->kubeconfig(),
+                                    {"--progress-period=1s", "--lease-duration=300s", "--renew-deadline=240s"});
     ASSERT_TRUE(operator_->wait_log("caches synced")) << operator_->log();
   }
   static void TearDownTestSuite() {
@@ -1155,8 +1159,8 @@ TEST_F(OperatorTest, OperatorRestartedMidJobCreatesNoDuplicates) {
 }
 
 TEST_F(OperatorTest, SurvivesAnApiserverRestartMidWatch) {
-  // The suite's operator keeps the default lease (15 s, renew deadline 10 s), which
-  // outlasts an apiserver restart as it would in a cluster.
+  // The suite's operator's lease (renew deadline 240 s) outlasts an apiserver restart, as the
+  // default one (10 s) does in a cluster.
   create_job("before", 1);
   ASSERT_TRUE(wait_pods("before", 1));
   control_plane()->restart_apiserver();

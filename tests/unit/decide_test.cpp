@@ -190,6 +190,42 @@ TEST(Decide, TheNextAttemptWaitsForOldPodsAndTheBackoff) {
   EXPECT_EQ(go.status.restarts, 1);
 }
 
+// Note [Pods that do not terminate]: a gang restart held by a pod that will not go says so,
+// naming it, how long past due, and its finalizers; the condition clears once it is gone.
+TEST(Decide, AGangRestartHeldByAPodThatDoesNotTerminateSaysSo) {
+  auto j = running_job();
+  j.status.phase = "Restarting";
+  j.status.restarts = 1;
+  j.status.conditions.push_back({"Restarting", "True", "GangRestart", "", format_time(kNow - 200s)});
+  PodView held = pod(0, "Running", 0);
+  held.deleting = true;
+  held.finalizers = "example.com/hold";
+  PodView going = pod(1, "Failed", 0, 137);
+  going.deleting = true;
+  going.deletion_due = kNow + 20s;  // still within its grace period
+  // 10 s past due: not yet stuck; looked at again when it would be.
+  held.deletion_due = kNow - 10s;
+  auto early = decide(observed(j, {held, going}));
+  EXPECT_EQ(cond(early, "StuckTerminating"), nullptr);
+  ASSERT_TRUE(early.requeue_after.has_value());
+  EXPECT_EQ(*early.requeue_after, 20s);
+  // 95 s past due: named, with its finalizers; the other pod is not.
+  held.deletion_due = kNow - 95s;
+  auto stuck = decide(observed(j, {held, going}));
+  EXPECT_TRUE(stuck.create_pods.empty());
+  ASSERT_NE(cond(stuck, "StuckTerminating"), nullptr);
+  EXPECT_EQ(cond(stuck, "StuckTerminating")->status, "True");
+  EXPECT_EQ(reason(stuck, "StuckTerminating"), "PodsNotTerminating");
+  EXPECT_NE(message(stuck, "StuckTerminating").find("tj-0 (95 s past its deletion; finalizers: example.com/hold)"),
+            std::string::npos) << message(stuck, "StuckTerminating");
+  EXPECT_EQ(message(stuck, "StuckTerminating").find("tj-1"), std::string::npos);
+  // Gone: the condition turns False and the next attempt starts.
+  j.status = stuck.status;
+  auto gone = decide(observed(j));
+  EXPECT_EQ(cond(gone, "StuckTerminating")->status, "False");
+  EXPECT_EQ(gone.create_pods, (std::vector<int>{0, 1}));
+}
+
 TEST(Decide, BackoffLimitExhaustedFails) {
   auto j = running_job();
   j.backoff_limit = 2;
@@ -529,4 +565,22 @@ TEST(Time, RoundTripsRfc3339) {
   EXPECT_EQ(format_time(*t), "2026-11-22T00:42:38Z");
   EXPECT_TRUE(parse_time("2026-11-22T00:42:38.123456Z").has_value());
   EXPECT_FALSE(parse_time("yesterday").has_value());
+}
+
+// What PodView reads of a pod: its rank and attempt labels, and for a deleted one when it is
+// due to be gone and what holds it (Note [Pods that do not terminate]).
+TEST(PodView, ReadsRankAttemptDeletionAndFinalizers) {
+  nlohmann::json pod = {{"metadata",
+                         {{"name", "tj-1"}, {"namespace", "ns"}, {"uid", "u"},
+                          {"deletionTimestamp", "2027-01-15T08:00:00Z"},
+                          {"finalizers", {"example.com/hold", "example.com/other"}},
+                          {"labels", {{lockstep::contract::kLabelNodeRank, "1"}, {lockstep::contract::kLabelRestartAttempt, "2"}}}}},
+                        {"status", {{"phase", "Running"}}}};
+  PodView p = PodView::from_json(pod);
+  EXPECT_EQ(p.index, 1);
+  EXPECT_EQ(p.attempt, 2);
+  EXPECT_TRUE(p.deleting);
+  ASSERT_TRUE(p.deletion_due.has_value());
+  EXPECT_EQ(format_time(*p.deletion_due), "2027-01-15T08:00:00Z");
+  EXPECT_EQ(p.finalizers, "example.com/hold, example.com/other");
 }

@@ -1,0 +1,512 @@
+// lockstep-operator on a shared cluster that does not go its way (#26): run under the chart's
+// own RBAC with the OwnerReferencesPermissionEnforcement admission plugin on, a leader that
+// is paused or cannot renew its Lease while another replica takes over, a ResourceQuota that
+// refuses every pod, one huge job beside small ones. The control plane records every write in
+// its audit log (ControlPlaneOptions::audit_writes): who sent it and when the server took it
+// is the evidence, not the operator's own account.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <atomic>
+#include <ctime>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "kube/client.hpp"
+#include "kube/resource.hpp"
+#include "kube_test_support.hpp"
+#include "lockstep/contract.hpp"
+#include "test_util.hpp"
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+using lockstep::kube::Client;
+using lockstep::kube::RestConfig;
+using lockstep::test::control_plane;
+using lockstep::test::create_namespace;
+using lockstep::test::eventually;
+using lockstep::test::kubectl;
+using lockstep::test::source_path;
+namespace res = lockstep::kube::resources;
+using SysTime = std::chrono::system_clock::time_point;
+
+namespace {
+
+std::string operator_bin() { return lockstep::test::env_or("LOCKSTEP_OPERATOR_BIN", "lockstep-operator"); }
+
+double seconds_between(SysTime a, SysTime b) { return std::chrono::duration<double>(b - a).count(); }
+
+// Short leases, so takeovers happen within a test's time: a replica stops acting 2 s after
+// its last renewal, another takes over 3 s after it last saw the record change.
+const std::vector<std::string> kFastLease = {"--lease-duration=3s", "--renew-deadline=2s", "--retry-period=250ms"};
+constexpr auto kLeaseDuration = 3s;
+constexpr auto kRenewDeadline = 2s;
+
+// A lockstep-operator process with its log in a file.
+class OperatorProcess {
+ public:
+  OperatorProcess(const std::string& kubeconfig, std::vector<std::string> extra) {
+    static int n = 0;
+    log_ = ::testing::TempDir() + "/hostile-operator-" + std::to_string(::getpid()) + "-" + std::to_string(++n) + ".log";
+    lockstep::SpawnOptions so;
+    so.argv = {operator_bin(), "--kubeconfig", kubeconfig, "--http-port=0", "--log-level=debug"};
+    so.argv.insert(so.argv.end(), extra.begin(), extra.end());
+    so.output_path = log_;
+    proc_ = lockstep::Process::spawn(so);
+  }
+  ~OperatorProcess() {
+    proc_.signal(SIGCONT);
+    proc_.terminate(10s);
+  }
+  bool wait_log(const std::string& needle, std::chrono::milliseconds timeout = 30s) {
+    return eventually([&] { return log().find(needle) != std::string::npos; }, timeout);
+  }
+  std::string log() const {
+    std::ifstream in(log_);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  lockstep::Process& process() { return proc_; }
+
+ private:
+  std::string log_;
+  lockstep::Process proc_;
+};
+
+lockstep::RunResult helm(std::vector<std::string> args) {
+  args.insert(args.begin(), "helm");
+  std::map<std::string, std::string> env;
+  env["HELM_CACHE_HOME"] = ::testing::TempDir() + "/helm-cache";
+  env["HELM_CONFIG_HOME"] = ::testing::TempDir() + "/helm-config";
+  env["HELM_DATA_HOME"] = ::testing::TempDir() + "/helm-data";
+  return lockstep::run_capture(args, env, 120s);
+}
+
+// An operator's identity: the chart's ServiceAccount for helm release `release` in `ns`, bound
+// by the chart's own ClusterRole and leader-election Role (charts/lockstep/templates/rbac.yaml,
+// rendered by helm as chart_test does: one source of truth for the rules). `drop_resource`
+// leaves that resource's rules out of the ClusterRole, for a negative control.
+struct Identity {
+  std::string user, kubeconfig, release;
+};
+
+Identity chart_identity(const std::string& release, const std::string& ns, const std::string& drop_resource = "") {
+  auto t = helm({"template", release, source_path("charts/lockstep"), "-n", ns, "--show-only", "templates/rbac.yaml",
+                 "--show-only", "templates/serviceaccount.yaml"});
+  if (!t.status.success()) throw std::runtime_error("helm template: " + t.output);
+  std::string manifests = t.output;
+  if (!drop_resource.empty()) {
+    manifests.clear();
+    for (YAML::Node doc : YAML::LoadAll(t.output)) {
+      if (!doc || !doc["kind"]) continue;
+      if (doc["kind"].as<std::string>() == "ClusterRole") {
+        YAML::Node kept(YAML::NodeType::Sequence);
+        for (const auto& rule : doc["rules"]) {
+          bool drop = false;
+          for (const auto& r : rule["resources"]) drop |= r.as<std::string>() == drop_resource;
+          if (!drop) kept.push_back(rule);
+        }
+        doc["rules"] = kept;
+      }
+      YAML::Emitter out;
+      out << doc;
+      manifests += std::string("---\n") + out.c_str() + "\n";
+    }
+  }
+  auto a = kubectl({"apply", "-f", "-"}, manifests);
+  if (!a.status.success()) throw std::runtime_error("kubectl apply of the chart's RBAC: " + a.output);
+  std::string sa = release + "-operator";
+  auto token = kubectl({"create", "token", sa, "-n", ns, "--duration=2h"});
+  if (!token.status.success()) throw std::runtime_error("kubectl create token: " + token.output);
+  std::string tok = token.output;
+  while (!tok.empty() && (tok.back() == '\n' || tok.back() == ' ')) tok.pop_back();
+  Identity id{"system:serviceaccount:" + ns + ":" + sa, ::testing::TempDir() + "/" + release + "-kubeconfig", release};
+  std::ofstream(id.kubeconfig) << "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: "
+                               << control_plane()->server() << "\n    certificate-authority: "
+                               << control_plane()->ca_file() << "\nusers:\n- name: sa\n  user:\n    token: " << tok
+                               << "\ncontexts:\n- name: sa\n  context: {cluster: c, user: sa}\ncurrent-context: sa\n";
+  return id;
+}
+
+// One write as the API server's audit log recorded it.
+struct Write {
+  std::string user, verb, resource, subresource, ns, name;
+  int code = 0;
+  SysTime at;  // requestReceivedTimestamp: when the server took it
+};
+
+SysTime parse_micro_time(const std::string& s) {  // 2025-01-02T03:04:05.123456Z
+  std::tm tm{};
+  std::istringstream in(s.substr(0, 19));
+  in >> std::get_time(&tm, "%Y-%m-%dT%H:%M:%S");
+  auto t = std::chrono::system_clock::from_time_t(timegm(&tm));
+  if (s.size() > 20 && s[19] == '.') {
+    std::string frac = s.substr(20, s.find('Z') - 20);
+    frac.resize(6, '0');
+    t += std::chrono::microseconds(std::stol(frac));
+  }
+  return t;
+}
+
+std::vector<Write> audit_writes(const std::string& ns) {
+  std::ifstream in(control_plane()->audit_log());
+  std::vector<Write> out;
+  for (std::string line; std::getline(in, line);) {
+    json e = json::parse(line, nullptr, false);
+    if (!e.is_object() || e.value("stage", "") != "ResponseComplete") continue;
+    const json& obj = e.value("objectRef", json::object());
+    if (obj.value("namespace", "") != ns) continue;
+    Write w;
+    w.user = e["user"].value("username", "");
+    w.verb = e.value("verb", "");
+    w.resource = obj.value("resource", "");
+    w.subresource = obj.value("subresource", "");
+    w.ns = ns;
+    w.name = obj.value("name", "");
+    w.code = e.value("responseStatus", json::object()).value("code", 0);
+    w.at = parse_micro_time(e.value("requestReceivedTimestamp", ""));
+    out.push_back(w);
+  }
+  return out;
+}
+
+// Every holder the Lease has had from now on, in order, through a watch.
+class LeaseHolders {
+ public:
+  LeaseHolders(Client& client, const std::string& ns) {
+    std::string path = res::kLeases.path(ns) + "?fieldSelector=" + lockstep::kube::url_encode("metadata.name=lockstep-operator");
+    auto list = client.get(path);
+    std::string rv = list.ok() ? list.body["metadata"].value("resourceVersion", "") : "";
+    thread_ = std::thread([this, &client, path, rv] {
+      client.watch(path, rv, 120, [this](const std::string& type, json& obj) {
+        if (type == "BOOKMARK") return;
+        std::string h = obj["spec"].value("holderIdentity", "");
+        std::lock_guard<std::mutex> lock(mu_);
+        if (holders_.empty() || holders_.back() != h) holders_.push_back(h);
+      }, cancel_);
+    });
+  }
+  ~LeaseHolders() {
+    cancel_.cancel();
+    thread_.join();
+  }
+  std::vector<std::string> holders() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return holders_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> holders_;
+  lockstep::kube::Cancellation cancel_;
+  std::thread thread_;
+};
+
+class HostileTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!control_plane()) return;
+    for (const char* f : {"crds/lockstep.dev_trainingjobs.yaml", "tests/crds/podgroup.yaml"}) {
+      auto r = kubectl({"apply", "-f", source_path(f)});
+      ASSERT_TRUE(r.status.success()) << r.output;
+    }
+    auto w = kubectl({"wait", "--for=condition=Established", "crd/trainingjobs.lockstep.dev",
+                      "crd/podgroups.scheduling.x-k8s.io", "--timeout=60s"});
+    ASSERT_TRUE(w.status.success()) << w.output;
+    client_ = new Client(RestConfig::from_kubeconfig(control_plane()->kubeconfig()));
+  }
+  static void TearDownTestSuite() {
+    delete client_;
+    client_ = nullptr;
+  }
+  void SetUp() override {
+    LOCKSTEP_REQUIRE_CONTROL_PLANE();
+    ns_ = create_namespace("hostile");
+  }
+  // A helm release name unique to this test.
+  std::string release(const std::string& what) { return what + "-" + ns_.substr(ns_.find('-') + 1); }
+
+  // A TrainingJob of `nodes` pods in `ns` (the test's namespace by default).
+  void create_job(const std::string& name, int nodes, std::string ns = "") {
+    if (ns.empty()) ns = ns_;
+    std::string yaml = "apiVersion: lockstep.dev/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: " + name +
+                       "\nspec:\n  nodes: " + std::to_string(nodes) +
+                       "\n  procsPerNode: 1\n  template:\n    spec:\n      containers:\n"
+                       "      - {name: trainer, image: lockstep/trainer:test}\n";
+    auto r = kubectl({"apply", "-n", ns, "-f", "-"}, yaml);
+    ASSERT_TRUE(r.status.success()) << r.output;
+  }
+  int pods(const std::string& job, std::string ns = "") {
+    if (ns.empty()) ns = ns_;
+    std::string sel = std::string(lockstep::contract::kLabelJobName) + (job.empty() ? "" : "=" + job);
+    auto r = client_->get(res::kPods.path(ns) + "?labelSelector=" + lockstep::kube::url_encode(sel));
+    return r.ok() ? static_cast<int>(r.body["items"].size()) : -1;
+  }
+
+  static Client* client_;
+  std::string ns_;
+};
+
+Client* HostileTest::client_ = nullptr;
+
+}  // namespace
+
+// #26 item 8. Every child names its job with blockOwnerDeletion: true; under
+// OwnerReferencesPermissionEnforcement (on in this control plane, as in OpenShift) that needs
+// update on trainingjobs/finalizers. Without that rule the chart's identity is refused; with
+// the chart's rules as they are, pods are created.
+TEST_F(HostileTest, ChartRbacCreatesPodsUnderOwnerReferencesPermissionEnforcement) {
+  {
+    Identity bare = chart_identity(release("nofin"), ns_, "trainingjobs/finalizers");
+    OperatorProcess op(bare.kubeconfig, {"--namespace", ns_, "--leader-elect=false"});
+    ASSERT_TRUE(op.wait_log("caches synced")) << op.log();
+    create_job("owned", 2);
+    auto refused = [&] {
+      for (const auto& w : audit_writes(ns_))
+        if (w.user == bare.user && w.resource == "pods" && w.verb == "create" && w.code == 403) return true;
+      return false;
+    };
+    ASSERT_TRUE(eventually(refused, 20s)) << "the admission plugin did not refuse: " << op.log();
+    EXPECT_NE(op.log().find("blockOwnerDeletion"), std::string::npos) << op.log();
+    EXPECT_EQ(pods("owned"), 0);
+  }
+  Identity chart = chart_identity(release("chart"), ns_);
+  OperatorProcess op(chart.kubeconfig, {"--namespace", ns_, "--leader-election-namespace", ns_});
+  ASSERT_TRUE(op.wait_log("caches synced")) << op.log();
+  EXPECT_TRUE(eventually([&] { return pods("owned") == 2; }, 20s)) << op.log();
+  int created = 0;
+  for (const auto& w : audit_writes(ns_))
+    if (w.user == chart.user && w.resource == "pods" && w.verb == "create") {
+      EXPECT_EQ(w.code, 201) << w.name;
+      ++created;
+    }
+  EXPECT_EQ(created, 2);
+  EXPECT_EQ(op.log().find("forbidden"), std::string::npos) << op.log();
+}
+
+// #26 item 7, Note [Fenced writes]. The leader is paused (SIGSTOP: a long GC-like stall, a
+// frozen node) while work arrives; meanwhile its lease runs out and another replica (the test)
+// takes it. When it resumes it must send nothing, though its caches and queue are full of
+// work, and exit at once.
+TEST_F(HostileTest, PausedLeaderWritesNothingOnceItsLeaseIsTaken) {
+  Identity id = chart_identity(release("paused"), ns_);
+  std::vector<std::string> args = {"--namespace", ns_, "--leader-election-namespace", ns_};
+  args.insert(args.end(), kFastLease.begin(), kFastLease.end());
+  OperatorProcess a(id.kubeconfig, args);
+  ASSERT_TRUE(a.wait_log("caches synced")) << a.log();
+  a.process().signal(SIGSTOP);
+  for (int i = 0; i < 4; ++i) create_job("while-paused-" + std::to_string(i), 2);
+  std::this_thread::sleep_for(kLeaseDuration + 500ms);
+  // The test takes the expired lease, as a standby replica would.
+  auto path = res::kLeases.path(ns_, "lockstep-operator");
+  auto lease = client_->get(path);
+  ASSERT_TRUE(lease.ok()) << lease.message();
+  json taken = lease.body;
+  taken["spec"]["holderIdentity"] = "thief";
+  taken["spec"]["leaseTransitions"] = taken["spec"].value("leaseTransitions", 0) + 1;
+  ASSERT_TRUE(client_->replace(path, taken).ok());
+  SysTime resumed = std::chrono::system_clock::now();
+  auto t0 = std::chrono::steady_clock::now();
+  a.process().signal(SIGCONT);
+  auto st = a.process().wait_for(10s);
+  double exit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(st.has_value()) << "still running 10 s after resuming without the lease:\n" << a.log();
+  EXPECT_EQ(st->code, 1) << st->describe();
+  EXPECT_LT(exit_s, std::chrono::duration<double>(kLeaseDuration).count()) << a.log();
+  int late = 0;
+  for (const auto& w : audit_writes(ns_))
+    if (w.user == id.user && w.at >= resumed) {
+      ++late;
+      ADD_FAILURE() << "written after the lease was taken: " << w.verb << " " << w.resource << "/" << w.name;
+    }
+  EXPECT_EQ(pods(""), 0);
+  std::cout << "[figures] paused leader: exited " << std::fixed << std::setprecision(3) << exit_s
+            << " s after resuming without its lease; writes sent after resuming: " << late << "\n";
+}
+
+// #26 item 7. Two replicas under the chart's RBAC (one identity each, so the audit log tells
+// their writes apart). The leader loses the right to renew (its leader-election RoleBinding is
+// deleted: every renewal is refused) while its other writes still succeed and jobs keep
+// arriving. It must stop writing within the renew deadline, before the standby takes over, and
+// exit; the standby then does the work. No write of the old leader follows the new one's
+// acquisition, and the Lease's holder changes once.
+TEST_F(HostileTest, ALeaderThatCannotRenewStopsBeforeTheNextOneStarts) {
+  Identity ia = chart_identity(release("ra"), ns_), ib = chart_identity(release("rb"), ns_);
+  std::vector<std::string> args = {"--namespace", ns_, "--leader-election-namespace", ns_};
+  args.insert(args.end(), kFastLease.begin(), kFastLease.end());
+  LeaseHolders holders(*client_, ns_);
+  OperatorProcess a(ia.kubeconfig, args);
+  ASSERT_TRUE(a.wait_log("caches synced")) << a.log();
+  OperatorProcess b(ib.kubeconfig, args);
+  ASSERT_TRUE(b.wait_log("waiting to lead")) << b.log();
+
+  std::atomic<bool> done{false};
+  std::atomic<int> jobs{0};
+  std::thread feeder([&] {  // a job every 250 ms, before, during and after the hand-over
+    while (!done && jobs < 40) {
+      create_job("j" + std::to_string(jobs), 1);
+      ++jobs;
+      std::this_thread::sleep_for(250ms);
+    }
+  });
+  std::this_thread::sleep_for(1500ms);
+  ASSERT_TRUE(kubectl({"delete", "rolebinding", ia.release + "-operator-leader-election", "-n", ns_}).status.success());
+  SysTime revoked = std::chrono::system_clock::now();
+  auto st = a.process().wait_for(15s);
+  ASSERT_TRUE(st.has_value()) << a.log();
+  double exit_s = seconds_between(revoked, std::chrono::system_clock::now());
+  EXPECT_EQ(st->code, 1) << st->describe();
+  ASSERT_TRUE(b.wait_log("caches synced", 20s)) << b.log();
+  std::this_thread::sleep_for(1s);
+  done = true;
+  feeder.join();
+  int n = jobs;
+  EXPECT_TRUE(eventually([&] { return pods("") == n; }, 30s)) << pods("") << " pods of " << n << " jobs\n" << b.log();
+
+  SysTime a_last{}, b_acquired{}, b_first{};
+  int a_writes = 0, b_writes = 0;
+  for (const auto& w : audit_writes(ns_)) {
+    if (w.resource == "leases") {
+      if (w.user == ib.user && w.code < 300 && b_acquired == SysTime{}) b_acquired = w.at;
+      continue;
+    }
+    if (w.user == ia.user) {
+      ++a_writes;
+      a_last = std::max(a_last, w.at);
+    } else if (w.user == ib.user) {
+      ++b_writes;
+      if (b_first == SysTime{}) b_first = w.at;
+    }
+  }
+  ASSERT_GT(a_writes, 0);
+  ASSERT_GT(b_writes, 0);
+  ASSERT_NE(b_acquired, SysTime{});
+  EXPECT_LT(a_last, b_acquired) << "the old leader wrote after the new one took the lease";
+  EXPECT_LT(a_last, b_first);
+  double stop_s = seconds_between(revoked, a_last);
+  EXPECT_LT(stop_s, std::chrono::duration<double>(kRenewDeadline).count() + 0.5);
+  auto h = holders.holders();
+  ASSERT_EQ(h.size(), 2u) << ::testing::PrintToString(h);
+  EXPECT_TRUE(a.log().find(h[0]) != std::string::npos) << h[0];
+  EXPECT_TRUE(b.log().find(h[1]) != std::string::npos) << h[1];
+  std::cout << "[figures] renewals refused: the old leader's last write " << std::fixed << std::setprecision(3)
+            << stop_s << " s after the refusals began, it exited after " << exit_s << " s; the new leader took the lease "
+            << seconds_between(a_last, b_acquired) << " s after that last write and wrote first "
+            << seconds_between(a_last, b_first) << " s after it (" << a_writes << " and " << b_writes << " writes)\n";
+}
+
+// #26 item 9, Note [Slow start]. A ResourceQuota refuses every pod of a 64-pod job: the
+// operator's retries cost one create each, not 64; a job in another namespace gets its pods
+// meanwhile.
+TEST_F(HostileTest, ARefusingQuotaCostsFewCreatesAndOtherJobsStillRun) {
+  ASSERT_TRUE(kubectl({"create", "quota", "no-pods", "--hard=pods=0", "-n", ns_}).status.success());
+  // No controller-manager runs here: the test fills in the quota's status, as its quota
+  // controller would, for the admission plugin to enforce it.
+  auto q = kubectl({"patch", "resourcequota", "no-pods", "-n", ns_, "--subresource=status", "--type=merge", "-p",
+                    R"({"status": {"hard": {"pods": "0"}, "used": {"pods": "0"}}})"});
+  ASSERT_TRUE(q.status.success()) << q.output;
+  std::string other = create_namespace("hostile-other");
+  OperatorProcess op(control_plane()->kubeconfig(), {"--leader-elect=false"});
+  ASSERT_TRUE(op.wait_log("caches synced")) << op.log();
+  auto t0 = std::chrono::steady_clock::now();
+  create_job("refused", 64);
+  create_job("small", 2, other);
+  EXPECT_TRUE(eventually([&] { return pods("small", other) == 2; }, 20s)) << op.log();
+  std::this_thread::sleep_until(t0 + 15s);
+  int creates = 0, refused = 0;
+  for (const auto& w : audit_writes(ns_))
+    if (w.resource == "pods" && w.verb == "create") {
+      ++creates;
+      refused += w.code == 403;
+    }
+  EXPECT_EQ(refused, creates);
+  EXPECT_GE(creates, 1);
+  EXPECT_LE(creates, 24) << "one create a pass, passes spaced by the retry backoff";
+  EXPECT_EQ(pods("refused"), 0);
+  std::cout << "[figures] 64-pod job against a quota of 0 pods: " << creates
+            << " create requests in 15 s (every one refused)\n";
+}
+
+// #26 item 9, Note [Slow start]. One worker, a huge job, then a small one: the small one's pods
+// exist long before the huge one's are all created (a pass creates at most 20 here).
+TEST_F(HostileTest, AHugeJobDoesNotStarveASmallOne) {
+  OperatorProcess op(control_plane()->kubeconfig(),
+                     {"--namespace", ns_, "--leader-elect=false", "--workers=1", "--max-pod-creates-per-pass=20"});
+  ASSERT_TRUE(op.wait_log("caches synced")) << op.log();
+  create_job("huge", 200);
+  ASSERT_TRUE(eventually([&] { return pods("huge") > 0; }, 20s)) << op.log();
+  create_job("tiny", 1);
+  ASSERT_TRUE(eventually([&] { return pods("tiny") == 1; }, 30s)) << op.log();
+  int huge_then = pods("huge");
+  EXPECT_LT(huge_then, 200);
+  EXPECT_TRUE(eventually([&] { return pods("huge") == 200; }, 60s)) << op.log();
+  std::cout << "[figures] the 1-pod job's pod existed when the 200-pod job had " << huge_then << " of its pods\n";
+}
+
+// The chart's memory limit for the operator (charts/lockstep/values.yaml), in bytes.
+double chart_memory_limit() {
+  YAML::Node values = YAML::LoadFile(source_path("charts/lockstep/values.yaml"));
+  std::string v = values["resources"]["limits"]["memory"].as<std::string>();
+  double n = std::stod(v);
+  if (v.find("Gi") != std::string::npos) return n * 1024 * 1024 * 1024;
+  if (v.find("Mi") != std::string::npos) return n * 1024 * 1024;
+  throw std::runtime_error("values.yaml resources.limits.memory: unexpected unit in '" + v + "'");
+}
+
+// kB of a /proc/PID/status line (VmRSS, VmHWM), as bytes; -1 if absent.
+double proc_status_bytes(pid_t pid, const std::string& field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) * 1024;
+  return -1;
+}
+
+// #26 item 10, Note [Cached templates]. 500 TrainingJobs of ~50 KB templates each (25 MB of
+// them in the API server), half finished and half suspended: the operator's peak RSS stays
+// well under the chart's memory limit.
+TEST_F(HostileTest, ManyLargeFinishedOrSuspendedJobsFitTheChartsMemoryLimit) {
+  constexpr int kJobs = 500;
+  json env = json::array();
+  for (int i = 0; i < 400; ++i) env.push_back({{"name", "SETTING_" + std::to_string(i)}, {"value", std::string(110, 'x')}});
+  json tmpl = {{"spec", {{"containers", json::array({{{"name", "trainer"}, {"image", "lockstep/trainer:test"}, {"env", env}}})}}}};
+  size_t template_bytes = tmpl.dump().size();
+  for (int i = 0; i < kJobs; ++i) {
+    std::string name = "big-" + std::to_string(i);
+    json job = {{"apiVersion", "lockstep.dev/v1alpha1"}, {"kind", "TrainingJob"}, {"metadata", {{"name", name}}},
+                {"spec", {{"nodes", 2}, {"template", tmpl}, {"runPolicy", {{"suspend", i % 2 == 1}}}}}};
+    auto r = client_->create(res::kTrainingJobs.path(ns_), job);
+    ASSERT_TRUE(r.ok()) << name << ": " << r.message();
+    if (i % 2 == 0) {
+      auto s = client_->patch(res::kTrainingJobs.path(ns_, name, "status"),
+                              {{"status", {{"phase", "Succeeded"}, {"completionTime", "2026-01-01T00:00:00Z"}}}});
+      ASSERT_TRUE(s.ok()) << name << ": " << s.message();
+    }
+  }
+  OperatorProcess op(control_plane()->kubeconfig(), {"--namespace", ns_, "--leader-elect=false"});
+  ASSERT_TRUE(op.wait_log("caches synced", 60s)) << op.log();
+  // Every suspended job is reconciled once (phase Suspended).
+  EXPECT_TRUE(eventually([&] {
+    auto l = client_->get(res::kTrainingJobs.path(ns_));
+    int suspended = 0;
+    for (const auto& j : l.body["items"]) suspended += j.value("status", json::object()).value("phase", "") == "Suspended";
+    return suspended == kJobs / 2;
+  }, 60s));
+  std::this_thread::sleep_for(2s);
+  pid_t pid = op.process().pid();
+  double rss = proc_status_bytes(pid, "VmRSS"), peak = proc_status_bytes(pid, "VmHWM"), limit = chart_memory_limit();
+  std::cout << "[figures] " << kJobs << " jobs of " << template_bytes / 1024 << " KB templates (half Succeeded, half suspended): "
+            << "operator RSS " << std::fixed << std::setprecision(1) << rss / 1048576 << " MiB, peak " << peak / 1048576
+            << " MiB; the chart's limit " << limit / 1048576 << " MiB\n";
+  EXPECT_LT(peak, 0.75 * limit) << "the operator's peak RSS is within 25% of the chart's memory limit";
+}
+
+int main(int argc, char** argv) {
+  lockstep::test::ControlPlaneOptions options;
+  options.audit_writes = true;
+  return lockstep::test::run_tests_with_control_plane(argc, argv, options);
+}
