@@ -5,7 +5,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <iostream>
+#include <regex>
 #include <thread>
 
 #include "controller/controller.hpp"
@@ -38,6 +40,8 @@ struct Options {
   // Note [Agent injection]: the image the agent is copied from into every pod.
   std::string agent_image = std::string("lockstep/agent:") + LOCKSTEP_VERSION;
   std::string agent_image_pull_policy = "IfNotPresent";
+  // Note [Job isolation]: whom a job's NetworkPolicy admits on its metrics port.
+  std::string operator_namespace, monitoring_namespace;
 };
 
 const char* kUsage = R"(usage: lockstep-operator [flags]
@@ -70,13 +74,26 @@ const char* kUsage = R"(usage: lockstep-operator [flags]
                                this operator's version; '' injects nothing: the image must then have
                                lockstep-agent on its PATH)
   --agent-image-pull-policy P  Always, IfNotPresent or Never (default IfNotPresent)
+  --operator-namespace NS      the operator's namespace, whose pods a job with spec.isolation NetworkPolicy
+                               admits on its metrics port (for status.progress; default $POD_NAMESPACE)
+  --monitoring-namespace NS    the namespace whose pods (Prometheus) such a job admits on its metrics port
+                               (default '': none)
   --log-level L                debug, info, warn or error (default info)
   --version, --help
 )";
 
+// A namespace name, or '' for none.
+std::string dns_label(const char* what, const std::string& v) {
+  static const std::regex label("([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?");
+  if (!std::regex_match(v, label))
+    throw lockstep::flags::FlagError(std::string(what) + ": '" + v + "' is not a namespace name (a DNS label); '' for none");
+  return v;
+}
+
 Options parse(int argc, char** argv) {
   using namespace lockstep::flags;
   Options o;
+  bool seen_operator_namespace = false;  // an explicit '' overrides $POD_NAMESPACE
   for (int i = 1; i < argc; ++i) {
     std::string v, a = argv[i];
     if (a == "--help" || a == "-h") { std::cout << kUsage; std::exit(0); }
@@ -111,6 +128,11 @@ Options parse(int argc, char** argv) {
       if (v != "Always" && v != "IfNotPresent" && v != "Never")
         throw FlagError("--agent-image-pull-policy: expected Always, IfNotPresent or Never, got '" + v + "'");
       o.agent_image_pull_policy = v;
+    } else if (match(argc, argv, i, "--operator-namespace", v)) {
+      o.operator_namespace = dns_label("--operator-namespace", v);
+      seen_operator_namespace = true;
+    } else if (match(argc, argv, i, "--monitoring-namespace", v)) {
+      o.monitoring_namespace = dns_label("--monitoring-namespace", v);
     } else if (match(argc, argv, i, "--log-level", v)) {
       lockstep::log::Level level;
       if (!lockstep::log::parse_level(v, level))
@@ -120,6 +142,8 @@ Options parse(int argc, char** argv) {
       throw FlagError("unknown flag '" + a + "' (see --help)");
     }
   }
+  if (!seen_operator_namespace)
+    if (const char* env = std::getenv("POD_NAMESPACE")) o.operator_namespace = dns_label("POD_NAMESPACE", env);
   if (o.renew_deadline >= o.lease_duration)
     throw FlagError("--renew-deadline must be shorter than --lease-duration");
   if (o.identity.empty()) {
@@ -187,6 +211,11 @@ int main(int argc, char** argv) {
     LOCKSTEP_LOG(Info, "operator", "--agent-image '': no agent injected; every pod's image must have lockstep-agent on its PATH");
   else
     LOCKSTEP_LOG(Info, "operator", "agent injected into every pod from " << cc.agent.image);
+  cc.isolation = {opt.operator_namespace, opt.monitoring_namespace};
+  LOCKSTEP_LOG(Info, "operator", "jobs with spec.isolation NetworkPolicy admit on their metrics port "
+                                     << (opt.operator_namespace.empty() ? "no operator namespace (--operator-namespace, $POD_NAMESPACE unset: status.progress cannot be read where the policy is enforced)"
+                                                                        : "namespace " + opt.operator_namespace + " (the operator's)")
+                                     << (opt.monitoring_namespace.empty() ? "" : " and namespace " + opt.monitoring_namespace + " (monitoring)"));
   lockstep::controller::Controller controller(client, cc, metrics);
 
   std::atomic<bool> stopping{false}, leading{false};

@@ -137,15 +137,19 @@ void Controller::start_informers() {
       });
   services_ = std::make_unique<ChildInformer>(client_, res::kServices, child_options(false), child_typed(),
                                               child_handler());
+  network_policies_ = std::make_unique<ChildInformer>(client_, res::kNetworkPolicies, child_options(false),
+                                                      child_typed(), child_handler());
   jobs_->start();
   pods_->start();
   services_->start();
+  network_policies_->start();
   gang_support();  // starts the PodGroup informer when that API is installed
 }
 
 bool Controller::synced() const {
   auto* podgroups = podgroups_ptr_.load();
-  return jobs_ && jobs_->synced() && pods_->synced() && services_->synced() && (!podgroups || podgroups->synced());
+  return jobs_ && jobs_->synced() && pods_->synced() && services_->synced() && network_policies_->synced() &&
+         (!podgroups || podgroups->synced());
 }
 
 bool Controller::wait_for_sync(std::chrono::seconds timeout, const std::function<bool()>& abort) {
@@ -173,7 +177,8 @@ void Controller::stop() {
   for (auto& t : workers_)
     if (t.joinable()) t.join();
   std::lock_guard<std::mutex> lock(gang_mu_);  // no PodGroup informer starts after this
-  for (kube::InformerBase* inf : std::initializer_list<kube::InformerBase*>{jobs_.get(), pods_.get(), services_.get(), podgroups_.get()})
+  for (kube::InformerBase* inf : std::initializer_list<kube::InformerBase*>{jobs_.get(), pods_.get(), services_.get(), network_policies_.get(),
+                                                                          podgroups_.get()})
     if (inf) inf->stop();
 }
 
@@ -267,7 +272,7 @@ void Controller::delete_orphans(const std::string& ns, const std::string& name) 
     if (r.ok()) LOCKSTEP_LOG(Info, "reconcile", key << ": deleted orphaned " << resource.kind << " " << child.name);
   };
   for (const auto& pod : pods_->by_index(key)) remove(res::kPods, pod->ref);
-  for (auto* inf : {services_.get(), podgroups_ptr_.load()})
+  for (auto* inf : {services_.get(), network_policies_.get(), podgroups_ptr_.load()})
     if (inf)
       for (const auto& child : inf->by_index(key)) remove(inf->resource(), *child);
   expectations_.forget(key);
@@ -306,6 +311,8 @@ bool Controller::reconcile(const std::string& key) {
   }
   auto svc = services_->get(ns, name);
   in.service_exists = svc && svc->controller_uid == in.job.uid;
+  auto np = network_policies_->get(ns, name);
+  if (np && np->controller_uid == in.job.uid && !np->deleting) in.network_policy_uid = np->uid;
   auto* podgroups = podgroups_ptr_.load();  // after gang_support(), which may start it
   auto pg = podgroups ? podgroups->get(ns, name) : nullptr;
   in.podgroup_exists = pg && pg->controller_uid == in.job.uid;
@@ -338,6 +345,18 @@ void Controller::execute(const JobView& job, const std::string& resource_version
   if (d.create_service) {
     auto r = client_.create(res::kServices.path(ns), reconcile::service_manifest(job), &kube::kDiscardBody);
     if (!r.ok() && !r.conflict()) fail("create Service", r);
+  }
+  if (d.create_network_policy) {
+    auto r = client_.create(res::kNetworkPolicies.path(ns), reconcile::network_policy_manifest(job, config_.isolation),
+                            &kube::kDiscardBody);
+    if (!r.ok() && !r.conflict()) fail("create NetworkPolicy", r);
+  }
+  if (!d.delete_network_policy_uid.empty()) {
+    auto r = client_.remove(res::kNetworkPolicies.path(ns, job.name),
+                            {{"propagationPolicy", "Background"}, {"preconditions", {{"uid", d.delete_network_policy_uid}}}},
+                            &kube::kDiscardBody);
+    if (r.ok()) LOCKSTEP_LOG(Info, "reconcile", key << ": deleted NetworkPolicy (spec.isolation None)");
+    else if (!r.not_found() && !r.conflict()) fail("delete NetworkPolicy", r);
   }
   if (d.create_podgroup) {
     auto r = client_.create(res::kPodGroups.path(ns), reconcile::podgroup_manifest(job), &kube::kDiscardBody);

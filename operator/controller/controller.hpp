@@ -1,4 +1,5 @@
-// The TrainingJob controller: informers for TrainingJobs, Pods, Services and PodGroups feed
+// The TrainingJob controller: informers for TrainingJobs, Pods, Services, NetworkPolicies and
+// PodGroups feed
 // a work queue of job keys; workers reconcile each key (reconcile/decide.hpp decides,
 // execute() carries it out) and requeue on error with backoff, when a timer is due, and
 // every resync_period (so a job whose events were lost is still looked at).
@@ -45,6 +46,8 @@ struct Config {
   // The agent image every pod's init container copies the agent from (Note [Agent injection]
   // in reconcile/manifests.hpp); an empty image injects nothing.
   reconcile::AgentInjection agent;
+  // Whom a job's NetworkPolicy admits besides its own pods (Note [Job isolation]).
+  reconcile::IsolationPeers isolation;
 };
 
 // While a job has outstanding expectations its reconcile waits for the events of our own
@@ -95,11 +98,12 @@ class Controller {
   Expectations expectations_;
   using JobInformer = kube::Informer<reconcile::JobRecord>;
   using PodInformer = kube::Informer<reconcile::PodRecord>;
-  using ChildInformer = kube::Informer<reconcile::ChildRef>;  // Services, PodGroups
-  ChildInformer::Handler child_handler();  // on_child for a Service or PodGroup change
+  using ChildInformer = kube::Informer<reconcile::ChildRef>;  // Services, NetworkPolicies, PodGroups
+  ChildInformer::Handler child_handler();  // on_child for a Service, NetworkPolicy or PodGroup change
   std::unique_ptr<JobInformer> jobs_;
   std::unique_ptr<PodInformer> pods_;
   std::unique_ptr<ChildInformer> services_;
+  std::unique_ptr<ChildInformer> network_policies_;
   std::unique_ptr<ChildInformer> podgroups_;            // started by gang_support(), under gang_mu_
   std::atomic<ChildInformer*> podgroups_ptr_{nullptr};  // read without the lock
   std::vector<std::thread> workers_;

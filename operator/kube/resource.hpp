@@ -30,6 +30,7 @@ inline const Resource kPods{"", "v1", "pods", "Pod"};
 inline const Resource kServices{"", "v1", "services", "Service"};
 inline const Resource kEvents{"", "v1", "events", "Event"};
 inline const Resource kPodGroups{"scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup"};
+inline const Resource kNetworkPolicies{"networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy"};
 inline const Resource kLeases{"coordination.k8s.io", "v1", "leases", "Lease"};
 }  // namespace resources
 

@@ -396,8 +396,17 @@ struct Pass {
     }
   }
 
+  // Note [Job isolation]: kept while the job asks for it, finished or not (cleanPodPolicy None
+  // keeps pods), and removed once it does not.
+  void isolate() {
+    bool wanted = job.isolation == Isolation::NetworkPolicy;
+    if (wanted && in.network_policy_uid.empty()) out.create_network_policy = true;
+    if (!wanted && !in.network_policy_uid.empty()) out.delete_network_policy_uid = in.network_policy_uid;
+  }
+
   void run() {
     if (job.deleting) return;
+    isolate();
     s().observed_generation = job.generation;
     if (job.status.finished()) {
       clean_finished_pods();

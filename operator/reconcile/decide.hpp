@@ -2,6 +2,8 @@
 // function of what the caches show. The controller (controller/) carries them out.
 //
 // The story, in order (each step one helper in decide.cpp):
+//   isolation         the NetworkPolicy kept or removed as spec.isolation says, whatever
+//                     the phase (Note [Job isolation] in manifests.hpp)
 //   finished?         apply cleanPodPolicy, then ttlSecondsAfterFinished; nothing else
 //   suspended?        remove every pod, phase Suspended (resume resets startTime, as Jobs do)
 //   deadline passed?  remove every pod, Failed/DeadlineExceeded
@@ -49,6 +51,7 @@ struct Observed {
   std::vector<PodView> pods;      // every pod labelled with the job's name
   bool service_exists = false;
   bool podgroup_exists = false;
+  std::string network_policy_uid;  // of the job's own NetworkPolicy; "" when it has none
   GangSupport gang_support = GangSupport::Available;
   std::optional<Progress> progress;  // the latest reading of rank 0's agent (Note [Progress])
   std::optional<InPlaceReading> in_place;  // from the same reading (Note [In-place restarts])
@@ -63,6 +66,8 @@ struct Event {
 struct Decision {
   bool create_service = false;
   bool create_podgroup = false;
+  bool create_network_policy = false;
+  std::string delete_network_policy_uid;  // the job's NetworkPolicy to delete; "" none
   std::vector<int> create_pods;           // node ranks, for attempt status.restarts
   std::vector<std::string> delete_pods;   // pod names
   // The UID each of delete_pods was seen with, in the same order: a delete is conditional on

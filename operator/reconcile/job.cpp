@@ -140,6 +140,7 @@ JobView JobView::from_json(const json& obj) {
   j.strategy = get_or<std::string>(spec, "strategy", "Auto");
   j.master_port = get_or(spec, "masterPort", contract::kDefaultMasterPort);
   j.metrics_port = get_or(child(spec, "metrics"), "port", contract::kDefaultMetricsPort);
+  j.isolation = get_or<std::string>(spec, "isolation", "None") == "NetworkPolicy" ? Isolation::NetworkPolicy : Isolation::None;
   const json& rp = child(spec, "runPolicy");
   j.backoff_limit = get_or(rp, "backoffLimit", 3);
   std::string restart = get_or<std::string>(rp, "restartPolicy", "OnFailure");

@@ -16,6 +16,7 @@ namespace lockstep::reconcile {
 enum class RestartPolicy { OnFailure, ExitCode, Never };
 const char* to_string(RestartPolicy policy);  // as spec.runPolicy.restartPolicy spells it
 enum class CleanPodPolicy { Running, All, None };
+enum class Isolation { None, NetworkPolicy };  // spec.isolation (Note [Job isolation] in manifests.hpp)
 
 struct Condition {
   std::string type, status, reason, message, last_transition_time;
@@ -71,6 +72,7 @@ struct JobView {
   std::optional<long long> active_deadline_seconds, ttl_seconds_after_finished;
   CleanPodPolicy clean_pod_policy = CleanPodPolicy::Running;
   bool suspend = false, gang = true;
+  Isolation isolation = Isolation::None;
   std::string scheduler_name, queue, priority_class_name;
   std::string checkpoint_path;
   int checkpoint_every = 0;

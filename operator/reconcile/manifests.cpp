@@ -238,6 +238,27 @@ json podgroup_manifest(const JobView& job) {
           {"spec", spec}};
 }
 
+json network_policy_manifest(const JobView& job, const IsolationPeers& peers) {
+  json metrics_only = json::array({{{"protocol", "TCP"}, {"port", job.metrics_port}}});
+  auto from_namespace = [&](const std::string& ns) {
+    return json{{"from", json::array({{{"namespaceSelector", {{"matchLabels", {{"kubernetes.io/metadata.name", ns}}}}}}})},
+                {"ports", metrics_only}};
+  };
+  json ingress = json::array({{{"from", json::array({{{"podSelector", {{"matchLabels", job_labels(job)}}}}})}}});
+  if (!peers.operator_namespace.empty()) ingress.push_back(from_namespace(peers.operator_namespace));
+  if (!peers.monitoring_namespace.empty() && peers.monitoring_namespace != peers.operator_namespace)
+    ingress.push_back(from_namespace(peers.monitoring_namespace));
+  return {{"apiVersion", "networking.k8s.io/v1"},
+          {"kind", "NetworkPolicy"},
+          {"metadata",
+           {{"name", job.name}, {"namespace", job.ns}, {"labels", job_labels(job)},
+            {"ownerReferences", json::array({owner_reference(job)})}}},
+          {"spec",
+           {{"podSelector", {{"matchLabels", job_labels(job)}}},
+            {"policyTypes", json::array({"Ingress"})},
+            {"ingress", std::move(ingress)}}}};
+}
+
 json event_manifest(const JobView& job, const std::string& type, const std::string& reason,
                     const std::string& message, const std::string& now, const std::string& component) {
   return {{"apiVersion", "v1"},

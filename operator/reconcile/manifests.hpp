@@ -18,9 +18,28 @@ std::string master_addr(const JobView& job);
 // agents' restart barrier (masterPort + 1, node 0's agent: LOCKSTEP_AGENT_PORT's default) and
 // the agent's /metrics (spec.metrics.port). The CRD keeps them distinct and in range
 // (masterPort <= 65534, metrics.port != masterPort, != masterPort + 1), since a clash fails every
-// pod at start. Each is listed in the trainer container's ports, and the job's NetworkPolicy
-// (Note [Job isolation]) admits these three.
+// pod at start. Each is listed in the trainer container's ports. The job's NetworkPolicy
+// (Note [Job isolation]) admits the job's own pods on every port and others on metrics.port only.
 int barrier_port(const JobView& job);
+
+// Note [Job isolation]
+// spec.isolation NetworkPolicy: the operator keeps a NetworkPolicy <job> (owned by the job, so
+// the garbage collector removes it with the job) selecting the job's pods by their job-name
+// label, for Ingress only. It admits
+//   - the job's own pods, on every port: Gloo and NCCL connect ranks on ephemeral ports, so
+//     the rendezvous, barrier and metrics ports alone would break the collectives;
+//   - every pod of the operator's namespace (--operator-namespace, else $POD_NAMESPACE), on
+//     metrics.port: the operator reads rank 0's agent there for status.progress;
+//   - every pod of the monitoring namespace (--monitoring-namespace), on metrics.port, for
+//     Prometheus.
+// A peer with no namespace is left out. Egress is not restricted. Setting the field back to None
+// deletes the policy. The policy is created once and not updated: a changed flag or
+// metrics.port takes effect for a job when its policy is recreated (isolation None and back).
+// Whether anything is enforced is up to the CNI (docs/security.md, "Network isolation").
+struct IsolationPeers {
+  std::string operator_namespace;    // "": no rule for the operator (its progress reads are dropped)
+  std::string monitoring_namespace;  // "": no monitoring rule
+};
 
 // Note [Agent injection]
 // The user's image needs nothing of ours. Every pod gets an emptyDir (kAgentVolume), an init
@@ -66,6 +85,8 @@ std::string barrier_secret_of(const nlohmann::json& pod);
 nlohmann::json service_manifest(const JobView& job);
 // PodGroup <job> with minMember = nodes, for the coscheduling plugin.
 nlohmann::json podgroup_manifest(const JobView& job);
+// NetworkPolicy <job> for spec.isolation NetworkPolicy (Note [Job isolation]).
+nlohmann::json network_policy_manifest(const JobView& job, const IsolationPeers& peers);
 // A core/v1 Event about the job.
 nlohmann::json event_manifest(const JobView& job, const std::string& type, const std::string& reason,
                               const std::string& message, const std::string& now, const std::string& component);

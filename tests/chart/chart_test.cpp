@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <thread>
@@ -63,7 +64,10 @@ TEST(Chart, RenderedManifestsPassServerSideDryRun) {
   LOCKSTEP_REQUIRE_CONTROL_PLANE();
   kubectl({"create", "namespace", "dry-run"});
   kubectl({"create", "namespace", "team-a"});  // the namespaced mode puts its Role there
-  for (std::vector<std::string> set : {std::vector<std::string>{}, {"--set", "watchNamespace=team-a"}}) {
+  for (std::vector<std::string> set : {std::vector<std::string>{}, {"--set", "watchNamespace=team-a"},
+                                       {"--set", "networkPolicy.enabled=true", "--set", "monitoringNamespace=monitoring",
+                                        "--set", "networkPolicy.probeCIDRs={10.0.0.0/8}"},
+                                       {"--set", "networkPolicy.enabled=true"}}) {
     std::vector<std::string> args = {"template", "lockstep", source_path("charts/lockstep"), "-n", "dry-run", "--include-crds"};
     args.insert(args.end(), set.begin(), set.end());
     auto t = helm(args);
@@ -108,6 +112,60 @@ TEST(Chart, AgentImageIsAValueDefaultingToTheChartsVersion) {
   }
 }
 
+// Note [Job isolation] (operator/reconcile/manifests.hpp): the operator learns its namespace
+// from the downward API and the monitoring namespace from a value; its own NetworkPolicy is
+// opt-in and admits only the monitoring namespace and the probe CIDRs, on the HTTP port.
+TEST(Chart, NetworkIsolationValues) {
+  auto render = [](std::vector<std::string> set) {
+    std::vector<std::string> args = {"template", "lockstep", source_path("charts/lockstep"), "-n", "ops"};
+    args.insert(args.end(), set.begin(), set.end());
+    auto t = helm(args);
+    EXPECT_TRUE(t.status.success()) << t.output;
+    std::map<std::string, YAML::Node> by_kind;
+    for (const auto& doc : YAML::LoadAll(t.output))
+      if (doc && doc["kind"]) by_kind[doc["kind"].as<std::string>()] = doc;
+    return by_kind;
+  };
+  auto plain = render({});
+  EXPECT_FALSE(plain.count("NetworkPolicy")) << "the operator's NetworkPolicy is opt-in";
+  ASSERT_TRUE(plain.count("Deployment"));
+  const YAML::Node ctr = plain["Deployment"]["spec"]["template"]["spec"]["containers"][0];
+  bool pod_namespace = false;
+  for (const auto& e : ctr["env"])
+    pod_namespace |= e["name"].as<std::string>() == "POD_NAMESPACE" &&
+                     e["valueFrom"]["fieldRef"]["fieldPath"].as<std::string>() == "metadata.namespace";
+  EXPECT_TRUE(pod_namespace) << "the operator's namespace (--operator-namespace's default) from the downward API";
+  std::vector<std::string> args;
+  for (const auto& a : ctr["args"]) args.push_back(a.as<std::string>());
+  EXPECT_NE(std::find(args.begin(), args.end(), "--monitoring-namespace="), args.end());
+
+  auto on = render({"--set", "networkPolicy.enabled=true", "--set", "monitoringNamespace=monitoring", "--set",
+                    "networkPolicy.probeCIDRs={10.0.0.0/16,fd00::/64}", "--set", "metrics.port=8081"});
+  ASSERT_TRUE(on.count("NetworkPolicy"));
+  const YAML::Node np = on["NetworkPolicy"];
+  EXPECT_EQ(np["metadata"]["namespace"].as<std::string>(), "ops");
+  EXPECT_EQ(np["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"].as<std::string>(), "lockstep-operator");
+  EXPECT_EQ(np["spec"]["policyTypes"].size(), 1u);
+  EXPECT_EQ(np["spec"]["policyTypes"][0].as<std::string>(), "Ingress");
+  ASSERT_EQ(np["spec"]["ingress"].size(), 1u);
+  const YAML::Node rule = np["spec"]["ingress"][0];
+  ASSERT_EQ(rule["ports"].size(), 1u);
+  EXPECT_EQ(rule["ports"][0]["port"].as<int>(), 8081);
+  ASSERT_EQ(rule["from"].size(), 3u);
+  EXPECT_EQ(rule["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"].as<std::string>(), "monitoring");
+  EXPECT_EQ(rule["from"][1]["ipBlock"]["cidr"].as<std::string>(), "10.0.0.0/16");
+  EXPECT_EQ(rule["from"][2]["ipBlock"]["cidr"].as<std::string>(), "fd00::/64");
+  args.clear();
+  for (const auto& a : on["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]) args.push_back(a.as<std::string>());
+  EXPECT_NE(std::find(args.begin(), args.end(), "--monitoring-namespace=monitoring"), args.end());
+
+  // Enabled with no peer: no ingress at all but what the CNI exempts.
+  auto closed = render({"--set", "networkPolicy.enabled=true"});
+  ASSERT_TRUE(closed.count("NetworkPolicy"));
+  EXPECT_TRUE(closed["NetworkPolicy"]["spec"]["ingress"].IsSequence());
+  EXPECT_EQ(closed["NetworkPolicy"]["spec"]["ingress"].size(), 0u);
+}
+
 TEST(Chart, RbacGrantsOnlyWhatTheOperatorUses) {
   const std::set<std::string> used = {
       "lockstep.dev/trainingjobs/list", "lockstep.dev/trainingjobs/watch", "lockstep.dev/trainingjobs/delete",
@@ -116,6 +174,8 @@ TEST(Chart, RbacGrantsOnlyWhatTheOperatorUses) {
       "lockstep.dev/trainingjobs/finalizers/update",
       "/pods/list", "/pods/watch", "/pods/create", "/pods/delete",
       "/services/list", "/services/watch", "/services/create", "/services/delete",
+      "networking.k8s.io/networkpolicies/list", "networking.k8s.io/networkpolicies/watch",
+      "networking.k8s.io/networkpolicies/create", "networking.k8s.io/networkpolicies/delete",
       "scheduling.x-k8s.io/podgroups/list", "scheduling.x-k8s.io/podgroups/watch",
       "scheduling.x-k8s.io/podgroups/create", "scheduling.x-k8s.io/podgroups/delete",
       "/events/create",
@@ -195,6 +255,16 @@ TEST(Chart, InstallsAndItsServiceAccountCanRunTheOperator) {
                        "jsonpath={.spec.initContainers[0].name} {.spec.initContainers[0].image} "
                        "{.spec.containers[0].command[0]}"});
   EXPECT_EQ(init.output, std::string("lockstep-agent lockstep/agent:") + LOCKSTEP_VERSION + " /lockstep/agent/lockstep-agent");
+  // spec.isolation under the chart's RBAC: the policy is created, and deleted again at None.
+  ASSERT_TRUE(kubectl({"patch", "tj", "tiny-ddp", "-n", "chart-job", "--type", "merge", "-p",
+                       R"({"spec": {"isolation": "NetworkPolicy"}})"}).status.success());
+  EXPECT_TRUE(eventually([&] { return kubectl({"get", "networkpolicy", "tiny-ddp", "-n", "chart-job"}).status.success(); }))
+      << read_text(log);
+  ASSERT_TRUE(kubectl({"patch", "tj", "tiny-ddp", "-n", "chart-job", "--type", "merge", "-p",
+                       R"({"spec": {"isolation": "None"}})"}).status.success());
+  EXPECT_TRUE(eventually([&] {
+    return kubectl({"get", "networkpolicy", "-n", "chart-job", "-o", "name"}).output.empty();
+  })) << read_text(log);
   op.terminate(10s);
   std::string text = read_text(log);
   EXPECT_EQ(text.find("forbidden"), std::string::npos) << text;

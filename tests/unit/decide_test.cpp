@@ -584,3 +584,31 @@ TEST(PodView, ReadsRankAttemptDeletionAndFinalizers) {
   EXPECT_EQ(format_time(*p.deletion_due), "2027-01-15T08:00:00Z");
   EXPECT_EQ(p.finalizers, "example.com/hold, example.com/other");
 }
+
+// Note [Job isolation]: the policy follows spec.isolation whatever the phase.
+TEST(Isolation, ThePolicyIsCreatedWhileAskedForAndDeletedWhenNot) {
+  for (const char* phase : {"", "Running", "Succeeded", "Suspended"}) {
+    SCOPED_TRACE(phase);
+    auto j = job();
+    j.status.phase = phase;
+    if (j.status.finished()) j.status.completion_time = format_time(kNow);
+    j.suspend = std::string(phase) == "Suspended";
+    j.isolation = Isolation::NetworkPolicy;
+    auto in = observed(j);
+    EXPECT_TRUE(decide(in).create_network_policy);
+    in.network_policy_uid = "np-1";
+    auto kept = decide(in);
+    EXPECT_FALSE(kept.create_network_policy);
+    EXPECT_EQ(kept.delete_network_policy_uid, "");
+    in.job.isolation = Isolation::None;
+    EXPECT_EQ(decide(in).delete_network_policy_uid, "np-1");
+    in.network_policy_uid = "";
+    auto none = decide(in);
+    EXPECT_FALSE(none.create_network_policy);
+    EXPECT_EQ(none.delete_network_policy_uid, "");
+  }
+  auto deleting = job();
+  deleting.isolation = Isolation::NetworkPolicy;
+  deleting.deleting = true;  // the garbage collector's, with the job
+  EXPECT_FALSE(decide(observed(deleting)).create_network_policy);
+}

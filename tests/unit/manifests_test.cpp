@@ -218,3 +218,49 @@ TEST(PodManifest, CarriesTheBarrierSecretAndItIsReadBack) {
   // Only in the env: not in labels or annotations, where more readers would see it.
   EXPECT_EQ(pod["metadata"].dump().find(secret), std::string::npos);
 }
+
+// Note [Job isolation]: the job's own pods on every port; the operator's and the monitoring
+// namespaces on the metrics port only; ingress alone.
+TEST(NetworkPolicyManifest, AdmitsTheJobOnEveryPortAndTheOperatorAndMonitoringOnMetrics) {
+  JobView j = JobView::from_json(json::parse(R"({"metadata": {"name": "tj", "namespace": "team", "uid": "u"},
+    "spec": {"isolation": "NetworkPolicy", "metrics": {"port": 9500}}})"));
+  ASSERT_EQ(j.isolation, Isolation::NetworkPolicy);
+  json np = network_policy_manifest(j, {"lockstep-system", "monitoring"});
+  EXPECT_EQ(np["apiVersion"], "networking.k8s.io/v1");
+  EXPECT_EQ(np["kind"], "NetworkPolicy");
+  EXPECT_EQ(np["metadata"]["name"], "tj");
+  EXPECT_EQ(np["metadata"]["namespace"], "team");
+  EXPECT_EQ(np["metadata"]["ownerReferences"], json::array({owner_reference(j)}));
+  EXPECT_EQ(np["metadata"]["labels"]["lockstep.dev/job-name"], "tj");  // the informer's selector
+  EXPECT_EQ(np["spec"]["policyTypes"], json({"Ingress"}));
+
+  // It selects exactly what the job's pods carry, whatever the template adds.
+  j.tmpl = json::parse(R"({"metadata": {"labels": {"team": "a"}}, "spec": {"containers": [{"name": "trainer"}]}})");
+  json pod_labels = pod_manifest(j, 1, 2)["metadata"]["labels"];
+  const json& selector = np["spec"]["podSelector"]["matchLabels"];
+  ASSERT_FALSE(selector.empty());
+  for (const auto& [k, v] : selector.items()) EXPECT_EQ(pod_labels.value(k, ""), v) << k;
+  EXPECT_FALSE(selector.contains("lockstep.dev/restart-attempt"));  // every attempt's pods
+
+  const json& ingress = np["spec"]["ingress"];
+  ASSERT_EQ(ingress.size(), 3u) << ingress;
+  EXPECT_EQ(ingress[0], json::parse(R"({"from": [{"podSelector": {"matchLabels": {"lockstep.dev/job-name": "tj"}}}]})"))
+      << "the job's own pods, every port (Gloo and NCCL use ephemeral ones)";
+  for (auto [i, ns] : {std::pair<int, const char*>{1, "lockstep-system"}, {2, "monitoring"}}) {
+    EXPECT_EQ(ingress[i]["from"], json::array({{{"namespaceSelector", {{"matchLabels", {{"kubernetes.io/metadata.name", ns}}}}}}}))
+        << ingress[i];
+    EXPECT_EQ(ingress[i]["ports"], json::parse(R"([{"protocol": "TCP", "port": 9500}])")) << ingress[i];
+  }
+}
+
+TEST(NetworkPolicyManifest, LeavesOutPeersWithNoNamespace) {
+  JobView j;
+  j.name = "tj";
+  j.ns = "team";
+  EXPECT_EQ(network_policy_manifest(j, {})["spec"]["ingress"].size(), 1u);  // the job's own pods only
+  json one = network_policy_manifest(j, {"", "monitoring"})["spec"]["ingress"];
+  ASSERT_EQ(one.size(), 2u);
+  EXPECT_EQ(one[1]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"], "monitoring");
+  EXPECT_EQ(network_policy_manifest(j, {"ops", "ops"})["spec"]["ingress"].size(), 2u);  // one rule for one namespace
+  EXPECT_EQ(JobView::from_json(json::parse(R"({"spec": {}})")).isolation, Isolation::None);
+}
