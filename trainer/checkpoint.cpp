@@ -29,7 +29,7 @@ std::string step_name(int64_t step) { return "step-" + std::to_string(step); }
 // tensor on the training device (Note [Collective device]), as a sum of disjoint slots.
 std::vector<int64_t> all_gather_ints(const Dist& d, const std::vector<int64_t>& mine) {
   const size_t n = mine.size();
-  if (!d.pg) return mine;
+  if (!d.pg || d.world <= 1) return mine;  // one rank: its own values are every rank's
   auto host = torch::zeros({static_cast<int64_t>(n) * d.world}, torch::kInt64);
   for (size_t i = 0; i < n; ++i) host[static_cast<int64_t>(d.rank * n + i)] = mine[i];
   std::vector<at::Tensor> t{host.to(d.device)};
