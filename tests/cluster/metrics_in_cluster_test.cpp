@@ -521,8 +521,11 @@ TEST_F(MetricsInCluster, AnUnmodifiedScriptInAPlainPyTorchImageReportsStepsAndCo
   EXPECT_EQ(pod0["spec"]["initContainers"][0]["image"], "lockstep/agent:0.1.0");
 
   const std::string sel = "namespace=\"" + ns + "\", trainingjob=\"" + job + "\"";
-  auto value = [&](const std::string& q) {
-    json r = result_of(prom_query(port, q));
+  // `at` (unix seconds, optional): every query of one comparison reads the same instant, so the
+  // same scrape of each target; "now" would let a scrape land between two queries of a rank
+  // that is still training (its exposed total then outruns the total read a moment before).
+  auto value = [&](const std::string& q, const std::string& at = "") {
+    json r = result_of(at.empty() ? prom_query(port, q) : prom_get(port, "/api/v1/query", {"query=" + q, "time=" + at}));
     return r.size() == 1 ? std::stod(r[0]["value"][1].get<std::string>()) : -1.0;
   };
   // Every rank's steps, scraped through the chart's PodMonitor.
@@ -534,14 +537,18 @@ TEST_F(MetricsInCluster, AnUnmodifiedScriptInAPlainPyTorchImageReportsStepsAndCo
   std::cerr << "[cluster] Python ranks' steps and communication in Prometheus "
             << std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - t0).count()
             << " s after apply\n";
+  // An instant a few scrape intervals back: every scrape up to it has been stored.
+  std::this_thread::sleep_for(3s);
+  const std::string at = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                            std::chrono::system_clock::now().time_since_epoch()).count() - 2);
   for (int rank = 0; rank < 4; ++rank) {
     SCOPED_TRACE("rank " + std::to_string(rank));
     const std::string r = sel + ", rank=\"" + std::to_string(rank) + "\"";
-    const double steps = value("lockstep_steps_total{" + r + "}");
-    const double comm = value("sum(lockstep_comm_seconds_total{" + r + "})");
-    const double exposed = value("lockstep_comm_exposed_seconds_total{" + r + "}");
-    const double timed = value("lockstep_step_duration_seconds_count{" + r + "}");
-    const double step_sum = value("lockstep_step_duration_seconds_sum{" + r + "}");
+    const double steps = value("lockstep_steps_total{" + r + "}", at);
+    const double comm = value("sum(lockstep_comm_seconds_total{" + r + "})", at);
+    const double exposed = value("lockstep_comm_exposed_seconds_total{" + r + "}", at);
+    const double timed = value("lockstep_step_duration_seconds_count{" + r + "}", at);
+    const double step_sum = value("lockstep_step_duration_seconds_sum{" + r + "}", at);
     EXPECT_GT(steps, 0);
     EXPECT_LE(steps, epochs * steps_per_epoch) << "more steps than the script's optimizer steps";
     EXPECT_GT(comm, 0);
