@@ -44,20 +44,6 @@ std::string temp_dir(const std::string& name) {
   return d;
 }
 
-// A raw TCP connection to 127.0.0.1:port; -1 if it failed.
-int dial(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
 
 void send_all(int fd, const std::string& s) {
   size_t off = 0;
@@ -106,7 +92,7 @@ struct Attempt {
 };
 Attempt try_hello(int port, const std::string& hello) {
   Attempt a;
-  int fd = dial(port);
+  int fd = lockstep::test::dial_loopback(port);
   if (fd < 0) return a;
   a.challenge = read_line(fd, 5s);
   send_all(fd, hello + "\n");
@@ -148,7 +134,7 @@ Agent start_agent(const std::string& dir, int nnodes, int node, int master_port,
 }
 
 bool listening(int port) {
-  int fd = dial(port);
+  int fd = lockstep::test::dial_loopback(port);
   if (fd < 0) return false;
   ::close(fd);
   return true;
@@ -240,7 +226,7 @@ TEST(BarrierHostile, StrangersAreRefusedWithoutAWordAndTheJobFinishes) {
   for (const auto& [what, hello] : hellos) {
     Attempt a;
     if (hello.empty()) {
-      int fd = dial(port);
+      int fd = lockstep::test::dial_loopback(port);
       ASSERT_GE(fd, 0);
       std::string challenge = read_line(fd, 5s);
       send_all(fd, member_hello(challenge, 1, std::string(64, 'f')) + "\n");
@@ -263,12 +249,12 @@ TEST(BarrierHostile, StrangersAreRefusedWithoutAWordAndTheJobFinishes) {
   }
   // A stranger's FAILED, before and after a refused HELLO: never a report.
   {
-    int fd = dial(port);
+    int fd = lockstep::test::dial_loopback(port);
     ASSERT_GE(fd, 0);
     send_all(fd, "FAILED gen=0 node=1 rank=1 code=64 reason=WorkerFailed what=stranger-was-here\n");
     EXPECT_TRUE(closed_by_peer(fd, 3s));
     ::close(fd);
-    fd = dial(port);
+    fd = lockstep::test::dial_loopback(port);
     send_all(fd, "HELLO node=1 run=" + kRunId + " attempt=3\nFAILED gen=0 node=1 rank=1 code=64 what=stranger-was-here\n");
     EXPECT_TRUE(closed_by_peer(fd, 3s));
     ::close(fd);
@@ -326,7 +312,7 @@ TEST(BarrierHostile, SlowReadersDoNotDelayTheStart) {
       while (!stop) {
         std::vector<int> fds;
         for (int i = 0; i < 16; ++i)
-          if (int fd = dial(server.port()); fd >= 0) {
+          if (int fd = lockstep::test::dial_loopback(server.port()); fd >= 0) {
             // Never read; send until the socket would block.
             ::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
             fds.push_back(fd);
@@ -354,7 +340,7 @@ TEST(BarrierHostile, SlowReadersDoNotDelayTheStart) {
 // A stranger that says nothing is closed at its HELLO deadline (kHelloTimeout, 10 s).
 TEST(BarrierHostile, ASilentConnectionIsClosedAtItsHelloDeadline) {
   agent::BarrierServer server(server_config(2), "127.0.0.1", 0);
-  int fd = dial(server.port());
+  int fd = lockstep::test::dial_loopback(server.port());
   ASSERT_GE(fd, 0);
   auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(read_line(fd, 5s).rfind("CHALLENGE", 0), 0u);
@@ -385,7 +371,7 @@ TEST(BarrierHostile, ThousandsOfIdleConnectionsKeepTheAgentSmall) {
   const std::string almost = "HELLO " + std::string(agent::kMaxUnjoinedBytes - 10, 'x');  // no newline
   long peak = before;
   for (int i = 0; i < n; ++i) {
-    int fd = dial(port);
+    int fd = lockstep::test::dial_loopback(port);
     if (fd < 0) break;
     ::send(fd, almost.data(), almost.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     fds.push_back(fd);
@@ -434,7 +420,7 @@ TEST(BarrierHostile, AtTheFdLimitTheServerStaysIdle) {
     for (int fd : filler) ::close(fd);
     rlimit r = old;
     ::setrlimit(RLIMIT_NOFILE, &r);
-    for (int i = 0; i < 100; ++i) dial(port);
+    for (int i = 0; i < 100; ++i) lockstep::test::dial_loopback(port);
     (void)!::write(ready[1], "x", 1);
     ::pause();
     ::_exit(0);
@@ -478,7 +464,7 @@ TEST(BarrierHostile, HostileTextNeverAppearsRaw) {
   try_hello(port, "HELLO node=1" + std::string(1 << 20, '\x1b'));
   try_hello(port, "\x1b[2J\xff\xfe" + forged);
   // A member's hostile report.
-  int fd = dial(port);
+  int fd = lockstep::test::dial_loopback(port);
   ASSERT_GE(fd, 0);
   send_all(fd, member_hello(read_line(fd, 5s), 1) + "\n");
   std::string start;

@@ -77,18 +77,6 @@ int port_of(int fd) {
   return ntohs(a.sin_port);
 }
 
-int connect_loopback(int port, bool nonblocking) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | (nonblocking ? SOCK_NONBLOCK : 0), 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 && errno != EINPROGRESS) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
 
 bool send_all(int fd, const std::string& s) {
   size_t off = 0;
@@ -303,7 +291,7 @@ struct Get {
 Get http_get(int port, const std::string& path, std::chrono::milliseconds timeout = 3000ms) {
   Get g;
   auto t0 = Clock::now();
-  int fd = connect_loopback(port, true);
+  int fd = lockstep::test::dial_loopback(port, true);
   if (fd < 0) return g;
   std::string req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: Prometheus/2.42.0\r\n"
                     "Accept: text/plain;version=0.0.4;q=1,*/*;q=0.1\r\nConnection: close\r\n\r\n";
@@ -372,7 +360,7 @@ class Attack {
     Clock::time_point next_drip{};
   };
   void open(Conn& c) {
-    c.fd = connect_loopback(port_, true);
+    c.fd = lockstep::test::dial_loopback(port_, true);
     ++connects_;
     switch (c.kind) {
       case Kind::Drip: c.pending = "GET " + path_ + " HTTP/1.1\r\nHost: x\r\nX-Drip: "; c.left = 1LL << 40; break;

@@ -2,12 +2,16 @@
 // every process a test started (to prove none is left behind).
 #pragma once
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -19,6 +23,22 @@
 #include <thread>
 
 namespace lockstep::test {
+
+// A TCP connection to 127.0.0.1:port, or -1. Non-blocking: returned while the connect is
+// still in progress.
+inline int dial_loopback(int port, bool nonblocking = false) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | (nonblocking ? SOCK_NONBLOCK : 0), 0);
+  if (fd < 0) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 && !(nonblocking && errno == EINPROGRESS)) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
 
 // The environment variable `name` when set and not empty, else `fallback`: the test binaries
 // find the programs under test through variables ctest sets (tests/CMakeLists.txt).

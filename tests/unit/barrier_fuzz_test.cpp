@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "test_util.hpp"
 #include "barrier.hpp"
 
 namespace agent = lockstep::agent;
@@ -55,18 +56,6 @@ bool clean(const std::string& s, bool newlines) {
   return true;
 }
 
-int dial(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
 
 }  // namespace
 
@@ -119,7 +108,7 @@ TEST(FuzzBarrier, TheServerSurvivesRandomStreamsAndStillStartsAJob) {
   agent::BarrierServer server(cfg, "127.0.0.1", 0);
   std::mt19937 rng(2026);
   for (int i = 0; i < 400; ++i) {
-    int fd = dial(server.port());
+    int fd = lockstep::test::dial_loopback(server.port());
     ASSERT_GE(fd, 0);
     // Lines and fragments, split at random points, with and without newlines.
     std::string stream;
