@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "lockstep/contract.hpp"
@@ -66,10 +67,24 @@ std::optional<long long> step_count(double v) {
 // Rank 0's progress line for a run that succeeded (Note [Termination message]); nothing when
 // rank 0 reported no step.
 void write_progress_summary(const Metrics& metrics) {
-  std::optional<long long> step, total, reports;
+  std::optional<long long> step, total, reports, in_place;
+  std::string reason, rank, exit_code;  // the last in-place restart's cause (the agent's own labels)
   for (const auto& family : metrics.registry()->Collect()) {
     const bool is_step = family.name == "lockstep_step", is_total = family.name == "lockstep_total_steps",
                is_reports = family.name == "lockstep_steps_total";
+    if (family.name == "lockstep_restarts_total" || family.name == "lockstep_last_restart_info") {
+      for (const auto& m : family.metric) {
+        std::map<std::string, std::string> l;
+        for (const auto& p : m.label) l[p.name] = p.value;
+        if (l["kind"] != "in_place") continue;
+        if (family.name == "lockstep_restarts_total") {
+          in_place = step_count(m.counter.value);
+        } else if (m.gauge.value == 1) {
+          reason = l["reason"], rank = l["rank"], exit_code = l["exit_code"];
+        }
+      }
+      continue;
+    }
     if (!is_step && !is_total && !is_reports) continue;
     for (const auto& m : family.metric) {
       bool rank0 = false;
@@ -80,9 +95,20 @@ void write_progress_summary(const Metrics& metrics) {
       else reports = step_count(m.counter.value);
     }
   }
-  if (!step || !reports || *reports < 1) return;
-  std::string line = "lockstep-progress step=" + std::to_string(*step);
-  if (total && *total >= 1) line += " total=" + std::to_string(*total);
+  const bool restarted = in_place && *in_place >= 1;
+  const bool stepped = step && reports && *reports >= 1;
+  if (!stepped && !restarted) return;
+  std::string line = "lockstep-progress";
+  if (stepped) line += " step=" + std::to_string(*step);
+  if (stepped && total && *total >= 1) line += " total=" + std::to_string(*total);
+  // The in-place restarts of this attempt and the last one's cause: the operator counts those
+  // made after its last reading of /metrics from here (Note [Final progress]).
+  if (restarted) {
+    line += " restarts=" + std::to_string(*in_place);
+    if (!reason.empty()) line += " reason=" + reason;
+    if (!rank.empty() && rank != "-1") line += " rank=" + rank;
+    if (!exit_code.empty() && exit_code != "-1") line += " exit=" + exit_code;
+  }
   write_termination_log(line + "\n");
 }
 
@@ -411,7 +437,7 @@ int Supervisor::finish(int code, const std::string& why, const Worker* culprit, 
 // /dev); LOCKSTEP_TERMINATION_LOG names another path. Kubernetes keeps 4096 bytes of it:
 // the end is kept.
 //   A run whose workers all exited 0 has no last words: node 0's agent writes rank 0's progress
-// there instead, one line, `lockstep-progress step=N[ total=M]`, which the operator shows as
+// there instead, one line, `lockstep-progress step=N[ total=M][ restarts=K reason=W rank=R exit=E]`, which the operator shows as
 // the finished job's progress once the pods and their /metrics are gone (Note [Final progress]
 // in operator/reconcile/progress.hpp, which parses it strictly: keep the two in step).
 void Supervisor::write_termination_message(const std::string& why, const std::vector<std::string>& tail) const {

@@ -158,8 +158,8 @@ struct Pass {
 
   // Note [In-place restarts]: what rank 0's agent counted beyond what the status holds for
   // this attempt is added to the job's total, with the Restarted condition and one Event.
-  void count_in_place_restarts() {
-    const auto& r = in.in_place;
+  void count_in_place_restarts() { count_in_place_restarts(in.in_place); }
+  void count_in_place_restarts(const std::optional<InPlaceReading>& r) {
     if (!r || r->attempt != s().restarts) return;  // none yet, or a reading of an earlier attempt
     int added = r->restarts - s().current_attempt_in_place_restarts;
     if (added <= 0) return;
@@ -304,8 +304,16 @@ struct Pass {
     const PodView* rank0 = nullptr;
     for (const auto* p : current)
       if (p->index == 0 && !rank0) rank0 = p;
-    s().progress = final_progress(in.progress ? in.progress : s().progress,
-                                  rank0 ? parse_final_summary(rank0->termination_message) : std::nullopt);
+    auto summary = rank0 ? parse_final_summary(rank0->termination_message) : std::nullopt;
+    s().progress = final_progress(in.progress ? in.progress : s().progress, summary);
+    // Its in-place restarts too: those made after the last reading of its /metrics count now.
+    if (summary && summary->in_place_restarts >= 0) {
+      InPlaceReading r;
+      r.attempt = s().restarts;  // rank0 is a pod of the current attempt
+      r.restarts = summary->in_place_restarts;
+      r.reason = summary->reason, r.rank = summary->rank, r.exit_code = summary->exit_code;
+      count_in_place_restarts(r);
+    }
     clean_finished_pods();
     expire_after_ttl();
     return true;

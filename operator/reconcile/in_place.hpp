@@ -16,8 +16,10 @@
 // twice and loses nothing. A gang restart sets the attempt's share to 0, and a reading counts
 // only against the attempt of the pod it came from (a reading of an earlier attempt, still
 // held when the gang restarts, is ignored).
-//   Restarts made after the last reading of an attempt that then ends (in a gang restart or
-// the job's end) are not seen: the total is short by at most one period's worth.
+//   When the job Succeeds, rank 0's agent's final line (Note [Final progress]) says the
+// attempt's count and last cause, and what it shows beyond the status is counted then. Restarts
+// made after the last reading of an attempt that ends otherwise (a gang restart, a failure) are
+// not seen: the total is short by at most one period's worth.
 #pragma once
 
 #include <optional>

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <set>
 
 #include "reconcile/exposition.hpp"
+#include "reconcile/in_place.hpp"
 
 namespace lockstep::reconcile {
 namespace {
@@ -86,8 +88,18 @@ std::optional<FinalSummary> parse_final_summary(const std::string& message) {
   if (!line.empty() && line.back() == '\n') line.pop_back();
   const std::string prefix = std::string(kSummaryPrefix) + " ";
   if (line.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+  auto digits = [](const std::string& v, size_t max) {
+    return !v.empty() && v.size() <= max && std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  auto integer = [&](const std::string& v) {  // what in_place.cpp takes for a rank or an exit code
+    return digits(v[0] == '-' ? v.substr(1) : v, 9);
+  };
+  auto word = [](const std::string& v) {
+    return v.size() <= kMaxReasonBytes && std::isupper(static_cast<unsigned char>(v[0])) &&
+           std::all_of(v.begin(), v.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); });
+  };
   FinalSummary out;
-  bool seen_step = false, seen_total = false;
+  std::set<std::string> seen;
   size_t i = prefix.size();
   while (true) {
     // key=value, then one space or the end; nothing else, not even a second space.
@@ -97,30 +109,37 @@ std::optional<FinalSummary> parse_final_summary(const std::string& message) {
     size_t end = line.find(' ', eq + 1);
     if (end == std::string::npos) end = line.size();
     const std::string value = line.substr(eq + 1, end - eq - 1);
-    if (value.empty() || value.size() > 16 ||
-        !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; }))
-      return std::nullopt;
-    const long long v = std::stoll(value);  // at most 16 digits: no overflow
-    if (v > kMaxSteps) return std::nullopt;
-    if (key == "step" && !seen_step) {
-      seen_step = true;
-      out.step = v;
-    } else if (key == "total" && !seen_total && v >= 1) {
-      seen_total = true;
-      out.total_steps = v;
+    if (value.empty() || !seen.insert(key).second) return std::nullopt;  // no value, a key given twice
+    if (key == "step" || key == "total") {
+      if (!digits(value, 16)) return std::nullopt;
+      const long long v = std::stoll(value);  // at most 16 digits: no overflow
+      if (v > kMaxSteps || (key == "total" && v < 1)) return std::nullopt;
+      (key == "step" ? out.step : out.total_steps) = v;
+    } else if (key == "restarts") {
+      if (!digits(value, 9) || std::stoll(value) > kMaxInPlaceReading) return std::nullopt;
+      out.in_place_restarts = std::stoi(value);
+    } else if (key == "reason") {
+      if (!word(value)) return std::nullopt;
+      out.reason = value;
+    } else if (key == "rank" || key == "exit") {
+      if (!integer(value)) return std::nullopt;
+      (key == "rank" ? out.rank : out.exit_code) = value;
     } else {
-      return std::nullopt;  // an unknown key, a key given twice, a total of 0
+      return std::nullopt;  // an unknown key
     }
     if (end == line.size()) break;
     i = end + 1;
     if (i == line.size()) return std::nullopt;  // a trailing space
   }
-  if (!seen_step) return std::nullopt;
+  if (out.step < 0 && out.in_place_restarts < 0) return std::nullopt;  // neither a step nor a restart
+  if (out.total_steps >= 1 && out.step < 0) return std::nullopt;      // a total with no step
+  if (out.in_place_restarts < 0 && (seen.count("reason") || seen.count("rank") || seen.count("exit")))
+    return std::nullopt;  // a cause with no restart
   return out;
 }
 
 std::optional<Progress> final_progress(std::optional<Progress> last, const std::optional<FinalSummary>& summary) {
-  if (summary) {
+  if (summary && summary->step >= 0) {
     Progress p = last.value_or(Progress{});
     p.step = summary->step;
     if (summary->total_steps >= 1) p.total_steps = summary->total_steps;

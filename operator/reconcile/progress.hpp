@@ -101,22 +101,35 @@ inline constexpr std::chrono::milliseconds kFirstReading{2000};
 // index 0 that the job controls, nobody else's) over the last reading: the run's last step, and
 // its total. The message is the pod's, so it is untrusted: the whole message must be that one
 // line (a trailing newline allowed), at most kMaxSummaryBytes, the prefix exactly as above,
-// then only the keys step (required) and total, each once, as plain decimal integers (no sign,
-// no exponent, at most 16 digits) with step <= kMaxSteps and 1 <= total <= kMaxSteps; anything
-// else is not a summary and changes nothing.
+// then only the keys step, total, restarts, reason, rank and exit, each once: step, total,
+// rank and exit as plain decimal integers (no sign, no exponent, at most 16 digits, rank and
+// exit at most 9) with step <= kMaxSteps and 1 <= total <= kMaxSteps, restarts at most
+// kMaxInPlaceReading, reason a CamelCase word of at most kMaxReasonBytes; step or restarts
+// must be there, total needs step, and the cause needs restarts. Anything else is not a
+// summary and changes nothing.
+//   restarts closes the gap Note [In-place restarts] leaves at a job's end: restarts made
+// after the operator's last reading of rank 0's /metrics are counted from this line when the
+// job Succeeds (decide.cpp; a failed job's message is its last words, not this line).
 //   Where no line comes (rank 0's container has another terminationMessagePath, its agent
 // failed or is older, the workers failed: a failure's message is its last words, Note
 // [Termination message]), the status keeps the last reading, and a job whose every pod
 // Succeeded shows its total as the step when the total is known. A rank 0 pod deleted before
 // the job finished is a vanished pod of a running gang: a gang restart, not success, so a
 // Succeeded job always had its rank 0 pod to read.
-inline constexpr size_t kMaxSummaryBytes = 128;
+inline constexpr size_t kMaxSummaryBytes = 256;
 inline constexpr const char* kSummaryPrefix = "lockstep-progress";
 
 struct FinalSummary {
-  long long step = -1;
+  long long step = -1;         // -1: not given (a run that restarted in place but reported no step)
   long long total_steps = -1;  // -1: not given
-  bool operator==(const FinalSummary& o) const { return step == o.step && total_steps == o.total_steps; }
+  // The attempt's in-place restarts as rank 0's agent counted them (-1: not given), and the
+  // last one's cause: what in_place.hpp's InPlaceReading holds, checked the same way.
+  int in_place_restarts = -1;
+  std::string reason, rank, exit_code;
+  bool operator==(const FinalSummary& o) const {
+    return step == o.step && total_steps == o.total_steps && in_place_restarts == o.in_place_restarts &&
+           reason == o.reason && rank == o.rank && exit_code == o.exit_code;
+  }
 };
 
 // The summary line of a termination message, or nullopt (not one, or malformed: see above).

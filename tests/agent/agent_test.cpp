@@ -509,7 +509,9 @@ struct InPlaceJob {
                                     "--log-every", "10", "--loss-log", dir + "/loss"};
     flags.insert(flags.end(), {"--max-restarts", std::to_string(budget)});
     for (int n = 0; n < 2; ++n)
-      agents.push_back(start_agent(dir, 2, n, 1, port, cmd, flags, {{"LOCKSTEP_RESTART_ATTEMPT", "0"}, {"GLOO_SOCKET_IFNAME", "lo"}}));
+      agents.push_back(start_agent(dir, 2, n, 1, port, cmd, flags,
+                                   {{"LOCKSTEP_RESTART_ATTEMPT", "0"}, {"GLOO_SOCKET_IFNAME", "lo"},
+                                    {"LOCKSTEP_TERMINATION_LOG", dir + "/termination-" + std::to_string(n)}}));
   }
   // Waits until node `n`'s rank reports step `step` or later.
   bool reached(int n, int step, std::chrono::seconds t = 120s) {
@@ -555,6 +557,10 @@ TEST(InPlace, AWorkerKilledOnNode1RestartsEveryRankInTheSameAgentsAndTrainingRes
   EXPECT_GE(std::stoi(resumed[1]), 20) << "the newest complete checkpoint before the kill";
   std::string loss = lockstep::test::read_file(job.dir + "/loss");
   EXPECT_NE(loss.find("\n100 "), std::string::npos) << "training finished: " << loss;
+  // Node 0's final line says the restart and its cause, for the operator to count one made
+  // after its last reading (Note [Final progress]).
+  EXPECT_EQ(lockstep::test::read_file(job.dir + "/termination-0"),
+            "lockstep-progress step=100 total=100 restarts=1 reason=WorkerFailed rank=1 exit=137\n");
 }
 
 TEST(InPlace, AStalledRankRestartsEveryRankInPlaceThroughStallDetection) {

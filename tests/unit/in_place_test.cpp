@@ -175,6 +175,42 @@ TEST(InPlace, NewRestartsAreCountedWithTheRestartedConditionAndOneEvent) {
   EXPECT_NE(restarted(third)->message.find("(3 of 3 in gang attempt 0)"), std::string::npos);
 }
 
+// Note [Final progress]: a restart made after the last reading of a job that then Succeeds is
+// counted from rank 0's final line; one already counted is not counted twice; another pod's
+// line, or an earlier attempt's, counts nothing.
+TEST(InPlace, RestartsAfterTheLastReadingOfAJobThatSucceedsCountFromRank0sFinalLine) {
+  auto in = running();
+  in.job.status.in_place_restarts = 1;  // one seen by a reading
+  in.job.status.current_attempt_in_place_restarts = 1;
+  in.pods = {pod(0, "Succeeded", 0, 0), pod(1, "Succeeded", 0, 0)};
+  in.pods[0].termination_message = "lockstep-progress step=960 restarts=2 reason=WorkerFailed rank=1 exit=137\n";
+  in.pods[1].termination_message = "lockstep-progress step=960 restarts=9 reason=WorkerFailed rank=1 exit=137\n";
+  auto d = decide(in);
+  EXPECT_EQ(d.status.phase, "Succeeded");
+  EXPECT_EQ(d.status.in_place_restarts, 2) << "rank 0's count, not pod 1's";
+  EXPECT_EQ(d.status.current_attempt_in_place_restarts, 2);
+  ASSERT_NE(restarted(d), nullptr);
+  EXPECT_EQ(restarted(d)->reason, "InPlaceRestart");
+  EXPECT_EQ(restarted(d)->message,
+            "rank 1 exited with code 137 (WorkerFailed); every worker restarted in place in the same pods (2 of 3 in "
+            "gang attempt 0)");
+  ASSERT_EQ(events_of(d, "InPlaceRestart").size(), 1u);
+  ASSERT_TRUE(d.status.progress.has_value());
+  EXPECT_EQ(d.status.progress->step, 960);
+
+  // Counted already (or fewer than counted): nothing added.
+  in.job.status.in_place_restarts = 2;
+  in.job.status.current_attempt_in_place_restarts = 2;
+  EXPECT_EQ(decide(in).status.in_place_restarts, 2);
+  EXPECT_TRUE(events_of(decide(in), "InPlaceRestart").empty());
+
+  // A line of a pod of an earlier attempt is not the current rank 0's.
+  auto later = running(1);
+  later.pods = {pod(0, "Succeeded", 1, 0), pod(1, "Succeeded", 1, 0), pod(0, "Succeeded", 0, 0)};
+  later.pods[2].termination_message = "lockstep-progress step=960 restarts=2\n";
+  EXPECT_EQ(decide(later).status.in_place_restarts, 0);
+}
+
 TEST(InPlace, ARestartWithoutATimeIsDatedByTheReading) {
   auto in = running();
   in.in_place = reading(1);

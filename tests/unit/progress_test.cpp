@@ -563,18 +563,64 @@ TEST(AgentReader, StopEndsARoundAtOnce) {
 
 // --- Note [Final progress] ------------------------------------------------------------------
 
+namespace {
+// A summary of a step and a total only.
+FinalSummary steps(long long step, long long total) {
+  FinalSummary s;
+  s.step = step;
+  s.total_steps = total;
+  return s;
+}
+}  // namespace
+
 TEST(FinalProgress, ParsesTheAgentsLine) {
-  EXPECT_EQ(parse_final_summary("lockstep-progress step=200 total=200\n"), (FinalSummary{200, 200}));
-  EXPECT_EQ(parse_final_summary("lockstep-progress step=57\n"), (FinalSummary{57, -1}));
-  EXPECT_EQ(parse_final_summary("lockstep-progress step=57"), (FinalSummary{57, -1}));
-  EXPECT_EQ(parse_final_summary("lockstep-progress total=9 step=3\n"), (FinalSummary{3, 9}));
-  EXPECT_EQ(parse_final_summary("lockstep-progress step=0\n"), (FinalSummary{0, -1}));
+  EXPECT_EQ(parse_final_summary("lockstep-progress step=200 total=200\n"), (steps(200, 200)));
+  EXPECT_EQ(parse_final_summary("lockstep-progress step=57\n"), (steps(57, -1)));
+  EXPECT_EQ(parse_final_summary("lockstep-progress step=57"), (steps(57, -1)));
+  EXPECT_EQ(parse_final_summary("lockstep-progress total=9 step=3\n"), (steps(3, 9)));
+  EXPECT_EQ(parse_final_summary("lockstep-progress step=0\n"), (steps(0, -1)));
   EXPECT_EQ(parse_final_summary("lockstep-progress step=1000000000000000 total=1000000000000000\n"),
-            (FinalSummary{kMaxSteps, kMaxSteps}));
+            (steps(kMaxSteps, kMaxSteps)));
+}
+
+TEST(FinalProgress, ParsesTheInPlaceRestartsAndTheLastCause) {
+  FinalSummary both = steps(960, -1);
+  both.in_place_restarts = 1, both.reason = "WorkerFailed", both.rank = "1", both.exit_code = "137";
+  EXPECT_EQ(parse_final_summary("lockstep-progress step=960 restarts=1 reason=WorkerFailed rank=1 exit=137\n"), both);
+  FinalSummary signal = steps(12, 20);
+  signal.in_place_restarts = 2, signal.reason = "WorkerFailed", signal.rank = "0", signal.exit_code = "-9";
+  EXPECT_EQ(parse_final_summary("lockstep-progress step=12 total=20 restarts=2 reason=WorkerFailed rank=0 exit=-9"),
+            signal);
+  // A program that restarted in place but never reported a step: the restarts alone.
+  FinalSummary no_step = steps(-1, -1);
+  no_step.in_place_restarts = 3, no_step.reason = "Stall";
+  EXPECT_EQ(parse_final_summary("lockstep-progress restarts=3 reason=Stall\n"), no_step);
+  // ...which leaves the progress as it was.
+  Progress last;
+  last.step = 5;
+  EXPECT_EQ(final_progress(last, no_step)->step, 5);
+}
+
+TEST(FinalProgress, ARestartCountOrCauseThatIsNotTheAgentsIsNotASummary) {
+  for (const std::string& m : std::vector<std::string>{
+           "lockstep-progress restarts=1001\n",                                 // past kMaxInPlaceReading
+           "lockstep-progress step=3 restarts=-1\n",
+           "lockstep-progress step=3 restarts=1 restarts=2\n",
+           "lockstep-progress step=3 restarts=1 reason=workerFailed\n",         // not CamelCase
+           "lockstep-progress step=3 restarts=1 reason=Worker-Failed\n",
+           "lockstep-progress step=3 restarts=1 reason=" + std::string(65, 'A') + "\n",
+           "lockstep-progress step=3 restarts=1 rank=1234567890\n",             // 10 digits
+           "lockstep-progress step=3 restarts=1 exit=-\n",
+           "lockstep-progress step=3 restarts=1 exit=1e3\n",
+           "lockstep-progress step=3 reason=WorkerFailed\n",                    // a cause, no count
+           "lockstep-progress total=9 restarts=1\n",                            // a total, no step
+           "lockstep-progress step=3 restarts=1 reason=A\x1b[2J\n",
+       })
+    EXPECT_FALSE(parse_final_summary(m).has_value()) << ::testing::PrintToString(m);
 }
 
 TEST(FinalProgress, AnythingButTheAgentsExactLineIsNotASummary) {
-  const std::string long_line = "lockstep-progress step=1 total=2" + std::string(200, ' ');
+  const std::string long_line = "lockstep-progress step=1 total=2" + std::string(300, ' ');
   for (const std::string& m : std::vector<std::string>{
            "",
            "lockstep-progress",
@@ -620,7 +666,7 @@ TEST(FinalProgress, TheSummaryWinsOverTheLastReadingAndTheTotalStandsInWithoutOn
   last.total_steps = 200;
   last.tokens_per_second = 4096;
   last.eta_seconds = 30;
-  auto p = final_progress(last, FinalSummary{180, 200});  // an early stop at 180 of 200
+  auto p = final_progress(last, steps(180, 200));  // an early stop at 180 of 200
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->step, 180);
   EXPECT_EQ(p->total_steps, 200);
@@ -630,7 +676,7 @@ TEST(FinalProgress, TheSummaryWinsOverTheLastReadingAndTheTotalStandsInWithoutOn
   EXPECT_EQ(p->step, 200);
   EXPECT_EQ(p->eta_seconds, 0);
   // No reading at all (a short run): the summary alone; the step alone when there is no total.
-  p = final_progress(std::nullopt, FinalSummary{57, -1});
+  p = final_progress(std::nullopt, steps(57, -1));
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->step, 57);
   EXPECT_EQ(p->total_steps, -1);
