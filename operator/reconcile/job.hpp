@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -59,6 +60,22 @@ struct JobStatus {
   static JobStatus from_json(const nlohmann::json& status);
 };
 
+// A job's spec.template as the cache keeps it (Note [Cached templates] in job.cpp): compact JSON
+// text, shared by every copy of the view, parsed only when pods are made from it.
+class PodTemplate {
+ public:
+  PodTemplate() = default;
+  PodTemplate(const nlohmann::json& tmpl);  // NOLINT: a template is assigned from its JSON
+  // A parsed copy: the template's object, or an empty object when there is none.
+  nlohmann::json parsed() const;
+  bool empty() const { return !text_; }
+  size_t bytes() const { return text_ ? text_->size() : 0; }
+  void clear() { text_.reset(); }
+
+ private:
+  std::shared_ptr<const std::string> text_;
+};
+
 struct JobView {
   std::string name, ns, uid;
   long long generation = 0;
@@ -79,7 +96,7 @@ struct JobView {
   int checkpoint_keep = 3;  // spec.checkpoint.keep: complete checkpoints kept, 0 all
   std::string checkpoint_resume_from;  // spec.checkpoint.resumeFrom (Note [Checkpoint owner] in trainer/checkpoint.hpp)
   std::vector<std::string> command{"lockstep-trainer"}, args;
-  nlohmann::json tmpl;  // spec.template
+  PodTemplate tmpl;  // spec.template
   JobStatus status;
 
   static JobView from_json(const nlohmann::json& obj);

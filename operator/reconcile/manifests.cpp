@@ -105,7 +105,7 @@ json owner_reference(const JobView& job) {
 // (bench/operator).
 json pod_manifest(const JobView& job, int index, int attempt, const AgentInjection& agent,
                   const std::string& barrier_secret) {
-  json tmpl = job.tmpl.is_object() ? job.tmpl : json::object();
+  json tmpl = job.tmpl.parsed();
   json md = take(tmpl, "metadata", json::value_t::object);
   json spec = take(tmpl, "spec", json::value_t::object);
 

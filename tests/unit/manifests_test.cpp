@@ -48,7 +48,9 @@ TEST(PodManifest, RunsTheAgentInTheTrainerContainerAndKeepsUserEnv) {
   // condition); the sidecar is left alone, and a template's own choice is kept.
   EXPECT_EQ(ctr["terminationMessagePolicy"], "FallbackToLogsOnError");
   EXPECT_FALSE(sidecar.contains("terminationMessagePolicy"));
-  j.tmpl["spec"]["containers"][1]["terminationMessagePolicy"] = "File";
+  json t = j.tmpl.parsed();
+  t["spec"]["containers"][1]["terminationMessagePolicy"] = "File";
+  j.tmpl = t;
   EXPECT_EQ(pod_manifest(j, 0, 0)["spec"]["containers"][1]["terminationMessagePolicy"], "File");
 }
 
@@ -263,4 +265,34 @@ TEST(NetworkPolicyManifest, LeavesOutPeersWithNoNamespace) {
   EXPECT_EQ(one[1]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"], "monitoring");
   EXPECT_EQ(network_policy_manifest(j, {"ops", "ops"})["spec"]["ingress"].size(), 2u);  // one rule for one namespace
   EXPECT_EQ(JobView::from_json(json::parse(R"({"spec": {}})")).isolation, Isolation::None);
+}
+
+// Note [Cached templates]: a running job's template is kept as its compact text, shared by
+// copies of the view, and gives back the same object; a finished or suspended job's is not kept.
+TEST(CachedTemplates, ARunningJobKeepsItsTemplateAsSharedTextAndTheOthersKeepNone) {
+  json tmpl = json::parse(R"({"metadata": {"labels": {"team": "a"}},
+    "spec": {"containers": [{"name": "trainer", "image": "img", "env": [{"name": "A", "value": "1"}]}]}})");
+  json obj = {{"apiVersion", "lockstep.dev/v1alpha1"}, {"kind", "TrainingJob"},
+              {"metadata", {{"name", "tj"}, {"namespace", "team"}, {"uid", "u"}, {"resourceVersion", "7"}}},
+              {"spec", {{"nodes", 2}, {"template", tmpl}}}};
+  JobRecord running = JobRecord::from_json(obj);
+  EXPECT_FALSE(running.view.tmpl.empty());
+  EXPECT_EQ(running.view.tmpl.bytes(), tmpl.dump().size()) << "compact text, not a tree";
+  EXPECT_EQ(running.view.tmpl.parsed(), tmpl);
+  JobView copy = running.view;
+  EXPECT_EQ(copy.tmpl.parsed(), tmpl);
+  EXPECT_EQ(pod_manifest(copy, 0, 0)["metadata"]["labels"]["team"], "a");
+  EXPECT_EQ(pod_manifest(copy, 0, 0)["spec"]["containers"][0]["image"], "img");
+
+  json finished = obj;
+  finished["status"] = {{"phase", "Succeeded"}, {"completionTime", "2026-01-01T00:00:00Z"}};
+  EXPECT_TRUE(JobRecord::from_json(finished).view.tmpl.empty());
+  json suspended = obj;
+  suspended["spec"]["runPolicy"] = {{"suspend", true}};
+  EXPECT_TRUE(JobRecord::from_json(suspended).view.tmpl.empty());
+  // No template, or one that is not an object: pods from an empty one, as before.
+  json none = obj;
+  none["spec"].erase("template");
+  EXPECT_TRUE(JobRecord::from_json(none).view.tmpl.empty());
+  EXPECT_EQ(JobRecord::from_json(none).view.tmpl.parsed(), json::object());
 }
