@@ -3,6 +3,7 @@
 #   scripts/images.sh build  [operator|trainer|agent|pytorch|all]   build what changed (default: all)
 #   scripts/images.sh import [operator|trainer|agent|pytorch|all]   into containerd's k8s.io namespace
 #   scripts/images.sh path   operator|trainer|agent|pytorch         the docker-archive `ctr images import` takes
+#   scripts/images.sh bases  [operator|trainer|pytorch|all]          only the Debian bases (no build tree needed)
 #   scripts/images.sh clean                                         forget every cached base and image
 #
 # An image is a Debian root file system (`debootstrap --variant=minbase` of the pinned suite
@@ -422,6 +423,16 @@ case $cmd in
     start=$SECONDS
     for n in $(names "${1:-all}"); do build_image "$n"; done
     log "images: done in $((SECONDS - start)) s"
+    ;;
+  bases)
+    # The Debian bases alone (debootstrap: mostly downloads and unpacking), which need no build
+    # tree: scripts/test.sh makes them while the C++ build runs, so `build` finds them cached.
+    need_tools
+    mkdir -p "$IMAGES/tmp"
+    exec 9> "$IMAGES/.lock"
+    flock -n 9 || { log "another images.sh is building; waiting for it"; flock 9; }
+    find "$IMAGES/tmp" -mindepth 1 -maxdepth 1 -print0 | while IFS= read -r -d '' d; do remove_tree "$d"; done
+    for n in $(names "${1:-all}"); do [[ $SCRATCH_IMAGES == *" $n "* ]] || ensure_base "$n"; done
     ;;
   import) for n in $(names "${1:-all}"); do import_image "$n"; done ;;
   path) [[ ${1:-} =~ ^(operator|trainer|agent|pytorch)$ ]] || usage; echo "$(entry_of "$1")/image.tar" ;;

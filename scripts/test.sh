@@ -7,7 +7,22 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 start=$SECONDS
 "$ROOT/scripts/setup.sh"
+# While the C++ build keeps both cores busy, the root file systems that are mostly downloads and
+# unpacking are made beside it, once (cached after): the Debian bullseye root bundle_test runs
+# the agent's bundle in (glibc older than ours) and the images' Debian bases (debootstrap).
+# Their output goes to a log, shown if they fail; the steps after the build find them cached,
+# or make them then and say why. Ctrl-C stops them too (their caches are renamed into place
+# only when complete).
+roots_log="$CACHE/test-roots.log"
+# In a session of its own (setsid): Ctrl-C reaches it through the trap, which stops all of it.
+setsid bash -c '"$0/scripts/old-glibc-root.sh" > /dev/null && "$0/scripts/images.sh" bases' "$ROOT" > "$roots_log" 2>&1 &
+roots=$!
+trap 'kill -- -$roots 2>/dev/null; echo; log "interrupted"; exit 130' INT TERM
+log "root file systems: made in the background while the build runs (log: $roots_log)"
 "$ROOT/scripts/build.sh"
+if wait $roots; then log "root file systems: ready"
+else log "root file systems: the background run failed (its log follows); made again below"; cat "$roots_log" >&2; fi
+trap - INT TERM
 # The container images of this build (cached: seconds when nothing changed); built_images_test
 # checks them, and says why when they could not be built.
 "$ROOT/scripts/images.sh" build || log "images: not built (see above); built_images_test will fail with the reason"
