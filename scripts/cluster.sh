@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # A real single-node Kubernetes on this machine, without Docker: etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler, kube-proxy, containerd + runc with a CNI bridge,
-# the kubelet, CoreDNS, and a second scheduler for gang scheduling (kube-scheduler with the
+# the kubelet, CoreDNS, a second scheduler for gang scheduling (kube-scheduler with the
 # Coscheduling plugin of scheduler-plugins, named scheduler-plugins-scheduler, with the
-# PodGroup CRD), all of the versions scripts/versions.env pins (scripts/setup.sh builds and
-# caches them). Pods really run; see docs/development.md, "Real-node cluster".
+# PodGroup CRD), and a NetworkPolicy controller (kube-network-policies), all of the versions
+# scripts/versions.env pins (scripts/setup.sh builds and caches them). Pods really run, and
+# NetworkPolicies are enforced; see docs/development.md, "Real-node cluster".
 #
-#   scripts/cluster.sh up            start it (about 10 s); says "already up" when it is
+#   scripts/cluster.sh up            start it (about 12 s); says "already up" when it is
 #   scripts/cluster.sh down          stop it and remove all it made outside its state directory
 #   scripts/cluster.sh status        what runs, the kubeconfig, the node, memory
 #   scripts/cluster.sh import TAR... load image archives (docker or OCI) into the node
@@ -46,11 +47,13 @@ API_PORT=16443 ETCD_PORT=12379 ETCD_PEER_PORT=12380 DNS_READY_PORT=18181
 # The gang scheduler's secure port (healthz, readyz, metrics): next to kube-scheduler's 10259;
 # 10258 is cloud-controller-manager's by convention, 10260 no Kubernetes component's.
 GANG_SCHEDULER_PORT=10260
+# The NetworkPolicy controller's queue, nftables table, iptables chain and metrics port
+# (NETPOL_*): scripts/common.sh, which the tests read too.
 # Below the ephemeral range, so the test control plane's free loopback ports never collide.
-PORTS="$API_PORT $ETCD_PORT $ETCD_PEER_PORT $DNS_READY_PORT 10248 10249 10250 10256 10257 10259 $GANG_SCHEDULER_PORT"
-DAEMONS="containerd etcd kube-apiserver coredns kubelet kube-scheduler kube-scheduler-cosched kube-controller-manager kube-proxy"
+PORTS="$API_PORT $ETCD_PORT $ETCD_PEER_PORT $DNS_READY_PORT 10248 10249 10250 10256 10257 10259 $GANG_SCHEDULER_PORT $NETPOL_METRICS_PORT"
+DAEMONS="containerd etcd kube-apiserver coredns kubelet kube-scheduler kube-scheduler-cosched kube-controller-manager kube-proxy kube-network-policies"
 # One client certificate and kubeconfig each (make_pki, up).
-CLIENTS="admin kubelet kube-scheduler kube-controller-manager kube-proxy coredns kube-scheduler-cosched"
+CLIENTS="admin kubelet kube-scheduler kube-controller-manager kube-proxy coredns kube-scheduler-cosched kube-network-policies"
 # The gang scheduler: pods whose spec.schedulerName is this are placed by it, and it places
 # nothing else. The name scheduler-plugins' own Helm chart gives its second scheduler, which
 # examples/gpu.yaml names. (SCHEDULER_PLUGINS_BIN: scripts/common.sh.)
@@ -89,6 +92,9 @@ host_problem() {
   grep -qw overlay /proc/filesystems || modprobe overlay 2>/dev/null || { echo "the kernel has no overlayfs (containerd's snapshotter)"; return; }
   [[ -n $(node_ip) ]] || { echo "no IPv4 route to take the node address from"; return; }
   unshare --net --mount --pid --fork true 2>/dev/null || { echo "cannot create namespaces (unshare --net --mount --pid failed)"; return; }
+  # The NetworkPolicy controller judges packets through nfnetlink_queue (NFQUEUE).
+  [[ -e /proc/net/netfilter/nfnetlink_queue ]] || modprobe nfnetlink_queue 2>/dev/null ||
+    { echo "the kernel has no nfnetlink_queue (NFQUEUE), which the NetworkPolicy controller needs"; return; }
 }
 
 # setup_problem: a product of scripts/setup.sh that is missing (empty when all are there).
@@ -96,7 +102,7 @@ setup_problem() {
   local b
   for b in "$K8S_BIN/etcd" "$K8S_BIN/kube-apiserver" "$K8S_NODE_BIN/kubelet" "$K8S_NODE_BIN/kube-scheduler" \
            "$K8S_NODE_BIN/kube-controller-manager" "$K8S_NODE_BIN/kube-proxy" "$COREDNS_BIN/coredns" \
-           "$SCHEDULER_PLUGINS_BIN/kube-scheduler-cosched" \
+           "$SCHEDULER_PLUGINS_BIN/kube-scheduler-cosched" "$NETPOL_BIN/kube-network-policies" \
            "$TOOLS_BIN/kubectl" "$CLUSTER_IMAGES/pause.tar" "$CLUSTER_IMAGES/nettest.tar"; do
     [[ -e $b ]] || { echo "$b is missing; run scripts/setup.sh"; return; }
   done
@@ -158,6 +164,7 @@ make_pki() {
     cert kube-proxy /CN=system:kube-proxy
     cert coredns /CN=lockstep:coredns
     cert kube-scheduler-cosched /CN=lockstep:kube-scheduler-cosched
+    cert kube-network-policies /CN=lockstep:kube-network-policies
     chmod 600 ./*.key
   )
   echo "$key" > "$PKI/.for"
@@ -248,6 +255,7 @@ up() {
   [[ ! -d $(pids_cgroup) ]] || { say "cgroup $(pids_cgroup) exists: a cluster was not torn down; run scripts/cluster.sh down (with its LOCKSTEP_CLUSTER_DIR)"; exit 5; }
   problem=$(ports_in_use)
   [[ -z $problem ]] || { say "ports in use: $problem(another Kubernetes on this machine? \`ss -ltnp\` names the holder)"; exit 5; }
+  ! netpol_queue_bound || { say "NFQUEUE $NETPOL_QUEUE is bound by another program (/proc/net/netfilter/nfnetlink_queue; another NetworkPolicy controller?)"; exit 5; }
 
   # Claim the machine: the bridge, named after this state directory, is what other clusters'
   # up and down look at (two ups at once: only one makes it).
@@ -276,6 +284,7 @@ up() {
   say "etcd and kube-apiserver ready ($((SECONDS - t0)) s)"
   node_up "$ip"
   gang_scheduler_up   # after the node's daemons: its CRD and RBAC delay none of them
+  netpol_up           # the same; it is waited for last
   wait_for "node $NODE_NAME Ready" 120 kubelet node_ready
   say "node $NODE_NAME Ready ($((SECONDS - t0)) s)"
   wait_for "the default ServiceAccount" 60 kube-controller-manager kubectl_ -n default get serviceaccount default
@@ -285,6 +294,8 @@ up() {
   # mistake shows here, not as gang pods Pending for ever. (Its serving certificate is a
   # self-signed one made in memory, hence -k; the health paths need no credentials.)
   wait_for "the gang scheduler ready" 60 kube-scheduler-cosched curl -skf "https://127.0.0.1:$GANG_SCHEDULER_PORT/readyz"
+  netpol_ready
+  say "NetworkPolicy controller ready: $NETPOL_HOW ($((SECONDS - t0)) s)"
   trap - INT TERM EXIT
   date +%s > "$RUN/up-since"
   say "up in $((SECONDS - t0)) s: export KUBECONFIG=$KUBECONFIG_PATH"
@@ -598,6 +609,72 @@ EOF
     --bind-address=127.0.0.1 --secure-port="$GANG_SCHEDULER_PORT" --v=1
 }
 
+# netpol_up: the NetworkPolicy controller, kube-network-policies v0.8.0's controller with a main
+# of ours (tests/cluster/netpol), a host process like the node's other daemons. It watches Pods,
+# Namespaces and NetworkPolicies as the user lockstep:kube-network-policies (list and watch, as
+# upstream's ClusterRole grants) and judges the first packet of every connection to or from a
+# pod that the kernel hands it on NFQUEUE NETPOL_QUEUE; later packets of an admitted connection
+# pass by conntrack. --fail-open: a packet it cannot judge (it is not running, its queue is
+# full) passes, so that its crash or restart cannot cut every pod's connections in the other
+# suites; isolation_in_cluster_test shows that it drops what a policy does not admit, and that
+# it runs. --v=2 logs each judged packet with its pods and verdict (run/logs).
+netpol_up() {
+  local cfg=$RUN/config user=lockstep:kube-network-policies
+  kubectl_ apply -f - >/dev/null <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "$user"}
+rules:
+- {apiGroups: [""], resources: [pods, namespaces], verbs: [list, watch]}
+- {apiGroups: [networking.k8s.io], resources: [networkpolicies], verbs: [list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "$user"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "$user"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "$user"}]
+EOF
+  start kube-network-policies "$NETPOL_BIN/kube-network-policies" --kubeconfig="$cfg/kube-network-policies.kubeconfig" \
+    --hostname-override="$NODE_NAME" --nfqueue-id="$NETPOL_QUEUE" --nftables-table="$NETPOL_TABLE" --fail-open \
+    --metrics-bind-address="127.0.0.1:$NETPOL_METRICS_PORT" --v=2
+}
+
+netpol_queue_bound() {
+  awk -v q="$NETPOL_QUEUE" '$1 == q { found = 1 } END { exit !found }' /proc/net/netfilter/nfnetlink_queue 2>/dev/null
+}
+
+# netpol_ready: once the controller has synced its informers it loads its nftables table, then
+# binds its queue. Where the kernel refused the table's rules (it lacks nftables' `queue`
+# expression, CONFIG_NFT_QUEUE, as the kernels of these machines do), iptables' NFQUEUE target
+# (xt_NFQUEUE through nft_compat) puts the packets on the queue instead: every packet forwarded
+# to or from a pod that is not part of an established connection, in the mangle table's FORWARD
+# (bridged pod-to-pod traffic passes it: net.bridge.bridge-nf-call-iptables). The controller
+# passes packets of pods that no policy selects. --queue-bypass: fail-open, as above.
+# Sets NETPOL_HOW for up's progress line.
+netpol_ready() {
+  wait_for "the NetworkPolicy controller's queue $NETPOL_QUEUE" 60 kube-network-policies netpol_queue_bound
+  if [[ -n $("$NETPOL_BIN/kube-network-policies" -show-table -nftables-table "$NETPOL_TABLE" 2>/dev/null) ]]; then
+    NETPOL_HOW="kube-network-policies $KUBE_NETWORK_POLICIES_VERSION on nfqueue $NETPOL_QUEUE, through its nftables table inet $NETPOL_TABLE"
+    return 0
+  fi
+  local q="-j NFQUEUE --queue-num $NETPOL_QUEUE --queue-bypass" err
+  err=$( { iptables -t mangle -N "$NETPOL_CHAIN" &&
+           iptables -t mangle -A "$NETPOL_CHAIN" -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN &&
+           iptables -t mangle -A "$NETPOL_CHAIN" -d "$POD_CIDR" $q &&
+           iptables -t mangle -A "$NETPOL_CHAIN" -s "$POD_CIDR" $q &&
+           iptables -t mangle -A FORWARD -j "$NETPOL_CHAIN"; } 2>&1 ) ||
+    fail "iptables could not add the NFQUEUE rules for the NetworkPolicy controller: $err" kube-network-policies
+  NETPOL_HOW="kube-network-policies $KUBE_NETWORK_POLICIES_VERSION on nfqueue $NETPOL_QUEUE, through iptables mangle $NETPOL_CHAIN (the kernel refused its nftables rules)"
+}
+
+# netpol_cleanup: the controller's netfilter state, whatever way it ended (a SIGKILL leaves its table).
+netpol_cleanup() {
+  while iptables -t mangle -D FORWARD -j "$NETPOL_CHAIN" 2>/dev/null; do :; done
+  iptables -t mangle -F "$NETPOL_CHAIN" 2>/dev/null && iptables -t mangle -X "$NETPOL_CHAIN" 2>/dev/null
+  [[ -x $NETPOL_BIN/kube-network-policies ]] && "$NETPOL_BIN/kube-network-policies" -cleanup -nftables-table "$NETPOL_TABLE" >/dev/null 2>&1
+  return 0
+}
+
 # --- down -------------------------------------------------------------------------------------
 down() {
   local t0=$SECONDS other
@@ -622,13 +699,13 @@ down() {
     [[ -z $ids ]] || ctr_ containers delete $ids >/dev/null 2>&1 || true
   fi
   # The API server before etcd: stopped together, it may spend 10 s retrying a gone etcd.
-  stop_daemons coredns kube-proxy kube-apiserver
+  stop_daemons coredns kube-proxy kube-network-policies kube-apiserver
   stop_daemons etcd containerd
   # 3. Whatever is left in the cluster's cgroup: shims, container processes.
   kill_cgroup
   # 4. Mounts under the state directory (netns pins, shm, rootfs, pod volumes), deepest first.
   unmount_under "$STATE"
-  # 5. Network: veths still on the bridge, the bridge, the DNS address, iptables.
+  # 5. Network: veths still on the bridge, the bridge, the DNS address, iptables and nftables.
   local v
   for v in $(ip -o link show master "$BRIDGE" 2>/dev/null | awk -F': ' '{ print $2 }' | cut -d@ -f1); do ip link del "$v" 2>/dev/null || true; done
   ip link del "$BRIDGE" 2>/dev/null || true
@@ -641,6 +718,7 @@ down() {
     while "$ipt" -t filter -D OUTPUT -j KUBE-FIREWALL 2>/dev/null; do :; done
     "$ipt" -t filter -F KUBE-FIREWALL 2>/dev/null && "$ipt" -t filter -X KUBE-FIREWALL 2>/dev/null || true
   done
+  netpol_cleanup
   # 6. The host's sysctls as up found them; paths the cluster made outside its state directory.
   if [[ -f $RUN/sysctl.orig ]]; then
     local line
@@ -745,6 +823,7 @@ status() {
   echo "versions:   Kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, CoreDNS $COREDNS_VERSION, scheduler-plugins $SCHEDULER_PLUGINS_VERSION, containerd $(dpkg-query -W -f='${Version}' containerd 2>/dev/null), runc $(dpkg-query -W -f='${Version}' runc 2>/dev/null)"
   echo "node:       $(kubectl_ get node "$NODE_NAME" --no-headers 2>/dev/null || echo "$NODE_NAME not registered")"
   echo "schedulers: default-scheduler, $GANG_SCHEDULER_NAME (Coscheduling: PodGroups, scheduling.x-k8s.io/v1alpha1; https://127.0.0.1:$GANG_SCHEDULER_PORT/readyz)"
+  echo "netpol:     kube-network-policies $KUBE_NETWORK_POLICIES_VERSION enforces NetworkPolicy (nfqueue $NETPOL_QUEUE$(netpol_queue_bound || echo ", NOT BOUND"); http://127.0.0.1:$NETPOL_METRICS_PORT/metrics)"
   echo "pods:       $(kubectl_ get pods -A --no-headers 2>/dev/null | wc -l) in all namespaces"
   echo "processes:  $(IFS=,; echo "${running[*]}" | sed 's/,/, /g')"
   for p in $(find "$(pids_cgroup)" -name cgroup.procs -exec cat {} + 2>/dev/null); do
@@ -770,7 +849,8 @@ check_clean() {
     local exe cmd
     exe=$(readlink "/proc/$p/exe" 2>/dev/null) || continue
     cmd=$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null) || continue
-    if [[ $exe == "$K8S_NODE_BIN"/* || $exe == "$COREDNS_BIN"/* || $exe == "$SCHEDULER_PLUGINS_BIN"/* || $cmd == *"$STATE/"* ]] ||
+    if [[ $exe == "$K8S_NODE_BIN"/* || $exe == "$COREDNS_BIN"/* || $exe == "$SCHEDULER_PLUGINS_BIN"/* || $exe == "$NETPOL_BIN"/* ||
+          $cmd == *"$STATE/"* ]] ||
        grep -qs ":/$CGROUP/" "/proc/$p/cgroup"; then
       found+=("process $p: ${cmd:0:150}")
     fi
@@ -779,7 +859,14 @@ check_clean() {
   for h in $(all_cgroup_mounts); do [[ -d $h/$CGROUP ]] && found+=("cgroup $h/$CGROUP"); done
   while read -r line; do found+=("interface $line"); done < <(ip -o link show | awk -F': ' -v b="$BRIDGE" '$2 == b || $2 ~ /^veth/ { print $2 }')
   ip -4 -o addr show dev lo | grep -q " $DNS_IP/" && found+=("address $DNS_IP on lo")
-  while read -r line; do found+=("iptables: $line"); done < <({ iptables-save; ip6tables-save; } 2>/dev/null | grep -E '^[:-].*(KUBE-|CNI-)' || true)
+  while read -r line; do found+=("iptables: $line"); done < <({ iptables-save; ip6tables-save; } 2>/dev/null | grep -E '^[:-].*(KUBE-|CNI-|LOCKSTEP-)' || true)
+  # The NetworkPolicy controller's nftables table (iptables-save does not show native nftables
+  # tables), and its queue.
+  if [[ -x $NETPOL_BIN/kube-network-policies ]]; then
+    line=$("$NETPOL_BIN/kube-network-policies" -show-table -nftables-table "$NETPOL_TABLE" 2>&1) || line="(cannot list: $line)"
+    [[ -z $line ]] || found+=("nftables table $line")
+  fi
+  netpol_queue_bound && found+=("NFQUEUE $NETPOL_QUEUE still bound")
   for p in /run/containerd/s/*; do
     [[ -S $p ]] && ! ss -Hxl 2>/dev/null | grep -qF " $p " && found+=("stale shim socket $p")
   done

@@ -17,6 +17,13 @@ K8S_NODE_BIN="$CACHE/kubernetes-$KUBERNETES_VERSION/node-bin"
 COREDNS_BIN="$CACHE/coredns-$COREDNS_VERSION/bin"
 SCHEDULER_PLUGINS_BIN="$CACHE/scheduler-plugins-$SCHEDULER_PLUGINS_VERSION/bin"  # the gang scheduler (scripts/cluster.sh)
 PROMETHEUS_BIN="$CACHE/prometheus-$PROMETHEUS_VERSION/bin"  # the cluster tier's Prometheus (Kubernetes discovery)
+NETPOL_BIN="$CACHE/kube-network-policies-$KUBE_NETWORK_POLICIES_VERSION/bin"  # the cluster's NetworkPolicy controller (scripts/cluster.sh)
+# It judges, in user space, the packets the kernel puts on NFQUEUE number NETPOL_QUEUE; its
+# /metrics is on 127.0.0.1:NETPOL_METRICS_PORT (no Kubernetes component's port). Its own
+# nftables table (family inet) is NETPOL_TABLE; where the kernel cannot load that table's rules
+# (no nftables `queue` expression), iptables' NFQUEUE target in the mangle chain NETPOL_CHAIN
+# puts the pods' packets on the queue (scripts/cluster.sh, netpol_ready).
+NETPOL_QUEUE=100 NETPOL_TABLE=lockstep-netpol NETPOL_CHAIN=LOCKSTEP-NETPOL NETPOL_METRICS_PORT=10261
 # bench/operator's peer (scripts/setup.sh --bench-operator): Kubeflow training-operator's
 # manager, and its PyTorchJob CRD from the same module in the Go module cache.
 KUBEFLOW_BIN="$CACHE/kubeflow-training-operator-$KUBEFLOW_TRAINING_OPERATOR_VERSION/bin"

