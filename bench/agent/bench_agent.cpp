@@ -20,6 +20,9 @@
 // start-up and `import torch`, which the probe does not touch, stay out of it; the verdict
 // is on the per-round ratio on/off as above (target: below 1% of step time). Each "on" run
 // must have reported every step (the step log), so the probe was measured, not absent.
+// Secondary figures, per round on - off: the median opt.step() call's wall and CPU time (the
+// probe's per-step work runs inside it) and the training thread's median CPU time per whole
+// step (which would also hold DDP's timer reads at sample rate 1 outside opt.step()).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -117,6 +120,7 @@ struct ProbeRun {
   double step_s = 0;  // the script's own mean step time, steps 2..N, over the ranks
   double call_s = 0;  // the median opt.step() call (the probe's work runs inside it), over the ranks
   double cpu_s = 0;   // the median CPU time of the thread in that call, over the ranks
+  double step_cpu_s = 0;  // the median CPU time of the training thread per whole step, over the ranks
   int steps = 0;      // optimizer steps the script made (rank 0)
   int reported = 0;   // reports in rank 0's step log
   int code = -1;
@@ -151,7 +155,7 @@ ProbeRun run_probe_once(bool probe, const std::string& torch, const std::string&
     }
   }
   if (r.code != 0) return r;
-  double sum = 0, calls_sum = 0, cpu_sum = 0;
+  double sum = 0, calls_sum = 0, cpu_sum = 0, step_cpu_sum = 0;
   for (int rank = 0; rank < nproc; ++rank) {
     std::ifstream in(out + "/rank-" + std::to_string(rank) + ".json");
     const auto own = nlohmann::json::parse(in, nullptr, false);
@@ -166,7 +170,15 @@ ProbeRun run_probe_once(bool probe, const std::string& torch, const std::string&
     auto cpu = own.value("step_cpu", std::vector<double>{});
     if (cpu.size() > 1) cpu.erase(cpu.begin());
     cpu_sum += bench::percentile(cpu, 0.5);
+    // The training thread's CPU from one step's end to the next: everything the probe adds to
+    // that thread (its work in opt.step(), DDP's timer read at each synced forward at sample
+    // rate 1), none of what preemption adds to wall time.
+    auto cpu_ends = own.value("step_cpu_ends", std::vector<double>{});
+    std::vector<double> per_step;
+    for (size_t k = 1; k < cpu_ends.size(); ++k) per_step.push_back(cpu_ends[k] - cpu_ends[k - 1]);
+    if (!per_step.empty()) step_cpu_sum += bench::percentile(per_step, 0.5);
   }
+  r.step_cpu_s = step_cpu_sum / nproc;
   r.step_s = sum / nproc;
   r.call_s = calls_sum / nproc;
   r.cpu_s = cpu_sum / nproc;
@@ -189,7 +201,7 @@ int probe_bench(int rounds, int nproc, int samples, std::string script) {
   std::cout << "bench/agent --python-probe: " << script << ", 1 agent x " << nproc << " workers (Gloo, CPU), " << samples
             << " samples a epoch x 2 epochs, 2 micro-batches a step; probe on vs LOCKSTEP_PYTHON_PROBE=0 (off), " << rounds
             << " paired rounds, order alternating; figure: the script's own mean step time\n";
-  std::vector<double> on, off, ratios, call_diff, cpu_diff;
+  std::vector<double> on, off, ratios, call_diff, cpu_diff, step_cpu_diff;
   for (int r = 1; r <= rounds && !bench::g_stop; ++r) {
     const bool on_first = r % 2 == 1;
     ProbeRun a, b;
@@ -214,10 +226,12 @@ int probe_bench(int rounds, int nproc, int samples, std::string script) {
     ratios.push_back(a.step_s / b.step_s);
     call_diff.push_back(a.call_s - b.call_s);
     cpu_diff.push_back(a.cpu_s - b.cpu_s);
+    step_cpu_diff.push_back(a.step_cpu_s - b.step_cpu_s);
     std::cout << std::fixed << std::setprecision(2) << "  round " << std::setw(2) << r << " (" << (on_first ? "on, off" : "off, on")
               << "): step on " << a.step_s * 1000 << " ms, off " << b.step_s * 1000 << " ms, ratio " << std::setprecision(4)
               << ratios.back() << std::setprecision(0) << "; opt.step() on " << a.call_s * 1e6 << " us, off "
-              << b.call_s * 1e6 << " us; its CPU on " << a.cpu_s * 1e6 << " us, off " << b.cpu_s * 1e6 << " us ("
+              << b.call_s * 1e6 << " us; its CPU on " << a.cpu_s * 1e6 << " us, off " << b.cpu_s * 1e6
+              << " us; a step's CPU on " << a.step_cpu_s * 1e6 << " us, off " << b.step_cpu_s * 1e6 << " us ("
               << a.steps << " steps, " << a.reported << " reported)"
               << (a.exit_race || b.exit_race ? std::string("; the ") + (a.exit_race ? "on" : "off") +
                                                    " run ended in PyTorch's exit race (134) after its figures"
@@ -261,6 +275,7 @@ int probe_bench(int rounds, int nproc, int samples, std::string script) {
   std::cout << "\n";
   say("opt.step() wall time", call_diff);
   say("opt.step() CPU time ", cpu_diff);
+  say("a whole step's CPU  ", step_cpu_diff);
   return 0;
 }
 

@@ -62,6 +62,7 @@ def main():
     step_ends = []       # perf_counter when each opt.step() returned
     step_calls = []      # how long each opt.step() took: wall time
     step_cpu = []        # and this thread's CPU time (what a busy machine's preemption leaves out)
+    step_cpu_ends = []   # this thread's CPU clock (time.thread_time) when each opt.step() returned
     synced_backward = []  # [start, end] of each step's synced backward
     first_loss = last_loss = None
     for epoch in range(args.epochs):
@@ -79,7 +80,9 @@ def main():
                 started, cpu = time.perf_counter(), time.thread_time()
                 opt.step()
                 ended = time.perf_counter()
-                step_cpu.append(time.thread_time() - cpu)
+                cpu_end = time.thread_time()
+                step_cpu.append(cpu_end - cpu)
+                step_cpu_ends.append(cpu_end)
                 step_ends.append(ended)
                 step_calls.append(ended - started)
                 opt.zero_grad(set_to_none=True)
@@ -104,7 +107,7 @@ def main():
 
     with open(os.path.join(args.out, "rank-%d.json" % rank), "w") as f:
         json.dump({"rank": rank, "world": world, "steps": steps, "step_ends": step_ends, "step_calls": step_calls,
-                   "step_cpu": step_cpu,
+                   "step_cpu": step_cpu, "step_cpu_ends": step_cpu_ends,
                    "synced_backward": synced_backward, "allreduce_s": allreduce_s, "grad_bytes": grad_bytes,
                    "first_loss": first_loss, "last_loss": last_loss}, f)
     print("ddp_train rank %d/%d: %d optimizer steps, loss %.4f -> %.4f" % (rank, world, steps, first_loss, last_loss),
