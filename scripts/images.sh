@@ -409,17 +409,22 @@ names() {
   esac
 }
 
+# lock_images: the tools checked, then this run alone in $IMAGES (waiting for another build).
+lock_images() {
+  need_tools
+  mkdir -p "$IMAGES/tmp"
+  exec 9> "$IMAGES/.lock"
+  flock -n 9 || { log "another images.sh is building; waiting for it"; flock 9; }
+  # Under the lock nothing else works in tmp: whatever is there was left by a killed build.
+  find "$IMAGES/tmp" -mindepth 1 -maxdepth 1 -print0 | while IFS= read -r -d '' d; do remove_tree "$d"; done
+}
+
 cmd=${1:-}; shift || true
 CONTAINERD_ADDRESS=""
 if [[ ${1:-} == --address ]]; then CONTAINERD_ADDRESS=${2:-}; shift 2 || usage; fi
 case $cmd in
   build)
-    need_tools
-    mkdir -p "$IMAGES/tmp"
-    exec 9> "$IMAGES/.lock"
-    flock -n 9 || { log "another images.sh is building; waiting for it"; flock 9; }
-    # Under the lock nothing else works in tmp: whatever is there was left by a killed build.
-    find "$IMAGES/tmp" -mindepth 1 -maxdepth 1 -print0 | while IFS= read -r -d '' d; do remove_tree "$d"; done
+    lock_images
     start=$SECONDS
     for n in $(names "${1:-all}"); do build_image "$n"; done
     log "images: done in $((SECONDS - start)) s"
@@ -427,11 +432,7 @@ case $cmd in
   bases)
     # The Debian bases alone (debootstrap: mostly downloads and unpacking), which need no build
     # tree: scripts/test.sh makes them while the C++ build runs, so `build` finds them cached.
-    need_tools
-    mkdir -p "$IMAGES/tmp"
-    exec 9> "$IMAGES/.lock"
-    flock -n 9 || { log "another images.sh is building; waiting for it"; flock 9; }
-    find "$IMAGES/tmp" -mindepth 1 -maxdepth 1 -print0 | while IFS= read -r -d '' d; do remove_tree "$d"; done
+    lock_images
     for n in $(names "${1:-all}"); do [[ $SCRATCH_IMAGES == *" $n "* ]] || ensure_base "$n"; done
     ;;
   import) for n in $(names "${1:-all}"); do import_image "$n"; done ;;
