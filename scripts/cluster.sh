@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# A real single-node Kubernetes on this machine, without Docker: etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kube-proxy, containerd + runc with a CNI bridge,
-# the kubelet, CoreDNS, a second scheduler for gang scheduling (kube-scheduler with the
+# A real Kubernetes of one or more nodes on this machine, without Docker: etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, kube-proxy, CoreDNS, and per node a kubelet with its
+# own containerd + runc, CNI bridge and pod subnet, a second scheduler for gang scheduling (kube-scheduler with the
 # Coscheduling plugin of scheduler-plugins, named scheduler-plugins-scheduler, with the
 # PodGroup CRD), and a NetworkPolicy controller (kube-network-policies), all of the versions
 # scripts/versions.env pins (scripts/setup.sh builds and caches them). Pods really run, and
 # NetworkPolicies are enforced; see docs/development.md, "Real-node cluster".
 #
-#   scripts/cluster.sh up            start it (about 12 s); says "already up" when it is
+#   scripts/cluster.sh up [--nodes N]  start it with N nodes (default 1, at most 8; about 12 s
+#                                    for one); says "already up" when it is
 #   scripts/cluster.sh down          stop it and remove all it made outside its state directory
 #   scripts/cluster.sh status        what runs, the kubeconfig, the node, memory
 #   scripts/cluster.sh import TAR... load image archives (docker or OCI) into the node
-#   scripts/cluster.sh kubelet stop|start   the kubelet alone (a node agent's outage; pods run on)
+#   scripts/cluster.sh kubelet stop|start [NODE]   a node's kubelet alone (a node agent's
+#                                    outage; pods run on); NODE defaults to the first
+#   scripts/cluster.sh node freeze|thaw|poweroff|poweron NODE   node faults (docs/development.md,
+#                                    "Several nodes and their faults")
+#   scripts/cluster.sh nodes         the nodes' names, one a line (what up made)
 #   scripts/cluster.sh check-clean   list anything a cluster left on this machine (exit 1 if any)
 #   scripts/cluster.sh preflight     can this machine run it, and is everything set up? (0, 3 or 4)
 #   scripts/cluster.sh purge         down, then delete the state directory (certificates, images)
@@ -20,6 +25,10 @@
 # $LOCKSTEP_CLUSTER_DIR/kubeconfig. Certificates and the image store survive `down`; etcd,
 # logs and everything of the running cluster live in $LOCKSTEP_CLUSTER_DIR/run and do not.
 # One cluster runs per machine: interfaces, cgroups, ports and the DNS address are fixed.
+# Nodes share the machine's network namespace and address; each has its own kubelet (own
+# ports, root directory, cgroup), containerd (own image store and state), bridge lockstepI and
+# pod subnet 10.244.I.0/24; pods of different nodes reach each other by the host's routes
+# between the bridges. The first node's paths and names are those of the one-node cluster.
 #
 # Exit codes: 0 done (status: up); 1 failed (status: partly up); 2 bad usage; 3 this machine
 # cannot run it (not root, cgroup v2, no overlayfs; the reason is printed); 4 a set-up product
@@ -35,13 +44,15 @@ CTRD_SOCK=$RUN/containerd/containerd.sock
 KUBECONFIG_PATH=$STATE/kubeconfig
 BASELINE=$STATE/host-baseline   # the host as `up` found it, for check-clean
 
-# Machine-wide names: one cluster at a time.
+# Machine-wide names: one cluster at a time. NODE_NAME, BRIDGE: the first node's
+# (node_* below give every node's).
 NODE_NAME=lockstep-node
 BRIDGE=lockstep0
+MAX_NODES=8
+CLUSTER_CIDR=10.244.0.0/16     # every node's pod subnet (kube-proxy, the NetworkPolicy queue)
 CNI_NETWORK=lockstep-pods
 CGROUP=lockstep-cluster         # in every cgroup v1 hierarchy; daemons/ and the kubelet's kubepods/
 DNS_IP=169.254.25.10            # CoreDNS, on lo: this kernel has no dummy-interface driver
-POD_CIDR=10.244.0.0/24 POD_GATEWAY=10.244.0.1
 SERVICE_CIDR=10.96.0.0/16 API_SERVICE_IP=10.96.0.1
 API_PORT=16443 ETCD_PORT=12379 ETCD_PEER_PORT=12380 DNS_READY_PORT=18181
 # The gang scheduler's secure port (healthz, readyz, metrics): next to kube-scheduler's 10259;
@@ -50,10 +61,12 @@ GANG_SCHEDULER_PORT=10260
 # The NetworkPolicy controller's queue, nftables table, iptables chain and metrics port
 # (NETPOL_*): scripts/common.sh, which the tests read too.
 # Below the ephemeral range, so the test control plane's free loopback ports never collide.
-PORTS="$API_PORT $ETCD_PORT $ETCD_PEER_PORT $DNS_READY_PORT 10248 10249 10250 10256 10257 10259 $GANG_SCHEDULER_PORT $NETPOL_METRICS_PORT"
-DAEMONS="containerd etcd kube-apiserver coredns kubelet kube-scheduler kube-scheduler-cosched kube-controller-manager kube-proxy kube-network-policies"
-# One client certificate and kubeconfig each (make_pki, up).
-CLIENTS="admin kubelet kube-scheduler kube-controller-manager kube-proxy coredns kube-scheduler-cosched kube-network-policies"
+# (Node I's kubelet: node_ports.)
+PORTS="$API_PORT $ETCD_PORT $ETCD_PEER_PORT $DNS_READY_PORT 10249 10256 10257 10259 $GANG_SCHEDULER_PORT $NETPOL_METRICS_PORT"
+# The daemons every cluster runs once; each node adds its containerd and kubelet (node_daemons).
+SHARED_DAEMONS="etcd kube-apiserver coredns kube-scheduler kube-scheduler-cosched kube-controller-manager kube-proxy kube-network-policies"
+# One client certificate and kubeconfig each (make_pki, up); node I's kubelet has its own too.
+CLIENTS="admin kube-scheduler kube-controller-manager kube-proxy coredns kube-scheduler-cosched kube-network-policies"
 # The gang scheduler: pods whose spec.schedulerName is this are placed by it, and it places
 # nothing else. The name scheduler-plugins' own Helm chart gives its second scheduler, which
 # examples/gpu.yaml names. (SCHEDULER_PLUGINS_BIN: scripts/common.sh.)
@@ -72,6 +85,7 @@ net.ipv4.conf.all.route_localnet net.netfilter.nf_conntrack_max"
 
 say() { log "cluster: $*"; }
 ctr_() { ctr --address "$CTRD_SOCK" -n k8s.io "$@"; }
+ctr_on() { local i=$1; shift; ctr --address "$(node_sock "$i")" -n k8s.io "$@"; }   # node I's containerd
 kubectl_() { kubectl --kubeconfig "$KUBECONFIG_PATH" "$@"; }
 # running PID: alive and not a zombie (the daemons' parent is whatever reaps orphans here, and
 # that may take its time).
@@ -82,6 +96,31 @@ cgroup_mounts() { awk '$3 == "cgroup" { print $2 }' /proc/self/mounts; }
 all_cgroup_mounts() { awk '$3 == "cgroup" || $3 == "cgroup2" { print $2 }' /proc/self/mounts; }
 pids_cgroup() { echo "$(awk '$3 == "cgroup" && $4 ~ /(^|,)pids(,|$)/ { print $2 }' /proc/self/mounts | head -1)/$CGROUP"; }
 node_ip() { ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p'; }
+
+# --- nodes ------------------------------------------------------------------------------------
+# Node I (0-based): the first keeps the one-node cluster's names and paths.
+node_count() { cat "$RUN/nodes" 2>/dev/null || echo 1; }
+node_name() { if (($1 == 0)); then echo "$NODE_NAME"; else echo "$NODE_NAME-$1"; fi; }
+node_bridge() { echo "lockstep$1"; }
+node_cidr() { echo "10.244.$1.0/24"; }
+node_gateway() { echo "10.244.$1.1"; }
+node_dir() { if (($1 == 0)); then echo "$RUN"; else echo "$RUN/node-$1"; fi; }       # its kubelet, pod logs, CNI
+node_store() { if (($1 == 0)); then echo "$CTRD_ROOT"; else echo "$CTRD_ROOT-$1"; fi; }  # its image store (kept)
+node_sock() { echo "$(node_dir "$1")/containerd/containerd.sock"; }
+node_daemon() { if (($2 == 0)); then echo "$1"; else echo "$1-$2"; fi; }   # NAME I: run/pids/NAME[-I]
+node_client() { node_daemon kubelet "$1"; }                                 # its certificate and kubeconfig
+node_cgroup() { echo "$CGROUP/node-$1"; }    # in every hierarchy: daemons/ (containerd, kubelet, shims), kubepods/
+# The kubelet's port and health port: node 0 the usual 10250 and 10248, node I 100*I above.
+node_port() { echo $((10250 + 100 * $1)); }
+node_healthz_port() { echo $((10248 + 100 * $1)); }
+node_daemons() { local i; for ((i = 0; i < $1; i++)); do echo "$(node_daemon containerd "$i") $(node_daemon kubelet "$i")"; done; }
+all_daemons() { echo "$(node_daemons "$(node_count)") $SHARED_DAEMONS"; }
+# node_index NAME: the index of the node called NAME (exit 1 if none).
+node_index() {
+  local i n; n=$(node_count)
+  for ((i = 0; i < n; i++)); do [[ $(node_name "$i") == "$1" ]] && { echo "$i"; return 0; }; done
+  return 1
+}
 
 # --- preflight ----------------------------------------------------------------------------
 # host_problem: why this machine cannot run the cluster at all (empty when it can).
@@ -122,8 +161,8 @@ holder() {
 }
 
 ports_in_use() {
-  local p
-  for p in $PORTS; do
+  local p i
+  for p in $PORTS $(for ((i = 0; i < ${1:-1}; i++)); do echo "$(node_port "$i") $(node_healthz_port "$i")"; done); do
     [[ -n $(ss -Hltn "sport = :$p" 2>/dev/null) ]] && echo -n "$p "
   done
   [[ -n $(ss -Hlun "src $DNS_IP" 2>/dev/null) ]] && echo -n "$DNS_IP:53 "
@@ -137,7 +176,7 @@ ports_in_use() {
 # set of clients changes (a state directory from before a component was added has no
 # certificate for it).
 make_pki() {
-  local ip=$1 key="$1 $NODE_NAME $CLIENTS"
+  local ip=$1 nodes=$2 i key="$1 $NODE_NAME $2 $CLIENTS"
   [[ $(cat "$PKI/.for" 2>/dev/null) == "$key" ]] && return 0
   rm -rf "$PKI"; mkdir -p "$PKI"
   (
@@ -155,10 +194,15 @@ make_pki() {
       rm -f "$1.csr" "$1.ext"
     }
     cert apiserver /CN=kube-apiserver "IP:127.0.0.1,IP:$API_SERVICE_IP,IP:$ip,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
-    cert kubelet-serving "/O=system:nodes/CN=system:node:$NODE_NAME" "IP:127.0.0.1,IP:$ip,DNS:$NODE_NAME,DNS:localhost"
+    # Each node's kubelet: a serving certificate and a client one as system:node:NAME (the Node
+    # authorizer lets a kubelet write only its own node and pods).
+    for ((i = 0; i < nodes; i++)); do
+      local name; name=$(node_name "$i")
+      cert "$(node_client "$i")-serving" "/O=system:nodes/CN=system:node:$name" "IP:127.0.0.1,IP:$ip,DNS:$name,DNS:localhost"
+      cert "$(node_client "$i")" "/O=system:nodes/CN=system:node:$name"
+    done
     cert admin /O=system:masters/CN=lockstep-admin
     cert apiserver-kubelet-client /O=system:masters/CN=kube-apiserver-kubelet-client
-    cert kubelet "/O=system:nodes/CN=system:node:$NODE_NAME"
     cert kube-scheduler /CN=system:kube-scheduler
     cert kube-controller-manager /CN=system:kube-controller-manager
     cert kube-proxy /CN=system:kube-proxy
@@ -198,11 +242,14 @@ EOF
 # --- processes ------------------------------------------------------------------------------
 # start NAME CMD...: a daemon in its own session (a Ctrl-C in the terminal later does not reach
 # it) and in the cluster's cgroup (so down finds everything it forked, e.g. containerd's
-# shims); its pid in run/pids/NAME, its output in run/logs/NAME.log.
+# shims): the shared daemons/, or with START_NODE=I node I's daemons/; its pid in
+# run/pids/NAME, its output in run/logs/NAME.log.
 start() {
-  local name=$1; shift
+  local name=$1 cg; shift
+  cg=$(pids_cgroup)/daemons
+  [[ -z ${START_NODE:-} ]] || cg=$(dirname "$(pids_cgroup)")/$(node_cgroup "$START_NODE")/daemons
   setsid bash -c 'echo $$ > "$1"; echo $$ > "$2/cgroup.procs"; shift 2; exec "$@"' _ \
-    "$RUN/pids/$name" "$(pids_cgroup)/daemons" "$@" >> "$RUN/logs/$name.log" 2>&1 < /dev/null 3>&- 4>&- &
+    "$RUN/pids/$name" "$cg" "$@" >> "$RUN/logs/$name.log" 2>&1 < /dev/null 3>&- 4>&- &
   for _ in $(seq 50); do [[ -s $RUN/pids/$name ]] && return 0; sleep 0.05; done
   fail "$name did not start" "$name"
 }
@@ -242,18 +289,28 @@ preflight() {
 }
 
 up() {
-  local t0=$SECONDS problem other
+  local t0=$SECONDS problem other nodes=1 i
+  while (($#)); do
+    case $1 in
+      --nodes) [[ ${2:-} =~ ^[0-9]+$ ]] && (($2 >= 1 && $2 <= MAX_NODES)) ||
+                 { say "--nodes needs a number of nodes from 1 to $MAX_NODES (got '${2:-}')"; exit 2; }
+               nodes=$((10#$2)); shift 2 ;;
+      --nodes=*) set -- --nodes "${1#--nodes=}" "${@:2}" ;;
+      *) say "up: unknown argument '$1' (up [--nodes N])"; exit 2 ;;
+    esac
+  done
   preflight
   if [[ -d $RUN/pids ]] && ls "$RUN/pids" | grep -q .; then
-    local dead=()
-    for d in $DAEMONS; do alive "$d" || dead+=("$d"); done
-    ((${#dead[@]} == 0)) && { say "already up (state $STATE); KUBECONFIG=$KUBECONFIG_PATH"; exit 0; }
+    local dead=() have; have=$(node_count)
+    for d in $(all_daemons); do alive "$d" || dead+=("$d"); done
+    ((have == nodes)) || { say "up with $have node(s) already; to have $nodes, run scripts/cluster.sh down first"; exit 1; }
+    ((${#dead[@]} == 0)) && { say "already up with $have node(s) (state $STATE); KUBECONFIG=$KUBECONFIG_PATH"; exit 0; }
     say "partly up (${dead[*]} not running); run scripts/cluster.sh down first"; exit 1
   fi
   other=$(holder)
   [[ -z $other ]] || { say "another cluster holds this machine (state $other); stop it with LOCKSTEP_CLUSTER_DIR=$other scripts/cluster.sh down"; exit 5; }
   [[ ! -d $(pids_cgroup) ]] || { say "cgroup $(pids_cgroup) exists: a cluster was not torn down; run scripts/cluster.sh down (with its LOCKSTEP_CLUSTER_DIR)"; exit 5; }
-  problem=$(ports_in_use)
+  problem=$(ports_in_use "$nodes")
   [[ -z $problem ]] || { say "ports in use: $problem(another Kubernetes on this machine? \`ss -ltnp\` names the holder)"; exit 5; }
   ! netpol_queue_bound || { say "NFQUEUE $NETPOL_QUEUE is bound by another program (/proc/net/netfilter/nfnetlink_queue; another NetworkPolicy controller?)"; exit 5; }
 
@@ -268,25 +325,31 @@ up() {
   trap 'fail "an unexpected error (line $LINENO)"' EXIT
   ip link set "$BRIDGE" alias "$STATE"
   local ip; ip=$(node_ip)
-  mkdir -p "$RUN"/{pids,logs,config,cni,kubelet,pod-logs,volume-plugins} "$CTRD_ROOT"
+  mkdir -p "$RUN"/{pids,logs,config}
+  echo "$nodes" > "$RUN/nodes"
+  for ((i = 0; i < nodes; i++)); do mkdir -p "$(node_dir "$i")"/{cni,kubelet,pod-logs,volume-plugins} "$(node_store "$i")"; done
   save_host_state
-  make_pki "$ip"
+  make_pki "$ip" "$nodes"
   local c
-  for c in $CLIENTS; do kubeconfig "$c" "$RUN/config/$c.kubeconfig"; done
+  for c in $CLIENTS $(for ((i = 0; i < nodes; i++)); do node_client "$i"; done); do kubeconfig "$c" "$RUN/config/$c.kubeconfig"; done
   cp "$RUN/config/admin.kubeconfig" "$KUBECONFIG_PATH"
   say "certificates and kubeconfigs ready ($((SECONDS - t0)) s)"
 
-  host_network_up
-  host_cgroups_up
-  containerd_up
-  say "containerd ready, images imported ($((SECONDS - t0)) s)"
+  host_network_up "$nodes"
+  host_cgroups_up "$nodes"
+  for ((i = 0; i < nodes; i++)); do containerd_up "$i"; done
+  for ((i = 0; i < nodes; i++)); do wait_for "containerd of $(node_name "$i")" 30 "$(node_daemon containerd "$i")" ctr_on "$i" version; done
+  import_everywhere "$nodes" "$CLUSTER_IMAGES/pause.tar" "$CLUSTER_IMAGES/nettest.tar" || fail "the cluster's images could not be imported" containerd
+  say "containerd ready on $nodes node(s), images imported ($((SECONDS - t0)) s)"
   control_plane_up
   say "etcd and kube-apiserver ready ($((SECONDS - t0)) s)"
-  node_up "$ip"
-  gang_scheduler_up   # after the node's daemons: its CRD and RBAC delay none of them
+  node_up "$ip" "$nodes"
+  gang_scheduler_up   # after the nodes' daemons: its CRD and RBAC delay none of them
   netpol_up           # the same; it is waited for last
-  wait_for "node $NODE_NAME Ready" 120 kubelet node_ready
-  say "node $NODE_NAME Ready ($((SECONDS - t0)) s)"
+  for ((i = 0; i < nodes; i++)); do
+    wait_for "node $(node_name "$i") Ready" 120 "$(node_daemon kubelet "$i")" node_ready "$(node_name "$i")"
+  done
+  say "$( ((nodes == 1)) && echo "node $NODE_NAME" || echo "$nodes nodes") Ready ($((SECONDS - t0)) s)"
   wait_for "the default ServiceAccount" 60 kube-controller-manager kubectl_ -n default get serviceaccount default
   wait_for "the kube-root-ca.crt ConfigMap" 60 kube-controller-manager kubectl_ -n default get configmap kube-root-ca.crt
   wait_for "CoreDNS ready" 60 coredns curl -sf "http://127.0.0.1:$DNS_READY_PORT/ready"
@@ -302,7 +365,7 @@ up() {
 }
 
 node_ready() {
-  [[ $(kubectl_ get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
+  [[ $(kubectl_ get node "${1:-$NODE_NAME}" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
 }
 
 # save_host_state: what down restores and check-clean compares with.
@@ -318,41 +381,57 @@ save_host_state() {
   touch "$STATE/up-marker"
 }
 
+# host_network_up N: every node's bridge, up before its first pod (the first node's was made
+# by up's claim), with the gateway address, so the host routes between the nodes' subnets;
+# each node's CNI configuration (its bridge, its subnet, its own IP allocations).
 host_network_up() {
+  local i bridge dir
   sysctl -qw net.ipv4.ip_forward=1
   ip addr add "$DNS_IP/32" dev lo
-  ip link set "$BRIDGE" up   # made by up's claim, not by the CNI plugin at the first pod
-  cat > "$RUN/cni/10-$CNI_NETWORK.conflist" <<EOF
+  for ((i = 0; i < $1; i++)); do
+    bridge=$(node_bridge "$i") dir=$(node_dir "$i")
+    if ((i > 0)); then ip link add "$bridge" type bridge && ip link set "$bridge" alias "$STATE"; fi
+    ip link set "$bridge" up
+    cat > "$dir/cni/10-$CNI_NETWORK.conflist" <<EOF
 {"cniVersion": "1.0.0", "name": "$CNI_NETWORK", "plugins": [
-  {"type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
-   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$POD_GATEWAY"}]],
-            "routes": [{"dst": "0.0.0.0/0"}], "dataDir": "$RUN/cni-ipam"}}]}
+  {"type": "bridge", "bridge": "$bridge", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$(node_cidr "$i")", "gateway": "$(node_gateway "$i")"}]],
+            "routes": [{"dst": "0.0.0.0/0"}], "dataDir": "$dir/cni-ipam"}}]}
 EOF
+  done
 }
 
-# host_cgroups_up: the cluster's cgroup in every v1 hierarchy: daemons/ holds the daemons and
-# what they fork, kubepods/ (the kubelet's, cgroupRoot) the pods.
+# host_cgroups_up N: the cluster's cgroup in every v1 hierarchy: daemons/ holds the shared
+# daemons and what they fork; node-I/ each node's: its daemons/ (containerd, its shims, the
+# kubelet) and kubepods/ (the kubelet's, under its cgroupRoot node-I), so that all of a node
+# can be frozen or killed at once.
 host_cgroups_up() {
-  local h
+  local h i d
   for h in $(cgroup_mounts); do
-    mkdir -p "$h/$CGROUP"
-    if [[ -f $h/cpuset.cpus ]]; then   # a new cpuset is empty, and nothing can join an empty one
-      cat "$h/cpuset.cpus" > "$h/$CGROUP/cpuset.cpus"; cat "$h/cpuset.mems" > "$h/$CGROUP/cpuset.mems"
-    fi
+    for d in "$CGROUP" $(for ((i = 0; i < $1; i++)); do node_cgroup "$i"; done); do
+      mkdir -p "$h/$d"
+      if [[ -f $h/cpuset.cpus ]]; then   # a new cpuset is empty, and nothing can join an empty one
+        cat "$h/cpuset.cpus" > "$h/$d/cpuset.cpus"; cat "$h/cpuset.mems" > "$h/$d/cpuset.mems"
+      fi
+    done
   done
   mkdir -p "$(pids_cgroup)/daemons"
+  for ((i = 0; i < $1; i++)); do mkdir -p "$(dirname "$(pids_cgroup)")/$(node_cgroup "$i")/daemons"; done
 }
 
+# containerd_up I: node I's containerd (started; up waits for it).
 containerd_up() {
-  cat > "$RUN/config/containerd.toml" <<EOF
+  local i=$1 dir; dir=$(node_dir "$1")
+  local name; name=$(node_daemon containerd "$i")
+  cat > "$RUN/config/$name.toml" <<EOF
 version = 2
-root = "$CTRD_ROOT"
-state = "$RUN/containerd"
+root = "$(node_store "$i")"
+state = "$dir/containerd"
 # The opt plugin would create /opt/containerd; the other snapshotters are not used.
 disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.aufs",
   "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
 [grpc]
-  address = "$CTRD_SOCK"
+  address = "$(node_sock "$i")"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$PAUSE_IMAGE"
   # CAP_SYS_RESOURCE is not in the bounding set on these machines: runc fails on the
@@ -367,29 +446,36 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
-        Root = "$RUN/runc"
+        Root = "$dir/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
-    conf_dir = "$RUN/cni"
+    conf_dir = "$dir/cni"
 EOF
-  start containerd containerd --config "$RUN/config/containerd.toml"
-  wait_for "containerd" 30 containerd ctr_ version
-  import_images "$CLUSTER_IMAGES/pause.tar" "$CLUSTER_IMAGES/nettest.tar"
+  START_NODE=$i start "$name" containerd --config "$RUN/config/$name.toml"
 }
 
-# import_images TAR...: into the node's image store, skipping archives imported unchanged.
+# import_images I TAR...: into node I's image store, skipping archives imported unchanged.
 import_images() {
-  local tar mark key
+  local i=$1 tar mark key; shift
   for tar in "$@"; do
     [[ -f $tar ]] || { say "no such image archive: $tar"; return 1; }
-    mark="$CTRD_ROOT/.imported-$(basename "$tar" .tar)"
+    mark="$(node_store "$i")/.imported-$(basename "$tar" .tar)"
     key="$(cd "$(dirname "$tar")" && pwd)/$(basename "$tar") $(stat -c '%s %Y' "$tar")"
     [[ $(cat "$mark" 2>/dev/null) == "$key" ]] && continue
     local t=$SECONDS
-    ctr_ images import --no-unpack=false "$tar" >/dev/null || { say "ctr could not import $tar"; return 1; }
+    ctr_on "$i" images import --no-unpack=false "$tar" >/dev/null || { say "ctr could not import $tar into $(node_name "$i")"; return 1; }
     echo "$key" > "$mark"
-    say "  imported $(basename "$tar") ($((SECONDS - t)) s)"
+    say "  imported $(basename "$tar") into $(node_name "$i") ($((SECONDS - t)) s)"
   done
+}
+
+# import_everywhere N TAR...: into the image store of every node (each its own: nothing is
+# pulled), the nodes at the same time.
+import_everywhere() {
+  local n=$1 i pids=() failed=0; shift
+  for ((i = 0; i < n; i++)); do import_images "$i" "$@" & pids+=($!); done
+  for i in "${pids[@]}"; do wait "$i" || failed=1; done
+  return $failed
 }
 
 control_plane_up() {
@@ -412,29 +498,38 @@ control_plane_up() {
   wait_for "kube-apiserver /readyz" 120 kube-apiserver kubectl_ get --raw /readyz
 }
 
+# start_kubelet I IP: node I's kubelet.
 start_kubelet() {
-  start kubelet "$K8S_NODE_BIN/kubelet" --config="$RUN/config/kubelet.yaml" --kubeconfig="$RUN/config/kubelet.kubeconfig" \
-    --root-dir="$RUN/kubelet" --hostname-override="$NODE_NAME" --node-ip="$1" --v=1
+  local i=$1 name; name=$(node_daemon kubelet "$1")
+  START_NODE=$i start "$name" "$K8S_NODE_BIN/kubelet" --config="$RUN/config/$name.yaml" \
+    --kubeconfig="$RUN/config/$(node_client "$i").kubeconfig" --root-dir="$(node_dir "$i")/kubelet" \
+    --hostname-override="$(node_name "$i")" --node-ip="$2" --v=1
 }
 
-# kubelet_cmd stop|start: the kubelet alone, as when it crashes or is upgraded on a real node.
-# Its pods' containers run on under containerd meanwhile; the node turns NotReady once the
-# node controller misses its heartbeats (about 40-50 s).
+# kubelet_cmd stop|start [NODE]: a node's kubelet alone, as when it crashes or is upgraded on
+# a real node. Its pods' containers run on under containerd meanwhile; the node turns NotReady
+# once the node controller misses its heartbeats (about 40-50 s).
 kubelet_cmd() {
   [[ -d $RUN ]] || { say "the cluster is not up"; exit 6; }
-  case ${1:-} in
-    stop) stop_daemons kubelet; say "kubelet stopped (its pods keep running)" ;;
+  local what=${1:-} node=${2:-$NODE_NAME} i
+  i=$(node_index "$node") || { say "no node '$node' (nodes: $(nodes_cmd | tr '\n' ' '))"; exit 2; }
+  local daemon; daemon=$(node_daemon kubelet "$i")
+  case $what in
+    stop) stop_daemons "$daemon"; say "kubelet of $node stopped (its pods keep running)" ;;
     start)
-      alive kubelet && { say "kubelet already runs"; return 0; }
-      start_kubelet "$(node_ip)"
-      wait_for "the kubelet's health endpoint" 60 kubelet curl -sf http://127.0.0.1:10248/healthz
-      say "kubelet started" ;;
-    *) say "usage: scripts/cluster.sh kubelet stop|start"; exit 2 ;;
+      alive "$daemon" && { say "kubelet of $node already runs"; return 0; }
+      start_kubelet "$i" "$(node_ip)"
+      wait_for "the kubelet's health endpoint" 60 "$daemon" curl -sf "http://127.0.0.1:$(node_healthz_port "$i")/healthz"
+      say "kubelet of $node started" ;;
+    *) say "usage: scripts/cluster.sh kubelet stop|start [NODE]"; exit 2 ;;
   esac
 }
 
+nodes_cmd() { local i n; n=$(node_count); for ((i = 0; i < n; i++)); do node_name "$i"; done; }
+
+# node_up IP N: CoreDNS, the N kubelets, the scheduler, the controller manager, kube-proxy.
 node_up() {
-  local ip=$1 cfg=$RUN/config
+  local ip=$1 nodes=$2 cfg=$RUN/config i
   # CoreDNS runs on the host, not as a pod: it reads the API as the user lockstep:coredns.
   kubectl_ apply -f - >/dev/null <<EOF
 apiVersion: rbac.authorization.k8s.io/v1
@@ -467,32 +562,37 @@ EOF
 EOF
   start coredns "$COREDNS_BIN/coredns" -conf "$cfg/Corefile"
 
-  # The kubelet: cgroupfs on cgroup v1; every path it would otherwise write outside its root
-  # directory (pod logs, volume plugins) under run/; no iptables chains of its own;
-  # image garbage collection off, since images are imported, not pulled.
-  cat > "$cfg/kubelet.yaml" <<EOF
+  # The kubelets: cgroupfs on cgroup v1; every path one would otherwise write outside its root
+  # directory (pod logs, volume plugins) under its node's directory in run/; no iptables chains
+  # of its own; image garbage collection off, since images are imported, not pulled. Each has
+  # its own ports (node_port), containerd, cgroup and certificates.
+  for ((i = 0; i < nodes; i++)); do
+  local dir; dir=$(node_dir "$i")
+  cat > "$cfg/$(node_daemon kubelet "$i").yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: $ip
+port: $(node_port "$i")
 healthzBindAddress: 127.0.0.1
+healthzPort: $(node_healthz_port "$i")
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: true}
   x509: {clientCAFile: $PKI/ca.crt}
 authorization: {mode: Webhook}
-tlsCertFile: $PKI/kubelet-serving.crt
-tlsPrivateKeyFile: $PKI/kubelet-serving.key
-containerRuntimeEndpoint: unix://$CTRD_SOCK
+tlsCertFile: $PKI/$(node_client "$i")-serving.crt
+tlsPrivateKeyFile: $PKI/$(node_client "$i")-serving.key
+containerRuntimeEndpoint: unix://$(node_sock "$i")
 cgroupDriver: cgroupfs
-cgroupRoot: /$CGROUP
+cgroupRoot: /$(node_cgroup "$i")
 failCgroupV1: false
 failSwapOn: false
 clusterDomain: cluster.local
 clusterDNS: [$DNS_IP]
 resolvConf: /etc/resolv.conf
-podCIDR: $POD_CIDR
-podLogsDir: $RUN/pod-logs
-volumePluginDir: $RUN/volume-plugins
+podCIDR: $(node_cidr "$i")
+podLogsDir: $dir/pod-logs
+volumePluginDir: $dir/volume-plugins
 maxPods: 110
 serializeImagePulls: false
 imageGCHighThresholdPercent: 100
@@ -504,7 +604,8 @@ nodeStatusUpdateFrequency: 10s
 rotateCertificates: false
 makeIPTablesUtilChains: false
 EOF
-  start_kubelet "$ip"
+  start_kubelet "$i" "$ip"
+  done
   start kube-scheduler "$K8S_NODE_BIN/kube-scheduler" --kubeconfig="$cfg/kube-scheduler.kubeconfig" \
     --authentication-kubeconfig="$cfg/kube-scheduler.kubeconfig" --authorization-kubeconfig="$cfg/kube-scheduler.kubeconfig" \
     --leader-elect=false --bind-address=127.0.0.1 --v=1
@@ -522,7 +623,7 @@ apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: $cfg/kube-proxy.kubeconfig}
 mode: iptables
-clusterCIDR: $POD_CIDR
+clusterCIDR: $CLUSTER_CIDR
 hostnameOverride: $NODE_NAME
 bindAddress: $ip
 healthzBindAddress: 127.0.0.1:10256
@@ -660,8 +761,8 @@ netpol_ready() {
   local q="-j NFQUEUE --queue-num $NETPOL_QUEUE --queue-bypass" err
   err=$( { iptables -t mangle -N "$NETPOL_CHAIN" &&
            iptables -t mangle -A "$NETPOL_CHAIN" -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN &&
-           iptables -t mangle -A "$NETPOL_CHAIN" -d "$POD_CIDR" $q &&
-           iptables -t mangle -A "$NETPOL_CHAIN" -s "$POD_CIDR" $q &&
+           iptables -t mangle -A "$NETPOL_CHAIN" -d "$CLUSTER_CIDR" $q &&
+           iptables -t mangle -A "$NETPOL_CHAIN" -s "$CLUSTER_CIDR" $q &&
            iptables -t mangle -A FORWARD -j "$NETPOL_CHAIN"; } 2>&1 ) ||
     fail "iptables could not add the NFQUEUE rules for the NetworkPolicy controller: $err" kube-network-policies
   NETPOL_HOW="kube-network-policies $KUBE_NETWORK_POLICIES_VERSION on nfqueue $NETPOL_QUEUE, through iptables mangle $NETPOL_CHAIN (the kernel refused its nftables rules)"
@@ -682,32 +783,42 @@ down() {
   # holds the machine, they are its, and only this state's own files go.
   other=$(holder)
   if [[ -n $other ]]; then
-    stop_daemons $DAEMONS
+    stop_daemons $(ls "$RUN/pids" 2>/dev/null)
     rm -rf "$RUN"
     say "another cluster (state $other) holds this machine; removed only $RUN"
     return 0
   fi
-  # 1. Control loops first, so nothing restarts containers; then the node agent.
-  stop_daemons kube-controller-manager kube-scheduler kube-scheduler-cosched kubelet
+  # 0. Frozen nodes thawed (a stopped process takes no SIGTERM), their packets let through.
+  faults_cleanup
+  local n i; n=$(node_count)
+  # 1. Control loops first, so nothing restarts containers; then the node agents.
+  stop_daemons kube-controller-manager kube-scheduler kube-scheduler-cosched $(for ((i = 0; i < n; i++)); do node_daemon kubelet "$i"; done)
   # 2. Every container and sandbox (their shims exit once deleted).
   # Deleted, not just killed: the image store (and its container records) outlives down.
-  if [[ -S $CTRD_SOCK ]] && alive containerd; then
-    local ids
-    ids=$(ctr_ tasks ls -q 2>/dev/null || true)
-    [[ -z $ids ]] || ctr_ tasks delete --force $ids >/dev/null 2>&1 || true
-    ids=$(ctr_ containers ls -q 2>/dev/null || true)
-    [[ -z $ids ]] || ctr_ containers delete $ids >/dev/null 2>&1 || true
-  fi
+  for ((i = 0; i < n; i++)); do
+    if [[ -S $(node_sock "$i") ]] && alive "$(node_daemon containerd "$i")"; then
+      local ids
+      ids=$(ctr_on "$i" tasks ls -q 2>/dev/null || true)
+      [[ -z $ids ]] || ctr_on "$i" tasks delete --force $ids >/dev/null 2>&1 || true
+      ids=$(ctr_on "$i" containers ls -q 2>/dev/null || true)
+      [[ -z $ids ]] || ctr_on "$i" containers delete $ids >/dev/null 2>&1 || true
+    fi
+  done
   # The API server before etcd: stopped together, it may spend 10 s retrying a gone etcd.
   stop_daemons coredns kube-proxy kube-network-policies kube-apiserver
-  stop_daemons etcd containerd
+  stop_daemons etcd $(for ((i = 0; i < n; i++)); do node_daemon containerd "$i"; done)
+  stop_daemons $(ls "$RUN/pids" 2>/dev/null)   # anything else recorded (a daemon of an older layout)
   # 3. Whatever is left in the cluster's cgroup: shims, container processes.
   kill_cgroup
   # 4. Mounts under the state directory (netns pins, shm, rootfs, pod volumes), deepest first.
   unmount_under "$STATE"
-  # 5. Network: veths still on the bridge, the bridge, the DNS address, iptables and nftables.
-  local v
-  for v in $(ip -o link show master "$BRIDGE" 2>/dev/null | awk -F': ' '{ print $2 }' | cut -d@ -f1); do ip link del "$v" 2>/dev/null || true; done
+  # 5. Network: veths still on the bridges, the bridges (every node's; the first, the claim,
+  # last), the DNS address, iptables and nftables.
+  local v b
+  for b in $(our_bridges); do
+    for v in $(ip -o link show master "$b" 2>/dev/null | awk -F': ' '{ print $2 }' | cut -d@ -f1); do ip link del "$v" 2>/dev/null || true; done
+    [[ $b == "$BRIDGE" ]] || ip link del "$b" 2>/dev/null || true
+  done
   ip link del "$BRIDGE" 2>/dev/null || true
   ip addr del "$DNS_IP/32" dev lo 2>/dev/null || true
   [[ -x $K8S_NODE_BIN/kube-proxy ]] && "$K8S_NODE_BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
@@ -732,6 +843,12 @@ down() {
   done
   rm -rf "$RUN"
   say "down in $((SECONDS - t0)) s"
+}
+
+# our_bridges: the bridges of this machine's cluster (lockstepN), the first node's last.
+our_bridges() {
+  ip -o link show type bridge 2>/dev/null | awk -F': ' '{ print $2 }' | cut -d@ -f1 | grep -E '^lockstep[0-9]+$' | grep -vx "$BRIDGE" || true
+  echo "$BRIDGE"
 }
 
 # stop_daemons NAME...: TERM, up to 10 s, then KILL; only the pids this cluster recorded.
@@ -812,8 +929,12 @@ status() {
     [[ -z $other ]] || say "another cluster is up: state $other"
     exit 6
   fi
-  local d running=() dead=() rss=0 n=0 p
-  for d in $DAEMONS; do
+  local d running=() dead=() rss=0 n=0 p i nodes off=" "; nodes=$(node_count)
+  for ((i = 0; i < nodes; i++)); do   # a node powered off on purpose: its daemons are not missing
+    [[ $(cat "$RUN/faults/$(node_name "$i")" 2>/dev/null) == off ]] && off+="$(node_daemons_of "$i") "
+  done
+  for d in $(all_daemons); do
+    [[ $off == *" $d "* ]] && continue
     if alive "$d"; then running+=("$d $(cat "$RUN/pids/$d")"); else dead+=("$d"); fi
   done
   echo "state:      $STATE (up since $(date -d "@$(cat "$RUN/up-since" 2>/dev/null || stat -c %Y "$RUN")" +%T))"
@@ -821,7 +942,12 @@ status() {
   echo "            export KUBECONFIG=$KUBECONFIG_PATH"
   echo "api server: https://127.0.0.1:$API_PORT (and $(node_ip):$API_PORT; in pods https://kubernetes.default.svc)"
   echo "versions:   Kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, CoreDNS $COREDNS_VERSION, scheduler-plugins $SCHEDULER_PLUGINS_VERSION, containerd $(dpkg-query -W -f='${Version}' containerd 2>/dev/null), runc $(dpkg-query -W -f='${Version}' runc 2>/dev/null)"
-  echo "node:       $(kubectl_ get node "$NODE_NAME" --no-headers 2>/dev/null || echo "$NODE_NAME not registered")"
+  for ((i = 0; i < nodes; i++)); do
+    local name fault; name=$(node_name "$i"); fault=$(cat "$RUN/faults/$name" 2>/dev/null || true)
+    printf '%-12s%s (pods %s on %s, kubelet port %s)%s\n' "$( ((i == 0)) && echo "node$( ((nodes > 1)) && echo s):")" \
+      "$(kubectl_ get node "$name" --no-headers 2>/dev/null || echo "$name not registered")" "$(node_cidr "$i")" \
+      "$(node_bridge "$i")" "$(node_port "$i")" "${fault:+ [$fault: scripts/cluster.sh node ...]}"
+  done
   echo "schedulers: default-scheduler, $GANG_SCHEDULER_NAME (Coscheduling: PodGroups, scheduling.x-k8s.io/v1alpha1; https://127.0.0.1:$GANG_SCHEDULER_PORT/readyz)"
   echo "netpol:     kube-network-policies $KUBE_NETWORK_POLICIES_VERSION enforces NetworkPolicy (nfqueue $NETPOL_QUEUE$(netpol_queue_bound || echo ", NOT BOUND"); http://127.0.0.1:$NETPOL_METRICS_PORT/metrics)"
   echo "pods:       $(kubectl_ get pods -A --no-headers 2>/dev/null | wc -l) in all namespaces"
@@ -836,7 +962,123 @@ status() {
 import_cmd() {
   (($#)) || { echo "usage: scripts/cluster.sh import IMAGE.tar..." >&2; exit 2; }
   alive containerd || { say "not up; run scripts/cluster.sh up first"; exit 1; }
-  import_images "$@"
+  import_everywhere "$(node_count)" "$@"
+}
+
+# --- node faults ----------------------------------------------------------------------------
+# Note [Node faults]: what happens to a real node, made here to one node of the cluster while
+# the others run on (tests/cluster/nodes_in_cluster_test.cpp; docs/development.md).
+#   freeze    the node hangs (a kernel stall, a wedged host): its pod subnet's packets are
+#             dropped in both directions (raw table, before conntrack: established connections
+#             too), then every process of the node (kubelet, containerd, shims, containers) is
+#             stopped with SIGSTOP. Peers see silence, not a reset; the node's heartbeats stop, so
+#             the node controller marks it NotReady after its grace period.
+#   thaw      the frozen node wakes: SIGCONT to all, its packets pass again. Its pods' processes
+#             carry on from where they stopped, whatever happened meanwhile (fencing is theirs).
+#   poweroff  the node loses power: its packets dropped (no reset ever comes back), then every
+#             process of the node killed. What was in memory and its runtime state is lost.
+#   poweron   the node boots again: what a reboot clears (the runtime's state, the kubelet's
+#             tmpfs mounts, the pods' network namespaces) cleared, its packets pass, containerd
+#             and the kubelet start; the kubelet finds its old pods gone and reports so.
+# A node's processes are those in its cgroup node-I (Note in host_cgroups_up).
+FAULT_CHAIN=LOCKSTEP-FAULTS
+
+node_procs() { find "$(dirname "$(pids_cgroup)")/$(node_cgroup "$1")" -name cgroup.procs -exec cat {} + 2>/dev/null || true; }
+node_daemons_of() { echo "$(node_daemon containerd "$1") $(node_daemon kubelet "$1")"; }
+
+# fault_drop I / fault_pass I: node I's pod subnet's packets dropped / passed again.
+fault_drop() {
+  local cidr t; cidr=$(node_cidr "$1")
+  iptables -t raw -N "$FAULT_CHAIN" 2>/dev/null || true
+  for t in PREROUTING OUTPUT; do
+    iptables -t raw -C "$t" -j "$FAULT_CHAIN" 2>/dev/null || iptables -t raw -I "$t" -j "$FAULT_CHAIN"
+  done
+  iptables -t raw -C "$FAULT_CHAIN" -s "$cidr" -j DROP 2>/dev/null || iptables -t raw -A "$FAULT_CHAIN" -s "$cidr" -j DROP
+  iptables -t raw -C "$FAULT_CHAIN" -d "$cidr" -j DROP 2>/dev/null || iptables -t raw -A "$FAULT_CHAIN" -d "$cidr" -j DROP
+}
+fault_pass() {
+  local cidr; cidr=$(node_cidr "$1")
+  while iptables -t raw -D "$FAULT_CHAIN" -s "$cidr" -j DROP 2>/dev/null; do :; done
+  while iptables -t raw -D "$FAULT_CHAIN" -d "$cidr" -j DROP 2>/dev/null; do :; done
+}
+
+# signal_node I SIG: SIG to every process of node I, until a pass finds no process it has not
+# signalled (one forked meanwhile is caught by the next pass).
+signal_node() {
+  local i=$1 sig=$2 seen=" " p new
+  for _ in 1 2 3 4 5; do
+    new=0
+    for p in $(node_procs "$i"); do
+      [[ $seen == *" $p "* ]] && continue
+      kill "-$sig" "$p" 2>/dev/null || true
+      seen+="$p "; new=1
+    done
+    ((new)) || return 0
+  done
+}
+
+node_cmd() {
+  [[ -d $RUN/pids ]] || { say "the cluster is not up"; exit 6; }
+  local what=${1:-} node=${2:-} i
+  [[ -n $what && -n $node ]] || { say "usage: scripts/cluster.sh node freeze|thaw|poweroff|poweron NODE"; exit 2; }
+  i=$(node_index "$node") || { say "no node '$node' (nodes: $(nodes_cmd | tr '\n' ' '))"; exit 2; }
+  mkdir -p "$RUN/faults"
+  local mark=$RUN/faults/$node was; was=$(cat "$mark" 2>/dev/null || true)
+  case $what in
+    freeze)
+      [[ -z $was ]] || { say "$node is $was already"; exit 1; }
+      fault_drop "$i"
+      signal_node "$i" STOP
+      echo frozen > "$mark"
+      say "$node frozen: $(node_procs "$i" | wc -w) processes stopped, $(node_cidr "$i") dropped" ;;
+    thaw)
+      [[ $was == frozen ]] || { say "$node is not frozen"; exit 1; }
+      signal_node "$i" CONT
+      fault_pass "$i"
+      rm -f "$mark"
+      say "$node thawed" ;;
+    poweroff)
+      [[ -z $was || $was == frozen ]] || { say "$node is $was already"; exit 1; }
+      fault_drop "$i"
+      local tries
+      for tries in $(seq 50); do
+        [[ -n $(node_procs "$i") ]] || break
+        signal_node "$i" KILL; sleep 0.1
+      done
+      [[ -z $(node_procs "$i") ]] || { say "processes of $node survived SIGKILL: $(node_procs "$i" | tr '\n' ' ')"; exit 1; }
+      local d; for d in $(node_daemons_of "$i"); do rm -f "$RUN/pids/$d"; done
+      echo off > "$mark"
+      say "$node powered off: every process killed, $(node_cidr "$i") dropped" ;;
+    poweron)
+      [[ $was == off ]] || { say "$node is not powered off"; exit 1; }
+      local dir; dir=$(node_dir "$i")
+      # What a reboot clears: mounts (tmpfs volumes, network namespace pins, root filesystems),
+      # the runtime's state; the image store and the kubelet's directory stay.
+      unmount_under "$dir/containerd"; unmount_under "$dir/kubelet"
+      rm -rf "$dir/containerd" "$dir/runc"
+      fault_pass "$i"
+      rm -f "$mark"
+      containerd_up "$i"
+      wait_for "containerd of $node" 30 "$(node_daemon containerd "$i")" ctr_on "$i" version
+      start_kubelet "$i" "$(node_ip)"
+      wait_for "the kubelet of $node" 60 "$(node_daemon kubelet "$i")" curl -sf "http://127.0.0.1:$(node_healthz_port "$i")/healthz"
+      say "$node powered on" ;;
+    *) say "usage: scripts/cluster.sh node freeze|thaw|poweroff|poweron NODE"; exit 2 ;;
+  esac
+}
+
+# faults_cleanup: every node thawed and its packets passed; the chain gone (down).
+faults_cleanup() {
+  local cg; cg=$(pids_cgroup)
+  if [[ -d $RUN/faults ]] && ls "$RUN/faults" | grep -q .; then
+    local p
+    for p in $(find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null); do kill -CONT "$p" 2>/dev/null || true; done
+  fi
+  rm -rf "$RUN/faults"
+  local t
+  for t in PREROUTING OUTPUT; do while iptables -t raw -D "$t" -j "$FAULT_CHAIN" 2>/dev/null; do :; done; done
+  iptables -t raw -F "$FAULT_CHAIN" 2>/dev/null && iptables -t raw -X "$FAULT_CHAIN" 2>/dev/null
+  return 0
 }
 
 # check_clean: prints what a cluster left behind, one line each; exit 1 if anything.
@@ -857,7 +1099,7 @@ check_clean() {
   done
   while read -r line; do found+=("mount $line"); done < <(awk -v d="$STATE/" 'index($5, d) == 1 || $5 ~ /^\/run\/netns\/cni-/ { print $5 }' /proc/self/mountinfo)
   for h in $(all_cgroup_mounts); do [[ -d $h/$CGROUP ]] && found+=("cgroup $h/$CGROUP"); done
-  while read -r line; do found+=("interface $line"); done < <(ip -o link show | awk -F': ' -v b="$BRIDGE" '$2 == b || $2 ~ /^veth/ { print $2 }')
+  while read -r line; do found+=("interface $line"); done < <(ip -o link show | awk -F': ' '{ sub(/@.*/, "", $2) } $2 ~ /^lockstep[0-9]+$/ || $2 ~ /^veth/ { print $2 }')
   ip -4 -o addr show dev lo | grep -q " $DNS_IP/" && found+=("address $DNS_IP on lo")
   while read -r line; do found+=("iptables: $line"); done < <({ iptables-save; ip6tables-save; } 2>/dev/null | grep -E '^[:-].*(KUBE-|CNI-|LOCKSTEP-)' || true)
   # The NetworkPolicy controller's nftables table (iptables-save does not show native nftables
@@ -899,11 +1141,13 @@ check_clean() {
 }
 
 case ${1:-} in
-  up) up ;;
+  up) shift; up "$@" ;;
   down) down ;;
   status) status ;;
   import) shift; import_cmd "$@" ;;
   kubelet) shift; kubelet_cmd "$@" ;;
+  node) shift; node_cmd "$@" ;;
+  nodes) nodes_cmd ;;
   check-clean) check_clean ;;
   preflight) preflight; say "this machine can run it, and everything is set up" ;;
   purge) down; rm -rf "$STATE"; say "state $STATE removed" ;;
