@@ -156,6 +156,7 @@ JobView JobView::from_json(const json& obj) {
   j.suspend = get_or(rp, "suspend", false);
   const json& sch = child(spec, "scheduling");
   j.gang = get_or(sch, "gang", true);
+  j.one_pod_per_node = get_or(sch, "onePodPerNode", false);
   j.scheduler_name = get_or<std::string>(sch, "schedulerName", "");
   j.queue = get_or<std::string>(sch, "queue", "");
   j.priority_class_name = get_or<std::string>(sch, "priorityClassName", "");

@@ -89,6 +89,7 @@ struct JobView {
   std::optional<long long> active_deadline_seconds, ttl_seconds_after_finished;
   CleanPodPolicy clean_pod_policy = CleanPodPolicy::Running;
   bool suspend = false, gang = true;
+  bool one_pod_per_node = false;  // spec.scheduling.onePodPerNode (Note [One pod per node] in manifests.cpp)
   Isolation isolation = Isolation::None;
   std::string scheduler_name, queue, priority_class_name;
   std::string checkpoint_path;

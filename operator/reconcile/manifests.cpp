@@ -100,6 +100,29 @@ json owner_reference(const JobView& job) {
           {"uid", job.uid}, {"controller", true}, {"blockOwnerDeletion", true}};
 }
 
+// Note [One pod per node]
+// spec.scheduling.onePodPerNode: a required pod anti-affinity between the job's pods (its
+// job-name label, in its namespace) on kubernetes.io/hostname, appended to whatever the
+// template's affinity already requires, so the scheduler places no two of them on one node
+// (the coscheduling plugin honours it: a gang that cannot spread does not start, and says so
+// in PodsBlocked). Pods of an earlier attempt are gone before the next attempt's are made,
+// so they never stand in the way. The same rule written in spec.template.spec.affinity does
+// the same (docs/trainingjob.md, "Placement"); where the template's affinity has a shape the
+// API server will refuse, it is left as it is for the API server to name.
+static void keep_off_each_others_nodes(json& spec, const JobView& job) {
+  json& affinity = spec["affinity"];
+  if (affinity.is_null()) affinity = json::object();
+  if (!affinity.is_object()) return;
+  json& anti = affinity["podAntiAffinity"];
+  if (anti.is_null()) anti = json::object();
+  if (!anti.is_object()) return;
+  json& required = anti["requiredDuringSchedulingIgnoredDuringExecution"];
+  if (required.is_null()) required = json::array();
+  if (!required.is_array()) return;
+  required.push_back({{"labelSelector", {{"matchLabels", {{c::kLabelJobName, job.name}}}}},
+                      {"topologyKey", "kubernetes.io/hostname"}});
+}
+
 // Built from one copy of the template, its parts moved rather than copied into the pod: a
 // gang's pods are built together, and copies of the template were most of the cost
 // (bench/operator).
@@ -130,6 +153,7 @@ json pod_manifest(const JobView& job, int index, int attempt, const AgentInjecti
   if (!spec.contains("automountServiceAccountToken")) spec["automountServiceAccountToken"] = false;
   if (!job.scheduler_name.empty()) spec["schedulerName"] = job.scheduler_name;
   if (!job.priority_class_name.empty()) spec["priorityClassName"] = job.priority_class_name;
+  if (job.one_pod_per_node) keep_off_each_others_nodes(spec, job);
 
   json& containers = spec["containers"];
   if (!containers.is_array() || containers.empty())

@@ -296,3 +296,24 @@ TEST(CachedTemplates, ARunningJobKeepsItsTemplateAsSharedTextAndTheOthersKeepNon
   EXPECT_TRUE(JobRecord::from_json(none).view.tmpl.empty());
   EXPECT_EQ(JobRecord::from_json(none).view.tmpl.parsed(), json::object());
 }
+
+TEST(PodManifest, OnePodPerNodeAddsAnAntiAffinityBetweenTheJobsPodsToTheTemplatesOwn) {
+  JobView j = JobView::from_json(json::parse(R"({"metadata": {"name": "spread", "namespace": "ns"},
+      "spec": {"nodes": 3, "scheduling": {"onePodPerNode": true},
+               "template": {"spec": {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                 {"labelSelector": {"matchLabels": {"team": "b"}}, "topologyKey": "zone"}]}}}}}})"));
+  json rules = pod_manifest(j, 1, 0)["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
+  ASSERT_EQ(rules.size(), 2u) << rules.dump();
+  EXPECT_EQ(rules[0]["topologyKey"], "zone") << "the template's own rule is kept";
+  EXPECT_EQ(rules[1]["topologyKey"], "kubernetes.io/hostname");
+  EXPECT_EQ(rules[1]["labelSelector"]["matchLabels"][lockstep::contract::kLabelJobName], "spread");
+
+  // Without the field (the default), the template's affinity is as written, and none is added.
+  JobView plain = JobView::from_json(json::parse(R"({"metadata": {"name": "p", "namespace": "ns"}, "spec": {"nodes": 2}})"));
+  EXPECT_FALSE(pod_manifest(plain, 0, 0)["spec"].contains("affinity"));
+  JobView alone = JobView::from_json(json::parse(R"({"metadata": {"name": "a", "namespace": "ns"},
+      "spec": {"nodes": 2, "scheduling": {"onePodPerNode": true}}})"));
+  json rule = pod_manifest(alone, 0, 0)["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
+  ASSERT_EQ(rule.size(), 1u);
+  EXPECT_EQ(rule[0]["labelSelector"]["matchLabels"][lockstep::contract::kLabelJobName], "a");
+}
