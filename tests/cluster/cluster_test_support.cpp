@@ -57,10 +57,13 @@ std::string join_lines(const std::vector<std::string>& lines) {
 
 class RealClusterEnvironment : public ::testing::Environment {
  public:
+  explicit RealClusterEnvironment(int nodes) : nodes_(nodes) {}
   void SetUp() override {
     g_before = snapshot_host();
     try {
-      g_cluster = RealCluster::up();
+      RealClusterOptions options;
+      options.nodes = nodes_;
+      g_cluster = RealCluster::up(options);
       g_state_dir = g_cluster->state_dir();
       g_availability = ClusterAvailability::kUp;
       g_problem.clear();
@@ -81,6 +84,9 @@ class RealClusterEnvironment : public ::testing::Environment {
     if (!report.leftovers.empty())
       ADD_FAILURE() << "the cluster left on this machine:\n" << join_lines(report.leftovers);
   }
+
+ private:
+  int nodes_;
 };
 
 }  // namespace
@@ -132,7 +138,7 @@ DownReport bring_down_real_cluster() {
   return report;
 }
 
-int run_tests_with_real_cluster(int argc, char** argv) {
+int run_tests_with_real_cluster(int argc, char** argv, int nodes) {
   ::testing::InitGoogleTest(&argc, argv);
   // A stop signal stops a cluster.sh still running (whose trap tears down what it started),
   // then brings the cluster down.
@@ -149,7 +155,7 @@ int run_tests_with_real_cluster(int argc, char** argv) {
                   {{"LOCKSTEP_CLUSTER_DIR", dir}}, 120s);
     }
   });
-  ::testing::AddGlobalTestEnvironment(new RealClusterEnvironment);
+  ::testing::AddGlobalTestEnvironment(new RealClusterEnvironment(nodes));
   int rc = RUN_ALL_TESTS();
   return suite_exit_code(rc);  // all skipped (no cluster possible): ctest shows Skipped
 }

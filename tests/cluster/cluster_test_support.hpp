@@ -61,7 +61,8 @@ struct DownReport {
 // Brings the suite's cluster down now (later tests see none) and looks for leftovers.
 DownReport bring_down_real_cluster();
 
-int run_tests_with_real_cluster(int argc, char** argv);
+// `nodes`: the cluster's nodes (scripts/cluster.sh up --nodes).
+int run_tests_with_real_cluster(int argc, char** argv, int nodes = 1);
 
 // The pids of one pod's worker processes whose argv[0] ends with `program` (lockstep-trainer,
 // python3), seen from the host (the containers' processes are the host's too): the workers

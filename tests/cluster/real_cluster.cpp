@@ -153,7 +153,7 @@ std::unique_ptr<RealCluster> RealCluster::up(RealClusterOptions options) {
 
   if (!options.quiet) std::cerr << "[cluster] scripts/cluster.sh up (state " << options.state_dir << ")\n";
   auto t0 = std::chrono::steady_clock::now();
-  auto r = run_script(options.state_dir, {"up"}, options.up_timeout, options.quiet);
+  auto r = run_script(options.state_dir, {"up", "--nodes", std::to_string(options.nodes)}, options.up_timeout, options.quiet);
   cluster->up_seconds_ = seconds_since(t0);
   if (!r.status.success()) throw unavailable("up", r, options.up_timeout);
   cluster->up_ = true;

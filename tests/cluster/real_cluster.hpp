@@ -1,4 +1,4 @@
-// A real single-node Kubernetes for tests: scripts/cluster.sh (docs/development.md,
+// A real Kubernetes of one or more nodes for tests: scripts/cluster.sh (docs/development.md,
 // "Real-node cluster") run in a state directory of the tests' own, so a developer's cluster
 // (~/.cache/lockstep/cluster) is never touched, while the image store in it is kept from one
 // run to the next.
@@ -45,12 +45,13 @@ struct RealClusterOptions {
   std::string state_dir;                     // default: $LOCKSTEP_CLUSTER_TEST_DIR, else <cache>/cluster-test
   std::chrono::seconds up_timeout{300};
   bool quiet = false;                        // no progress lines on stderr
+  int nodes = 1;                             // scripts/cluster.sh up --nodes N
 };
 
 class RealCluster {
  public:
   // Brings the cluster up (a cluster left up in the same state directory by an earlier,
-  // killed run is brought down first) and waits for the node to be Ready.
+  // killed run is brought down first) and waits for every node to be Ready.
   static std::unique_ptr<RealCluster> up(RealClusterOptions options = {});
   ~RealCluster();
   RealCluster(const RealCluster&) = delete;
