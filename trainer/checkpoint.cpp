@@ -225,6 +225,28 @@ std::string write_rank_file(const CheckpointTarget& t, int64_t step, const std::
   return "";
 }
 
+// Note [Checkpoint fencing]: the attempt that fenced the directory last, when it is a later
+// attempt of this job than `t`'s; nullopt otherwise (no FENCE, another job's, no attempt).
+std::optional<int64_t> later_fence(const CheckpointTarget& t) {
+  if (t.attempt < 0) return std::nullopt;
+  std::ifstream in(t.dir + "/FENCE");
+  std::string key, job;
+  int64_t attempt = -1;
+  for (std::string value; in >> key >> value;) {
+    if (key == "job") job = value;
+    else if (key == "attempt") attempt = std::strtoll(value.c_str(), nullptr, 10);
+  }
+  if (!t.job_uid.empty() && !job.empty() && job != t.job_uid) return std::nullopt;
+  if (attempt > t.attempt) return attempt;
+  return std::nullopt;
+}
+
+std::string fenced_message(const CheckpointTarget& t, int64_t later, const std::string& doing) {
+  return "checkpoint: gang attempt " + std::to_string(t.attempt) + " was replaced by attempt " + std::to_string(later) +
+         " (" + t.dir + "/FENCE); this rank belongs to the old gang and stops " + doing +
+         " (Note [Checkpoint fencing]: a node that was lost and woke up again)";
+}
+
 // Rank 0: the MANIFEST, once every rank's checksum file is there; or what went wrong.
 std::string write_manifest(const CheckpointTarget& t, int64_t step, const std::string& step_dir) {
   std::ostringstream m;
@@ -274,7 +296,26 @@ void prepare_checkpoint_dir(const CheckpointTarget& t, const Dist& dist, std::ch
                   << std::endl;
     }
   }
-  if (!dist.pg) return;
+  // Note [Checkpoint fencing]: rank 0 fences the directory for this attempt, or finds that a
+  // later one did; every rank learns which below.
+  std::string fenced;
+  if (t.rank == 0 && t.attempt >= 0) {
+    if (auto later = later_fence(t)) {
+      fenced = fenced_message(t, *later, "before touching the checkpoints");
+    } else {
+      std::ostringstream f;
+      f << "job " << (t.job_uid.empty() ? "-" : t.job_uid) << "\nattempt " << t.attempt << "\n";
+      write_text_durably(t.dir + "/FENCE", f.str());
+    }
+  }
+  if (!dist.pg) {
+    if (!fenced.empty()) throw CheckpointFenced(fenced);
+    return;
+  }
+  if (all_gather_ints(dist, {fenced.empty() ? 0 : 1})[0] != 0)
+    throw CheckpointFenced(fenced.empty() ? "checkpoint: rank 0 found that a later gang attempt fenced " + t.dir +
+                                                 "; this rank belongs to the old gang and stops (Note [Checkpoint fencing])"
+                                          : fenced);
   // The token's name is new every time, so a network file system's client looks it up on the
   // server instead of answering from a cache of the directory.
   const auto token = [&](int64_t n) { return t.dir + "/" + kToken + std::to_string(n); };
@@ -312,8 +353,21 @@ void save_checkpoint(const CheckpointTarget& t, int64_t step, const std::vector<
   // 1. Each writer's file and its checksum file (Note [Durable checkpoint writes]).
   if (writer) problem = write_rank_file(t, step, step_dir, tensors, optimizer);
   agree_or_throw(t, dist, step_dir, problem);
-  // 2. Rank 0: the MANIFEST, from every rank's checksum file.
-  if (t.rank == 0) problem = write_manifest(t, step, step_dir);
+  // 2. Rank 0: the MANIFEST, from every rank's checksum file, unless a later attempt fenced the
+  // directory meanwhile (Note [Checkpoint fencing]).
+  std::string fenced;
+  if (t.rank == 0) {
+    if (auto later = later_fence(t)) fenced = fenced_message(t, *later, "without committing step " + std::to_string(step));
+    else problem = write_manifest(t, step, step_dir);
+  }
+  if (!dist.pg) {
+    if (!fenced.empty()) throw CheckpointFenced(fenced);
+  } else if (all_gather_ints(dist, {fenced.empty() ? 0 : 1})[0] != 0) {
+    throw CheckpointFenced(fenced.empty() ? "checkpoint: a later gang attempt fenced " + t.dir +
+                                                 " before step " + std::to_string(step) + " was committed; this rank "
+                                                 "belongs to the old gang and stops (Note [Checkpoint fencing])"
+                                          : fenced);
+  }
   agree_or_throw(t, dist, step_dir, problem);
   // 3. Every writer re-reads its file from the storage and checks it as resume would.
   if (writer) {

@@ -22,6 +22,7 @@
 #include "dist.hpp"
 
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,27 @@ struct CheckpointTarget {
   int64_t keep = 3;              // complete checkpoints kept after a save; 0 keeps all
   std::string job_uid = "";      // LOCKSTEP_JOB_UID; empty: no owner recorded or checked
   std::string resume_from = "";  // spec.checkpoint.resumeFrom (--resume-from): Note [Checkpoint owner]
+  int64_t attempt = -1;          // LOCKSTEP_RESTART_ATTEMPT, the gang attempt: Note [Checkpoint fencing]; -1 none
+};
+
+// Note [Checkpoint fencing]
+// A gang restart can leave ranks of the old attempt alive: the operator force-deletes the pods
+// of a lost node (docs/operator.md), and a frozen node that wakes up later runs them on from
+// where they stopped. Such a rank must never write a checkpoint the new attempt reads. So each
+// attempt fences the directory: at start (prepare_checkpoint_dir) rank 0 writes FENCE, "job
+// <uid>\nattempt <A>\n", durably, unless it names a later attempt of the same job, in which
+// case this rank is the stale one and stops (CheckpointFenced: it writes nothing). At every
+// save rank 0 reads FENCE again just before its MANIFEST, the commit point; a later attempt's
+// FENCE there makes it give up the save before the MANIFEST (CheckpointFenced), so the step
+// directory stays incomplete, which resume ignores and the next save of that step overwrites.
+// What is left open is the instant between that read and the MANIFEST's rename; a stale rank
+// frozen exactly there and thawed later could still commit that one step. The agents' fencing
+// (docs/agent.md, heartbeats) stops such ranks too. A FENCE of another job (another UID) is
+// replaced, and without LOCKSTEP_RESTART_ATTEMPT (lockstep run's trainer of one attempt, a bare
+// trainer) nothing is fenced.
+class CheckpointFenced : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 // Note [Checkpoint owner]
@@ -60,7 +82,8 @@ struct CheckpointTarget {
 // retrying cannot fix a volume). Rank 0 also removes temporaries (*.tmp-*, tokens) that a
 // killed process left; only those untouched for `stale_after`, so a writer of an attempt
 // still shutting down is never cut short.
-// A collective; a no-op without a process group, except the clean-up.
+// A collective; a no-op without a process group, except the clean-up and the fence (Note
+// [Checkpoint fencing]: throws CheckpointFenced on every rank when a later attempt fenced it).
 void prepare_checkpoint_dir(const CheckpointTarget& t, const Dist& dist,
                             std::chrono::seconds stale_after = std::chrono::minutes(5));
 
@@ -68,7 +91,8 @@ void prepare_checkpoint_dir(const CheckpointTarget& t, const Dist& dist,
 // checkpoint is complete and every rank has re-read and verified its file, rank 0 removes this
 // job's step directories older than the newest `t.keep`. A write, fsync, close or verification
 // that fails on any rank makes every rank throw std::runtime_error (the failing rank's names
-// the file and the error, e.g. ENOSPC) and prunes nothing.
+// the file and the error, e.g. ENOSPC) and prunes nothing; a later attempt's fence, found
+// before the MANIFEST, makes every rank throw CheckpointFenced (Note [Checkpoint fencing]).
 void save_checkpoint(const CheckpointTarget& t, int64_t step, const std::vector<torch::Tensor>& tensors,
                      torch::optim::Optimizer& optimizer, const Dist& dist);
 

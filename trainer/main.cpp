@@ -6,6 +6,7 @@
 #include <cstring>
 #include <iostream>
 
+#include "checkpoint.hpp"
 #include "dist.hpp"
 #include "lockstep/contract.hpp"  // header-only constants: the exit codes the agent and operator read
 #include "train.hpp"
@@ -45,6 +46,9 @@ int main(int argc, char** argv) {
     std::cerr << "lockstep-trainer: " << e.what() << "\n";
     return lockstep::contract::kExitUsage;
   } catch (const lockstep::trainer::RendezvousError& e) {
+    std::cerr << "lockstep-trainer: " << e.what() << "\n";
+    return lockstep::contract::kExitRendezvous;
+  } catch (const lockstep::trainer::CheckpointFenced& e) {  // a rank of a replaced gang attempt
     std::cerr << "lockstep-trainer: " << e.what() << "\n";
     return lockstep::contract::kExitRendezvous;
   } catch (const std::exception& e) {

@@ -25,6 +25,7 @@
 #include <array>
 
 #include "checkpoint.hpp"
+#include "lockstep/contract.hpp"
 #include "recompute.hpp"
 #include "data.hpp"
 #include "ddp.hpp"
@@ -163,6 +164,8 @@ Options parse_options(const std::vector<std::string>& args) {
   if (const char* s = std::getenv("LOCKSTEP_CHECKPOINT_KEEP"); s && *s) o.checkpoint_keep = integer("LOCKSTEP_CHECKPOINT_KEEP", s, 0);
   if (const char* s = std::getenv("LOCKSTEP_CHECKPOINT_RESUME_FROM"); s && *s) o.resume_from = s;
   if (const char* s = std::getenv("LOCKSTEP_JOB_UID"); s && *s) o.job_uid = s;
+  if (const char* s = std::getenv(lockstep::contract::kRestartAttempt); s && *s)
+    o.attempt = integer(lockstep::contract::kRestartAttempt, s, 0);
   for (size_t i = 0; i < args.size(); ++i) {
     std::string a = args[i], v;
     auto eq = a.find('=');
@@ -315,7 +318,7 @@ int run(const Options& o) {
   if (!o.loss_log.empty() && chief) loss_log.open(o.loss_log);
   // 5. Resume from the latest checkpoint, if there is one.
   CheckpointTarget ckpt{o.checkpoint_dir, dist.rank, dist.world, use_fsdp ? "FSDP" : "DDP", use_fsdp, o.checkpoint_keep,
-                        o.job_uid, o.resume_from};
+                        o.job_uid, o.resume_from, o.attempt};
   auto ckpt_tensors = [&] { return fsdp ? fsdp->shards() : module->parameters(); };
   int64_t start = 0;
   if (!o.checkpoint_dir.empty()) {

@@ -33,6 +33,7 @@ struct Options {
   int64_t checkpoint_keep = 3;       // default LOCKSTEP_CHECKPOINT_KEEP; 0 keeps all
   std::string resume_from;           // default LOCKSTEP_CHECKPOINT_RESUME_FROM (Note [Checkpoint owner])
   std::string job_uid;               // LOCKSTEP_JOB_UID: recorded in and checked against each MANIFEST
+  int64_t attempt = -1;              // LOCKSTEP_RESTART_ATTEMPT: the checkpoint fence (Note [Checkpoint fencing])
   int64_t exit_after_step = 0;       // tests: die (exit 137) right after this step
   double memory_per_rank_gb = 0;     // Auto's budget; 0: the GPU's memory, or RAM / local ranks
   bool activation_checkpointing = false;

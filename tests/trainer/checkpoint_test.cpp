@@ -537,3 +537,52 @@ TEST(Metrics, FsdpReportsAllGatherAndReduceScatter) {
     }
   }
 }
+
+// Note [Checkpoint fencing]: a rank of a replaced gang attempt (a lost node that woke up) never
+// commits a checkpoint the new attempt reads, nor starts over it.
+TEST(Checkpoint, ALaterAttemptFencesTheDirectoryAndTheOldOneNeitherStartsNorCommits) {
+  using namespace lockstep::trainer;
+  std::string dir = temp_dir("fence");
+  CheckpointTarget old_gang{dir, 0, 1, "DDP", false, 3, "uid-a", "", 0};
+  prepare_checkpoint_dir(old_gang, Dist{});
+  EXPECT_EQ(slurp(dir + "/FENCE"), "job uid-a\nattempt 0\n");
+  SmallModel m;
+  save_checkpoint(old_gang, 5, m.tensors, m.opt, Dist{});
+  ASSERT_TRUE(fs::exists(dir + "/step-5/MANIFEST"));
+
+  // The gang restarts as attempt 1 while a rank of attempt 0 is frozen on its lost node.
+  CheckpointTarget new_gang = old_gang;
+  new_gang.attempt = 1;
+  prepare_checkpoint_dir(new_gang, Dist{});
+  EXPECT_EQ(slurp(dir + "/FENCE"), "job uid-a\nattempt 1\n");
+
+  // The old rank thaws and reaches its next checkpoint: it gives up before the MANIFEST.
+  { torch::NoGradGuard g; m.tensors[0].add_(1); }
+  try {
+    save_checkpoint(old_gang, 10, m.tensors, m.opt, Dist{});
+    ADD_FAILURE() << "a rank of the replaced attempt committed a checkpoint";
+  } catch (const CheckpointFenced& e) {
+    EXPECT_NE(std::string(e.what()).find("attempt 0 was replaced by attempt 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("without committing step 10"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir + "/step-10/MANIFEST"));
+  SmallModel fresh;
+  auto step = load_checkpoint(new_gang, fresh.tensors, fresh.opt, Dist{});
+  ASSERT_TRUE(step.has_value());
+  EXPECT_EQ(*step, 5) << "the new attempt resumes from what the old one committed before it was replaced";
+  // Nor does a replaced attempt start over the directory (a pod of it restarted late).
+  EXPECT_THROW(prepare_checkpoint_dir(old_gang, Dist{}), CheckpointFenced);
+  EXPECT_EQ(slurp(dir + "/FENCE"), "job uid-a\nattempt 1\n");
+  // The new attempt's own save of that step commits over the old one's leftovers.
+  save_checkpoint(new_gang, 10, fresh.tensors, fresh.opt, Dist{});
+  EXPECT_TRUE(fs::exists(dir + "/step-10/MANIFEST"));
+
+  // Another job's fence (a job deleted and applied again: a new UID) does not hold this one,
+  // and without an attempt (lockstep run, a bare trainer) nothing is fenced.
+  CheckpointTarget other_job{dir, 0, 1, "DDP", false, 3, "uid-b", "", 0};
+  EXPECT_NO_THROW(prepare_checkpoint_dir(other_job, Dist{}));
+  EXPECT_EQ(slurp(dir + "/FENCE"), "job uid-b\nattempt 0\n");
+  CheckpointTarget unfenced{dir, 0, 1, "DDP", false, 3, "uid-b"};
+  EXPECT_NO_THROW(prepare_checkpoint_dir(unfenced, Dist{}));
+  EXPECT_EQ(slurp(dir + "/FENCE"), "job uid-b\nattempt 0\n") << "left as it was";
+}
