@@ -7,19 +7,11 @@
 #include <map>
 
 #include "cluster_test_support.hpp"
+#include "job_support.hpp"
 
 using namespace std::chrono_literals;
 
 namespace lockstep::test {
-namespace {
-
-std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
-
-}  // namespace
-
 RunResult cluster_helm(std::vector<std::string> args) {
   args.insert(args.begin(), "helm");
   args.push_back("--kubeconfig");

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "cluster_test_support.hpp"
+#include "job_support.hpp"
 #include "lockstep_install.hpp"
 #include "test_util.hpp"
 
@@ -33,29 +34,16 @@ using lockstep::test::cluster_setting;
 using lockstep::test::create_test_namespace;
 using lockstep::test::eventually;
 using lockstep::test::real_cluster;
+using lockstep::test::get_json;
+using lockstep::test::trim;
 
 namespace {
 
 constexpr int kNodes = 3;
 const std::vector<std::string> kNodeNames = {"lockstep-node", "lockstep-node-1", "lockstep-node-2"};
 
-std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-json get_json(const std::string& ns, const std::string& object) {
-  std::vector<std::string> args = {"get", object, "-o", "json"};
-  if (!ns.empty()) args.insert(args.begin(), {"-n", ns});
-  auto r = cluster_kubectl(args);
-  size_t from = r.output.find('{'), to = r.output.rfind('}');
-  if (!r.status.success() || from == std::string::npos || to == std::string::npos || to < from) return json();
-  json j = json::parse(r.output.substr(from, to - from + 1), nullptr, false);
-  return j.is_discarded() ? json() : j;
 }
 
 std::string jsonpath(const std::string& ns, const std::string& object, const std::string& path) {

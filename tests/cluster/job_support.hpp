@@ -1,0 +1,45 @@
+// Shared by the cluster tier's suites that run TrainingJobs (tests/cluster): reading jobs and
+// pods through kubectl, and the checkpointed job the fault scenarios train (lockstep_cluster_test,
+// nodes_in_cluster_test) with what bench/recovery reads of it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+namespace lockstep::test {
+
+std::string trim(std::string s);  // trailing newlines and spaces off
+
+// `kubectl get OBJECT -o json` in `ns` ("" for a cluster-scoped object); null when it failed.
+nlohmann::json get_json(const std::string& ns, const std::string& object);
+std::string phase(const std::string& ns, const std::string& job);  // the TrainingJob's status.phase
+const nlohmann::json* condition(const nlohmann::json& job, const std::string& type);
+
+// The newest complete checkpoint's step in `dir` (its LATEST file); 0 when none.
+int latest_checkpoint(const std::string& dir);
+std::chrono::system_clock::time_point parse_rfc3339(const std::string& t);
+
+// What rank 0's log says from `since` on: the step it resumed at (-1: none yet, 0: started
+// afresh) and when it finished its first step after that (DDP steps only when every
+// rank takes part, so that is when all ranks step again).
+struct Resume {
+  int step = -1;
+  std::optional<std::chrono::system_clock::time_point> first_step_at;
+};
+Resume resume_of(const std::string& ns, const std::string& pod,
+                 std::chrono::system_clock::time_point since = std::chrono::system_clock::time_point{});
+
+int last_logged_step(const std::string& loss_log);  // rank 0's last step in its loss log
+double final_loss(const std::string& loss_log);
+// bench/recovery reads these: one line per fault (LOCKSTEP_RECOVERY_REPORT names the file).
+void report_recovery(const std::string& fault, int checkpoint, int at_fault, int resumed, double seconds);
+
+// examples/ddp-checkpoint.yaml, named `name`, with its hostPath at `dir` (in the tests' state
+// directory: nothing of a test stays on the machine), rank 0's loss log and a step line per
+// step in the checkpoint directory, and the agents' stall window shortened to 10 s.
+std::string checkpoint_job(const std::string& name, const std::string& dir, int steps, int in_place_restarts = 3);
+
+}  // namespace lockstep::test
