@@ -24,16 +24,22 @@ using reconcile::JobRecord;
 using reconcile::PodRecord;
 
 // What the informers never parse (Note [Pruned parsing]): managedFields everywhere; the spec
-// and annotations of children and the status of Services and PodGroups (the controller
-// reads none of them); a TrainingJob's last-applied annotation (a second copy of its spec).
+// (but a pod's node and tolerations) and annotations of children and the status of Services
+// and PodGroups (the controller reads none of them); a TrainingJob's last-applied annotation
+// (a second copy of its spec).
 }  // namespace
 
 kube::Prune child_prune(bool pods) {
-  kube::Prune p{{{"metadata", "managedFields"}, {"metadata", "annotations"}, {"spec"}}};
+  kube::Prune p{{{"metadata", "managedFields"}, {"metadata", "annotations"}}};
   if (!pods) {
-    p.drop.push_back({"status"});  // of a Service or PodGroup only its metadata is read
+    p.drop.push_back({"spec"});  // of a Service or PodGroup only its metadata is read
+    p.drop.push_back({"status"});
     return p;
   }
+  // Of a pod's spec, only the node it is bound to and its tolerations (Note [Lost nodes] in
+  // reconcile/node.hpp).
+  p.drop.push_back({"spec", "*"});
+  p.keep = {{"spec", "nodeName"}, {"spec", "tolerations"}};
   // Of a pod's status, PodView::from_json reads the phase, reason, podIP, the conditions'
   // type, status, reason and message, and the containers' names and waiting or terminated
   // states; the rest, rewritten by the kubelet as the pod runs, is left unbuilt.
