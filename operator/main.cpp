@@ -61,7 +61,7 @@ const char* kUsage = R"(usage: lockstep-operator [flags]
   --leader-election-namespace  namespace of the Lease (default: the pod's, else default)
   --leader-election-id NAME    name of the Lease (default lockstep-operator)
   --lease-duration D           (default 15s)   --renew-deadline D (default 10s)   --retry-period D (default 2s)
-  --restart-backoff D          first gang-restart delay, doubled per restart (default 10s)
+  --restart-backoff D          first gang-restart delay, doubled per restart in a row (default 10s)
   --restart-backoff-max D      its cap (default 5m)
   --restart-backoff-reset D    an attempt that ran this long starts the doubling afresh, as the kubelet
                                does for a container (default 10m; 0 never)

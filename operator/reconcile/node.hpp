@@ -3,7 +3,7 @@
 // Note [Lost nodes]
 // A node that dies takes its pods' ranks with it, and their peers hang in a collective until
 // a timeout. Kubernetes itself notices late: the node lifecycle controller marks it Unknown
-// after 40 s without a heartbeat, taints it NoExecute, and evicts its pods after their default
+// after 50 s without a heartbeat, taints it NoExecute, and evicts its pods after their default
 // tolerationSeconds (300 s); the pods then stay Terminating, since no kubelet confirms the
 // deletion, and the gang restart waits for them. So the operator watches the nodes itself
 // (--node-watch) and judges a pod of the current attempt that has not finished, and is bound
