@@ -32,7 +32,8 @@ struct Options {
   bool leader_elect = true;
   std::string lease_namespace, lease_name = "lockstep-operator", identity;
   std::chrono::milliseconds lease_duration{15000}, renew_deadline{10000}, retry_period{2000};
-  std::chrono::milliseconds restart_backoff{10000}, restart_backoff_max{300000};
+  std::chrono::milliseconds restart_backoff{10000}, restart_backoff_max{300000}, restart_backoff_reset{600000};
+  bool node_watch = true;
   std::chrono::milliseconds resync_period{300000};
   std::chrono::milliseconds status_batch_period{1000};
   std::chrono::milliseconds progress_period{30000};
@@ -60,8 +61,13 @@ const char* kUsage = R"(usage: lockstep-operator [flags]
   --leader-election-namespace  namespace of the Lease (default: the pod's, else default)
   --leader-election-id NAME    name of the Lease (default lockstep-operator)
   --lease-duration D           (default 15s)   --renew-deadline D (default 10s)   --retry-period D (default 2s)
-  --restart-backoff D          first gang-restart delay, doubled per restart (default 10s)
+  --restart-backoff D          first gang-restart delay, doubled per restart in a row (default 10s)
   --restart-backoff-max D      its cap (default 5m)
+  --restart-backoff-reset D    an attempt that ran this long starts the doubling afresh, as the kubelet
+                               does for a container (default 10m; 0 never)
+  --node-watch BOOL            watch the nodes the jobs' pods run on, and restart a gang that loses one
+                               (NotReady, gone, an untolerated NoExecute taint) at once, force-deleting
+                               its pods there; needs list and watch on nodes (default true)
   --resync-period D            reconcile every job at least this often, events or not (default 5m; 0 never)
   --status-batch-period D      write a job's status no more often than this when only its node counts
                                changed; phase, conditions and restarts are written at once (default 1s; 0 off)
@@ -116,6 +122,8 @@ Options parse(int argc, char** argv) {
     else if (match(argc, argv, i, "--retry-period", v)) o.retry_period = to_duration("--retry-period", v);
     else if (match(argc, argv, i, "--restart-backoff", v)) o.restart_backoff = to_duration("--restart-backoff", v);
     else if (match(argc, argv, i, "--restart-backoff-max", v)) o.restart_backoff_max = to_duration("--restart-backoff-max", v);
+    else if (match(argc, argv, i, "--restart-backoff-reset", v)) o.restart_backoff_reset = to_duration("--restart-backoff-reset", v);
+    else if (match(argc, argv, i, "--node-watch", v)) o.node_watch = to_bool("--node-watch", v);
     else if (match(argc, argv, i, "--resync-period", v)) o.resync_period = to_duration("--resync-period", v);
     else if (match(argc, argv, i, "--status-batch-period", v)) o.status_batch_period = to_duration("--status-batch-period", v);
     else if (match(argc, argv, i, "--podgroup-check-period", v)) o.podgroup_check_period = to_duration("--podgroup-check-period", v);
@@ -201,6 +209,8 @@ int main(int argc, char** argv) {
   cc.watch_namespace = opt.watch_namespace;
   cc.decide.restart_backoff = opt.restart_backoff;
   cc.decide.restart_backoff_max = opt.restart_backoff_max;
+  cc.decide.restart_backoff_reset = opt.restart_backoff_reset;
+  cc.node_watch = opt.node_watch;
   cc.resync_period = opt.resync_period;
   cc.status_batch_period = opt.status_batch_period;
   cc.progress_period = opt.progress_period;

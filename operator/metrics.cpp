@@ -52,6 +52,12 @@ Metrics::Metrics()
                  .Help("1 while this replica holds the leader lease")
                  .Register(*registry)
                  .Add({})),
+      node_watch(BuildGauge()
+                     .Name("lockstep_operator_node_watch")
+                     .Help("1 while the operator watches nodes and restarts a gang that lost one at once; 0 when "
+                           "--node-watch=false or its RBAC does not let it list and watch nodes")
+                     .Register(*registry)
+                     .Add({})),
       restarts(BuildCounter()
                    .Name("lockstep_restarts_total")
                    .Help("Restarts of a TrainingJob by kind; the operator counts the gang restarts (pods recreated), "

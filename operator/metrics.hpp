@@ -39,6 +39,7 @@ struct Metrics {
   prometheus::Counter& pods_created;                         // lockstep_operator_pods_created_total
   prometheus::Counter& gang_restarts;                        // lockstep_operator_gang_restarts_total
   prometheus::Gauge& leader;                                 // lockstep_operator_leader
+  prometheus::Gauge& node_watch;                             // lockstep_operator_node_watch
   // lockstep_restarts_total{kind="gang",namespace,trainingjob}: Note [Restarts by kind]
   prometheus::Family<prometheus::Counter>& restarts;
 

@@ -24,16 +24,22 @@ using reconcile::JobRecord;
 using reconcile::PodRecord;
 
 // What the informers never parse (Note [Pruned parsing]): managedFields everywhere; the spec
-// and annotations of children and the status of Services and PodGroups (the controller
-// reads none of them); a TrainingJob's last-applied annotation (a second copy of its spec).
+// (but a pod's node and tolerations) and annotations of children and the status of Services
+// and PodGroups (the controller reads none of them); a TrainingJob's last-applied annotation
+// (a second copy of its spec); all of a node but its name, Ready condition and taints.
 }  // namespace
 
 kube::Prune child_prune(bool pods) {
-  kube::Prune p{{{"metadata", "managedFields"}, {"metadata", "annotations"}, {"spec"}}};
+  kube::Prune p{{{"metadata", "managedFields"}, {"metadata", "annotations"}}};
   if (!pods) {
-    p.drop.push_back({"status"});  // of a Service or PodGroup only its metadata is read
+    p.drop.push_back({"spec"});  // of a Service or PodGroup only its metadata is read
+    p.drop.push_back({"status"});
     return p;
   }
+  // Of a pod's spec, only the node it is bound to and its tolerations (Note [Lost nodes] in
+  // reconcile/node.hpp).
+  p.drop.push_back({"spec", "*"});
+  p.keep = {{"spec", "nodeName"}, {"spec", "tolerations"}};
   // Of a pod's status, PodView::from_json reads the phase, reason, podIP, the conditions'
   // type, status, reason and message, and the containers' names and waiting or terminated
   // states; the rest, rewritten by the kubelet as the pod runs, is left unbuilt.
@@ -54,6 +60,13 @@ kube::Prune child_prune(bool pods) {
 namespace {
 const kube::Prune kJobPrune{{{"metadata", "managedFields"},
                              {"metadata", "annotations", "kubectl.kubernetes.io/last-applied-configuration"}}};
+// Of a node, what NodeView::from_json reads: kubelets rewrite the rest (images, addresses,
+// capacity, heartbeats) as they run.
+const kube::Prune kNodePrune{{{"metadata", "*"}, {"spec", "*"}, {"status", "*"},
+                              {"status", "conditions", "*", "lastHeartbeatTime"}},
+                             false,
+                             {{"metadata", "name"}, {"metadata", "resourceVersion"}, {"spec", "taints"},
+                              {"status", "conditions"}}};
 // Of the answer to a status write only metadata.resourceVersion is read; of the answers to
 // creates and deletes, only their status codes (kube::kDiscardBody).
 const kube::Prune kStatusWritePrune{{{"metadata", "managedFields"}, {"spec"}, {"status"}}};
@@ -133,6 +146,7 @@ void Controller::start_informers() {
                          [](const PodRecord& p) { return p.ref.owner_key(); }, pod_event_from_text},
       [this](const PodInformer::Ptr& old, const PodInformer::Ptr& now) {
         if (old && now && *old == *now) return;  // Note [Unchanged children]
+        node_index_.update(old.get(), now.get());
         on_child(old ? &old->ref : nullptr, now ? &now->ref : nullptr);
       });
   services_ = std::make_unique<ChildInformer>(client_, res::kServices, child_options(false), child_typed(),
@@ -144,12 +158,45 @@ void Controller::start_informers() {
   services_->start();
   network_policies_->start();
   gang_support();  // starts the PodGroup informer when that API is installed
+  start_node_watch();
+}
+
+// Note [Lost nodes]: a node's change queues the jobs with pods on it, and no other. Without
+// leave to list nodes the operator says so once and runs on without the watch, as with
+// --node-watch=false: its informer would retry the refused list for ever, and the caches
+// would never count as synced.
+void Controller::start_node_watch() {
+  metrics_.node_watch.Set(0);
+  if (!config_.node_watch) {
+    LOCKSTEP_LOG(Info, "operator", "node watch off (--node-watch=false): a gang that loses a node restarts only once "
+                                   "Kubernetes evicts or deletes its pods there");
+    return;
+  }
+  auto probe = client_.get(res::kNodes.path() + "?limit=1", &kube::kDiscardBody);
+  if (probe.status == 403) {
+    LOCKSTEP_LOG(Warn, "operator", "node watch off: RBAC does not let the operator list nodes (it needs get, list and "
+                                   "watch on nodes, a cluster-scoped resource, as the chart's ClusterRole "
+                                   "<release>-operator-nodes-<namespace> grants; --node-watch=false says it is meant): "
+                                       << probe.message());
+    return;
+  }
+  kube::InformerBase::Options o;
+  o.prune = kNodePrune;
+  nodes_ = std::make_unique<NodeInformer>(
+      client_, res::kNodes, o, NodeInformer::Typed{[](json& obj) { return reconcile::NodeView::from_json(obj); }, {}, {}},
+      [this](const NodeInformer::Ptr& old, const NodeInformer::Ptr& now) {
+        if (old && now && *old == *now) return;  // a heartbeat, an image pulled: nothing decide() reads
+        for (const auto& key : node_index_.jobs_on((now ? now : old)->name)) queue_.add(key);
+      });
+  nodes_->start();
+  metrics_.node_watch.Set(1);
+  LOCKSTEP_LOG(Info, "operator", "watching nodes: a gang that loses one restarts at once (--node-watch)");
 }
 
 bool Controller::synced() const {
   auto* podgroups = podgroups_ptr_.load();
   return jobs_ && jobs_->synced() && pods_->synced() && services_->synced() && network_policies_->synced() &&
-         (!podgroups || podgroups->synced());
+         (!podgroups || podgroups->synced()) && (!nodes_ || nodes_->synced());
 }
 
 bool Controller::wait_for_sync(std::chrono::seconds timeout, const std::function<bool()>& abort) {
@@ -178,7 +225,7 @@ void Controller::stop() {
     if (t.joinable()) t.join();
   std::lock_guard<std::mutex> lock(gang_mu_);  // no PodGroup informer starts after this
   for (kube::InformerBase* inf : std::initializer_list<kube::InformerBase*>{jobs_.get(), pods_.get(), services_.get(), network_policies_.get(),
-                                                                          podgroups_.get()})
+                                                                          podgroups_.get(), nodes_.get()})
     if (inf) inf->stop();
 }
 
@@ -316,12 +363,40 @@ bool Controller::reconcile(const std::string& key) {
   auto* podgroups = podgroups_ptr_.load();  // after gang_support(), which may start it
   auto pg = podgroups ? podgroups->get(ns, name) : nullptr;
   in.podgroup_exists = pg && pg->controller_uid == in.job.uid;
+  observe_nodes(in);
 
   Decision d = reconcile::decide(in, config_.decide);
   bool ok = true;
   execute(in.job, resource_version, d, key, in.pods, ok);
   if (d.requeue_after) queue_.add_after(key, *d.requeue_after);
   return ok;
+}
+
+// Note [Lost nodes]: a node the cache does not hold is read before it counts as gone, since
+// the pod's watch may have run ahead of the node's for a node that has just joined. Only pods
+// not finished are looked at: the API server deletes a finished pod at once wherever it is.
+void Controller::observe_nodes(reconcile::Observed& in) {
+  if (!nodes_) return;
+  in.watch_nodes = true;
+  for (const auto& p : in.pods) {
+    if (p.node_name.empty() || p.finished() || in.nodes.count(p.node_name)) continue;
+    if (auto node = nodes_->get("", p.node_name)) {
+      in.nodes.emplace(p.node_name, *node);
+      continue;
+    }
+    auto r = client_.get(res::kNodes.path("", kube::url_encode(p.node_name)), &kNodePrune);
+    if (r.ok()) {
+      in.nodes.emplace(p.node_name, reconcile::NodeView::from_json(r.body));
+    } else if (r.not_found()) {
+      reconcile::NodeView gone;
+      gone.name = reconcile::printable(p.node_name, reconcile::kMaxNodeName);
+      gone.gone = true;
+      in.nodes.emplace(p.node_name, gone);
+    } else {
+      LOCKSTEP_LOG(Debug, "reconcile", in.job.ns << "/" << in.job.name << ": node " << p.node_name
+                                            << " of pod " << p.name << " not judged: " << r.message());
+    }
+  }
 }
 
 std::string Controller::attempt_secret(const JobView& job, int attempt, const std::vector<reconcile::PodView>& pods) {
@@ -414,6 +489,11 @@ void Controller::execute(const JobView& job, const std::string& resource_version
       // Only the pod the decision saw: a newer pod of the same name (the next attempt's) is a
       // 409 here, never deleted by a decision made before it existed.
       if (i < d.delete_pod_uids.size() && !d.delete_pod_uids[i].empty()) o["preconditions"] = {{"uid", d.delete_pod_uids[i]}};
+      // Note [Lost nodes]: no kubelet will confirm it.
+      if (i < d.delete_pod_force.size() && d.delete_pod_force[i]) {
+        o["gracePeriodSeconds"] = 0;
+        LOCKSTEP_LOG(Info, "reconcile", key << ": pod " << d.delete_pods[i] << " is on a lost node: deleting it with grace period 0");
+      }
       options.push_back(std::move(o));
       expectations_.expect_delete(key, d.delete_pods[i]);
     }

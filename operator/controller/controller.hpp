@@ -1,6 +1,5 @@
-// The TrainingJob controller: informers for TrainingJobs, Pods, Services, NetworkPolicies and
-// PodGroups feed
-// a work queue of job keys; workers reconcile each key (reconcile/decide.hpp decides,
+// The TrainingJob controller: informers for TrainingJobs, Pods, Services, NetworkPolicies,
+// PodGroups and Nodes feed a work queue of job keys; workers reconcile each key (reconcile/decide.hpp decides,
 // execute() carries it out) and requeue on error with backoff, when a timer is due, and
 // every resync_period (so a job whose events were lost is still looked at).
 #pragma once
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "controller/expectations.hpp"
+#include "controller/node_index.hpp"
 #include "controller/work_queue.hpp"
 #include "kube/client.hpp"
 #include "kube/informer.hpp"
@@ -48,6 +48,9 @@ struct Config {
   reconcile::AgentInjection agent;
   // Whom a job's NetworkPolicy admits besides its own pods (Note [Job isolation]).
   reconcile::IsolationPeers isolation;
+  // Watch the nodes the jobs' pods run on, and restart a gang that lost one at once (Note
+  // [Lost nodes] in reconcile/node.hpp); off, lost nodes are noticed when their pods are.
+  bool node_watch = true;
 };
 
 // While a job has outstanding expectations its reconcile waits for the events of our own
@@ -90,6 +93,9 @@ class Controller {
   void poll_progress();  // the progress thread: Note [Progress]
   // The latest reading of the job's rank 0 agent, into in.progress and in.in_place.
   void read_agent(const std::string& key, reconcile::Observed& in);
+  void start_node_watch();  // unless --node-watch=false or RBAC forbids it (Note [Lost nodes])
+  // The nodes in.pods are bound to, into in.nodes (Note [Lost nodes]).
+  void observe_nodes(reconcile::Observed& in);
 
   kube::Client& client_;
   Config config_;
@@ -99,6 +105,7 @@ class Controller {
   using JobInformer = kube::Informer<reconcile::JobRecord>;
   using PodInformer = kube::Informer<reconcile::PodRecord>;
   using ChildInformer = kube::Informer<reconcile::ChildRef>;  // Services, NetworkPolicies, PodGroups
+  using NodeInformer = kube::Informer<reconcile::NodeView>;
   ChildInformer::Handler child_handler();  // on_child for a Service, NetworkPolicy or PodGroup change
   std::unique_ptr<JobInformer> jobs_;
   std::unique_ptr<PodInformer> pods_;
@@ -106,6 +113,8 @@ class Controller {
   std::unique_ptr<ChildInformer> network_policies_;
   std::unique_ptr<ChildInformer> podgroups_;            // started by gang_support(), under gang_mu_
   std::atomic<ChildInformer*> podgroups_ptr_{nullptr};  // read without the lock
+  std::unique_ptr<NodeInformer> nodes_;                 // null while the node watch is off
+  NodeIndex node_index_;                                // which jobs have pods on each node
   std::vector<std::thread> workers_;
   std::atomic<bool> stopping_{false};
   std::thread progress_thread_;

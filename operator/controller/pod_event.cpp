@@ -34,6 +34,8 @@ class PodVisitor : public kube::JsonVisitor {
     if (is(part, "metadata")) {
       if (depth == 3) {
         if (is(field, "deletionTimestamp")) raw_.deleting = true;  // whatever its value, as contains()
+        if (is(field, "deletionGracePeriodSeconds") && v.kind == JsonValue::Number)
+          raw_.deletion_grace = std::strtod(std::string(v.text).c_str(), nullptr);
         if (!str) return;
         if (is(field, "deletionTimestamp")) raw_.deletion_timestamp.assign(v.text);
         if (is(field, "name")) raw_.name.assign(v.text);
@@ -57,6 +59,34 @@ class PodVisitor : public kube::JsonVisitor {
           else if (is(k, "uid") && str) o.uid.assign(v.text);
           else if (is(k, "controller") && (v.kind == JsonValue::True || v.kind == JsonValue::False))
             o.controller = v.kind == JsonValue::True;
+        }
+      }
+      return;
+    }
+    if (is(part, "spec")) {
+      if (depth == 3) {
+        if (is(field, "nodeName") && str) raw_.node_name.assign(v.text);
+        if (is(field, "tolerations")) tolerations_are_array_ = v.kind == JsonValue::Array;
+        return;
+      }
+      if (!is(field, "tolerations") || !tolerations_are_array_ || !is(path[3], "*")) return;
+      if (depth == 4) {
+        raw_.tolerations.emplace_back();  // an element, of whatever kind
+      } else if (depth == 5 && !raw_.tolerations.empty()) {
+        auto& t = raw_.tolerations.back();
+        const std::string& k = path[4];
+        if (is(k, "tolerationSeconds")) {
+          if (v.kind == JsonValue::Number) t.seconds = std::strtod(std::string(v.text).c_str(), nullptr);
+        } else if (!str) {
+          return;
+        } else if (is(k, "key")) {
+          t.key.assign(v.text);
+        } else if (is(k, "operator")) {
+          t.op.assign(v.text);
+        } else if (is(k, "value")) {
+          t.value.assign(v.text);
+        } else if (is(k, "effect")) {
+          t.effect.assign(v.text);
         }
       }
       return;
@@ -131,6 +161,7 @@ class PodVisitor : public kube::JsonVisitor {
   kube::EventHead& head_;
   reconcile::RawPod& raw_;
   bool state_is_object_ = false, waiting_is_object_ = false, terminated_is_object_ = false;
+  bool tolerations_are_array_ = false;  // spec.tolerations, as RawPod::from_json reads only an array
 };
 
 }  // namespace

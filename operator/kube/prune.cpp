@@ -214,19 +214,27 @@ class Parser {
   }
 
   // Whether the value of `key`, in the object at nesting `depth`, is dropped: the path to it
-  // is the prefix and then a rule.
+  // is the prefix and then a drop rule, and no keep rule.
   bool dropped(int depth, std::string_view key) const {
     size_t len = static_cast<size_t>(depth) + 1;  // path_[0 .. depth-1], then key
     if (len <= prefix_.size()) return false;
     for (size_t i = 0; i < prefix_.size(); ++i)
       if (!match(prefix_[i], path_[i])) return false;
-    for (const auto& rule : prune_.drop) {
-      if (prefix_.size() + rule.size() != len || !match(rule.back(), key)) continue;  // the key first: it differs most
-      bool all = true;
-      for (size_t i = 0; i + 1 < rule.size() && all; ++i) all = match(rule[i], path_[prefix_.size() + i]);
-      if (all) return true;
-    }
+    for (const auto& rule : prune_.drop)
+      if (matches(rule, len, key)) {
+        for (const auto& kept : prune_.keep)
+          if (matches(kept, len, key)) return false;
+        return true;
+      }
     return false;
+  }
+
+  // Whether `rule` names the member `key` whose path (after the prefix) is path_, `len` long.
+  bool matches(const std::vector<std::string>& rule, size_t len, std::string_view key) const {
+    if (prefix_.size() + rule.size() != len || !match(rule.back(), key)) return false;  // the key first: it differs most
+    for (size_t i = 0; i + 1 < rule.size(); ++i)
+      if (!match(rule[i], path_[prefix_.size() + i])) return false;
+    return true;
   }
 
   static int hex(char c) {

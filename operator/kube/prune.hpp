@@ -15,16 +15,24 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace lockstep::kube {
 
 struct Prune {
+  using Rules = std::vector<std::vector<std::string>>;
+  Prune(Rules drop_rules = {}, bool all_of_it = false, Rules keep_rules = {})
+      : drop(std::move(drop_rules)), all(all_of_it), keep(std::move(keep_rules)) {}
   // Each rule is a path of keys from the object's root; "*" matches any key or array
   // element. {"spec"} skips the object's spec; {"metadata", "managedFields"} skips that.
   std::vector<std::vector<std::string>> drop;
   // Nothing of a successful answer is read but its status code: it is not parsed at all.
   bool all = false;
+  // Exceptions to `drop`, in the same form: a member that a drop rule matches and a keep rule
+  // of the same length matches too is read all the same. {"spec", "*"} dropped with
+  // {"spec", "nodeName"} kept reads a pod's spec.nodeName and nothing else of its spec.
+  std::vector<std::vector<std::string>> keep;
   bool empty() const { return drop.empty() && !all; }
 };
 

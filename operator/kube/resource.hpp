@@ -32,6 +32,7 @@ inline const Resource kEvents{"", "v1", "events", "Event"};
 inline const Resource kPodGroups{"scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup"};
 inline const Resource kNetworkPolicies{"networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy"};
 inline const Resource kLeases{"coordination.k8s.io", "v1", "leases", "Lease"};
+inline const Resource kNodes{"", "v1", "nodes", "Node", false};
 }  // namespace resources
 
 }  // namespace lockstep::kube

@@ -1,6 +1,7 @@
 #include "reconcile/decide.hpp"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "reconcile/failure_policy.hpp"
@@ -24,12 +25,19 @@ struct Pass {
   Decision out;
   std::string now;
   std::vector<const PodView*> current, stale;  // by attempt
+  std::map<const PodView*, std::string> lost;  // pods on a lost node, and why (Note [Lost nodes])
 
   Pass(const Observed& o, const Options& op) : in(o), opt(op), job(o.job) {
     out.status = job.status;
     now = format_time(o.now);
     for (const auto& p : o.pods) (p.attempt == job.status.restarts ? current : stale).push_back(&p);
     std::sort(current.begin(), current.end(), [](auto* a, auto* b) { return a->index < b->index; });
+    if (!o.watch_nodes) return;
+    for (const auto& p : o.pods) {
+      auto node = p.node_name.empty() ? o.nodes.end() : o.nodes.find(p.node_name);
+      if (node == o.nodes.end()) continue;
+      if (auto why = node_lost(p, node->second)) lost.emplace(&p, *why);
+    }
   }
 
   JobStatus& s() { return out.status; }
@@ -70,10 +78,14 @@ struct Pass {
     s().conditions.push_back({"Restarted", "True", reason, message, when});
   }
 
+  // A pod on a lost node is deleted with grace period 0, even when a graceful deletion is
+  // under way (Note [Lost nodes]); any other, once.
   void delete_pod(const PodView* p) {
-    if (p->deleting) return;
+    bool force = lost.count(p) > 0;
+    if (p->deleting && (!force || p->deleted_at_once)) return;
     out.delete_pods.push_back(p->name);
     out.delete_pod_uids.push_back(p->uid);
+    out.delete_pod_force.push_back(force);
   }
 
   void count_nodes() {
@@ -169,6 +181,71 @@ struct Pass {
     event("Warning", "InPlaceRestart", in_place_event_message(*r, job.in_place_budget(), added));
   }
 
+  // Note [Lost nodes]: a pod of the current attempt, not finished, on a lost node fails the
+  // job or restarts the gang at once, whatever else failed (its peers' failures are likely
+  // its consequences). True when it acted.
+  bool handle_lost_nodes() {
+    std::vector<std::string> why;
+    int more = 0;
+    for (const auto* p : current) {
+      auto it = lost.find(p);
+      if (it == lost.end() || p->finished()) continue;
+      if (why.size() < 2) why.push_back("pod " + p->name + " (rank " + std::to_string(p->index) + ") lost its node: " + it->second);
+      else ++more;  // the message stays bounded however many are lost
+    }
+    if (why.empty()) return false;
+    std::string what = join(why);
+    if (more > 0) what += ", and " + std::to_string(more) + " more pod(s) on lost nodes";
+    if (job.restart_policy == RestartPolicy::Never) {
+      finish("Failed", "NodeLost", what + "; spec.runPolicy.restartPolicy=Never does not retry it");
+      clean_finished_pods();
+      return true;
+    }
+    restart_gang("NodeLost", what, /*node_lost=*/true);
+    return true;
+  }
+
+  // Whether the attempt now ending was Running for the stable stretch (Note [Backoff reset]).
+  bool ran_stably() const {
+    if (opt.restart_backoff_reset.count() <= 0 || job.status.phase != "Running") return false;
+    const Condition* c = job.status.condition("Running");
+    auto since = c && c->status == "True" ? parse_time(c->last_transition_time) : std::nullopt;
+    return since && in.now - *since >= opt.restart_backoff_reset;
+  }
+
+  // Every pod of the attempt deleted, the next attempt after the backoff. `what` says why;
+  // `node_lost`: a lost node's restart, which backoffLimit does not count (Note [Lost nodes]).
+  void restart_gang(const std::string& reason, const std::string& what, bool node_lost) {
+    // Note [Partly succeeded]: the whole gang reruns, the pods that succeeded included.
+    std::vector<std::string> succeeded;
+    for (const auto* p : current) {
+      if (p->phase == "Succeeded") succeeded.push_back(p->name);
+      delete_pod(p);
+    }
+    const int in_place = s().current_attempt_in_place_restarts;
+    s().consecutive_restarts = ran_stably() ? 1 : std::min(s().consecutive_restarts, s().restarts) + 1;
+    s().restarts += 1;
+    if (node_lost) s().node_lost_restarts += 1;
+    s().current_attempt_in_place_restarts = 0;  // the new pods' agents count from 0
+    s().phase = "Restarting";
+    std::string msg = what + "; restarting the gang as attempt " + std::to_string(s().restarts);
+    if (s().node_lost_restarts == 0)
+      msg += " of " + std::to_string(job.backoff_limit);
+    else
+      msg += " (" + std::to_string(s().restarts - s().node_lost_restarts) + " of spec.runPolicy.backoffLimit=" +
+             std::to_string(job.backoff_limit) + "; restarts for lost nodes do not count)";
+    if (in_place > 0)
+      msg += ", after " + std::to_string(in_place) + " in-place restart" + (in_place == 1 ? "" : "s") +
+             " in attempt " + std::to_string(s().restarts - 1);
+    if (!succeeded.empty())
+      msg += " (" + join(succeeded) + " had succeeded; every rank reruns from the last checkpoint)";
+    condition("Restarting", "True", reason, msg, /*new_transition=*/true);  // backoff counts from now
+    condition("Running", "False", reason, msg);
+    restarted(reason, msg, in.now);
+    event("Warning", reason, msg);
+    requeue(restart_delay(s().consecutive_restarts, opt));
+  }
+
   // A failed or vanished pod of the current attempt: fail the job or restart the gang.
   // True when it acted (or is waiting for the peers' status to judge the failure).
   bool handle_failure() {
@@ -204,11 +281,9 @@ struct Pass {
       }
     }
     std::string what = describe_failure(*cause);
-    std::vector<std::string> after, succeeded;
+    std::vector<std::string> after;
     for (const auto* p : failed)
       if (p != cause) after.push_back(p->name + (p->exit_code >= 0 ? " (exit " + std::to_string(p->exit_code) + ")" : ""));
-    for (const auto* p : current)
-      if (p->phase == "Succeeded") succeeded.push_back(p->name);
     if (!after.empty()) what += ", first; " + join(after) + " failed as well";
     if (!retryable) {
       std::string policy = job.restart_policy == RestartPolicy::Never ? "Never" : "ExitCode";
@@ -217,40 +292,29 @@ struct Pass {
       clean_finished_pods();
       return true;
     }
-    if (s().restarts >= job.backoff_limit) {
+    const int counted = s().restarts - s().node_lost_restarts;  // Note [Lost nodes]
+    if (counted >= job.backoff_limit) {
       finish("Failed", "BackoffLimitExceeded",
-             what + "; " + std::to_string(s().restarts) + " gang restart(s) reached spec.runPolicy.backoffLimit=" +
-                 std::to_string(job.backoff_limit));
+             what + "; " + std::to_string(counted) + " gang restart(s) reached spec.runPolicy.backoffLimit=" +
+                 std::to_string(job.backoff_limit) +
+                 (s().node_lost_restarts > 0 ? " (besides " + std::to_string(s().node_lost_restarts) +
+                                                   " for lost nodes, which do not count)"
+                                             : ""));
       clean_finished_pods();
       return true;
     }
-    // Note [Partly succeeded]: the whole gang reruns, the pods that succeeded included.
-    for (const auto* p : current) delete_pod(p);
-    const int in_place = s().current_attempt_in_place_restarts;
-    s().restarts += 1;
-    s().current_attempt_in_place_restarts = 0;  // the new pods' agents count from 0
-    s().phase = "Restarting";
-    std::string msg = what + "; restarting the gang as attempt " + std::to_string(s().restarts) + " of " +
-                      std::to_string(job.backoff_limit);
-    if (in_place > 0)
-      msg += ", after " + std::to_string(in_place) + " in-place restart" + (in_place == 1 ? "" : "s") +
-             " in attempt " + std::to_string(s().restarts - 1);
-    if (!succeeded.empty())
-      msg += " (" + join(succeeded) + " had succeeded; every rank reruns from the last checkpoint)";
-    condition("Restarting", "True", "GangRestart", msg, /*new_transition=*/true);  // backoff counts from now
-    condition("Running", "False", "GangRestart", msg);
-    restarted("GangRestart", msg, in.now);
-    event("Warning", "GangRestart", msg);
-    requeue(restart_delay(s().restarts, opt));
+    restart_gang("GangRestart", what, /*node_lost=*/false);
     return true;
   }
 
   // Note [Pods that do not terminate]
   // The next attempt waits until every pod of the earlier one is gone (its ranks must not meet
-  // the new ones). A pod held past its deletion deadline (a finalizer of some controller, a
-  // node that is gone, a kubelet that does not answer) would hold the gang restart forever
-  // without a word; once one is kStuckAfter past due, the StuckTerminating condition names
-  // each, how long past due, and its finalizers, refreshed every kStuckAfter.
+  // the new ones). A pod on a lost node is force-deleted (Note [Lost nodes]), so it goes at
+  // once unless a finalizer holds it; one held past its deletion deadline otherwise (a
+  // finalizer of some controller, a kubelet that does not answer on a node not judged lost,
+  // or any node with the node watch off) would hold the gang restart forever without a word;
+  // once one is kStuckAfter past due, the StuckTerminating condition names each, how long past
+  // due, and its finalizers, refreshed every kStuckAfter.
   static constexpr std::chrono::seconds kStuckAfter{30};
   void report_stuck_terminating() {
     std::vector<std::string> stuck;
@@ -262,15 +326,16 @@ struct Pass {
         continue;
       }
       stuck.push_back(p->name + " (" + std::to_string(overdue.count()) + " s past its deletion" +
-                      (p->finalizers.empty() ? "" : "; finalizers: " + p->finalizers) + ")");
+                      (p->finalizers.empty() ? "" : "; finalizers: " + p->finalizers) +
+                      (lost.count(p) ? "; on a lost node, force-deleted" : "") + ")");
     }
     if (stuck.empty()) return;
     requeue(kStuckAfter);
     condition("StuckTerminating", "True", "PodsNotTerminating",
               "gang restart " + std::to_string(s().restarts) + " waits for " + std::to_string(stuck.size()) +
                   " pod(s) of an earlier attempt that do not terminate: " + join(stuck) +
-                  ". Remove what holds them (a finalizer), or, if a node is gone, kubectl delete pod --force "
-                  "--grace-period=0");
+                  ". Remove what holds them (a finalizer), or, if a node is gone and the operator does not "
+                  "watch nodes (--node-watch), kubectl delete pod --force --grace-period=0");
   }
 
   // True while the next attempt must wait (old pods still there, or the backoff).
@@ -286,7 +351,7 @@ struct Pass {
     const Condition* c = s().condition("Restarting");
     auto since = c ? parse_time(c->last_transition_time) : std::nullopt;
     if (!since) return false;
-    auto ready_at = *since + restart_delay(s().restarts, opt);
+    auto ready_at = *since + restart_delay(s().consecutive_restarts, opt);
     if (in.now < ready_at) {
       requeue(std::chrono::duration_cast<milliseconds>(ready_at - in.now));
       return true;
@@ -425,6 +490,7 @@ struct Pass {
     if (s().start_time.empty()) s().start_time = now;
     count_in_place_restarts();  // before a gang restart can end the attempt they belong to
     if (handle_deadline()) return;
+    if (handle_lost_nodes()) return;
     if (handle_failure()) return;
     if (waiting_to_restart()) return;
     if (handle_success()) return;
@@ -436,9 +502,9 @@ struct Pass {
 
 }  // namespace
 
-std::chrono::milliseconds restart_delay(int restarts, const Options& options) {
+std::chrono::milliseconds restart_delay(int consecutive, const Options& options) {
   auto d = options.restart_backoff;
-  for (int i = 1; i < restarts && d < options.restart_backoff_max; ++i) d *= 2;
+  for (int i = 1; i < consecutive && d < options.restart_backoff_max && d.count() > 0; ++i) d *= 2;
   return std::min(d, options.restart_backoff_max);
 }
 

@@ -10,9 +10,12 @@
 //   stale pods        pods of an earlier attempt are deleted; the next attempt waits for them
 //   in-place restarts the agents' own, read from rank 0's agent, counted into the status
 //                     (in_place.hpp, Note [In-place restarts])
+//   lost nodes        a pod on a lost node fails the job or restarts the whole gang at once,
+//                     its pods there force-deleted (node.hpp, Note [Lost nodes])
 //   failures          the first failure in time fails the job or restarts the whole gang
 //                     (failure_policy.hpp); see Note [Partly succeeded]
-//   backoff           a restarting gang waits restart_backoff * 2^(restarts-1)
+//   backoff           a restarting gang waits restart_backoff * 2^(n-1), n the restarts
+//                     since an attempt last ran stably (Note [Backoff reset])
 //   success           every pod of the attempt Succeeded
 //   create            headless Service, PodGroup, missing pods of the current attempt
 //   status            phase, conditions, node counts; written only when changed
@@ -25,9 +28,22 @@
 // saved: under FSDP every rank writes its own shard of the final checkpoint. The Lockstep
 // trainer resumes from its last checkpoint, so the rerun repeats only the steps after it;
 // the GangRestart message names the pods that had succeeded.
+//
+// Note [Backoff reset]
+// The delay before a gang attempt doubles with each restart, up to restart_backoff_max, so a
+// job that fails again and again does not churn the cluster. Counting every restart of the
+// job's life, a job that runs for days reached the cap after six failures however far apart,
+// and then waited 5 minutes after every node or rank lost. As the kubelet does for a
+// crash-looping container, the count starts again after an attempt that ran: the exponent is
+// status.consecutiveRestarts, the gang restarts since the last attempt that was Running for at
+// least restart_backoff_reset (10 min) when it failed (that restart counts as the first). How
+// long an attempt ran is read from the Running condition, True since the attempt's pods all
+// ran; the count is kept in the status, so a new leader goes on from it. restart_backoff_reset
+// 0 never resets it.
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +51,7 @@
 #include "reconcile/failure_policy.hpp"
 #include "reconcile/in_place.hpp"
 #include "reconcile/job.hpp"
+#include "reconcile/node.hpp"
 
 namespace lockstep::reconcile {
 
@@ -43,6 +60,8 @@ enum class GangSupport { Available, Unavailable };
 struct Options {
   std::chrono::milliseconds restart_backoff{std::chrono::seconds(10)};
   std::chrono::milliseconds restart_backoff_max{std::chrono::minutes(5)};
+  // An attempt that ran this long starts the backoff afresh (Note [Backoff reset]); 0 never.
+  std::chrono::milliseconds restart_backoff_reset{std::chrono::minutes(10)};
   FailureTiming failure_timing;  // Note [The first failure]
 };
 
@@ -55,6 +74,11 @@ struct Observed {
   GangSupport gang_support = GangSupport::Available;
   std::optional<Progress> progress;  // the latest reading of rank 0's agent (Note [Progress])
   std::optional<InPlaceReading> in_place;  // from the same reading (Note [In-place restarts])
+  // Note [Lost nodes]: whether the node watch is on (and synced), and the nodes the pods are
+  // bound to, by name; a node that is gone is there with gone set. A pod whose node is not
+  // here is not judged; with the watch off, none is.
+  bool watch_nodes = false;
+  std::map<std::string, NodeView> nodes;
   Time now;
 };
 
@@ -73,6 +97,9 @@ struct Decision {
   // The UID each of delete_pods was seen with, in the same order: a delete is conditional on
   // it, so a delete decided from a stale cache never removes a newer pod of the same name.
   std::vector<std::string> delete_pod_uids;
+  // And whether each is deleted with gracePeriodSeconds 0: a pod on a lost node, whose
+  // kubelet will not confirm a graceful deletion (Note [Lost nodes]).
+  std::vector<bool> delete_pod_force;
   bool delete_job = false;
   JobStatus status;                       // the status the job should have
   bool status_changed = false;
@@ -82,7 +109,8 @@ struct Decision {
 
 Decision decide(const Observed& observed, const Options& options = {});
 
-// Restart backoff before attempt `restarts` (>= 1): base * 2^(restarts-1), capped.
-std::chrono::milliseconds restart_delay(int restarts, const Options& options);
+// Restart backoff after the `consecutive`-th restart in a row (Note [Backoff reset]):
+// base * 2^(consecutive-1), capped; base for anything below 2.
+std::chrono::milliseconds restart_delay(int consecutive, const Options& options);
 
 }  // namespace lockstep::reconcile

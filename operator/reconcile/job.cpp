@@ -76,6 +76,8 @@ json JobStatus::to_json() const {
   s["conditions"] = conds;
   s["nodes"] = {{"active", nodes.active}, {"ready", nodes.ready}, {"succeeded", nodes.succeeded}, {"failed", nodes.failed}};
   s["restarts"] = restarts;
+  s["consecutiveRestarts"] = consecutive_restarts;
+  s["nodeLostRestarts"] = node_lost_restarts;
   s["inPlaceRestarts"] = in_place_restarts;
   s["currentAttemptInPlaceRestarts"] = current_attempt_in_place_restarts;
   if (!start_time.empty()) s["startTime"] = start_time;
@@ -109,6 +111,9 @@ JobStatus JobStatus::from_json(const json& s) {
   const json& n = child(s, "nodes");
   st.nodes = {get_or(n, "active", 0), get_or(n, "ready", 0), get_or(n, "succeeded", 0), get_or(n, "failed", 0)};
   st.restarts = get_or(s, "restarts", 0);
+  // A status an operator before Note [Backoff reset] wrote: its delays counted every restart.
+  st.consecutive_restarts = std::clamp(get_or(s, "consecutiveRestarts", st.restarts), 0, std::max(st.restarts, 0));
+  st.node_lost_restarts = std::clamp(get_or(s, "nodeLostRestarts", 0), 0, std::max(st.restarts, 0));
   st.in_place_restarts = get_or(s, "inPlaceRestarts", 0);
   st.current_attempt_in_place_restarts = get_or(s, "currentAttemptInPlaceRestarts", 0);
   st.start_time = get_or<std::string>(s, "startTime", "");
@@ -181,6 +186,8 @@ RawPod RawPod::from_json(const json& obj) {
   r.uid = get_or<std::string>(md, "uid", "");
   r.deleting = md.contains("deletionTimestamp");
   r.deletion_timestamp = get_or<std::string>(md, "deletionTimestamp", "");
+  if (md.contains("deletionGracePeriodSeconds") && md["deletionGracePeriodSeconds"].is_number())
+    r.deletion_grace = md["deletionGracePeriodSeconds"].get<double>();
   if (md.contains("finalizers") && md["finalizers"].is_array())
     for (const auto& f : md["finalizers"])
       if (f.is_string()) r.finalizers.push_back(f.get<std::string>());
@@ -191,6 +198,16 @@ RawPod RawPod::from_json(const json& obj) {
   if (md.contains("ownerReferences") && md["ownerReferences"].is_array())
     for (const auto& o : md["ownerReferences"])
       r.owners.push_back({get_or<std::string>(o, "kind", ""), get_or<std::string>(o, "uid", ""), get_or(o, "controller", false)});
+  const json& spec = child(obj, "spec");
+  r.node_name = get_or<std::string>(spec, "nodeName", "");
+  if (spec.contains("tolerations") && spec["tolerations"].is_array())
+    for (const auto& t : spec["tolerations"]) {
+      RawPod::Toleration k{get_or<std::string>(t, "key", ""), get_or<std::string>(t, "operator", ""),
+                           get_or<std::string>(t, "value", ""), get_or<std::string>(t, "effect", ""), std::nullopt};
+      if (t.is_object() && t.contains("tolerationSeconds") && t["tolerationSeconds"].is_number())
+        k.seconds = t["tolerationSeconds"].get<double>();
+      r.tolerations.push_back(std::move(k));
+    }
   const json& st = child(obj, "status");
   if (st.contains("phase") && st["phase"].is_string()) r.phase = st["phase"].get<std::string>();
   r.reason = get_or<std::string>(st, "reason", "");
@@ -232,6 +249,7 @@ PodView PodView::from_raw(const RawPod& raw) {
   p.uid = raw.uid;
   p.deleting = raw.deleting;
   if (raw.deleting) p.deletion_due = parse_time(raw.deletion_timestamp);
+  p.deleted_at_once = raw.deleting && raw.deletion_grace && *raw.deletion_grace <= 0;
   for (const auto& f : raw.finalizers) p.finalizers += (p.finalizers.empty() ? "" : ", ") + f;
   p.finalizers = head(p.finalizers, 256);
   p.index = label_int(raw.rank_label);
@@ -239,6 +257,20 @@ PodView PodView::from_raw(const RawPod& raw) {
   p.phase = raw.phase ? *raw.phase : "Pending";
   p.reason = raw.reason;
   p.ip = raw.pod_ip;
+  p.node_name = head(raw.node_name, kMaxNodeName);
+  // Note [Lost nodes]: only what can tolerate a NoExecute taint. An operator the API server
+  // would refuse tolerates nothing, as in the kubelet.
+  for (const auto& t : raw.tolerations) {
+    if (!t.effect.empty() && t.effect != "NoExecute") continue;
+    if (!t.op.empty() && t.op != "Equal" && t.op != "Exists") continue;
+    if (p.tolerations.size() == kMaxTolerations) {
+      p.tolerations_cut = true;
+      break;
+    }
+    Toleration k{head(t.key, kMaxTaintKey), t.op == "Exists", head(t.value, kMaxTaintValue), std::nullopt};
+    if (t.seconds) k.seconds = static_cast<long long>(std::clamp(std::trunc(*t.seconds), -1e15, 1e15));
+    p.tolerations.push_back(std::move(k));
+  }
   for (const auto& c : raw.conditions) {
     if (c.type == "Ready") p.ready = c.status == "True";
     if (c.type == "PodScheduled" && c.status == "False" && c.reason == "Unschedulable")

@@ -39,6 +39,12 @@ struct JobStatus {
   std::vector<Condition> conditions;
   NodeCounts nodes;
   int restarts = 0;  // gang restarts: the current attempt's number
+  // Of them, those since an attempt last ran for the stable stretch: the restart delay's
+  // exponent (Note [Backoff reset] in decide.hpp).
+  int consecutive_restarts = 0;
+  // Of them, those a lost node caused, which spec.runPolicy.backoffLimit does not count
+  // (Note [Lost nodes] in node.hpp).
+  int node_lost_restarts = 0;
   // In-place restarts over the job's life, and how many of them the current attempt made
   // (Note [In-place restarts]).
   int in_place_restarts = 0, current_attempt_in_place_restarts = 0;
@@ -48,6 +54,7 @@ struct JobStatus {
 
   bool operator==(const JobStatus& o) const {
     return phase == o.phase && conditions == o.conditions && nodes == o.nodes && restarts == o.restarts &&
+           consecutive_restarts == o.consecutive_restarts && node_lost_restarts == o.node_lost_restarts &&
            in_place_restarts == o.in_place_restarts &&
            current_attempt_in_place_restarts == o.current_attempt_in_place_restarts && start_time == o.start_time &&
            completion_time == o.completion_time && observed_generation == o.observed_generation &&
@@ -116,6 +123,7 @@ struct RawPod {
   std::string ns, name, uid;
   bool deleting = false;  // metadata.deletionTimestamp is present
   std::string deletion_timestamp;  // its value, when a string
+  std::optional<double> deletion_grace;  // metadata.deletionGracePeriodSeconds, when a number
   std::vector<std::string> finalizers;  // metadata.finalizers (the strings among them)
   std::string job_label, rank_label, attempt_label;  // those labels when strings, else ""
   struct Owner {
@@ -123,6 +131,12 @@ struct RawPod {
     bool controller = false;
   };
   std::vector<Owner> owners;  // metadata.ownerReferences
+  std::string node_name;      // spec.nodeName when a string
+  struct Toleration {         // spec.tolerations: each element, its fields when strings
+    std::string key, op, value, effect;
+    std::optional<double> seconds;  // tolerationSeconds when a number
+  };
+  std::vector<Toleration> tolerations;
   std::optional<std::string> phase;  // status.phase when a string
   std::string reason, pod_ip;
   struct Condition {
@@ -142,6 +156,23 @@ struct RawPod {
   static RawPod from_json(const nlohmann::json& obj);
 };
 
+// A toleration that may let a pod stay on a node with a NoExecute taint (effect NoExecute or
+// any effect): Note [Lost nodes] in node.hpp.
+struct Toleration {
+  std::string key;
+  bool exists = false;  // operator Exists, else Equal (the only other one the API server takes)
+  std::string value;
+  std::optional<long long> seconds;  // tolerationSeconds: tolerated only that long
+  bool operator==(const Toleration& o) const {
+    return key == o.key && exists == o.exists && value == o.value && seconds == o.seconds;
+  }
+};
+// What the cache keeps (Note [Lean caches]): at most this many of a pod's tolerations, and of
+// names, taint keys and values at most what the API server accepts (a DNS subdomain; a
+// qualified name; a label value).
+inline constexpr size_t kMaxTolerations = 32;
+inline constexpr size_t kMaxNodeName = 253, kMaxTaintKey = 317, kMaxTaintValue = 63;
+
 struct PodView {
   std::string name, uid;
   int index = -1;      // node rank, from the label
@@ -153,6 +184,7 @@ struct PodView {
   // its grace period), and what may hold it past that (metadata.finalizers, joined, bounded).
   std::optional<Time> deletion_due;
   std::string finalizers;
+  bool deleted_at_once = false;  // deleting with a grace period of 0 (force-deleted)
   int exit_code = -1;  // of the agent container once terminated; -1 if unknown
   std::string reason;  // pod or container termination reason (OOMKilled, Evicted, ...)
   // When that container terminated (its kubelet's clock, second precision); unknown for a
@@ -167,6 +199,11 @@ struct PodView {
   std::string unschedulable_message;
   std::string waiting_reason, waiting_message;
   std::string ip;  // status.podIP
+  std::string node_name;  // spec.nodeName: "" until the pod is bound to a node
+  // Its tolerations of NoExecute taints, at most kMaxTolerations; tolerations_cut when it had
+  // more (it is then taken to tolerate every taint: Note [Lost nodes]).
+  std::vector<Toleration> tolerations;
+  bool tolerations_cut = false;
 
   bool finished() const { return phase == "Succeeded" || phase == "Failed"; }
   static PodView from_json(const nlohmann::json& obj);
@@ -174,10 +211,12 @@ struct PodView {
   bool operator==(const PodView& o) const {
     return name == o.name && uid == o.uid && index == o.index && attempt == o.attempt && phase == o.phase &&
            ready == o.ready && deleting == o.deleting && deletion_due == o.deletion_due &&
+           deleted_at_once == o.deleted_at_once &&
            finalizers == o.finalizers && exit_code == o.exit_code && reason == o.reason &&
            finished_at == o.finished_at && termination_message == o.termination_message &&
            unschedulable_message == o.unschedulable_message && waiting_reason == o.waiting_reason &&
-           waiting_message == o.waiting_message && ip == o.ip;
+           waiting_message == o.waiting_message && ip == o.ip && node_name == o.node_name &&
+           tolerations == o.tolerations && tolerations_cut == o.tolerations_cut;
   }
   bool operator!=(const PodView& o) const { return !(*this == o); }
 };

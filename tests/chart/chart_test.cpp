@@ -166,6 +166,49 @@ TEST(Chart, NetworkIsolationValues) {
   EXPECT_EQ(closed["NetworkPolicy"]["spec"]["ingress"].size(), 0u);
 }
 
+// Note [Lost nodes]: nodes are cluster-scoped, so the node watch has a ClusterRole of its own
+// (named with the release's namespace), with the operator's other rules cluster-wide or not;
+// nodeWatch false drops it and turns the watch off. The backoff reset is a value too.
+TEST(Chart, NodeWatchIsAValueWithAClusterRoleOfItsOwn) {
+  auto render = [](std::vector<std::string> set) {
+    std::vector<std::string> args = {"template", "rel", source_path("charts/lockstep"), "-n", "ops"};
+    args.insert(args.end(), set.begin(), set.end());
+    auto t = helm(args);
+    EXPECT_TRUE(t.status.success()) << t.output;
+    std::map<std::string, YAML::Node> by_name;  // kind/name
+    std::vector<std::string> flags;
+    for (const auto& doc : YAML::LoadAll(t.output)) {
+      if (!doc || !doc["kind"]) continue;
+      by_name[doc["kind"].as<std::string>() + "/" + doc["metadata"]["name"].as<std::string>()] = doc;
+      if (doc["kind"].as<std::string>() == "Deployment")
+        for (const auto& a : doc["spec"]["template"]["spec"]["containers"][0]["args"]) flags.push_back(a.as<std::string>());
+    }
+    return std::make_pair(by_name, flags);
+  };
+  auto has = [](const std::vector<std::string>& flags, const std::string& f) {
+    return std::find(flags.begin(), flags.end(), f) != flags.end();
+  };
+  for (std::vector<std::string> set : {std::vector<std::string>{}, {"--set", "watchNamespace=team-a"}}) {
+    auto [docs, flags] = render(set);
+    SCOPED_TRACE(lockstep::shell_join(set));
+    ASSERT_TRUE(docs.count("ClusterRole/rel-operator-nodes-ops"));
+    const YAML::Node rules = docs["ClusterRole/rel-operator-nodes-ops"]["rules"];
+    ASSERT_EQ(rules.size(), 1u);
+    EXPECT_EQ(rules[0]["resources"][0].as<std::string>(), "nodes");
+    ASSERT_TRUE(docs.count("ClusterRoleBinding/rel-operator-nodes-ops"));
+    const YAML::Node subject = docs["ClusterRoleBinding/rel-operator-nodes-ops"]["subjects"][0];
+    EXPECT_EQ(subject["name"].as<std::string>(), "rel-operator");
+    EXPECT_EQ(subject["namespace"].as<std::string>(), "ops");
+    EXPECT_TRUE(has(flags, "--node-watch=true"));
+    EXPECT_TRUE(has(flags, "--restart-backoff-reset=10m"));
+  }
+  auto [off, flags] = render({"--set", "nodeWatch=false", "--set", "restartBackoffReset=0s"});
+  EXPECT_FALSE(off.count("ClusterRole/rel-operator-nodes-ops"));
+  EXPECT_FALSE(off.count("ClusterRoleBinding/rel-operator-nodes-ops"));
+  EXPECT_TRUE(has(flags, "--node-watch=false"));
+  EXPECT_TRUE(has(flags, "--restart-backoff-reset=0s"));
+}
+
 TEST(Chart, RbacGrantsOnlyWhatTheOperatorUses) {
   const std::set<std::string> used = {
       "lockstep.dev/trainingjobs/list", "lockstep.dev/trainingjobs/watch", "lockstep.dev/trainingjobs/delete",
@@ -179,6 +222,8 @@ TEST(Chart, RbacGrantsOnlyWhatTheOperatorUses) {
       "scheduling.x-k8s.io/podgroups/list", "scheduling.x-k8s.io/podgroups/watch",
       "scheduling.x-k8s.io/podgroups/create", "scheduling.x-k8s.io/podgroups/delete",
       "/events/create",
+      // Note [Lost nodes]: the node watch, and a read of a node it has not seen.
+      "/nodes/get", "/nodes/list", "/nodes/watch",
       "coordination.k8s.io/leases/get", "coordination.k8s.io/leases/create", "coordination.k8s.io/leases/update"};
   auto t = helm({"template", "lockstep", source_path("charts/lockstep"), "-n", "lockstep-system"});
   ASSERT_TRUE(t.status.success()) << t.output;
@@ -215,6 +260,7 @@ TEST(Chart, InstallsAndItsServiceAccountCanRunTheOperator) {
     EXPECT_TRUE(g.status.success()) << obj[0] << " " << obj[1] << ": " << g.output;
   }
   EXPECT_TRUE(kubectl({"get", "clusterrole", "lockstep-operator"}).status.success());
+  EXPECT_TRUE(kubectl({"get", "clusterrole", "lockstep-operator-nodes-lockstep-system"}).status.success());
   EXPECT_TRUE(kubectl({"get", "crd", "trainingjobs.lockstep.dev"}).status.success());
   auto dep = kubectl({"get", "deployment", "lockstep-operator", "-n", "lockstep-system", "-o",
                       "jsonpath={.spec.template.spec.containers[0].securityContext.readOnlyRootFilesystem} "
@@ -269,6 +315,7 @@ TEST(Chart, InstallsAndItsServiceAccountCanRunTheOperator) {
   std::string text = read_text(log);
   EXPECT_EQ(text.find("forbidden"), std::string::npos) << text;
   EXPECT_NE(text.find("became leader"), std::string::npos) << text;
+  EXPECT_NE(text.find("watching nodes"), std::string::npos) << "the chart's RBAC lets it watch nodes: " << text;
 }
 
 int main(int argc, char** argv) { return lockstep::test::run_tests_with_control_plane(argc, argv); }

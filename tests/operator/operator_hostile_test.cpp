@@ -289,6 +289,29 @@ TEST_F(HostileTest, ChartRbacCreatesPodsUnderOwnerReferencesPermissionEnforcemen
   EXPECT_EQ(op.log().find("forbidden"), std::string::npos) << op.log();
 }
 
+// Note [Lost nodes]: an operator whose RBAC does not let it list nodes (a cluster admin who
+// left the chart's node ClusterRole out) says so in one log line naming the permission, runs
+// on without the node watch (its caches sync, its jobs get their pods), shows it in /metrics,
+// and does not retry the refused list.
+TEST_F(HostileTest, WithoutLeaveToListNodesItSaysSoOnceAndRunsOnWithoutTheNodeWatch) {
+  Identity id = chart_identity(release("nonodes"), ns_, "nodes");
+  int port = lockstep::free_loopback_port();
+  OperatorProcess op(id.kubeconfig, {"--namespace", ns_, "--leader-elect=false", "--http-address=127.0.0.1",
+                                     "--http-port=" + std::to_string(port)});
+  ASSERT_TRUE(op.wait_log("caches synced")) << op.log();
+  create_job("runs", 2);
+  EXPECT_TRUE(eventually([&] { return pods("runs") == 2; }, 20s)) << op.log();
+  auto page = lockstep::run_capture({"curl", "-s", "http://127.0.0.1:" + std::to_string(port) + "/metrics"}, {}, 10s);
+  EXPECT_NE(page.output.find("\nlockstep_operator_node_watch 0"), std::string::npos) << page.output.substr(0, 2000);
+  std::this_thread::sleep_for(2s);  // a retrying informer would have logged again by now
+  std::string log = op.log();
+  size_t first = log.find("node watch off: RBAC does not let the operator list nodes");
+  ASSERT_NE(first, std::string::npos) << log;
+  EXPECT_EQ(log.find("node watch off", first + 1), std::string::npos) << "said more than once:\n" << log;
+  EXPECT_NE(log.find("cannot list resource \"nodes\""), std::string::npos) << "the API server's words: " << log;
+  EXPECT_EQ(log.find("nodes: list failed"), std::string::npos) << log;
+}
+
 // #26 item 7, Note [Fenced writes]. The leader is paused (SIGSTOP: a long GC-like stall, a
 // frozen node) while work arrives; meanwhile its lease runs out and another replica (the test)
 // takes it. When it resumes it must send nothing, though its caches and queue are full of

@@ -225,12 +225,18 @@ class OperatorTest : public ::testing::Test {
     ns_ = create_namespace("op");
   }
 
-  // A TrainingJob with `nodes` pods; `spec_extra` is YAML appended under spec (2-space indent).
-  void create_job(const std::string& name, int nodes, const std::string& spec_extra = "") {
+  void TearDown() override {
+    for (const auto& n : nodes_) client_->remove(res::kNodes.path("", n));
+  }
+
+  // A TrainingJob with `nodes` pods; `spec_extra` is YAML appended under spec (2-space indent),
+  // `pod_spec_extra` under its template's pod spec (6-space indent).
+  void create_job(const std::string& name, int nodes, const std::string& spec_extra = "",
+                  const std::string& pod_spec_extra = "") {
     std::string yaml = "apiVersion: lockstep.dev/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: " + name +
                        "\nspec:\n  nodes: " + std::to_string(nodes) +
                        "\n  procsPerNode: 2\n  strategy: DDP\n  template:\n    spec:\n      containers:\n"
-                       "      - {name: trainer, image: lockstep/trainer:test}\n"
+                       "      - {name: trainer, image: lockstep/trainer:test}\n" + pod_spec_extra +
                        "  trainer: {args: [--model=tiny, --steps=10]}\n" + spec_extra;
     auto r = kubectl({"apply", "-n", ns_, "-f", "-"}, yaml);
     ASSERT_TRUE(r.status.success()) << r.output;
@@ -281,6 +287,77 @@ class OperatorTest : public ::testing::Test {
   void run_all(const std::string& job_name, int nodes) {
     for (int i = 0; i < nodes; ++i) set_pod(job_name + "-" + std::to_string(i), "Running");
   }
+  // The kubelet's and the scheduler's part for nodes (Note [Lost nodes]): this control plane
+  // has neither, so the test makes Node objects, writes their Ready condition through the
+  // status subresource, taints them, and binds pods to them. Nodes are cluster-scoped: named
+  // after the test's namespace, and deleted after the test.
+  std::string make_node(const std::string& suffix) {
+    std::string name = ns_ + "-" + suffix;
+    auto r = client_->create(res::kNodes.path(), {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", name}}}});
+    EXPECT_TRUE(r.ok()) << name << ": " << r.message();
+    nodes_.push_back(name);
+    set_node_ready(name, "True", "KubeletReady", "kubelet is posting ready status");
+    return name;
+  }
+  void set_node_ready(const std::string& node, const std::string& status, const std::string& reason,
+                      const std::string& message) {
+    std::string now = rfc3339(std::chrono::system_clock::now());
+    json ready = {{"type", "Ready"}, {"status", status}, {"reason", reason}, {"message", message},
+                  {"lastHeartbeatTime", now}, {"lastTransitionTime", now}};
+    auto r = client_->patch(res::kNodes.path("", node, "status"), {{"status", {{"conditions", json::array({ready})}}}});
+    ASSERT_TRUE(r.ok()) << node << ": " << r.message();
+  }
+  void taint_node(const std::string& node, const std::string& key, const std::string& value) {
+    json taint = {{"key", key}, {"value", value}, {"effect", "NoExecute"}};
+    auto r = client_->patch(res::kNodes.path("", node), {{"spec", {{"taints", json::array({taint})}}}});
+    ASSERT_TRUE(r.ok()) << node << ": " << r.message();
+  }
+  void bind(const std::string& pod, const std::string& node) {
+    json binding = {{"apiVersion", "v1"}, {"kind", "Binding"}, {"metadata", {{"name", pod}}},
+                    {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node}}}};
+    auto r = client_->create(res::kPods.path(ns_, pod, "binding"), binding);
+    ASSERT_TRUE(r.ok()) << pod << " -> " << node << ": " << r.message();
+  }
+  // A gang of two running on two fresh nodes: <job>-0 on the first, <job>-1 on the second.
+  std::pair<std::string, std::string> gang_on_two_nodes(const std::string& job_name, const std::string& pod_spec_extra = "") {
+    std::string a = make_node(job_name + "-a"), b = make_node(job_name + "-b");
+    create_job(job_name, 2, "", pod_spec_extra);
+    EXPECT_TRUE(wait_pods(job_name, 2, 0));
+    bind(job_name + "-0", a);
+    bind(job_name + "-1", b);
+    run_all(job_name, 2);
+    EXPECT_TRUE(wait_phase(job_name, "Running"));
+    return {a, b};
+  }
+  // The pod's uid, "" when it is gone; `deleting` says whether its deletion has begun.
+  std::string pod_uid(const std::string& pod, bool* deleting = nullptr) {
+    auto r = client_->get(res::kPods.path(ns_, pod));
+    if (!r.ok()) return "";
+    if (deleting) *deleting = r.body["metadata"].contains("deletionTimestamp");
+    return r.body["metadata"].value("uid", "");
+  }
+  // Seconds until the pod of uid `uid` named `pod` is gone (no kubelet confirms a deletion
+  // here: only a force deletion removes a bound pod); -1 if not within `timeout`.
+  double seconds_until_gone(const std::string& pod, const std::string& uid, std::chrono::steady_clock::time_point since,
+                            std::chrono::milliseconds timeout = 15s) {
+    if (!eventually([&] { return pod_uid(pod) != uid; }, timeout)) return -1;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+  }
+  std::string event_messages(const std::string& job_name, const std::string& reason) {
+    return kubectl({"get", "events", "-n", ns_, "--field-selector", "involvedObject.name=" + job_name + ",reason=" + reason,
+                    "-o", "jsonpath={.items[*].message}"}).output;
+  }
+  // After a gang restart for a lost node: the operator deleted the pod on the healthy node
+  // gracefully, and no kubelet confirms it; the test does, as the kubelet would, and attempt 1
+  // follows.
+  void confirm_graceful_delete(const std::string& pod) {
+    bool deleting = false;
+    ASSERT_TRUE(eventually([&] { return !pod_uid(pod, &deleting).empty() && deleting; }, 10s))
+        << pod << " was not deleted gracefully";
+    auto r = client_->remove(res::kPods.path(ns_, pod), {{"gracePeriodSeconds", 0}});
+    ASSERT_TRUE(r.ok() || r.not_found()) << r.message();
+  }
+
   const json* condition(const json& j, const std::string& type) {
     for (const auto& c : j["status"]["conditions"])
       if (c["type"] == type) return &c;
@@ -295,6 +372,7 @@ class OperatorTest : public ::testing::Test {
   static Client* client_;
   static OperatorProcess* operator_;
   std::string ns_;
+  std::vector<std::string> nodes_;  // made by this test
 };
 
 Client* OperatorTest::client_ = nullptr;
@@ -566,6 +644,102 @@ TEST_F(OperatorTest, AGangStaysRunningWhenOnePodFinishesFirst) {
 
 // #12: a pod the scheduler cannot place, or whose image cannot be pulled, is named in the
 // job's PodsBlocked condition and a Warning Event, not left as a silent Pending.
+// Note [Lost nodes]: a node of a running gang goes NotReady. Within seconds, not at eviction,
+// the pod there is force-deleted (gone with no kubelet to confirm it), the gang restarts as
+// attempt 1, and the Event and the Restarted condition name the node, the pod and its rank.
+TEST_F(OperatorTest, ANodeThatGoesNotReadyRestartsTheGangWithinSeconds) {
+  auto [a, b] = gang_on_two_nodes("nr");
+  std::string uid = pod_uid("nr-1");
+  ASSERT_FALSE(uid.empty());
+  auto t0 = std::chrono::steady_clock::now();
+  set_node_ready(b, "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.");
+  double gone = seconds_until_gone("nr-1", uid, t0);
+  std::cout << "[ NotReady node " << b << ": its pod force-deleted " << gone << " s after the node's status changed ]\n";
+  ASSERT_GE(gone, 0) << "the pod on the lost node is still there: " << operator_->log().substr(0, 4000);
+  EXPECT_LT(gone, 5.0);
+  json j = job("nr");
+  EXPECT_EQ(j["status"]["restarts"], 1);
+  EXPECT_EQ(j["status"]["nodeLostRestarts"], 1);
+  const json* c = condition(j, "Restarted");
+  ASSERT_NE(c, nullptr) << j["status"].dump();
+  EXPECT_EQ((*c)["reason"], "NodeLost");
+  std::string msg = (*c)["message"];
+  EXPECT_NE(msg.find("pod nr-1 (rank 1) lost its node: node " + b + " is NotReady (Ready=Unknown, NodeStatusUnknown: "
+                     "Kubelet stopped posting node status.) since "),
+            std::string::npos) << msg;
+  EXPECT_NE(msg.find("restarting the gang as attempt 1"), std::string::npos) << msg;
+  EXPECT_TRUE(eventually([&] { return event_messages("nr", "NodeLost").find("node " + b + " is NotReady") != std::string::npos; }))
+      << event_messages("nr", "NodeLost");
+  // The pod on the healthy node was deleted gracefully: its kubelet (the test) confirms it.
+  confirm_graceful_delete("nr-0");
+  ASSERT_TRUE(wait_pods("nr", 2, 1)) << "no attempt 1";
+}
+
+// A NoExecute taint the pods tolerate for ever changes nothing; one they do not tolerate
+// restarts the gang, as a NotReady node does.
+TEST_F(OperatorTest, AnUntoleratedNoExecuteTaintRestartsTheGangAndAToleratedOneDoesNot) {
+  auto [a, b] = gang_on_two_nodes("taint", "      tolerations:\n"
+                                           "      - {key: example.com/maintenance, operator: Exists, effect: NoExecute}\n");
+  std::string uid = pod_uid("taint-1");
+  taint_node(b, "example.com/maintenance", "planned");
+  std::this_thread::sleep_for(3s);  // the NotReady test's reaction took well under a second
+  EXPECT_EQ(pod_uid("taint-1"), uid);
+  EXPECT_EQ(job("taint")["status"].value("restarts", -1), 0);
+  EXPECT_EQ(phase("taint"), "Running");
+
+  auto t0 = std::chrono::steady_clock::now();
+  taint_node(b, "example.com/gpu-unhealthy", "true");
+  double gone = seconds_until_gone("taint-1", uid, t0);
+  std::cout << "[ untolerated NoExecute taint on " << b << ": its pod force-deleted " << gone << " s after the taint ]\n";
+  ASSERT_GE(gone, 0) << operator_->log().substr(0, 4000);
+  EXPECT_LT(gone, 5.0);
+  json j = job("taint");
+  EXPECT_EQ(j["status"]["restarts"], 1);
+  const json* c = condition(j, "Restarted");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ((*c)["reason"], "NodeLost");
+  EXPECT_NE((*c)["message"].get<std::string>().find("node " + b + " has taint example.com/gpu-unhealthy=true:NoExecute "
+                                                    "that pod taint-1 does not tolerate"),
+            std::string::npos) << *c;
+  EXPECT_TRUE(eventually([&] { return event_messages("taint", "NodeLost").find("example.com/gpu-unhealthy") != std::string::npos; }));
+  confirm_graceful_delete("taint-0");
+  EXPECT_TRUE(wait_pods("taint", 2, 1)) << "no attempt 1";
+}
+
+// A node deleted under a running pod (its object gone) is lost too.
+TEST_F(OperatorTest, ADeletedNodeRestartsTheGang) {
+  auto [a, b] = gang_on_two_nodes("del");
+  std::string uid = pod_uid("del-1");
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(client_->remove(res::kNodes.path("", b)).ok());
+  double gone = seconds_until_gone("del-1", uid, t0);
+  std::cout << "[ deleted node " << b << ": its pod force-deleted " << gone << " s after ]\n";
+  ASSERT_GE(gone, 0) << operator_->log().substr(0, 4000);
+  json j = job("del");
+  const json* c = condition(j, "Restarted");
+  ASSERT_NE(c, nullptr);
+  EXPECT_NE((*c)["message"].get<std::string>().find("node " + b + " is gone (deleted)"), std::string::npos) << *c;
+}
+
+// --node-watch=false (for comparing with waiting for eviction): a NotReady node changes
+// nothing, and the operator says why in its log and its /metrics.
+TEST_F(OperatorTest, WithTheNodeWatchOffANotReadyNodeChangesNothing) {
+  Paused paused(operator_);
+  OperatorProcess op(control_plane()->kubeconfig(), {"--namespace", ns_, "--leader-elect=false", "--node-watch=false"});
+  ASSERT_TRUE(op.wait_log("caches synced")) << op.log();
+  EXPECT_NE(op.log().find("node watch off (--node-watch=false)"), std::string::npos) << op.log();
+  EXPECT_EQ(metric(op.http("/metrics"), "lockstep_operator_node_watch"), 0);
+  auto [a, b] = gang_on_two_nodes("nowatch");
+  std::string uid = pod_uid("nowatch-1");
+  set_node_ready(b, "False", "KubeletNotReady", "container runtime network not ready");
+  std::this_thread::sleep_for(3s);
+  bool deleting = true;
+  EXPECT_EQ(pod_uid("nowatch-1", &deleting), uid);
+  EXPECT_FALSE(deleting);
+  EXPECT_EQ(job("nowatch")["status"].value("restarts", -1), 0);
+  EXPECT_EQ(phase("nowatch"), "Running");
+}
+
 TEST_F(OperatorTest, APodThatCannotStartIsNamedWithItsReason) {
   create_job("blocked", 2);
   ASSERT_TRUE(wait_pods("blocked", 2));
@@ -1174,7 +1348,8 @@ TEST_F(OperatorTest, ServesHealthReadinessAndMetrics) {
   for (const char* series : {"lockstep_operator_reconcile_duration_seconds_bucket", "lockstep_operator_reconcile_errors_total",
                              "lockstep_operator_workqueue_depth", "lockstep_operator_api_requests_total{code=\"201\",verb=\"POST\"}",
                              "lockstep_operator_trainingjobs{phase=\"Running\"}", "lockstep_operator_pods_created_total",
-                             "lockstep_operator_gang_restarts_total", "lockstep_operator_leader 1"})
+                             "lockstep_operator_gang_restarts_total", "lockstep_operator_leader 1",
+                             "lockstep_operator_node_watch 1"})
     EXPECT_NE(m.find(series), std::string::npos) << series << " missing from:\n" << m.substr(0, 3000);
 }
 

@@ -30,7 +30,12 @@ json kubelet_pod(const json& status) {
                            "uid": "job-uid", "controller": true, "blockOwnerDeletion": true}],
       "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]
     },
-    "spec": {"nodeName": "node-7", "containers": [{"name": "trainer", "image": "lockstep/trainer:1"}]}
+    "spec": {"nodeName": "node-7", "containers": [{"name": "trainer", "image": "lockstep/trainer:1"}],
+             "volumes": [{"name": "ckpt", "emptyDir": {}}], "schedulerName": "default-scheduler",
+             "tolerations": [
+               {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+               {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+               {"key": "example.com/maintenance", "operator": "Equal", "value": "planned", "effect": "NoExecute"}]}
   })");
   pod["status"] = status;
   return pod;
@@ -111,12 +116,17 @@ TEST(ChildPrune, APodParsedPrunedConvertsToTheRecordOfTheWholePod) {
   for (const auto& status : statuses()) {
     for (bool deleting : {false, true}) {
       json whole = kubelet_pod(status);
-      if (deleting) whole["metadata"]["deletionTimestamp"] = "2026-11-24T10:10:00Z";
+      if (deleting) {
+        whole["metadata"]["deletionTimestamp"] = "2026-11-24T10:10:00Z";
+        whole["metadata"]["deletionGracePeriodSeconds"] = 0;
+      }
       std::string text = whole.dump();
       json pruned = parse_pruned(text, &prune, PruneRoot::Document);
       ASSERT_TRUE(pruned.is_object());
       EXPECT_TRUE(PodRecord::from_json(pruned) == PodRecord::from_json(whole)) << text;
       EXPECT_LT(pruned.dump().size(), text.size());
+      // Of its spec, only the node and the tolerations are read (Note [Lost nodes]).
+      EXPECT_EQ(pruned["spec"], json({{"nodeName", "node-7"}, {"tolerations", whole["spec"]["tolerations"]}}));
       // The informer still reads its key and version from what is left.
       EXPECT_EQ(pruned["metadata"]["resourceVersion"], "4711");
       EXPECT_EQ(pruned["metadata"]["namespace"], "team-a");
@@ -130,6 +140,11 @@ TEST(ChildPrune, APodParsedPrunedConvertsToTheRecordOfTheWholePod) {
   json failed = kubelet_pod(statuses()[4]);
   EXPECT_FALSE(PodRecord::from_json(parse_pruned(running.dump(), &prune, PruneRoot::Document)) ==
                PodRecord::from_json(parse_pruned(failed.dump(), &prune, PruneRoot::Document)));
+  PodRecord record = PodRecord::from_json(parse_pruned(running.dump(), &prune, PruneRoot::Document));
+  EXPECT_EQ(record.view.node_name, "node-7");
+  ASSERT_EQ(record.view.tolerations.size(), 2u);  // the NoSchedule one cannot tolerate a NoExecute taint
+  EXPECT_EQ(record.view.tolerations[0].seconds, 300);
+  EXPECT_EQ(record.view.tolerations[1].value, "planned");
 }
 
 TEST(ChildPrune, AServiceOrPodGroupKeepsOnlyItsMetadata) {
@@ -162,6 +177,18 @@ TEST(ChildPrune, APodEventReadFromItsTextGivesTheRecordOfTheWholePod) {
   odd["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] = 3.9;  // truncated, as get<int>
   odd["status"]["containerStatuses"].push_back({{"name", "trainer"}, {"state", {{"waiting", json::array({1})}}}});
   pods.push_back(odd);
+  json odd_spec = kubelet_pod(statuses()[3]);
+  odd_spec["metadata"]["deletionTimestamp"] = "2026-11-24T10:10:00Z";
+  odd_spec["metadata"]["deletionGracePeriodSeconds"] = 30.5;                 // a fraction
+  odd_spec["spec"]["tolerations"][0]["tolerationSeconds"] = "300";           // not a number
+  odd_spec["spec"]["tolerations"][1] = "Exists";                             // not an object
+  odd_spec["spec"]["tolerations"][2]["tolerationSeconds"] = 1e300;           // out of any range
+  odd_spec["spec"]["tolerations"].push_back({{"operator", 5}, {"effect", nullptr}});
+  pods.push_back(odd_spec);
+  json keyed = kubelet_pod(statuses()[3]);
+  keyed["spec"]["tolerations"] = {{"*", {{"operator", "Exists"}}}};          // an object, not a list: none
+  keyed["spec"]["nodeName"] = 7;                                              // not a string: unbound
+  pods.push_back(keyed);
   json strange = kubelet_pod({{"phase", "Running"}, {"conditions", {{"Ready", {{"status", "True"}}}}},
                               {"containerStatuses", {{"name", "trainer"}, {"state", "running"}}}});
   strange["metadata"]["ownerReferences"] = {{"kind", "TrainingJob"}};  // an object, not a list: no owner
@@ -186,6 +213,14 @@ TEST(ChildPrune, APodEventReadFromItsTextGivesTheRecordOfTheWholePod) {
   EXPECT_EQ(odd_record.ref.controller_uid, "");
   EXPECT_EQ(odd_record.view.exit_code, 3);
   EXPECT_EQ(odd_record.view.unschedulable_message, "no node fits the pod");
+  PodRecord odd_spec_record = PodRecord::from_json(odd_spec);
+  ASSERT_EQ(odd_spec_record.view.tolerations.size(), 4u);
+  EXPECT_FALSE(odd_spec_record.view.tolerations[0].seconds.has_value());
+  EXPECT_EQ(odd_spec_record.view.tolerations[2].seconds, 1000000000000000LL);
+  EXPECT_FALSE(odd_spec_record.view.deleted_at_once);
+  PodRecord keyed_record = PodRecord::from_json(keyed);
+  EXPECT_TRUE(keyed_record.view.tolerations.empty());
+  EXPECT_EQ(keyed_record.view.node_name, "");
 
   lockstep::kube::EventHead head;
   PodRecord record;

@@ -612,3 +612,364 @@ TEST(Isolation, ThePolicyIsCreatedWhileAskedForAndDeletedWhenNot) {
   deleting.deleting = true;  // the garbage collector's, with the job
   EXPECT_FALSE(decide(observed(deleting)).create_network_policy);
 }
+
+// Note [Backoff reset]: the restart delay doubles only over restarts in a row, counted since the
+// last attempt that ran for the stable stretch.
+namespace {
+
+Options backoff_options() {
+  Options o;
+  o.restart_backoff = 10s;
+  o.restart_backoff_max = 300s;
+  o.restart_backoff_reset = 10min;
+  return o;
+}
+
+// `j` after its next attempt has been Running for `ran` (its pods of attempt status.restarts).
+void ran_for(JobView& j, std::chrono::seconds ran) {
+  j.status.phase = "Running";
+  for (auto& c : j.status.conditions)
+    if (c.type == "Running") c = {"Running", "True", "AllNodesRunning", "", format_time(kNow - ran)};
+}
+
+// One failure of attempt status.restarts of a job that ran `ran`: the delay it gets.
+std::chrono::milliseconds fail_after(JobView& j, std::chrono::seconds ran, const Options& o) {
+  ran_for(j, ran);
+  int attempt = j.status.restarts;
+  auto d = decide(observed(j, {pod(0, "Failed", attempt, 137), pod(1, "Running", attempt)}), o);
+  EXPECT_EQ(d.status.restarts, attempt + 1);
+  EXPECT_EQ(d.status.phase, "Restarting");
+  j.status = d.status;
+  return d.requeue_after.value_or(0ms);
+}
+
+}  // namespace
+
+TEST(BackoffReset, SixFailuresFarApartEachWaitTheBaseDelay) {
+  auto o = backoff_options();
+  auto j = running_job();
+  j.backoff_limit = 10;
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(fail_after(j, 20min, o), 10s) << "failure " << i + 1;
+    EXPECT_EQ(j.status.consecutive_restarts, 1);
+  }
+  EXPECT_EQ(j.status.restarts, 6);
+}
+
+TEST(BackoffReset, FailuresInQuickSuccessionDouble) {
+  auto o = backoff_options();
+  auto j = running_job();
+  j.backoff_limit = 10;
+  std::vector<std::chrono::milliseconds> delays;
+  for (int i = 0; i < 7; ++i) delays.push_back(fail_after(j, 1min, o));
+  EXPECT_EQ(delays, (std::vector<std::chrono::milliseconds>{10s, 20s, 40s, 80s, 160s, 300s, 300s}));
+  EXPECT_EQ(j.status.consecutive_restarts, 7);
+}
+
+TEST(BackoffReset, AFailureAfterAStableStretchGoesBackToTheBase) {
+  auto o = backoff_options();
+  auto j = running_job();
+  j.backoff_limit = 10;
+  EXPECT_EQ(fail_after(j, 30s, o), 10s);
+  EXPECT_EQ(fail_after(j, 30s, o), 20s);
+  EXPECT_EQ(fail_after(j, 30s, o), 40s);
+  EXPECT_EQ(fail_after(j, 9min, o), 80s) << "short of the stable stretch";
+  EXPECT_EQ(fail_after(j, 10min, o), 10s) << "an attempt that ran the stable stretch";
+  EXPECT_EQ(j.status.consecutive_restarts, 1);
+  // The wait before the next attempt is the reset one too: 5 s into it, 5 s are left.
+  for (auto& c : j.status.conditions)
+    if (c.type == "Restarting") c.last_transition_time = format_time(kNow);
+  auto in = observed(j);
+  in.now = kNow + 5s;
+  auto waiting = decide(in, o);
+  EXPECT_TRUE(waiting.create_pods.empty());
+  ASSERT_TRUE(waiting.requeue_after.has_value());
+  EXPECT_EQ(*waiting.requeue_after, 5s);
+  EXPECT_EQ(fail_after(j, 30s, o), 20s) << "and they double again from there";
+}
+
+TEST(BackoffReset, AResetOfZeroNeverResets) {
+  auto o = backoff_options();
+  o.restart_backoff_reset = 0s;
+  auto j = running_job();
+  j.backoff_limit = 10;
+  EXPECT_EQ(fail_after(j, 20min, o), 10s);
+  EXPECT_EQ(fail_after(j, 20min, o), 20s);
+  EXPECT_EQ(fail_after(j, 20min, o), 40s);
+}
+
+TEST(BackoffReset, AnAttemptThatNeverRanCountsInTheRow) {
+  auto o = backoff_options();
+  auto j = running_job();
+  EXPECT_EQ(fail_after(j, 20min, o), 10s);
+  // Attempt 1 fails while Pending (its Running condition is False since the restart).
+  auto d = decide(observed(j, {pod(0, "Failed", 1, 137), pod(1, "Pending", 1)}), o);
+  EXPECT_EQ(d.status.consecutive_restarts, 2);
+  EXPECT_EQ(d.requeue_after.value_or(0ms), 20s);
+}
+
+// A status written before the count existed goes on from its restarts, as the delay did then;
+// the count round-trips and never exceeds the restarts.
+TEST(BackoffReset, TheCountIsKeptInTheStatus) {
+  auto old = JobStatus::from_json({{"phase", "Restarting"}, {"restarts", 4}});
+  EXPECT_EQ(old.consecutive_restarts, 4);
+  EXPECT_EQ(old.node_lost_restarts, 0);
+  JobStatus s;
+  s.restarts = 5;
+  s.consecutive_restarts = 2;
+  s.node_lost_restarts = 1;
+  auto back = JobStatus::from_json(s.to_json());
+  EXPECT_EQ(back.consecutive_restarts, 2);
+  EXPECT_EQ(back.node_lost_restarts, 1);
+  EXPECT_TRUE(back == s);
+  s.consecutive_restarts = 3;
+  EXPECT_FALSE(back == s);
+  auto bad = JobStatus::from_json({{"restarts", 2}, {"consecutiveRestarts", 900}, {"nodeLostRestarts", -1}});
+  EXPECT_EQ(bad.consecutive_restarts, 2);
+  EXPECT_EQ(bad.node_lost_restarts, 0);
+}
+
+// Note [Lost nodes]: a pod of the current attempt, not finished, on a node that is NotReady,
+// unreachable, deleted, or tainted NoExecute without a toleration for ever, restarts the gang
+// at once; its pods on lost nodes are force-deleted.
+namespace {
+
+PodView on(PodView p, const std::string& node) {
+  p.node_name = node;
+  return p;
+}
+
+NodeView node(const std::string& name, const std::string& ready = "True", const std::string& reason = "",
+              const std::string& message = "") {
+  NodeView n;
+  n.name = name;
+  n.ready = ready;
+  n.ready_reason = reason;
+  n.ready_message = message;
+  n.ready_since = "2026-11-28T12:03:04Z";
+  return n;
+}
+
+// A running gang of two: tj-0 on worker-1 (Ready), tj-1 on worker-2, as `worker2` says.
+Observed gang_on(const NodeView& worker2, JobView j = running_job()) {
+  auto in = observed(std::move(j), {on(pod(0, "Running"), "worker-1"), on(pod(1, "Running"), "worker-2")});
+  in.watch_nodes = true;
+  in.nodes = {{"worker-1", node("worker-1")}, {"worker-2", worker2}};
+  return in;
+}
+
+std::string restarted_message(const Decision& d) { return message(d, "Restarted"); }
+
+void expect_node_lost_restart(const Decision& d, const std::string& why) {
+  EXPECT_EQ(d.status.phase, "Restarting");
+  EXPECT_EQ(d.status.restarts, 1);
+  EXPECT_EQ(d.status.node_lost_restarts, 1);
+  EXPECT_EQ(d.delete_pods, (std::vector<std::string>{"tj-0", "tj-1"}));
+  EXPECT_EQ(d.delete_pod_force, (std::vector<bool>{false, true})) << "only the pod on the lost node is forced";
+  EXPECT_EQ(reason(d, "Restarted"), "NodeLost");
+  EXPECT_EQ(reason(d, "Restarting"), "NodeLost");
+  std::string want = "pod tj-1 (rank 1) lost its node: " + why;
+  EXPECT_NE(restarted_message(d).find(want), std::string::npos) << restarted_message(d);
+  ASSERT_FALSE(d.events.empty());
+  EXPECT_EQ(d.events.back().type, "Warning");
+  EXPECT_EQ(d.events.back().reason, "NodeLost");
+  EXPECT_NE(d.events.back().message.find(want), std::string::npos) << d.events.back().message;
+  EXPECT_NE(d.events.back().message.find("restarting the gang as attempt 1"), std::string::npos) << d.events.back().message;
+}
+
+}  // namespace
+
+TEST(LostNodes, ANotReadyNodeRestartsTheGangAndForceDeletesItsPod) {
+  auto d = decide(gang_on(node("worker-2", "False", "KubeletNotReady", "container runtime is down")));
+  expect_node_lost_restart(
+      d, "node worker-2 is NotReady (Ready=False, KubeletNotReady: container runtime is down) since 2026-11-28T12:03:04Z");
+}
+
+TEST(LostNodes, AnUnreachableNodeRestartsTheGang) {
+  auto d = decide(gang_on(node("worker-2", "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.")));
+  expect_node_lost_restart(d, "node worker-2 is NotReady (Ready=Unknown, NodeStatusUnknown: Kubelet stopped posting "
+                              "node status.) since 2026-11-28T12:03:04Z");
+}
+
+TEST(LostNodes, ADeletedNodeRestartsTheGang) {
+  NodeView gone;
+  gone.name = "worker-2";
+  gone.gone = true;
+  expect_node_lost_restart(decide(gang_on(gone)), "node worker-2 is gone (deleted)");
+}
+
+TEST(LostNodes, AnUntoleratedNoExecuteTaintRestartsTheGang) {
+  NodeView tainted = node("worker-2");
+  tainted.no_execute = {{"example.com/gpu-unhealthy", "true"}};
+  expect_node_lost_restart(decide(gang_on(tainted)),
+                           "node worker-2 has taint example.com/gpu-unhealthy=true:NoExecute that pod tj-1 does not "
+                           "tolerate");
+}
+
+TEST(LostNodes, ATaintThePodToleratesForEverChangesNothing) {
+  NodeView tainted = node("worker-2");
+  tainted.no_execute = {{"example.com/gpu-unhealthy", "true"}, {"example.com/maintenance", ""}};
+  struct Case {
+    std::vector<Toleration> tolerations;
+    bool restarts;
+  };
+  const Toleration gpu_equal{"example.com/gpu-unhealthy", false, "true", std::nullopt};
+  const Toleration maintenance{"example.com/maintenance", true, "", std::nullopt};
+  const Toleration everything{"", true, "", std::nullopt};
+  for (const auto& c : {Case{{gpu_equal, maintenance}, false}, Case{{everything}, false},
+                        Case{{gpu_equal}, true},  // the second taint is not tolerated
+                        Case{{Toleration{"example.com/gpu-unhealthy", false, "false", std::nullopt}, maintenance}, true},
+                        Case{{}, true}}) {
+    auto in = gang_on(tainted);
+    in.pods[1].tolerations = c.tolerations;
+    auto d = decide(in);
+    EXPECT_EQ(d.status.phase, c.restarts ? "Restarting" : "Running") << ::testing::PrintToString(c.tolerations.size());
+    if (!c.restarts) {
+      EXPECT_TRUE(d.delete_pods.empty());
+      EXPECT_EQ(cond(d, "Restarted"), nullptr);
+      EXPECT_TRUE(d.events.empty());
+    }
+  }
+}
+
+// A toleration with tolerationSeconds tolerates only until the taint manager evicts the pod.
+TEST(LostNodes, ATolerationWithTolerationSecondsIsNoToleration) {
+  NodeView tainted = node("worker-2");
+  tainted.no_execute = {{"example.com/gpu-unhealthy", "true"}};
+  auto in = gang_on(tainted);
+  in.pods[1].tolerations = {{"example.com/gpu-unhealthy", true, "", 300}};
+  auto d = decide(in);
+  expect_node_lost_restart(d, "node worker-2 has taint example.com/gpu-unhealthy=true:NoExecute that pod tj-1 does not "
+                              "tolerate (its toleration has tolerationSeconds: it would be evicted)");
+}
+
+// A pod with more tolerations than the cache keeps is taken to tolerate every taint.
+TEST(LostNodes, APodWithTooManyTolerationsToJudgeIsTakenToTolerate) {
+  NodeView tainted = node("worker-2");
+  tainted.no_execute = {{"example.com/gpu-unhealthy", "true"}};
+  auto in = gang_on(tainted);
+  in.pods[1].tolerations_cut = true;
+  EXPECT_EQ(decide(in).status.phase, "Running");
+}
+
+TEST(LostNodes, APodNotYetScheduledOrOnANodeNotKnownIsNotJudged) {
+  auto j = job();
+  j.status.phase = "Pending";
+  j.status.start_time = format_time(kNow - 5s);
+  auto in = observed(j, {pod(0, "Pending"), on(pod(1, "Pending"), "worker-9")});
+  in.watch_nodes = true;
+  in.nodes = {{"worker-2", node("worker-2", "False")}};
+  auto d = decide(in);
+  EXPECT_EQ(d.status.restarts, 0);
+  EXPECT_TRUE(d.delete_pods.empty());
+  // A node that has no Ready condition yet (it has just registered) is not lost either.
+  in.pods[1].node_name = "worker-2";
+  in.nodes["worker-2"] = node("worker-2", "");
+  EXPECT_TRUE(decide(in).delete_pods.empty());
+}
+
+TEST(LostNodes, AFinishedPodOnALostNodeChangesNothing) {
+  auto in = gang_on(node("worker-2", "Unknown", "NodeStatusUnknown"));
+  in.pods[1].phase = "Succeeded";
+  in.pods[1].exit_code = 0;
+  auto d = decide(in);
+  EXPECT_EQ(d.status.phase, "Running");
+  EXPECT_EQ(d.status.restarts, 0);
+  EXPECT_TRUE(d.delete_pods.empty());
+}
+
+// Note [Pods that do not terminate]: a pod of an earlier attempt stuck Terminating on a lost
+// node is force-deleted once; one on a healthy node keeps its graceful deletion.
+TEST(LostNodes, AStalePodTerminatingOnALostNodeIsForceDeleted) {
+  auto j = running_job();
+  j.status.phase = "Restarting";
+  j.status.restarts = 1;
+  j.status.conditions.push_back({"Restarting", "True", "GangRestart", "", format_time(kNow - 20s)});
+  PodView stuck = on(pod(0, "Running", 0), "worker-2");
+  stuck.deleting = true;
+  stuck.deletion_due = kNow - 5s;
+  PodView going = on(pod(1, "Running", 0), "worker-1");
+  going.deleting = true;
+  going.deletion_due = kNow + 25s;
+  auto in = observed(j, {stuck, going});
+  in.watch_nodes = true;
+  in.nodes = {{"worker-1", node("worker-1")}, {"worker-2", node("worker-2", "Unknown", "NodeStatusUnknown")}};
+  auto d = decide(in);
+  EXPECT_EQ(d.delete_pods, std::vector<std::string>{"tj-0"});
+  EXPECT_EQ(d.delete_pod_force, std::vector<bool>{true});
+  EXPECT_EQ(d.delete_pod_uids, std::vector<std::string>{"uid-0-0"});
+  EXPECT_TRUE(d.create_pods.empty()) << "the next attempt still waits for it to go";
+  // Once forced, it is not deleted again.
+  in.pods[0].deleted_at_once = true;
+  EXPECT_TRUE(decide(in).delete_pods.empty());
+  // With the node watch off, nothing is forced.
+  in.pods[0].deleted_at_once = false;
+  in.watch_nodes = false;
+  EXPECT_TRUE(decide(in).delete_pods.empty());
+}
+
+TEST(LostNodes, WithTheNodeWatchOffNothingHappens) {
+  auto in = gang_on(node("worker-2", "False", "KubeletNotReady"));
+  in.watch_nodes = false;
+  auto d = decide(in);
+  EXPECT_EQ(d.status.phase, "Running");
+  EXPECT_EQ(d.status.restarts, 0);
+  EXPECT_TRUE(d.delete_pods.empty());
+  EXPECT_TRUE(d.events.empty());
+}
+
+TEST(LostNodes, RestartPolicyNeverFailsTheJobAndForceDeletesThePodThere) {
+  auto j = running_job();
+  j.restart_policy = RestartPolicy::Never;
+  auto d = decide(gang_on(node("worker-2", "False", "KubeletNotReady"), j));
+  EXPECT_EQ(d.status.phase, "Failed");
+  EXPECT_EQ(reason(d, "Failed"), "NodeLost");
+  EXPECT_NE(message(d, "Failed").find("node worker-2 is NotReady"), std::string::npos) << message(d, "Failed");
+  EXPECT_NE(message(d, "Failed").find("restartPolicy=Never"), std::string::npos);
+  // cleanPodPolicy Running: both running pods go, the one on the lost node at once.
+  EXPECT_EQ(d.delete_pods, (std::vector<std::string>{"tj-0", "tj-1"}));
+  EXPECT_EQ(d.delete_pod_force, (std::vector<bool>{false, true}));
+}
+
+// Note [Lost nodes]: restarts for lost nodes do not count toward backoffLimit; other failures
+// count as before, and the messages say which is which.
+TEST(LostNodes, RestartsForLostNodesDoNotCountTowardTheBackoffLimit) {
+  auto j = running_job();
+  j.backoff_limit = 1;
+  j.status.restarts = 1;
+  j.status.node_lost_restarts = 1;
+  auto in = gang_on(node("worker-2", "False"), j);
+  for (auto& p : in.pods) p.attempt = 1;
+  auto again = decide(in);
+  EXPECT_EQ(again.status.phase, "Restarting") << "a second lost node is not past backoffLimit 1";
+  EXPECT_EQ(again.status.restarts, 2);
+  EXPECT_EQ(again.status.node_lost_restarts, 2);
+  EXPECT_NE(message(again, "Restarted").find("as attempt 2 (0 of spec.runPolicy.backoffLimit=1; restarts for lost nodes "
+                                             "do not count)"),
+            std::string::npos)
+      << message(again, "Restarted");
+  // An exit 137 is the first counted restart; the next one is past the limit.
+  auto failed_once = decide(observed(j, {pod(0, "Failed", 1, 137), pod(1, "Running", 1)}));
+  EXPECT_EQ(failed_once.status.phase, "Restarting");
+  j.status = failed_once.status;
+  ran_for(j, 1min);
+  auto past = decide(observed(j, {pod(0, "Failed", 2, 137), pod(1, "Running", 2)}));
+  EXPECT_EQ(past.status.phase, "Failed");
+  EXPECT_EQ(reason(past, "Failed"), "BackoffLimitExceeded");
+  EXPECT_NE(message(past, "Failed").find("1 gang restart(s) reached spec.runPolicy.backoffLimit=1 (besides 1 for lost "
+                                         "nodes, which do not count)"),
+            std::string::npos)
+      << message(past, "Failed");
+}
+
+// A lost node is the cause even when a peer's failure is reported first: the peer's collective
+// broke because of it.
+TEST(LostNodes, ALostNodeIsTheCauseBeforeAPeersFailure) {
+  auto j = running_job();
+  j.restart_policy = RestartPolicy::ExitCode;
+  auto in = gang_on(node("worker-2", "Unknown", "NodeStatusUnknown"), j);
+  in.pods[0] = on(failed(0, lockstep::contract::kExitCollective, 2s), "worker-1");
+  auto d = decide(in);
+  EXPECT_EQ(d.status.phase, "Restarting");
+  EXPECT_EQ(reason(d, "Restarted"), "NodeLost");
+}

@@ -73,6 +73,29 @@ TEST(Prune, AStarMatchesAnyKey) {
   EXPECT_EQ(parse_pruned(pod("a").dump(), &deep, PruneRoot::Document), want);
 }
 
+// Keep rules are exceptions to the drop rules: a pod's spec.nodeName and spec.tolerations are
+// read while the rest of its spec is not, in a parse, a visit and a list alike.
+TEST(Prune, AKeepRuleReadsAMemberThatADropRuleWouldSkip) {
+  json doc = pod("a");
+  doc["spec"]["tolerations"] = {{{"key", "k"}, {"operator", "Exists"}, {"effect", "NoExecute"}}};
+  doc["status"]["nodeName"] = "not-kept";  // the same key elsewhere is untouched by the rules
+  Prune p{{{"spec", "*"}, {"status", "nodeName"}}, false, {{"spec", "nodeName"}, {"spec", "tolerations"}}};
+  json want = doc;
+  want["spec"].erase("containers");
+  want["status"].erase("nodeName");
+  EXPECT_EQ(parse_pruned(doc.dump(), &p, PruneRoot::Document), want);
+  EXPECT_EQ(parse_pruned(json{{"type", "ADDED"}, {"object", doc}}.dump(), &p, PruneRoot::WatchObject)["object"], want);
+  EXPECT_EQ(parse_pruned(json{{"items", {doc}}}.dump(), &p, PruneRoot::ListItems)["items"][0], want);
+  // A keep rule alone drops nothing.
+  Prune keep_only{{}, false, {{"spec", "nodeName"}}};
+  EXPECT_EQ(parse_pruned(doc.dump(), &keep_only, PruneRoot::Document), doc);
+  // A keep rule deeper than the drop rule that matches does not bring back what is under it.
+  Prune deeper{{{"spec"}}, false, {{"spec", "nodeName"}}};
+  json no_spec = doc;
+  no_spec.erase("spec");
+  EXPECT_EQ(parse_pruned(doc.dump(), &deeper, PruneRoot::Document), no_spec);
+}
+
 TEST(Prune, NotJsonIsDiscardedAsByParse) {
   for (const char* bad : {"", "{", "{\"a\": }", "[1, 2", "{\"spec\": {\"x\": [1, 2}}"}) {
     EXPECT_TRUE(parse_pruned(bad, &kPodPrune, PruneRoot::Document).is_discarded()) << bad;
@@ -211,4 +234,14 @@ TEST(Prune, MalformedTextIsDiscardedWhereParseRefusesIt) {
     EXPECT_TRUE(json::parse(bad, nullptr, false).is_discarded()) << bad;
     EXPECT_TRUE(parse_pruned(bad, &kPodPrune, PruneRoot::Document).is_discarded()) << bad;
   }
+}
+
+TEST(Prune, AVisitSeesWhatAKeepRuleKeeps) {
+  json doc = pod("a");
+  Prune p{{{"spec", "*"}}, false, {{"spec", "nodeName"}}};
+  Rebuild rebuild;
+  ASSERT_TRUE(lockstep::kube::visit_pruned(doc.dump(), &p, PruneRoot::Document, rebuild));
+  json want = doc;
+  want["spec"] = {{"nodeName", "n1"}};
+  EXPECT_EQ(rebuild.root, want);
 }

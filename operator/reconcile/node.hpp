@@ -1,0 +1,94 @@
+// The nodes a job's pods run on, as the operator sees them, and when such a node is lost.
+//
+// Note [Lost nodes]
+// A node that dies takes its pods' ranks with it, and their peers hang in a collective until
+// a timeout. Kubernetes itself notices late: the node lifecycle controller marks it Unknown
+// after 50 s without a heartbeat, taints it NoExecute, and evicts its pods after their default
+// tolerationSeconds (300 s); the pods then stay Terminating, since no kubelet confirms the
+// deletion, and the gang restart waits for them. So the operator watches the nodes itself
+// (--node-watch) and judges a pod of the current attempt that has not finished, and is bound
+// to a node, as lost at once when that node:
+//  * has its Ready condition False or Unknown (NotReady, or unreachable);
+//  * is gone: deleted while the pod is bound to it (a node the watch has not seen is read
+//    from the API server before it counts as gone: the pod's watch can run ahead of the
+//    node's for a node that has just joined);
+//  * carries a NoExecute taint that the pod does not tolerate for ever. A toleration with
+//    tolerationSeconds tolerates the taint for a while only, until the taint manager evicts
+//    the pod: that is taken as not tolerating it, since the gang cannot train through the
+//    eviction anyway, and waiting for it is what the watch is for. (Such a toleration also
+//    lets the scheduler put the next attempt's pod on the same tainted node, where it is
+//    lost again; the growing restart backoff bounds that loop.)
+// A node with no Ready condition yet (just registered) is not lost, nor is one whose pods'
+// node the cache does not know and the API server cannot say.
+//
+// The gang restarts as for a failed pod (decide.hpp), with reason NodeLost naming the node,
+// the pod and its rank, and why; restartPolicy Never fails the job. A restart for a lost node
+// does not count toward spec.runPolicy.backoffLimit (status.nodeLostRestarts counts them
+// apart): the node's loss says nothing about the program, and batch/v1 Jobs' podFailurePolicy
+// likewise lets disruptions be ignored. It still counts toward the restart delay (Note
+// [Backoff reset]), and activeDeadlineSeconds still bounds the job, so a job that takes down
+// node after node is slowed, and ended where a deadline is set.
+//
+// Pods on a lost node are deleted with gracePeriodSeconds 0 (force-deleted), the current
+// attempt's and an earlier one's still Terminating there alike: their kubelet will not confirm
+// a graceful deletion, and the next attempt reuses their names. Force deletion removes the
+// object only: on a node that is partitioned rather than dead, the containers may still run,
+// and may still reach their peers and the checkpoint store. Keeping such a rank out of the new
+// gang (fencing) is the agent's and the trainer's job: the barrier secret of each attempt
+// (Note [Barrier secret] in manifests.hpp), and the agents' heartbeats (docs/agent.md,
+// "Heartbeats"). Pods on healthy nodes are deleted gracefully, as for any gang restart.
+//
+// Node names, reasons, messages and taints reach conditions and Events; they come from the
+// API server, but another team's controller may write a node's status and taints, so the
+// cache keeps them bounded and printable (NodeView::from_json).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "reconcile/job.hpp"
+
+namespace lockstep::reconcile {
+
+struct NodeTaint {  // a NoExecute taint
+  std::string key, value;
+  bool operator==(const NodeTaint& o) const { return key == o.key && value == o.value; }
+};
+
+// What the node informer keeps of a node (Note [Lean caches] in kube/informer.hpp).
+struct NodeView {
+  std::string name;
+  // Its Ready condition: status True, False or Unknown ("" when it has none), reason,
+  // message, and lastTransitionTime as written.
+  std::string ready, ready_reason, ready_message, ready_since;
+  std::vector<NodeTaint> no_execute;  // at most kMaxNodeTaints
+  bool gone = false;  // no such node: deleted (never cached; set by the reader that found it gone)
+
+  static NodeView from_json(const nlohmann::json& node);
+  bool operator==(const NodeView& o) const {
+    return name == o.name && ready == o.ready && ready_reason == o.ready_reason &&
+           ready_message == o.ready_message && ready_since == o.ready_since && no_execute == o.no_execute &&
+           gone == o.gone;
+  }
+  bool operator!=(const NodeView& o) const { return !(*this == o); }
+};
+
+inline constexpr size_t kMaxNodeTaints = 16;
+
+// Why `pod` has lost `node` (Note [Lost nodes]), e.g. "node worker-2 is NotReady
+// (Ready=Unknown, NodeStatusUnknown: Kubelet stopped posting node status) since
+// 2026-11-28T12:03:04Z"; nullopt when the node serves it.
+std::optional<std::string> node_lost(const PodView& pod, const NodeView& node);
+
+// Whether `toleration` tolerates `taint` (a NoExecute one) for ever, as the kubelet and the
+// taint manager match them, less tolerationSeconds.
+bool tolerates_for_ever(const Toleration& toleration, const NodeTaint& taint);
+
+// `s` as it may appear in a message: bytes outside printable ASCII replaced with '?', at most
+// `max` bytes, "..." marking a cut.
+std::string printable(const std::string& s, size_t max);
+
+}  // namespace lockstep::reconcile
