@@ -7,7 +7,7 @@
 # allowed per gang attempt, and each fault is injected in turn (SIGKILL of a trainer: an
 # in-place restart; SIGSTOP of a trainer, beyond that budget: a gang restart; kubectl delete
 # pod; a container killed through containerd with the operator's pod deleted during the
-# restart; the kubelet away for 60 s). It prints, per fault: the step it hit, the checkpoint
+# restart; the kubelet away for 20 s). It prints, per fault: the step it hit, the checkpoint
 # the gang resumed from, the steps redone, and the time from the fault to every rank stepping
 # again
 # (rank 0's first step after the resume: DDP steps only when every rank takes part); and the
@@ -31,4 +31,4 @@ echo "bench/recovery: examples/ddp-checkpoint.yaml (2 pods x 1 rank, tiny GPT, c
 printf '%-92s %9s %10s %8s %7s %10s\n' "fault" "at step" "checkpoint" "resumed" "redone" "recovery"
 awk -F'\t' '$1 != "job" && $1 != "kubelet" { printf "%-92s %9d %10d %8d %7d %9.1fs\n", $1, $3, $2, $4, $3 - $4, $5 }' "$report"
 awk -F'\t' '$1 == "job" { printf "\nfaulty job %.1f s, the same job without faults %.1f s: ratio %.2f (wall time the faults cost, restarts and steps redone)\n", $2, $3, $2 / $3 }' "$report"
-awk -F'\t' '$1 == "kubelet" { printf "the kubelet away 60 s: training went on from step %d to %d, no restart%s\n", $2, $3, ($4 == 1 ? " (the node turned NotReady)" : "") }' "$report"
+awk -F'\t' '$1 == "kubelet" { printf "the kubelet away 20 s: training went on from step %d to %d, no restart%s\n", $2, $3, ($4 == 1 ? " (the node turned NotReady)" : "") }' "$report"
