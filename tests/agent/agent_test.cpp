@@ -825,6 +825,31 @@ TEST(SilentNode, BusyWorkersWithAShortPeerTimeoutDoNotTripIt) {
   }
 }
 
+// The heartbeat goes on while an agent stops its workers: node 1's worker ignores SIGTERM, so
+// its agent spends the whole grace period (8 s) stopping it, four times the peer timeout (2 s),
+// and the verdict is still the failing rank's own code, not a lost node.
+TEST(SilentNode, AGracePeriodLongerThanThePeerTimeoutIsNoSilence) {
+  std::string dir = temp_dir("silent-grace");
+  int port = lockstep::free_loopback_port();
+  std::vector<std::string> cmd = {"sh", "-c", "if [ \"$RANK\" = 0 ]; then sleep 1; exit 3; fi; exec " + worker_bin() + " stubborn"};
+  std::vector<std::string> flags = {"--peer-timeout", "2s", "--grace-period", "8s", "--stall-timeout", "0"};
+  const auto t0 = std::chrono::steady_clock::now();
+  auto a0 = start_agent(dir, 2, 0, 1, port, cmd, flags);
+  auto a1 = start_agent(dir, 2, 1, 1, port, cmd, flags);
+  auto s0 = a0.wait(90s), s1 = a1.wait(90s);
+  ASSERT_TRUE(s0 && s1) << a0.output() << a1.output();
+  const double took = seconds_since(t0);
+  std::printf("a grace period of 8 s with --peer-timeout 2s: both agents exited with the worker's code after %.1f s\n", took);
+  EXPECT_EQ(s0->shell_code(), 3) << a0.output();
+  EXPECT_EQ(s1->shell_code(), 3) << a1.output();
+  EXPECT_GT(took, 8.0) << "node 1 did not sit out its grace period:\n" << a1.output();
+  EXPECT_NE(a1.output().find("did not stop within the grace period; sending SIGKILL"), std::string::npos) << a1.output();
+  for (const Agent* a : {&a0, &a1}) {
+    EXPECT_EQ(a->output().find("said nothing"), std::string::npos) << a->output();
+    EXPECT_EQ(a->output().find("silent itself"), std::string::npos) << a->output();
+  }
+}
+
 TEST(Agent, BadConfigurationNamesTheVariable) {
   auto r = lockstep::run_capture({agent_bin(), "--", "true"}, {{"LOCKSTEP_NNODES", "2"}, {"LOCKSTEP_NODE_RANK", "2"}});
   EXPECT_EQ(r.status.shell_code(), lockstep::contract::kExitUsage);
