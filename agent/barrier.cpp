@@ -61,22 +61,6 @@ std::optional<std::string> pct_decode(const std::string& s) {
   return out;
 }
 
-void send_line(int fd, const Message& m) {
-  std::string line = encode(m) + "\n";
-  size_t off = 0;
-  while (off < line.size()) {
-    ssize_t n = ::send(fd, line.data() + off, line.size() - off, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) {  // a full socket buffer: a few lines never fill it; wait briefly
-      pollfd p{fd, POLLOUT, 0};
-      if (::poll(&p, 1, 1000) <= 0) return;
-      continue;
-    }
-    if (n <= 0) return;  // the reader notices the broken connection
-    off += static_cast<size_t>(n);
-  }
-}
-
 // Reads what is there; appends complete lines to `lines`. False when the peer closed.
 bool read_lines(int fd, std::string& buffer, std::vector<std::string>& lines) {
   char buf[4096];
@@ -358,6 +342,11 @@ BarrierServer::BarrierServer(const Config& cfg, const std::string& address, int 
   thread_ = std::thread([this] { loop(); });
 }
 
+std::string BarrierServer::fenced() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fenced_;
+}
+
 BarrierServer::~BarrierServer() {
   if (wake_[1] >= 0) {
     char c = 'x';
@@ -381,6 +370,8 @@ struct Conn {
   int node = -1;            // its node rank once joined
   std::string nonce;        // the challenge it must answer
   Clock::time_point since;  // accepted
+  Clock::time_point heard;  // a member's last complete line (Note [Heartbeats])
+  double budget = kMemberReadBurst;  // bytes it may still be read this second (Note [Heartbeats])
   bool closing = false;     // refused: closed once `out` is written, or at its HELLO deadline
   bool dead = false;        // to be closed at the end of this round
 };
@@ -417,6 +408,18 @@ class RefusalLog {
   long suppressed_ = 0;
 };
 
+// Note [Heartbeats]'s messages: a measured silence ("6.03 s") and a setting ("6 s", "2.5 s").
+std::string seconds_text(Clock::duration d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f s", std::chrono::duration<double>(d).count());
+  return buf;
+}
+std::string setting_text(std::chrono::milliseconds d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", static_cast<double>(d.count()) / 1000.0);
+  return buf;
+}
+
 std::string peer_name(const sockaddr_in& a) {
   char ip[INET_ADDRSTRLEN] = "?";
   ::inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip);
@@ -439,16 +442,27 @@ void BarrierServer::loop() {
   // Stopping takes the grace period and at most 10 s of SIGKILL (Supervisor::stop_group).
   const auto stop_limit = cfg_.grace_period + std::chrono::seconds(30);
   RefusalLog refusals;
-  Clock::time_point listen_again{}, next_alive = Clock::now() + kAliveInterval;
-  std::vector<int> lost_nodes;  // members whose connection closed this round
+  // Note [Heartbeats]
+  const auto interval = cfg_.heartbeat_interval();
+  const bool checks = cfg_.peer_checks();
+  const std::string timeout_text =
+      "more than " + cfg_.peer_timeout_from + ", " + setting_text(cfg_.peer_timeout);
+  Clock::time_point listen_again{}, next_alive = Clock::now() + interval;
+  // Members whose connection closed this round, with what the verdict says of each ("": the
+  // connection ended).
+  std::vector<std::pair<int, std::string>> lost_nodes;
 
-  auto drop = [&](Conn& c, const std::string& why) {
+  // `verdict`: what the generation's end says of this member, if it ends it ("" for a plain
+  // loss).
+  auto drop = [&](Conn& c, const std::string& why, const std::string& verdict = "") {
     if (c.dead) return;
     c.dead = true;
     if (c.node >= 0) {
       LOCKSTEP_LOG(Warn, "barrier", "closing node " << c.node << "'s connection: " << why);
-      if (node_conn[c.node] == &c) node_conn[c.node] = nullptr;
-      lost_nodes.push_back(c.node);
+      if (node_conn[c.node] == &c) {
+        node_conn[c.node] = nullptr;
+        lost_nodes.emplace_back(c.node, verdict);
+      }
     } else if (!c.closing) {
       refusals.note("closing a connection from " + c.peer + " that has not joined: " + why);
     }
@@ -527,12 +541,14 @@ void BarrierServer::loop() {
     LOCKSTEP_LOG(Warn, "barrier", "every node has stopped; starting generation " << gen << ": " << v.why);
     broadcast(m);
   };
-  auto lost = [&](int node) {
+  auto lost = [&](int node, const std::string& verdict) {
     if (phase == Phase::Finished || node < 0) return;
     if (done[node] && phase == Phase::Running) return;  // it finished, then left: fine
     if (phase == Phase::Gathering) return;            // it may come back before the start
     finish(contract::kExitRendezvous,
-           "the agent of node " + std::to_string(node) + " is gone (its pod deleted, its node lost or the agent killed)",
+           !verdict.empty() ? verdict
+                            : "the agent of node " + std::to_string(node) +
+                                  " is gone (its pod deleted, its node lost or the agent killed)",
            std::nullopt);
   };
   // A member's report, as the server saw it (Note [Barrier trust]).
@@ -571,6 +587,7 @@ void BarrierServer::loop() {
       return;
     }
     c.node = node;
+    c.heard = Clock::now();
     node_conn[node] = &c;
     int joined = static_cast<int>(std::count_if(node_conn.begin(), node_conn.end(), [](Conn* p) { return p != nullptr; }));
     if (joined == n) {
@@ -604,12 +621,28 @@ void BarrierServer::loop() {
       }
     }
   };
-  // Reads what `c` sent (at most 64 KiB a round, so no peer starves the others) and handles
-  // each complete line, within the bounds of Note [Barrier trust].
+  // Note [Heartbeats]: a member's ALIVE, which carries nothing the server keeps. True when
+  // `line` is one (handled: the member may be closed for its size).
+  auto heartbeat = [&](Conn& c, const char* line, size_t len) {
+    static constexpr char kAlive[] = "ALIVE";
+    const size_t n = sizeof kAlive - 1;
+    if (c.node < 0 || len < n || std::memcmp(line, kAlive, n) != 0 || (len > n && line[n] != ' ')) return false;
+    if (len > kMaxHeartbeatBytes)
+      drop(c, "a heartbeat of " + std::to_string(len) + " bytes (at most " + std::to_string(kMaxHeartbeatBytes) + ")");
+    return true;
+  };
+  // Reads what `c` sent (at most 64 KiB a round, so no peer starves the others, and no more of a
+  // member than its budget, Note [Heartbeats]) and handles each complete line, within the
+  // bounds of Note [Barrier trust].
   auto receive = [&](Conn& c) {
     char buf[4096];
     for (size_t round = 0; round < 16 && !c.dead && !c.closing; ++round) {
-      ssize_t k = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
+      size_t want = sizeof buf;
+      if (c.node >= 0) {
+        if (c.budget < 1) return;
+        want = std::min(want, static_cast<size_t>(c.budget));
+      }
+      ssize_t k = ::recv(c.fd, buf, want, MSG_DONTWAIT);
       if (k < 0 && errno == EINTR) continue;
       if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
       if (k <= 0) {  // closed, or an error: a member's loss is judged when it is closed
@@ -617,17 +650,25 @@ void BarrierServer::loop() {
         return;
       }
       c.received += static_cast<size_t>(k);
+      if (c.node >= 0) c.budget -= static_cast<double>(k);
       c.in.append(buf, static_cast<size_t>(k));
-      for (size_t pos; !c.dead && !c.closing && (pos = c.in.find('\n')) != std::string::npos;) {
-        std::string line = c.in.substr(0, pos);
-        c.in.erase(0, pos + 1);
-        auto m = decode(line);
+      // Lines are taken from the front and the buffer cut once: a flood of short lines costs
+      // linear time.
+      size_t start = 0;
+      for (size_t pos; !c.dead && !c.closing && (pos = c.in.find('\n', start)) != std::string::npos;) {
+        const char* line = c.in.data() + start;
+        const size_t len = pos - start;
+        start = pos + 1;
+        if (c.node >= 0) c.heard = Clock::now();  // Note [Heartbeats]: a member said something
+        if (heartbeat(c, line, len)) continue;
+        auto m = decode(std::string(line, len));
         if (!m) {
-          if (c.node < 0) drop(c, "it sent a line that is not the barrier's protocol: '" + log_escape(line) + "'");
+          if (c.node < 0) drop(c, "it sent a line that is not the barrier's protocol: '" + log_escape(std::string(line, len)) + "'");
           continue;  // a member's garbled line: ignored, as before
         }
         handle(c, *m);
       }
+      if (!c.dead) c.in.erase(0, start);
       if (c.node < 0 && c.received > kMaxUnjoinedBytes)
         drop(c, "it sent more than " + std::to_string(kMaxUnjoinedBytes) + " bytes without joining");
       else if (c.in.size() > kMaxLineBytes)
@@ -684,16 +725,43 @@ void BarrierServer::loop() {
 
   std::vector<pollfd> fds;
   bool leaving = false;
-  Clock::time_point leave_by{};
+  Clock::time_point leave_by{}, last_round = Clock::now(), last_refill = Clock::now();
   while (true) {
     const auto now = Clock::now();
+    // Note [Heartbeats]: each member's read budget refills at kMemberReadRate; one that has
+    // spent it is not read (nor polled for input) until it has some again.
+    const double refill = std::chrono::duration<double>(now - last_refill).count() * kMemberReadRate;
+    last_refill = now;
     fds.clear();
     fds.push_back({leaving ? -1 : wake_[0], POLLIN, 0});
     fds.push_back({now >= listen_again ? listen_fd_ : -1, POLLIN, 0});
-    for (auto& c : conns)
-      fds.push_back({c->fd, static_cast<short>((c->closing ? 0 : POLLIN) | (c->out.empty() ? 0 : POLLOUT)), 0});
+    for (auto& c : conns) {
+      if (c->node >= 0) c->budget = std::min(static_cast<double>(kMemberReadBurst), c->budget + refill);
+      const bool throttled = c->node >= 0 && c->budget < 1;
+      fds.push_back({throttled && c->out.empty() ? -1 : c->fd,
+                     static_cast<short>((c->closing || throttled ? 0 : POLLIN) | (c->out.empty() ? 0 : POLLOUT)), 0});
+    }
     int timeout = now >= listen_again ? 200 : static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(listen_again - now).count()) + 1;
     ::poll(fds.data(), fds.size(), std::min(timeout, 200));
+    // Note [Heartbeats]: a round this late means this thread was frozen (or starved) longer
+    // than the peer timeout: the members have given this server up. Before anything is read or
+    // accepted, it closes every connection and its listener without a word, and serves no more.
+    const auto woke = Clock::now();
+    if (checks && !leaving && phase != Phase::Finished && woke - last_round > cfg_.peer_timeout) {
+      const std::string why = "the restart barrier's server was silent itself for " + seconds_text(woke - last_round) +
+                              " (" + timeout_text + "): this process or its node was frozen, and its members have given "
+                              "it up";
+      LOCKSTEP_LOG(Warn, "barrier", why << "; it closes every connection and serves no more");
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        fenced_ = why;
+      }
+      for (auto& c : conns) ::close(c->fd);
+      ::close(listen_fd_);
+      listen_fd_ = -1;
+      return;
+    }
+    last_round = woke;
     if (fds[0].revents && !leaving) {
       char c;
       while (::read(wake_[0], &c, 1) > 0) {}
@@ -726,8 +794,17 @@ void BarrierServer::loop() {
         if (c->closing) c->dead = true;
         else drop(*c, "no HELLO within " + std::to_string(kHelloTimeout.count()) + " s");
       }
+    // Note [Heartbeats]: a member silent for the peer timeout is lost, as if it had closed.
+    if (checks && phase != Phase::Finished)
+      for (auto& c : conns)
+        if (c->node >= 0 && !c->dead && node_conn[c->node] == c.get() && t - c->heard > cfg_.peer_timeout) {
+          const std::string silence = "said nothing for " + seconds_text(t - c->heard) + " (" + timeout_text + ")";
+          drop(*c, "it " + silence,
+               "node " + std::to_string(c->node) + "'s agent (" + c->peer + ") " + silence +
+                   "; treating it as lost (its node frozen, powered off or cut off)");
+        }
     if (t >= next_alive) {
-      next_alive = t + kAliveInterval;
+      next_alive = t + interval;
       broadcast({"ALIVE", {}});
     }
     // Close what is done with; a member's loss may end the generation.
@@ -736,15 +813,15 @@ void BarrierServer::loop() {
       Conn& c = **it;
       if (c.node >= 0 && node_conn[c.node] == &c) {
         node_conn[c.node] = nullptr;
-        lost_nodes.push_back(c.node);
+        lost_nodes.emplace_back(c.node, "");
       }
       ::close(c.fd);
       it = conns.erase(it);
     }
     while (!lost_nodes.empty()) {  // lost() may close more members (their queues overflowing)
-      int node = lost_nodes.back();
+      auto [node, verdict] = lost_nodes.back();
       lost_nodes.pop_back();
-      lost(node);
+      lost(node, verdict);
     }
     refusals.roll();
     if (Clock::now() > deadline && (phase == Phase::Gathering || phase == Phase::Stopping)) {
@@ -790,22 +867,91 @@ bool BarrierClient::connect(const std::string& host, int port, std::string& erro
   if (fd < 0) return false;
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  // Keepalive: a peer whose node vanished without a FIN is noticed in about a minute.
+  // Keepalive: with the heartbeat checks off (Note [Heartbeats]), a peer whose node vanished
+  // without a FIN is still noticed in about a minute.
   ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
   int idle = 30, intvl = 5, cnt = 6;
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);  // Note [Heartbeats]: nothing here blocks
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  peer_ = ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 ? peer_name(a) : host + ":" + std::to_string(port);
   if (fd_ >= 0) ::close(fd_);
   fd_ = fd;
-  lost_ = false;
+  lost_ = eof_ = member_ = false;
   buffer_.clear();
-  last_heard_ = std::chrono::steady_clock::now();
+  out_.clear();
+  last_heard_ = last_tick_ = Clock::now();
+  own_silence_ = std::chrono::milliseconds(0);
   return true;
 }
 
+void BarrierClient::close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  lost_ = true;
+  out_.clear();
+}
+
+void BarrierClient::flush() {
+  while (fd_ >= 0 && !lost_ && !out_.empty()) {
+    ssize_t n = ::send(fd_, out_.data(), out_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      out_.erase(0, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    lost_ = true;  // the connection broke
+  }
+  // A server that takes nothing for this long is not reading: lost (Note [Barrier trust]).
+  if (out_.size() > kMaxQueuedBytes) lost_ = true;
+}
+
 void BarrierClient::send(const Message& m) {
-  if (fd_ >= 0) send_line(fd_, m);
+  if (fd_ < 0 || lost_) return;
+  if (m.verb == "HELLO") {  // a member from here on (Note [Heartbeats])
+    member_ = true;
+    last_heard_ = last_tick_ = Clock::now();
+    next_beat_ = last_tick_ + interval_;
+    own_silence_ = std::chrono::milliseconds(0);
+  }
+  out_ += encode(m) + "\n";
+  flush();
+}
+
+void BarrierClient::read_available() {
+  std::vector<std::string> lines;
+  std::string rest;
+  const bool open = read_lines(fd_, rest, lines);
+  if (!lines.empty()) last_heard_ = Clock::now();
+  for (auto& l : lines) buffer_ += l + "\n";
+  buffer_ += rest;
+  if (!open) lost_ = eof_ = true;
+}
+
+void BarrierClient::tick() {
+  const auto now = Clock::now();
+  if (member_) {  // Note [Heartbeats]: this agent's own silence
+    own_silence_ = std::max(own_silence_, std::chrono::duration_cast<std::chrono::milliseconds>(now - last_tick_));
+    last_tick_ = now;
+    if (fd_ >= 0 && !lost_ && now >= next_beat_) {
+      next_beat_ = now + interval_;
+      out_ += "ALIVE\n";
+    }
+  }
+  if (fd_ < 0) return;
+  // Read first, and on to the end even once a write has failed: node 0's agent may have sent
+  // its verdict and closed, and the verdict must still be read.
+  if (!eof_) read_available();
+  flush();
+}
+
+std::chrono::milliseconds BarrierClient::server_silence() const {
+  if (!member_) return std::chrono::milliseconds(0);
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - last_heard_);
 }
 
 std::optional<Message> BarrierClient::poll(std::chrono::milliseconds timeout) {
@@ -818,17 +964,11 @@ std::optional<Message> BarrierClient::poll(std::chrono::milliseconds timeout) {
     return std::nullopt;
   };
   if (auto m = take()) return m;
-  if (fd_ < 0 || lost_) return std::nullopt;
-  pollfd p{fd_, POLLIN, 0};
-  if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return std::nullopt;
-  std::vector<std::string> lines;
-  std::string rest;
-  bool open = read_lines(fd_, rest, lines);
-  if (!lines.empty()) last_heard_ = std::chrono::steady_clock::now();
-  std::string joined;
-  for (auto& l : lines) joined += l + "\n";
-  buffer_ += joined + rest;
-  if (!open) lost_ = true;
+  if (fd_ >= 0 && !eof_ && timeout.count() > 0) {
+    pollfd p{fd_, POLLIN, 0};
+    ::poll(&p, 1, static_cast<int>(timeout.count()));
+  }
+  tick();
   return take();
 }
 

@@ -24,10 +24,67 @@
 //   * Success: an agent whose workers all finished sends DONE; when every agent has, EXIT 0.
 //     Node 0's agent, which serves the barrier, leaves last.
 //   * Loss: an agent that disconnects before DONE (its pod deleted, its node lost, the agent
-//     killed) ends the generation for everyone with EXIT 76 (retryable): a lost pod is the
-//     operator's to replace. A client that loses the server does the same on its own.
+//     killed), or says nothing for the peer timeout (Note [Heartbeats]), ends the generation
+//     for everyone with EXIT 76 (retryable): a lost pod is the operator's to replace. A client
+//     that loses the server, or hears nothing from it for the peer timeout, does the same on
+//     its own.
 // Messages are lines of `VERB key=value ...`, values percent-encoded. Note [Barrier trust]
-// says who may join and what a stranger can cost the server.
+// says who may join and what a stranger can cost the server; Note [Heartbeats] how a silent
+// node is noticed in seconds.
+//
+// Note [Heartbeats]
+// A node that dies without a word (frozen, powered off, its traffic dropped) closes no
+// connection: TCP would notice in minutes, a collective in up to 10 (NCCL). So the barrier's
+// connections carry heartbeats both ways, and silence is loss (DESIGN.md, "A lost node is
+// noticed in seconds"). T is the peer timeout (--peer-timeout, LOCKSTEP_PEER_TIMEOUT; default
+// 6 s), I = min(1 s, T/4) the heartbeat interval (Config::heartbeat_interval).
+//   * Both ways: the server says ALIVE to every joined member every I; every member, once it
+//     has said HELLO, says ALIVE every I. Neither depends on the workers: the server is a
+//     thread of its own, and the agent ticks its client (BarrierClient::tick, which sends the
+//     heartbeat when due and reads what came, keeping it for poll) in every loop it runs once
+//     joined, at most 100 ms apart: waiting to start, watching workers, stopping them through
+//     the grace period and the SIGKILL rounds, and waiting for the verdict.
+//   * Silence is loss. The server treats a member from which no complete line came for T as
+//     it treats a disconnect (Loss, above: EXIT 76 for everyone; while gathering, the member
+//     may join again; a member that finished, while the others run on, is no loss). Its
+//     verdict names the node, its address and the silence ("node 2's agent (10.244.2.5:41234)
+//     said nothing for 6.1 s ..."). A member that heard nothing from the server for T treats
+//     it as lost: it stops its workers and exits 76; one whose workers all finished exits 0
+//     without the verdict, as when the connection closes (the gang reruns whole in any case:
+//     Note [Partly succeeded] in the operator). --barrier-timeout, which bounded only that
+//     finished wait (60 s, when ALIVE came every 5 s), is now an older name of --peer-timeout.
+//   * Fencing of a thawed agent. An agent that was silent itself for more than T (a gap between
+//     two ticks of its own loop on CLOCK_MONOTONIC, which runs on across SIGSTOP and a cgroup
+//     freeze) has been given up by its peers, or may have been: it closes its connection at
+//     once, acts on nothing it reads afterwards (a START buffered before the freeze would start
+//     workers of a generation the gang has left), stops its workers and exits 76 (0 if they had
+//     all finished), saying why. So does a member whose connection ended: a START read together
+//     with the end of the connection is not acted on. The server's thread measures the same
+//     gap between its rounds: a server that was silent for more than T closes its listener and
+//     every connection without a word, before it reads or accepts anything, and serves no more;
+//     node 0's agent, frozen with it, stands down as above. It cannot tell an agent of a newer
+//     gang attempt anything: that attempt has new pods (new addresses; pod 0's name is reused
+//     only once the old pod is gone), and its secret is new (Note [Barrier secret] in the
+//     operator), so a newer agent that reached the old server anyway would fail its proof there
+//     and only be refused (kRefusal; it would exit 76), never admitted or given a verdict.
+//   * Why these numbers. 1 s heartbeats cost nothing (6 bytes a second a member). T = 6 s
+//     lets 5 heartbeats in a row be late or lost before a node is: TCP resends a lost segment
+//     after 0.2, 0.4, 0.8, 1.6 s (3 s for four losses in a row), and a busy 2-core CI machine
+//     delays a sleeping thread by far less than a second (agent_test runs 4 CPU-bound workers
+//     on 2 cores with T = 2 s without a false loss). A silent node is noticed within T + I
+//     (7 s), and everyone's workers stop within the grace period after that. The minimum is
+//     2 s (with I = 0.5 s); 0 turns the checks off (heartbeats still go): for a debugger that
+//     stops an agent, or `lockstep run` suspended with Ctrl-Z longer than T, where TCP
+//     keepalive (about a minute) and the collectives' own timeouts remain. A single node has
+//     no peer and no checks. CLOCK_MONOTONIC, not CLOCK_BOOTTIME: a machine suspended whole
+//     (every agent of a `lockstep run`) resumes together; a node suspended alone finds its
+//     connections closed by the peers that gave it up.
+//   * Bounds (Note [Barrier trust]): a member's heartbeat is at most kMaxHeartbeatBytes and
+//     carries nothing the server keeps (its fields are ignored); a longer one closes the
+//     member's connection. The server reads at most kMemberReadRate bytes a second from a
+//     member (a burst of kMemberReadBurst): a member that floods heartbeats keeps its seat (its
+//     heartbeats are read, at that rate) but costs the server little; the rest waits in the
+//     kernel's buffers, and TCP slows the sender.
 //
 // Note [Barrier trust]
 // Any pod in the cluster can reach node 0's agent (DESIGN.md, "Trust model"). So:
@@ -52,12 +109,13 @@
 //     job's status (sanitize_failure): valid UTF-8, no control characters (newlines only in a
 //     tail), at most kFailureWhatBytes / kFailureTailBytes; its node is the connection's, its
 //     time the server's clock on receipt (the sender's `at` is ignored).
-//   * The server says ALIVE every kAliveInterval; a finished agent that hears nothing from it
-//     for --barrier-timeout stops waiting for a verdict.
+//   * Liveness is Note [Heartbeats]: what a heartbeat may carry and how fast a member may send
+//     are bounded there.
 #pragma once
 
 #include <chrono>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -89,7 +147,12 @@ inline constexpr size_t kMaxQueuedBytes = 256 * 1024;    // output waiting for o
 inline constexpr int kMaxUnjoined = 64;                  // connections that have not joined
 inline constexpr std::chrono::seconds kHelloTimeout{10}; // from accept to a valid HELLO
 inline constexpr std::chrono::milliseconds kAcceptBackoff{100};  // at EMFILE / ENFILE
-inline constexpr std::chrono::seconds kAliveInterval{5};
+// Note [Heartbeats]: the longest heartbeat line a member may send, and how much of a member's
+// input the server reads a second (a burst of kMemberReadBurst). A member's own traffic is a
+// few lines of at most ~40 KiB in a generation and 6 bytes a second.
+inline constexpr size_t kMaxHeartbeatBytes = 64;
+inline constexpr size_t kMemberReadRate = 256 * 1024;
+inline constexpr size_t kMemberReadBurst = 256 * 1024;
 // The one answer to a HELLO that does not prove membership.
 inline constexpr const char* kRefusal =
     "refused by node 0's agent: this agent did not prove it belongs to the job's current gang attempt "
@@ -145,37 +208,64 @@ class BarrierServer {
   BarrierServer(const BarrierServer&) = delete;
   BarrierServer& operator=(const BarrierServer&) = delete;
   int port() const { return port_; }
+  // Note [Heartbeats]: why this server stopped serving after a freeze, or "" while it serves.
+  std::string fenced() const;
 
  private:
   void loop();
   Config cfg_;
+  mutable std::mutex mu_;
+  std::string fenced_;  // under mu_
   int listen_fd_ = -1, port_ = 0, wake_[2] = {-1, -1};
   std::thread thread_;
 };
 
-// An agent's side of the barrier: a line-oriented connection, read without blocking.
+// An agent's side of the barrier: a line-oriented connection, read and written without
+// blocking.
 class BarrierClient {
  public:
+  using Clock = std::chrono::steady_clock;
   BarrierClient() = default;
   ~BarrierClient();
   BarrierClient(const BarrierClient&) = delete;
   BarrierClient& operator=(const BarrierClient&) = delete;
+  // Note [Heartbeats]: how often this agent says ALIVE once it has said HELLO.
+  void set_heartbeat_interval(std::chrono::milliseconds interval) { interval_ = interval; }
   // One attempt to connect; false (and `error` says why) if it failed.
   bool connect(const std::string& host, int port, std::string& error);
-  void send(const Message& m);  // a write to a lost server is noticed by the next poll()
+  // Queues `m` and writes what the socket takes now; the rest goes with the next tick. A
+  // server that leaves kMaxQueuedBytes unread is lost. Saying HELLO makes this agent a member:
+  // from then on it says ALIVE and its silence is measured.
+  void send(const Message& m);
   // The next message, waiting at most `timeout`; nullopt if none. lost() once the server's
-  // side is closed.
+  // side is closed. Ticks (below).
   std::optional<Message> poll(std::chrono::milliseconds timeout);
+  // Note [Heartbeats]: sends this agent's ALIVE when due, writes what is queued and reads what
+  // the server sent (kept for poll), never blocking. Call at least every 100 ms once HELLO is
+  // said, whatever else the agent is doing.
+  void tick();
+  // Closes the connection at once (a fenced agent: Note [Heartbeats]); lost() from then on.
+  void close();
   bool lost() const { return lost_; }
-  // When anything last came from the server (Note [Barrier trust]: ALIVE).
-  std::chrono::steady_clock::time_point last_heard() const { return last_heard_; }
+  // Note [Heartbeats]: how long the server has said nothing (0 before HELLO), and the longest
+  // this agent went between two ticks since it said HELLO (its own silence).
+  std::chrono::milliseconds server_silence() const;
+  std::chrono::milliseconds own_silence() const { return own_silence_; }
+  // The server's address as connected, ip:port.
+  const std::string& peer() const { return peer_; }
   int fd() const { return fd_; }
 
  private:
+  void read_available();
+  void flush();
   int fd_ = -1;
-  bool lost_ = false;
-  std::string buffer_;
-  std::chrono::steady_clock::time_point last_heard_{};
+  bool lost_ = false;     // the connection ended, broke, or was closed here
+  bool eof_ = false;      // nothing more to read
+  bool member_ = false;   // said HELLO on this connection
+  std::string buffer_, out_, peer_;
+  std::chrono::milliseconds interval_{1000};
+  Clock::time_point last_heard_{}, last_tick_{}, next_beat_{};
+  std::chrono::milliseconds own_silence_{0};
 };
 
 long long unix_ms();

@@ -28,9 +28,13 @@ variables (set by the operator), else torchrun's PET_* variables, else these fla
                              Never (default OnFailure)
   --agent-port PORT          LOCKSTEP_AGENT_PORT: node 0's agent serves the restart barrier
                              here (default: the master port + 1)
-  --barrier-timeout D        LOCKSTEP_BARRIER_TIMEOUT: an agent whose workers finished waits for
-                             the others while node 0's agent says it is alive; silence this long
-                             ends the wait (default 60s)
+  --peer-timeout D           LOCKSTEP_PEER_TIMEOUT: the agents of a job heartbeat each other over
+                             the restart barrier (every 1 s); one that says nothing this long is
+                             lost (its node frozen, powered off or cut off): every agent stops its
+                             workers and exits 76. An agent that was silent itself this long (its
+                             node frozen, then thawed) stands down the same way. At least 2s, or
+                             0 to switch the checks off (default 6s; older name --barrier-timeout,
+                             LOCKSTEP_BARRIER_TIMEOUT)
   (LOCKSTEP_BARRIER_SECRET: the secret agents prove to node 0's agent to join the restart
                              barrier; the operator and lockstep run set it; docs/security.md)
   --run-id ID                TORCHELASTIC_RUN_ID (default: LOCKSTEP_JOB_UID, else the job name)
@@ -58,7 +62,8 @@ variables (set by the operator), else torchrun's PET_* variables, else these fla
   --python-probe-dir DIR     LOCKSTEP_PYTHON_PROBE_DIR: where the probe is (default: python/
                              beside this executable, else ../share/lockstep/python from it)
 Exit codes: the failing worker's own code (128+N if killed by signal N); 64 bad
-configuration; 75 stall; 76 rendezvous failure (docs/exit-codes.md).
+configuration; 75 stall; 76 rendezvous failure, or a lost or silent peer agent
+(docs/exit-codes.md).
 )";
 
 std::map<std::string, std::string> current_environment() {
@@ -173,7 +178,12 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
   cfg.agent_port = env_int(env, {c::kAgentPort}, 0, 1, 65535);
   if (lookup(env, {c::kRestartPolicy}, v, from)) cfg.restart_policy = v;
   if (lookup(env, {c::kBarrierSecret}, v, from)) cfg.barrier_secret = v;
-  cfg.barrier_timeout = env_duration(env, "LOCKSTEP_BARRIER_TIMEOUT", cfg.barrier_timeout);
+  // Note [Heartbeats]: the older name first, so the newer wins where both are set.
+  for (const char* name : {"LOCKSTEP_BARRIER_TIMEOUT", "LOCKSTEP_PEER_TIMEOUT"})
+    if (lookup(env, {name}, v, from)) {
+      cfg.peer_timeout = env_duration(env, name, cfg.peer_timeout);
+      cfg.peer_timeout_from = name;
+    }
   // Durations also from the environment: the operator starts `lockstep-agent -- COMMAND` with
   // no flags, so a pod's env is how a job changes them.
   cfg.stall_timeout = env_duration(env, "LOCKSTEP_STALL_TIMEOUT", cfg.stall_timeout);
@@ -204,6 +214,7 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
     if (copy[i] == "--") { dashdash = i; break; }
   for (size_t i = 0; i < dashdash; ++i) argv.push_back(copy[i].data());
   int argc = static_cast<int>(argv.size());
+  std::string peer_timeout_flag;  // set once --peer-timeout is seen: the older name no longer wins
   try {
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
@@ -224,7 +235,14 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
       else if (match(argc, argv.data(), i, "--restart-policy", v)) cfg.restart_policy = v;
       else if (match(argc, argv.data(), i, "--agent-port", v)) cfg.agent_port = to_int("--agent-port", v, 1, 65535);
       else if (match(argc, argv.data(), i, "--run-id", v)) cfg.run_id = v;
-      else if (match(argc, argv.data(), i, "--barrier-timeout", v)) cfg.barrier_timeout = to_duration("--barrier-timeout", v);
+      else if (match(argc, argv.data(), i, "--peer-timeout", v) || match(argc, argv.data(), i, "--barrier-timeout", v)) {
+        const std::string flag = a.rfind("--peer-timeout", 0) == 0 ? "--peer-timeout" : "--barrier-timeout";
+        if (flag == "--peer-timeout" || peer_timeout_flag.empty()) {
+          cfg.peer_timeout = to_duration(flag, v);
+          cfg.peer_timeout_from = flag;
+        }
+        if (flag == "--peer-timeout") peer_timeout_flag = flag;
+      }
       else if (match(argc, argv.data(), i, "--metrics-port", v)) cfg.metrics_port = to_int("--metrics-port", v, 0, 65535);
       else if (match(argc, argv.data(), i, "--metrics-address", v)) cfg.metrics_address = v;
       else if (match(argc, argv.data(), i, "--stall-timeout", v)) cfg.stall_timeout = to_duration("--stall-timeout", v);
@@ -268,9 +286,10 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
     cfg.python_probe_dir = find_python_probe_dir(probe_dir, probe_dir_from, self_exe, &cfg.python_probe_note);
   else
     cfg.python_probe_note = "off (LOCKSTEP_PYTHON_PROBE=0 or --no-python-probe)";
-  if (cfg.barrier_timeout.count() <= 0)
-    throw ConfigError("--barrier-timeout (LOCKSTEP_BARRIER_TIMEOUT) must be positive: it bounds how long a finished "
-                      "agent waits for a silent node 0");
+  if (cfg.peer_timeout.count() != 0 && cfg.peer_timeout < kMinPeerTimeout)
+    throw ConfigError(cfg.peer_timeout_from + " must be 0 (no heartbeat checks) or at least " +
+                      std::to_string(kMinPeerTimeout.count()) + "s (the agents heartbeat every second; a shorter "
+                      "silence is no lost node), got " + std::to_string(cfg.peer_timeout.count()) + "ms");
   if (cfg.master_addr.empty()) throw ConfigError("the master address (LOCKSTEP_MASTER_ADDR or --master-addr) is empty");
   return cfg;
 }

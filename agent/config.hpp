@@ -3,6 +3,7 @@
 // derived from (worker_env.hpp).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <stdexcept>
@@ -15,6 +16,9 @@ namespace lockstep::agent {
 struct ConfigError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// Note [Heartbeats]: the shortest peer timeout other than 0 (off), two heartbeats of 1 s.
+inline constexpr std::chrono::seconds kMinPeerTimeout{2};
 
 struct Config {
   int nnodes = 1;
@@ -31,9 +35,12 @@ struct Config {
   // Note [Barrier trust]: the job's secret (LOCKSTEP_BARRIER_SECRET), never logged; empty: none.
   // The agent takes it out of its environment, so no worker sees it.
   std::string barrier_secret;
-  // A finished agent waits for the barrier's verdict (its peers may train on) as long as the
-  // server says ALIVE; silence this long ends the wait (LOCKSTEP_BARRIER_TIMEOUT).
-  std::chrono::milliseconds barrier_timeout{std::chrono::seconds(60)};
+  // Note [Heartbeats] in barrier.hpp: a peer of the restart barrier (node 0's agent, or a
+  // member) that says nothing this long is lost, and so is an agent that was silent itself this
+  // long. LOCKSTEP_PEER_TIMEOUT, --peer-timeout (older name: LOCKSTEP_BARRIER_TIMEOUT,
+  // --barrier-timeout). 0: no checks; otherwise at least kMinPeerTimeout.
+  std::chrono::milliseconds peer_timeout{std::chrono::seconds(6)};
+  std::string peer_timeout_from = "--peer-timeout";  // the flag or variable that set it, for messages
   std::string run_id = "none";    // TORCHELASTIC_RUN_ID: the job's UID, else its name
   std::string job_name, job_namespace;
   int metrics_port = 9400;        // 0: no /metrics
@@ -69,6 +76,12 @@ struct Config {
   int world_size() const { return nnodes * nproc_per_node; }
   int barrier_port() const { return agent_port > 0 ? agent_port : master_port % 65535 + 1; }
   bool stall_detection() const { return stall_timeout.count() > 0; }
+  // Note [Heartbeats]: silence is judged only between the agents of a job of several nodes.
+  bool peer_checks() const { return peer_timeout.count() > 0 && nnodes > 1; }
+  std::chrono::milliseconds heartbeat_interval() const {
+    return peer_timeout.count() > 0 ? std::min<std::chrono::milliseconds>(std::chrono::seconds(1), peer_timeout / 4)
+                                    : std::chrono::seconds(1);
+  }
   bool first_step_detection() const { return stall_detection() && first_step_timeout.count() > 0; }
   // The step sockets exist for /metrics, stall detection or the step log.
   bool step_sockets() const { return metrics || stall_detection() || !step_log_dir.empty(); }

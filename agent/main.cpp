@@ -72,6 +72,13 @@ int main(int argc, char** argv) {
     if (!metrics->endpoint().empty())
       LOCKSTEP_LOG(Info, "agent", "serving /metrics on " << metrics->endpoint());
   }
+  if (cfg.peer_checks())  // Note [Heartbeats] in barrier.hpp
+    LOCKSTEP_LOG(Info, "agent", "heartbeats: every " << cfg.heartbeat_interval().count() / 1000.0
+                                << " s over the restart barrier; an agent silent for " << cfg.peer_timeout.count() / 1000.0
+                                << " s is lost (" << cfg.peer_timeout_from << ")");
+  else if (cfg.nnodes > 1)
+    LOCKSTEP_LOG(Info, "agent", "heartbeats: not checked (" << cfg.peer_timeout_from
+                                << " 0): only TCP keepalive and the workers' own timeouts notice a silent node");
   LOCKSTEP_LOG(Info, "agent", "node " << cfg.node_rank << " of " << cfg.nnodes << ", " << cfg.nproc_per_node
                                       << " worker(s) per node; master " << cfg.master_addr << ":" << cfg.master_port);
   int code;

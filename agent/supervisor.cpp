@@ -112,6 +112,26 @@ void write_progress_summary(const Metrics& metrics) {
   write_termination_log(line + "\n");
 }
 
+// The next message that matters at generation `gen`, waiting at most `wait` for the first:
+// heartbeats and what is left of older generations are passed over, so a verdict that came
+// just before the connection's end is seen before the end is (Note [Heartbeats]).
+std::optional<Message> next_message(BarrierClient& barrier, std::chrono::milliseconds wait, int gen) {
+  for (auto m = barrier.poll(wait);; m = barrier.poll(std::chrono::milliseconds(0)))
+    if (!m || (m->verb != "ALIVE" && m->get_int("gen", gen) >= gen)) return m;
+}
+
+// Note [Heartbeats]'s messages: a measured silence ("6.03 s") and a setting ("6 s", "2.5 s").
+std::string seconds_text(std::chrono::milliseconds d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f s", static_cast<double>(d.count()) / 1000.0);
+  return buf;
+}
+std::string setting_text(std::chrono::milliseconds d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", static_cast<double>(d.count()) / 1000.0);
+  return buf;
+}
+
 sigset_t stop_signals() {
   sigset_t s;
   sigemptyset(&s);
@@ -266,6 +286,7 @@ void Supervisor::start_group(int generation) {
       ::fcntl(w.out_fd, F_SETFL, O_NONBLOCK);
     }
     if (metrics_) metrics_->set_worker_up(i, true);
+    keep_alive();
   }
   LOCKSTEP_LOG(Info, "agent", "started " << cfg_.nproc_per_node << " worker(s), rank(s) " << workers_.front().rank
                                          << (cfg_.nproc_per_node > 1 ? "-" + std::to_string(workers_.back().rank) : "")
@@ -367,6 +388,7 @@ void Supervisor::stop_group() {
   signal_everything(SIGCONT, &continued);
   auto deadline = std::chrono::steady_clock::now() + cfg_.grace_period;
   while (std::chrono::steady_clock::now() < deadline) {
+    keep_alive();  // Note [Heartbeats]: the grace period may be longer than the peer timeout
     collect();
     pump_output();
     if (!descendants_left()) break;
@@ -381,15 +403,22 @@ void Supervisor::stop_group() {
   // nothing is left (bounded: a process in uninterruptible sleep may take its time).
   auto kill_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (descendants_left() && std::chrono::steady_clock::now() < kill_deadline) {
+    keep_alive();
     signal_everything(SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     collect();
   }
   if (descendants_left()) LOCKSTEP_LOG(Warn, "agent", "some worker processes survived SIGKILL for 10 s (uninterruptible sleep?)");
   for (auto& w : workers_) {
-    if (w.exited) continue;
-    w.status = w.process.wait();
-    w.exited = true;
+    while (!w.exited) {  // as long as it takes, still heartbeating: the barrier's stop deadline judges it
+      if (auto st = w.process.try_wait()) {
+        w.status = *st;
+        w.exited = true;
+      } else {
+        keep_alive();
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
   }
   // Whatever held the pipes is gone now: read what is left.
   pump_output();
@@ -489,6 +518,34 @@ void Supervisor::linger_after_stall() {
   }
 }
 
+void Supervisor::keep_alive() {
+  if (barrier_) barrier_->tick();
+}
+
+std::string Supervisor::own_silence(const BarrierClient& barrier) const {
+  if (!cfg_.peer_checks()) return "";
+  // Node 0's agent: its server's thread may have measured the freeze a little longer than this
+  // thread did (Note [Heartbeats]).
+  if (std::string why = server_ ? server_->fenced() : ""; !why.empty())
+    return why + "; this agent stands down instead of carrying on";
+  if (barrier.own_silence() <= cfg_.peer_timeout) return "";
+  return "this agent was silent itself for " + seconds_text(barrier.own_silence()) + " (more than " +
+         cfg_.peer_timeout_from + ", " + setting_text(cfg_.peer_timeout) +
+         "): its process or node was frozen, and its peers have given it up; it stands down instead of carrying on";
+}
+
+std::string Supervisor::server_gone(const BarrierClient& barrier) const {
+  if (std::string why = server_ ? server_->fenced() : ""; !why.empty())  // node 0's own, after a freeze
+    return why + "; this agent stands down instead of carrying on";
+  if (barrier.lost())
+    return "lost node 0's agent (the restart barrier at " + (barrier.peer().empty() ? cfg_.master_addr : barrier.peer()) +
+           "): its pod was deleted or its node lost";
+  if (!cfg_.peer_checks() || barrier.server_silence() <= cfg_.peer_timeout) return "";
+  return "node 0's agent (" + barrier.peer() + ") said nothing for " + seconds_text(barrier.server_silence()) +
+         " (more than " + cfg_.peer_timeout_from + ", " + setting_text(cfg_.peer_timeout) +
+         "); treating it as lost (its node frozen, powered off or cut off)";
+}
+
 // Joins the restart barrier (Note [Restart barrier]): connects to node 0's agent, retrying
 // until the rendezvous timeout, says HELLO and waits for generation 0 to start. Returns the
 // agent's exit code if it must stop instead (a refusal, a timeout, a stop signal), else -1.
@@ -514,6 +571,13 @@ int Supervisor::join_barrier(BarrierClient& barrier, const std::string& host, in
       }
     }
     auto m = barrier.poll(std::chrono::milliseconds(100));
+    while (m && m->verb == "ALIVE") m = barrier.poll(std::chrono::milliseconds(0));
+    if (said_hello) {  // Note [Heartbeats]: a member from here on
+      if (std::string why = own_silence(barrier); !why.empty()) {
+        barrier.close();
+        return finish(contract::kExitRendezvous, why, nullptr);
+      }
+    }
     if (m && m->verb == "CHALLENGE" && !said_hello) {  // Note [Barrier trust]: prove membership
       Message hello{"HELLO", {{"node", std::to_string(cfg_.node_rank)}, {"run", cfg_.run_id},
                               {"attempt", std::to_string(cfg_.restart_attempt)}}};
@@ -524,6 +588,12 @@ int Supervisor::join_barrier(BarrierClient& barrier, const std::string& host, in
       said_hello = true;
       continue;
     }
+    if (m && m->verb == "EXIT") return finish(verdict_code(*m), verdict_why(*m), nullptr);
+    // A START read together with the connection's end is not acted on (Note [Heartbeats]).
+    if (m && m->verb == "START" && m->get_int("gen") == 0 && barrier.lost())
+      return finish(contract::kExitRendezvous, server_gone(barrier), nullptr);
+    if (said_hello && !barrier.lost())
+      if (std::string why = server_gone(barrier); !why.empty()) return finish(contract::kExitRendezvous, why, nullptr);
     if (m && m->verb == "START" && m->get_int("gen") == 0) {
       if (cfg_.nnodes > 1)
         LOCKSTEP_LOG(Info, "agent", "all " << cfg_.nnodes << " agents joined the restart barrier after "
@@ -532,7 +602,6 @@ int Supervisor::join_barrier(BarrierClient& barrier, const std::string& host, in
                                     << cfg_.restart_policy << ")");
       return -1;
     }
-    if (m && m->verb == "EXIT") return finish(verdict_code(*m), verdict_why(*m), nullptr);
     if (barrier.lost()) {  // node 0's agent restarted or refused us without a word: try again
       connected = said_hello = false;
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -568,15 +637,22 @@ int Supervisor::run() {
     }
   }
   BarrierClient barrier;
+  barrier.set_heartbeat_interval(cfg_.heartbeat_interval());
+  // Note [Heartbeats]: every loop below ticks the barrier, stop_group's included.
+  struct Ticking {
+    Supervisor& s;
+    ~Ticking() {
+      s.barrier_ = nullptr;
+      s.server_ = nullptr;
+    }
+  } ticking{*this};
+  barrier_ = &barrier;
+  server_ = server.get();
   if (int code = join_barrier(barrier, server ? "127.0.0.1" : cfg_.master_addr,
                               server ? server->port() : cfg_.barrier_port());
       code >= 0)
     return code;
 
-  const auto lost_server = [&] {
-    return "lost node 0's agent (the restart barrier at " + cfg_.master_addr + ":" + std::to_string(cfg_.barrier_port()) +
-           "): its pod was deleted or its node lost";
-  };
   for (int gen = 0;;) {
     if (metrics_) metrics_->reset_progress(gen);
     start_group(gen);
@@ -591,6 +667,14 @@ int Supervisor::run() {
                                                    << cfg_.grace_period.count() / 1000.0 << " s)");
         stop_group();
         return finish(128 + sig, std::string("stopped by ") + strsignal(sig), nullptr);
+      }
+      // Note [Heartbeats]: a thawed agent acts on nothing it reads or sees after the freeze.
+      barrier.tick();
+      if (std::string why = own_silence(barrier); !why.empty()) {
+        barrier.close();  // node 0's agent learns at once, if it is still there
+        LOCKSTEP_LOG(Error, "agent", why << "; stopping the workers");
+        stop_group();
+        return finish(contract::kExitRendezvous, why, nullptr);
       }
       for (auto& w : workers_) {
         if (w.exited) continue;
@@ -626,7 +710,7 @@ int Supervisor::run() {
         barrier.send(failure_message("FAILED", gen, mine));
         break;
       }
-      auto m = barrier.poll(std::chrono::milliseconds(0));
+      auto m = next_message(barrier, std::chrono::milliseconds(0), gen);
       if (m && m->verb == "STOP" && m->get_int("gen") == gen) {
         LOCKSTEP_LOG(Info, "agent", "another node failed: stopping this node's workers for the restart barrier");
         break;
@@ -635,15 +719,16 @@ int Supervisor::run() {
         stop_group();
         return finish(verdict_code(*m), verdict_why(*m), nullptr);
       }
-      if (barrier.lost()) {
-        LOCKSTEP_LOG(Error, "agent", lost_server() << "; stopping the workers");
+      if (std::string why = server_gone(barrier); !why.empty()) {  // lost, or silent (Note [Heartbeats])
+        LOCKSTEP_LOG(Error, "agent", why << "; stopping the workers");
         stop_group();
-        return finish(contract::kExitRendezvous, lost_server(), nullptr);
+        return finish(contract::kExitRendezvous, why, nullptr);
       }
     }
     const bool finished = !mine && done == cfg_.nproc_per_node;
     stop_group();  // collects output; for a finished node, everyone has exited already
     barrier.send(failure_message(finished ? "DONE" : "STOPPED", gen, mine));
+    const std::string all_finished = "all " + std::to_string(cfg_.nproc_per_node) + " worker(s) finished";
     // Wait for the barrier's verdict: the next generation, or the end. A finished node may
     // wait as long as its peers train; a stopped one only as long as stopping can take.
     const auto deadline = std::chrono::steady_clock::now() + cfg_.grace_period + std::chrono::seconds(60);
@@ -652,8 +737,35 @@ int Supervisor::run() {
         LOCKSTEP_LOG(Info, "agent", strsignal(sig) << " while waiting at the restart barrier");
         return finish(128 + sig, std::string("stopped by ") + strsignal(sig), nullptr);
       }
-      auto m = barrier.poll(std::chrono::milliseconds(50));
+      auto m = next_message(barrier, std::chrono::milliseconds(50), gen);
       reap_orphans();
+      // Note [Heartbeats]: a thawed agent never starts workers again; a finished one has none
+      // to stop and leaves as finished, as when the barrier is lost.
+      if (std::string why = own_silence(barrier); !why.empty()) {
+        barrier.close();
+        if (finished) return finish(0, all_finished + "; " + why, nullptr);
+        return finish(contract::kExitRendezvous, why, nullptr);
+      }
+      if (m && m->verb == "EXIT") {
+        int code = verdict_code(*m);
+        auto cause = failure_of(*m);
+        if (code == 0) return finish(0, all_finished, nullptr);
+        if (mine && mine->reason == "Stall") linger_after_stall();
+        const bool here = cause && cause->node == cfg_.node_rank;
+        if (here && culprit) return finish(code, verdict_why(*m), culprit);
+        // The cause ran on another node: quote its last words as that node's agent sent them,
+        // so whichever pod the operator reads first tells the user what went wrong.
+        return finish(code, verdict_why(*m), nullptr, cause ? std::optional<Failure>(cause) : std::nullopt);
+      }
+      // Lost or silent (Note [Heartbeats]), before a START or STOP that came with the end is
+      // acted on.
+      if (std::string why = server_gone(barrier); !why.empty()) {
+        if (finished) {
+          LOCKSTEP_LOG(Warn, "agent", why << "; this node's workers all finished, so it leaves without the barrier's verdict");
+          return finish(0, all_finished + "; " + why, nullptr);
+        }
+        return finish(contract::kExitRendezvous, why, nullptr);
+      }
       if (m && m->verb == "STOP" && m->get_int("gen") == gen) {  // after DONE: a peer failed
         barrier.send(failure_message("STOPPED", gen, std::nullopt));
         continue;
@@ -667,30 +779,8 @@ int Supervisor::run() {
                                                        cause ? cause->code : 0);
         break;
       }
-      if (m && m->verb == "EXIT") {
-        int code = verdict_code(*m);
-        auto cause = failure_of(*m);
-        if (code == 0) return finish(0, "all " + std::to_string(cfg_.nproc_per_node) + " worker(s) finished", nullptr);
-        if (mine && mine->reason == "Stall") linger_after_stall();
-        const bool here = cause && cause->node == cfg_.node_rank;
-        if (here && culprit) return finish(code, verdict_why(*m), culprit);
-        // The cause ran on another node: quote its last words as that node's agent sent them,
-        // so whichever pod the operator reads first tells the user what went wrong.
-        return finish(code, verdict_why(*m), nullptr, cause ? std::optional<Failure>(cause) : std::nullopt);
-      }
-      if (barrier.lost()) {
-        if (finished) return finish(0, "all " + std::to_string(cfg_.nproc_per_node) + " worker(s) finished", nullptr);
-        return finish(contract::kExitRendezvous, lost_server(), nullptr);
-      }
       if (!finished && std::chrono::steady_clock::now() > deadline)
         return finish(contract::kExitRendezvous, "the restart barrier gave no verdict in time (a node could not stop its workers?)", nullptr);
-      // Note [Barrier trust]: a finished node waits while node 0's agent says it is alive.
-      if (finished && std::chrono::steady_clock::now() - barrier.last_heard() > cfg_.barrier_timeout) {
-        LOCKSTEP_LOG(Warn, "agent", "node 0's agent said nothing for " << cfg_.barrier_timeout.count() / 1000.0
-                                    << " s (--barrier-timeout, LOCKSTEP_BARRIER_TIMEOUT); this node's workers all "
-                                       "finished, so it leaves without the barrier's verdict");
-        return finish(0, "all " + std::to_string(cfg_.nproc_per_node) + " worker(s) finished; the restart barrier went silent", nullptr);
-      }
     }
   }
 }

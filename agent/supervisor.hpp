@@ -55,6 +55,13 @@ class Supervisor {
   };
   bool wait_for_master();
   int join_barrier(BarrierClient& barrier, const std::string& host, int port);
+  // Note [Heartbeats]: ticks the barrier's client, if there is one (in loops that may outlast
+  // a heartbeat interval).
+  void keep_alive();
+  // Note [Heartbeats]: why this agent's membership has ended, or "" while it holds: its own
+  // silence (it was frozen); node 0's agent lost or silent.
+  std::string own_silence(const BarrierClient& barrier) const;
+  std::string server_gone(const BarrierClient& barrier) const;
   void start_group(int generation);
   void stop_group();
   void signal_everything(int sig, std::set<pid_t>* already = nullptr);
@@ -74,6 +81,8 @@ class Supervisor {
   Metrics* metrics_;
   std::string metrics_dir_;
   std::vector<Worker> workers_;
+  BarrierClient* barrier_ = nullptr;  // while run() holds one
+  const BarrierServer* server_ = nullptr;  // node 0's, while run() holds it
   std::mutex out_mu_;
 };
 

@@ -650,6 +650,206 @@ TEST(InPlace, EveryNodesTerminationMessageQuotesTheFailingRankOnAnotherNode) {
   EXPECT_NE(a0.output().find("last lines of rank 1 (node 1):"), std::string::npos) << a0.output();
 }
 
+// ---- A silent node (Note [Heartbeats] in agent/barrier.hpp) ----
+
+// An agent and every process below it, the agent first.
+std::vector<pid_t> process_tree(const Agent& a) {
+  std::vector<pid_t> tree{a.proc.pid()};
+  for (pid_t p : descendants(a.proc.pid())) tree.push_back(p);
+  return tree;
+}
+
+void signal_all(const std::vector<pid_t>& pids, int sig) {
+  for (pid_t p : pids) ::kill(p, sig);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = 0; (at = text.find(what, at)) != std::string::npos; at += what.size()) ++n;
+  return n;
+}
+
+// Two nodes of one worker each, with in-place restarts to spare; each worker writes a line
+// "RESTART_COUNT PID" to DIR/starts.RANK when it starts, then sleeps: a new generation of
+// workers anywhere shows as a second line.
+struct SleepingJob {
+  std::string dir;
+  int port = lockstep::free_loopback_port();
+  std::vector<Agent> agents;
+  explicit SleepingJob(const std::string& name, std::vector<std::string> flags = {}) {
+    dir = temp_dir(name);
+    std::vector<std::string> cmd = {"sh", "-c", "echo \"$TORCHELASTIC_RESTART_COUNT $$\" >> " + dir +
+                                                    "/starts.$RANK; exec sleep 300"};
+    flags.insert(flags.end(), {"--max-restarts", "3", "--stall-timeout", "0"});
+    for (int n = 0; n < 2; ++n)
+      agents.push_back(start_agent(dir, 2, n, 1, port, cmd, flags,
+                                   {{"LOCKSTEP_TERMINATION_LOG", dir + "/termination-" + std::to_string(n)}}));
+  }
+  std::vector<std::string> starts(int rank) const {
+    std::vector<std::string> lines;
+    std::istringstream in(lockstep::test::read_file(dir + "/starts." + std::to_string(rank)));
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+    return lines;
+  }
+  pid_t worker(int rank) const {
+    auto lines = starts(rank);
+    return lines.empty() ? -1 : std::atoi(lines[0].substr(lines[0].find(' ') + 1).c_str());
+  }
+  bool started() const { return starts(0).size() == 1 && starts(1).size() == 1; }
+  std::string outputs() const { return "--- node 0:\n" + agents[0].output() + "\n--- node 1:\n" + agents[1].output(); }
+};
+
+// What an agent's verdict says of a silent peer: "... said nothing for 6.1 s ...", in seconds.
+double silence_in(const std::string& text) {
+  std::smatch m;
+  return std::regex_search(text, m, std::regex(R"(said nothing for ([0-9.]+) s)")) ? std::stod(m[1]) : -1;
+}
+
+// (a) A member's node freezes (its agent and its worker: SIGSTOP). Node 0's agent notices its
+// silence within the peer timeout and ends the job for everyone with 76, naming the node. When
+// the frozen node thaws, its agent stops its worker and leaves: no generation starts again.
+TEST(SilentNode, AFrozenMemberIsLostWithinThePeerTimeoutAndStandsDownWhenItThaws) {
+  SleepingJob job("silent-member");
+  ASSERT_TRUE(eventually([&] { return job.started(); }, 60s)) << job.outputs();
+  const pid_t worker0 = job.worker(0), worker1 = job.worker(1);
+  const auto frozen = process_tree(job.agents[1]);
+  ASSERT_GE(frozen.size(), 2u) << job.outputs();
+  const auto t0 = std::chrono::steady_clock::now();
+  signal_all(frozen, SIGSTOP);
+  auto s0 = job.agents[0].wait(60s);
+  const double noticed = seconds_since(t0);
+  ASSERT_TRUE(s0.has_value()) << job.outputs();
+  EXPECT_EQ(s0->shell_code(), lockstep::contract::kExitRendezvous) << job.outputs();
+  const std::string out0 = job.agents[0].output();
+  std::printf("node 0's agent gave up the frozen node 1 and exited %.1f s after the freeze (its verdict: silent for "
+              "%.1f s; --peer-timeout 6 s, the default)\n", noticed, silence_in(out0));
+  EXPECT_TRUE(std::regex_search(out0, std::regex(R"(node 1's agent \(127\.0\.0\.1:\d+\) said nothing for [0-9.]+ s \(more )"
+                                                 R"(than --peer-timeout, 6 s\); treating it as lost)")))
+      << out0;
+  EXPECT_GE(silence_in(out0), 6.0) << out0;
+  EXPECT_GT(noticed, 4.5) << "noticed before the peer timeout";
+  EXPECT_LT(noticed, 6.0 + 8.0) << "noticed long after the peer timeout";
+  EXPECT_NE(lockstep::test::read_file(job.dir + "/termination-0").find("node 1's agent"), std::string::npos);
+  EXPECT_TRUE(eventually([&] { return !lockstep::test::is_running(worker0); }, 10s)) << "node 0's worker outlived its agent";
+  EXPECT_EQ(lockstep::test::process_state(worker1), 'T') << "the frozen worker was touched while frozen";
+  std::this_thread::sleep_for(1s);  // frozen well past the peer timeout
+
+  const auto t1 = std::chrono::steady_clock::now();
+  signal_all(frozen, SIGCONT);
+  auto s1 = job.agents[1].wait(60s);
+  ASSERT_TRUE(s1.has_value()) << job.outputs();
+  std::printf("thawed, node 1's agent stood down in %.2f s\n", seconds_since(t1));
+  EXPECT_EQ(s1->shell_code(), lockstep::contract::kExitRendezvous) << job.outputs();
+  const std::string out1 = job.agents[1].output();
+  EXPECT_TRUE(std::regex_search(out1, std::regex(R"(this agent was silent itself for [0-9.]+ s \(more than )"
+                                                 R"(--peer-timeout, 6 s\): its process or node was frozen)")))
+      << out1;
+  EXPECT_TRUE(eventually([&] { return !lockstep::test::is_running(worker1); }, 10s)) << "the thawed worker was left";
+  EXPECT_EQ(job.starts(0).size(), 1u) << "a new generation of workers started on node 0";
+  EXPECT_EQ(job.starts(1).size(), 1u) << "a new generation of workers started on the thawed node";
+  EXPECT_EQ(count_of(out1, "started 1 worker(s)"), 1u) << out1;
+}
+
+// (b) Node 0's node freezes: its agent serves the barrier. Node 1's agent notices node 0's
+// silence, stops its worker and exits 76. Thawed, node 0's barrier server closes every
+// connection without a word and its agent stands down too.
+TEST(SilentNode, AFrozenNode0IsLostWithinThePeerTimeoutAndItsServerClosesWhenItThaws) {
+  SleepingJob job("silent-server");
+  ASSERT_TRUE(eventually([&] { return job.started(); }, 60s)) << job.outputs();
+  const pid_t worker0 = job.worker(0), worker1 = job.worker(1);
+  const auto frozen = process_tree(job.agents[0]);
+  ASSERT_GE(frozen.size(), 2u) << job.outputs();
+  const auto t0 = std::chrono::steady_clock::now();
+  signal_all(frozen, SIGSTOP);
+  auto s1 = job.agents[1].wait(60s);
+  const double noticed = seconds_since(t0);
+  ASSERT_TRUE(s1.has_value()) << job.outputs();
+  EXPECT_EQ(s1->shell_code(), lockstep::contract::kExitRendezvous) << job.outputs();
+  const std::string out1 = job.agents[1].output();
+  std::printf("node 1's agent gave up the frozen node 0 and exited %.1f s after the freeze (silent for %.1f s; "
+              "--peer-timeout 6 s, the default)\n", noticed, silence_in(out1));
+  EXPECT_TRUE(std::regex_search(out1, std::regex(R"(node 0's agent \(127\.0\.0\.1:\d+\) said nothing for [0-9.]+ s \(more )"
+                                                 R"(than --peer-timeout, 6 s\); treating it as lost)")))
+      << out1;
+  EXPECT_GE(silence_in(out1), 6.0) << out1;
+  EXPECT_GT(noticed, 4.5);
+  EXPECT_LT(noticed, 6.0 + 8.0);
+  EXPECT_NE(lockstep::test::read_file(job.dir + "/termination-1").find("node 0's agent"), std::string::npos);
+  EXPECT_TRUE(eventually([&] { return !lockstep::test::is_running(worker1); }, 10s)) << "node 1's worker outlived its agent";
+  EXPECT_EQ(lockstep::test::process_state(worker0), 'T');
+  std::this_thread::sleep_for(1s);  // frozen well past the peer timeout
+
+  const auto t1 = std::chrono::steady_clock::now();
+  signal_all(frozen, SIGCONT);
+  auto s0 = job.agents[0].wait(60s);
+  ASSERT_TRUE(s0.has_value()) << job.outputs();
+  std::printf("thawed, node 0's agent stood down in %.2f s\n", seconds_since(t1));
+  EXPECT_EQ(s0->shell_code(), lockstep::contract::kExitRendezvous) << job.outputs();
+  const std::string out0 = job.agents[0].output();
+  EXPECT_NE(out0.find("the restart barrier's server was silent itself for"), std::string::npos) << out0;
+  EXPECT_NE(out0.find("it closes every connection and serves no more"), std::string::npos) << out0;
+  EXPECT_TRUE(std::regex_search(out0, std::regex(R"(lockstep-agent: (this agent|the restart barrier's server) was silent )"
+                                                 R"(itself for [0-9.]+ s \(more than --peer-timeout, 6 s\).*; exiting with )"
+                                                 R"(code 76)")))
+      << out0;
+  EXPECT_EQ(out0.find("lost node 0's agent"), std::string::npos) << out0;
+  EXPECT_TRUE(eventually([&] { return !lockstep::test::is_running(worker0); }, 10s)) << "the thawed worker was left";
+  EXPECT_EQ(job.starts(0).size(), 1u) << "a new generation of workers started on the thawed node 0";
+  EXPECT_EQ(job.starts(1).size(), 1u);
+  EXPECT_EQ(count_of(out0, "started 1 worker(s)"), 1u) << out0;
+}
+
+// (c) No false loss: two nodes of two workers that keep every core busy for 10 s (four
+// CPU-bound processes on the 2-core CI machine, beside whatever else it runs), with a peer
+// timeout of 2 s, the shortest allowed, finish as usual.
+TEST(SilentNode, BusyWorkersWithAShortPeerTimeoutDoNotTripIt) {
+  std::string dir = temp_dir("silent-busy");
+  int port = lockstep::free_loopback_port();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto a0 = start_agent(dir, 2, 0, 2, port, {worker_bin(), "busy", "10"}, {"--peer-timeout", "2s"});
+  auto a1 = start_agent(dir, 2, 1, 2, port, {worker_bin(), "busy", "10"}, {"--peer-timeout", "2s"});
+  auto s0 = a0.wait(120s), s1 = a1.wait(120s);
+  ASSERT_TRUE(s0 && s1) << a0.output() << a1.output();
+  std::printf("4 busy workers on %ld cores, --peer-timeout 2s: both agents finished after %.1f s\n",
+              ::sysconf(_SC_NPROCESSORS_ONLN), seconds_since(t0));
+  EXPECT_EQ(s0->shell_code(), 0) << a0.output();
+  EXPECT_EQ(s1->shell_code(), 0) << a1.output();
+  for (const Agent* a : {&a0, &a1}) {
+    EXPECT_EQ(a->output().find("said nothing"), std::string::npos) << a->output();
+    EXPECT_EQ(a->output().find("silent itself"), std::string::npos) << a->output();
+    EXPECT_EQ(count_of(a->output(), "was busy for 10 s"), 2u) << a->output();
+  }
+}
+
+// The heartbeat goes on while an agent stops its workers: node 1's worker ignores SIGTERM, so
+// its agent spends the whole grace period (8 s) stopping it, four times the peer timeout (2 s),
+// and the verdict is still the failing rank's own code, not a lost node.
+TEST(SilentNode, AGracePeriodLongerThanThePeerTimeoutIsNoSilence) {
+  std::string dir = temp_dir("silent-grace");
+  int port = lockstep::free_loopback_port();
+  std::vector<std::string> cmd = {"sh", "-c", "if [ \"$RANK\" = 0 ]; then sleep 1; exit 3; fi; exec " + worker_bin() + " stubborn"};
+  std::vector<std::string> flags = {"--peer-timeout", "2s", "--grace-period", "8s", "--stall-timeout", "0"};
+  const auto t0 = std::chrono::steady_clock::now();
+  auto a0 = start_agent(dir, 2, 0, 1, port, cmd, flags);
+  auto a1 = start_agent(dir, 2, 1, 1, port, cmd, flags);
+  auto s0 = a0.wait(90s), s1 = a1.wait(90s);
+  ASSERT_TRUE(s0 && s1) << a0.output() << a1.output();
+  const double took = seconds_since(t0);
+  std::printf("a grace period of 8 s with --peer-timeout 2s: both agents exited with the worker's code after %.1f s\n", took);
+  EXPECT_EQ(s0->shell_code(), 3) << a0.output();
+  EXPECT_EQ(s1->shell_code(), 3) << a1.output();
+  EXPECT_GT(took, 8.0) << "node 1 did not sit out its grace period:\n" << a1.output();
+  EXPECT_NE(a1.output().find("did not stop within the grace period; sending SIGKILL"), std::string::npos) << a1.output();
+  for (const Agent* a : {&a0, &a1}) {
+    EXPECT_EQ(a->output().find("said nothing"), std::string::npos) << a->output();
+    EXPECT_EQ(a->output().find("silent itself"), std::string::npos) << a->output();
+  }
+}
+
 TEST(Agent, BadConfigurationNamesTheVariable) {
   auto r = lockstep::run_capture({agent_bin(), "--", "true"}, {{"LOCKSTEP_NNODES", "2"}, {"LOCKSTEP_NODE_RANK", "2"}});
   EXPECT_EQ(r.status.shell_code(), lockstep::contract::kExitUsage);
@@ -658,6 +858,12 @@ TEST(Agent, BadConfigurationNamesTheVariable) {
   r = lockstep::run_capture({agent_bin(), "--", "true"}, {{"LOCKSTEP_NPROC_PER_NODE", "four"}});
   EXPECT_EQ(r.status.shell_code(), lockstep::contract::kExitUsage);
   EXPECT_NE(r.output.find("LOCKSTEP_NPROC_PER_NODE: expected an integer"), std::string::npos) << r.output;
+  r = lockstep::run_capture({agent_bin(), "--peer-timeout", "500ms", "--", "true"}, {});
+  EXPECT_EQ(r.status.shell_code(), lockstep::contract::kExitUsage);
+  EXPECT_NE(r.output.find("--peer-timeout must be 0 (no heartbeat checks) or at least 2s"), std::string::npos) << r.output;
+  r = lockstep::run_capture({agent_bin(), "--", "true"}, {{"LOCKSTEP_PEER_TIMEOUT", "soon"}});
+  EXPECT_EQ(r.status.shell_code(), lockstep::contract::kExitUsage);
+  EXPECT_NE(r.output.find("LOCKSTEP_PEER_TIMEOUT: expected a duration"), std::string::npos) << r.output;
   r = lockstep::run_capture({agent_bin(), "--bogus"}, {});
   EXPECT_EQ(r.status.shell_code(), lockstep::contract::kExitUsage);
   EXPECT_NE(r.output.find("unknown flag '--bogus'"), std::string::npos) << r.output;

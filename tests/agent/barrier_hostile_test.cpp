@@ -15,6 +15,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <thread>
 
 #include "barrier.hpp"
@@ -499,6 +500,109 @@ TEST(BarrierHostile, HostileTextNeverAppearsRaw) {
   // The cause is the connection's node, not what the member claimed (node=0).
   EXPECT_NE(log0.find("on node 1 first"), std::string::npos) << log0.substr(0, 4000);
   EXPECT_LT(log0.size(), 64u * 1024) << "the 1 MB line reached the log";
+}
+
+// ---- Note [Heartbeats]: a member's silence and its heartbeats ----
+
+// Joins node 0's agent on `port` as member `node` with the job's secret, on a raw socket; the
+// socket once START has come, else -1.
+int join_as_member(int port, int node) {
+  int fd = lockstep::test::dial_loopback(port);
+  if (fd < 0) return -1;
+  send_all(fd, member_hello(read_line(fd, 5s), node) + "\n");
+  for (int i = 0; i < 20; ++i) {
+    std::string line = read_line(fd, 5s);
+    if (line.rfind("START", 0) == 0) return fd;
+    if (line.empty()) break;
+  }
+  ::close(fd);
+  return -1;
+}
+
+// A member that joins and then says nothing (it reads what node 0's agent says, so its
+// connection looks fine to TCP) is dropped once the peer timeout has passed, and the job ends
+// with 76 naming it.
+TEST(BarrierHostile, AMemberThatJoinsAndThenSaysNothingIsDroppedAfterThePeerTimeout) {
+  std::string dir = temp_dir("mute");
+  int master = lockstep::free_loopback_port(), port = lockstep::free_loopback_port();
+  auto a0 = start_agent(dir, 2, 0, master, port, {"sh", "-c", "sleep 60"}, kSecret, {{"LOCKSTEP_PEER_TIMEOUT", "2s"}});
+  ASSERT_TRUE(eventually([&] { return listening(port); }, 20s)) << a0.output();
+  int fd = join_as_member(port, 1);
+  ASSERT_GE(fd, 0) << a0.output();
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(closed_by_peer(fd, 15s)) << a0.output();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ::close(fd);
+  std::printf("a member that said nothing after START was dropped after %.1f s (--peer-timeout 2s)\n", took);
+  EXPECT_GE(took, 1.8);
+  EXPECT_LT(took, 6.0);
+  auto s0 = a0.proc.wait_for(30s);
+  ASSERT_TRUE(s0) << a0.output();
+  EXPECT_EQ(s0->shell_code(), lockstep::contract::kExitRendezvous) << a0.output();
+  const std::string why = R"(node 1's agent \(127\.0\.0\.1:\d+\) said nothing for [0-9.]+ s \(more than LOCKSTEP_PEER_TIMEOUT, )"
+                          R"(2 s\); treating it as lost)";
+  EXPECT_TRUE(std::regex_search(a0.output(), std::regex(why))) << a0.output();
+  EXPECT_TRUE(std::regex_search(lockstep::test::read_file(a0.termination), std::regex(why)));
+}
+
+// A member may send heartbeats as fast as it can: node 0's agent reads them at kMemberReadRate
+// at most, so the flood costs it little, and the member keeps its seat through to the job's
+// end. A heartbeat longer than kMaxHeartbeatBytes is no heartbeat: the member is closed.
+TEST(BarrierHostile, AMemberThatSendsOnlyHeartbeatsKeepsItsSeatButCannotFloodTheServer) {
+  std::string dir = temp_dir("flood");
+  int master = lockstep::free_loopback_port(), port = lockstep::free_loopback_port();
+  auto a0 = start_agent(dir, 2, 0, master, port, {"sh", "-c", "sleep 8"}, kSecret, {{"LOCKSTEP_PEER_TIMEOUT", "2s"}});
+  ASSERT_TRUE(eventually([&] { return listening(port); }, 20s)) << a0.output();
+  int fd = join_as_member(port, 1);
+  ASSERT_GE(fd, 0) << a0.output();
+  int small = 16 * 1024;  // what waits in this side's buffer when the flood ends: little
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+  std::string chunk;
+  for (int i = 0; i < 1024; ++i) chunk += "ALIVE\n";
+  const double cpu0 = cpu_seconds(a0.proc.pid());
+  const auto w0 = std::chrono::steady_clock::now();
+  size_t sent = 0;
+  while (std::chrono::steady_clock::now() - w0 < 3s) {
+    pollfd p{fd, POLLOUT, 0};
+    if (::poll(&p, 1, 50) <= 0) continue;
+    ssize_t n = ::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) sent += static_cast<size_t>(n);
+  }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+  const double cpu = cpu_seconds(a0.proc.pid()) - cpu0;
+  std::printf("a member flooding heartbeats got %.0f KiB into the connection in %.1f s; node 0's agent used %.1f%% of a "
+              "core\n", static_cast<double>(sent) / 1024, wall, 100 * cpu / wall);
+  EXPECT_LT(cpu / wall, 0.25);
+  EXPECT_GT(sent, agent::kMemberReadRate) << "the flood hardly flowed: is the member still read?";
+  // Its seat is kept: it heartbeats at a member's pace, says DONE, and both nodes finish with 0.
+  send_all(fd, "DONE gen=0\n");
+  std::optional<agent::Message> exit;
+  for (auto end = std::chrono::steady_clock::now() + 30s; !exit && std::chrono::steady_clock::now() < end;) {
+    send_all(fd, "ALIVE\n");
+    for (auto next = std::chrono::steady_clock::now() + 400ms; !exit && std::chrono::steady_clock::now() < next;)
+      if (auto m = agent::decode(read_line(fd, 100ms)); m && m->verb == "EXIT") exit = m;
+  }
+  ::close(fd);
+  ASSERT_TRUE(exit) << a0.output();
+  EXPECT_EQ(exit->get_int("exit"), 0) << exit->get("why");
+  auto s0 = a0.proc.wait_for(30s);
+  ASSERT_TRUE(s0) << a0.output();
+  EXPECT_EQ(s0->shell_code(), 0) << a0.output();
+  EXPECT_EQ(a0.output().find("closing node 1"), std::string::npos) << a0.output();
+
+  // A heartbeat that carries more than its bound.
+  auto b0 = start_agent(temp_dir("fat-heartbeat"), 2, 0, master, port, {"sh", "-c", "sleep 60"}, kSecret);
+  ASSERT_TRUE(eventually([&] { return listening(port); }, 20s)) << b0.output();
+  fd = join_as_member(port, 1);
+  ASSERT_GE(fd, 0) << b0.output();
+  send_all(fd, "ALIVE pad=" + std::string(200, 'x') + "\n");
+  EXPECT_TRUE(closed_by_peer(fd, 10s));
+  ::close(fd);
+  auto sb = b0.proc.wait_for(30s);
+  ASSERT_TRUE(sb) << b0.output();
+  EXPECT_EQ(sb->shell_code(), lockstep::contract::kExitRendezvous) << b0.output();
+  EXPECT_NE(b0.output().find("closing node 1's connection: a heartbeat of 210 bytes (at most 64)"), std::string::npos)
+      << b0.output();
 }
 
 // Sanitizing in isolation: the cases the suite above relies on.

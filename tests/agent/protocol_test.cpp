@@ -11,8 +11,11 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <random>
+#include <regex>
 #include <thread>
+#include <tuple>
 
 #include "barrier.hpp"
 #include "lockstep/contract.hpp"
@@ -386,6 +389,44 @@ TEST(Config, StallSettingsFromFlagsAndTheEnvironment) {
   }
 }
 
+TEST(Config, PeerTimeoutFromFlagsAndTheEnvironment) {
+  using std::chrono::seconds;
+  auto c = load_config({{"LOCKSTEP_NNODES", "2"}}, {});
+  EXPECT_EQ(c.peer_timeout, seconds(6)) << "Note [Heartbeats]: the default";
+  EXPECT_EQ(c.heartbeat_interval(), seconds(1));
+  EXPECT_TRUE(c.peer_checks());
+  EXPECT_FALSE(load_config({}, {}).peer_checks()) << "a single node has no peer";
+  c = load_config({{"LOCKSTEP_NNODES", "2"}, {"LOCKSTEP_PEER_TIMEOUT", "2s"}}, {});
+  EXPECT_EQ(c.peer_timeout, seconds(2));
+  EXPECT_EQ(c.heartbeat_interval(), std::chrono::milliseconds(500)) << "four heartbeats to a timeout";
+  EXPECT_EQ(c.peer_timeout_from, "LOCKSTEP_PEER_TIMEOUT");
+  EXPECT_EQ(load_config({{"LOCKSTEP_PEER_TIMEOUT", "2s"}}, {"--peer-timeout=30s"}).peer_timeout, seconds(30))
+      << "a flag wins over the environment";
+  c = load_config({{"LOCKSTEP_NNODES", "2"}}, {"--peer-timeout", "0"});
+  EXPECT_FALSE(c.peer_checks()) << "0 switches the checks off";
+  EXPECT_EQ(c.heartbeat_interval(), seconds(1)) << "heartbeats still go";
+  // The older name, which bounded only a finished agent's wait, is the same setting; the newer
+  // name wins where both are given.
+  EXPECT_EQ(load_config({{"LOCKSTEP_BARRIER_TIMEOUT", "20s"}}, {}).peer_timeout, seconds(20));
+  EXPECT_EQ(load_config({{"LOCKSTEP_BARRIER_TIMEOUT", "20s"}, {"LOCKSTEP_PEER_TIMEOUT", "9s"}}, {}).peer_timeout, seconds(9));
+  EXPECT_EQ(load_config({}, {"--peer-timeout", "9s", "--barrier-timeout", "20s"}).peer_timeout, seconds(9));
+  EXPECT_EQ(load_config({}, {"--barrier-timeout", "20s"}).peer_timeout_from, "--barrier-timeout");
+  for (const auto& [env, args, named] :
+       std::vector<std::tuple<std::map<std::string, std::string>, std::vector<std::string>, std::string>>{
+           {{}, {"--peer-timeout", "1s"}, "--peer-timeout must be 0 (no heartbeat checks) or at least 2s"},
+           {{{"LOCKSTEP_PEER_TIMEOUT", "1999ms"}}, {}, "LOCKSTEP_PEER_TIMEOUT must be 0 (no heartbeat checks) or at least 2s"},
+           {{}, {"--barrier-timeout", "1s"}, "--barrier-timeout must be 0"},
+           {{}, {"--peer-timeout", "off"}, "--peer-timeout: expected a duration"},
+           {{{"LOCKSTEP_PEER_TIMEOUT", "-5s"}}, {}, "LOCKSTEP_PEER_TIMEOUT: expected a duration"}}) {
+    try {
+      load_config(env, args);
+      ADD_FAILURE() << "accepted: " << named;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << e.what();
+    }
+  }
+}
+
 // ---- The restart barrier (Note [Restart barrier]) ----
 
 TEST(Barrier, MessagesRoundTripWhateverTheTextHolds) {
@@ -525,6 +566,64 @@ TEST(Barrier, EveryNodeDoneIsExitZeroAndALostNodeEndsTheGeneration) {
   EXPECT_EQ(exit->get_int("exit"), lockstep::contract::kExitRendezvous);
   EXPECT_NE(exit->get("why").find("the agent of node 2 is gone"), std::string::npos) << exit->get("why");
   ASSERT_TRUE(next(n1, "EXIT"));
+}
+
+// Note [Heartbeats]: members that tick say ALIVE and hear it; one that stops ticking is lost
+// for everyone after the peer timeout, named with its address and its silence.
+TEST(Barrier, AMemberSilentForThePeerTimeoutIsLostForEveryone) {
+  Config cfg = barrier_config(3, 3);
+  cfg.peer_timeout = std::chrono::seconds(2);
+  BarrierServer server(cfg, "127.0.0.1", 0);
+  BarrierClient n0, n1, n2;
+  for (auto* c : {&n0, &n1, &n2}) c->set_heartbeat_interval(cfg.heartbeat_interval());
+  join(n0, server.port(), 0);
+  join(n1, server.port(), 1);
+  join(n2, server.port(), 2);
+  ASSERT_TRUE(next(n0, "START"));
+  ASSERT_TRUE(next(n1, "START"));
+  ASSERT_TRUE(next(n2, "START"));
+  // Nodes 0 and 1 go on ticking (poll ticks); node 2 never ticks again.
+  const auto t0 = std::chrono::steady_clock::now();
+  std::optional<Message> exit;
+  for (int i = 0; i < 200 && !exit; ++i) {
+    if (auto m = n0.poll(std::chrono::milliseconds(50)); m && m->verb == "EXIT") exit = m;
+    n1.tick();
+  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(exit) << "node 2's silence was not noticed";
+  EXPECT_GE(took, 1.0);
+  EXPECT_EQ(exit->get_int("exit"), lockstep::contract::kExitRendezvous);
+  EXPECT_TRUE(std::regex_search(exit->get("why"), std::regex(R"(^node 2's agent \(127\.0\.0\.1:\d+\) said nothing for [0-9.]+ s )"
+                                                              R"(\(more than --peer-timeout, 2 s\); treating it as lost)")))
+      << exit->get("why");
+  EXPECT_LT(n0.server_silence(), std::chrono::seconds(1)) << "the server said ALIVE to node 0 all along";
+  EXPECT_EQ(n0.peer().rfind("127.0.0.1:", 0), 0u) << n0.peer();
+  ASSERT_TRUE(next(n1, "EXIT"));
+  // Node 2 finds its connection closed: the server is done with it.
+  for (int i = 0; i < 40 && !n2.lost(); ++i) n2.poll(std::chrono::milliseconds(50));
+  EXPECT_TRUE(n2.lost());
+}
+
+// Note [Heartbeats]: an agent measures its own silence between ticks, from its HELLO on.
+TEST(Barrier, AnAgentMeasuresItsOwnSilenceBetweenTicks) {
+  BarrierServer server(barrier_config(2, 0), "127.0.0.1", 0);
+  BarrierClient c;
+  std::string err;
+  ASSERT_TRUE(c.connect("127.0.0.1", server.port(), err)) << err;
+  ASSERT_TRUE(next(c, "CHALLENGE"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  c.tick();
+  EXPECT_EQ(c.own_silence().count(), 0) << "not a member before HELLO";
+  c.send({"HELLO", {{"node", "0"}, {"run", "run-1"}, {"attempt", "0"}}});
+  c.tick();
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  c.tick();
+  c.tick();
+  EXPECT_GE(c.own_silence(), std::chrono::milliseconds(400));
+  EXPECT_LT(c.own_silence(), std::chrono::milliseconds(2000));
+  c.close();  // fenced
+  EXPECT_TRUE(c.lost());
+  EXPECT_FALSE(c.poll(std::chrono::milliseconds(10)).has_value());
 }
 
 TEST(Barrier, AnAgentOfAnotherRunOrAttemptOrADuplicateNodeIsRefused) {

@@ -11,6 +11,8 @@
 //                                   2 valid ones, then hangs
 //   compute STEPS MATMULS           STEPS steps of MATMULS 256x256 matrix products each,
 //                                   reporting every step (bench/agent's workload)
+//   busy SECONDS                    keeps a core busy for SECONDS, reporting a step every
+//                                   100 ms, then exits 0
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -101,6 +103,22 @@ int main(int argc, char** argv) {
     step(2, 1.5);
     ::pause();
   }
+  if (mode == "busy") {
+    using clock = std::chrono::steady_clock;
+    const auto end = clock::now() + std::chrono::milliseconds(static_cast<long>(std::atof(argv[2]) * 1000));
+    auto next = clock::now();
+    volatile double sink = 0;
+    for (int i = 0; clock::now() < end;) {
+      for (int k = 0; k < 20000; ++k) sink = sink + k * 0.5;
+      if (clock::now() >= next) {
+        ++i;
+        step(i, 1.0 / i);
+        next += std::chrono::milliseconds(100);
+      }
+    }
+    std::cout << "rank " << env_int("RANK") << " was busy for " << argv[2] << " s" << std::endl;
+    return 0;
+  }
   if (mode == "compute") {
     const int steps = std::atoi(argv[2]), matmuls = std::atoi(argv[3]);
     torch::manual_seed(env_int("RANK"));
@@ -149,6 +167,6 @@ int main(int argc, char** argv) {
     std::cout << "rank " << rank << " of " << world << ": all-reduce sum " << t[0].item<float>() << std::endl;
     return 0;
   }
-  std::cerr << "usage: lockstep-test-worker allreduce|env|steps|stubborn|garbage ...\n";
+  std::cerr << "usage: lockstep-test-worker allreduce|env|steps|stubborn|garbage|compute|busy ...\n";
   return 2;
 }

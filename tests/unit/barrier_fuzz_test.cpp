@@ -35,6 +35,8 @@ std::string near_protocol(std::mt19937& rng) {
       "FAILED gen=0 node=1 rank=3 code=1 reason=WorkerFailed at=12 what=rank%203%20died tail=a%0Ab",
       "STOPPED gen=0", "DONE gen=0", "EXIT exit=76 why=x", "START gen=1 why=%FF%FE%1B%5B2J",
       "HELLO node=-1", "HELLO node=99999999999999999999", "HELLO =x", "HELLO a==b", "HELLO a=%", "HELLO a=%G0",
+      // Note [Heartbeats]: a member's heartbeat, and what it may not carry.
+      "ALIVE", "ALIVE gen=0", "ALIVE pad=" + std::string(100, 'x'), "ALIVEALIVE", "ALIVE\rx",
   };
   std::string s = seeds[rng() % seeds.size()];
   std::uniform_int_distribution<int> byte(0, 255);
@@ -142,4 +144,55 @@ TEST(FuzzBarrier, TheServerSurvivesRandomStreamsAndStillStartsAJob) {
   for (int t = 0; t < 200 && !started; ++t)
     if (auto m = clients[0]->poll(50ms); m && m->verb == "START") started = true;
   EXPECT_TRUE(started);
+}
+
+// Note [Heartbeats]: a joined member's random stream (heartbeats of every size among near-protocol
+// lines and bytes): the server never crashes or stalls, and goes on saying ALIVE to the other
+// member until the stream has ended the job.
+TEST(FuzzBarrier, TheServerSurvivesAMembersRandomStream) {
+  agent::Config cfg;
+  cfg.nnodes = 2;
+  cfg.run_id = "uid";
+  cfg.barrier_secret = std::string(64, 'b');
+  cfg.rendezvous_timeout = 60s;
+  cfg.grace_period = 1s;
+  cfg.peer_timeout = 2s;
+  std::mt19937 rng(28);
+  for (int trial = 0; trial < 20; ++trial) {
+    agent::BarrierServer server(cfg, "127.0.0.1", 0);
+    agent::BarrierClient n0;
+    n0.set_heartbeat_interval(cfg.heartbeat_interval());
+    std::string error;
+    ASSERT_TRUE(n0.connect("127.0.0.1", server.port(), error)) << error;
+    bool said = false;
+    for (int t = 0; t < 100 && !said; ++t)
+      if (auto m = n0.poll(50ms); m && m->verb == "CHALLENGE") {
+        n0.send({"HELLO", {{"node", "0"}, {"run", "uid"}, {"attempt", "0"},
+                           {"proof", agent::barrier_proof(cfg.barrier_secret, m->get("nonce"), 0, 0, "uid")}}});
+        said = true;
+      }
+    ASSERT_TRUE(said);
+    // Node 1 joins on a raw socket, then sends a random stream.
+    int fd = lockstep::test::dial_loopback(server.port());
+    ASSERT_GE(fd, 0);
+    std::string challenge;
+    for (char c; challenge.find('\n') == std::string::npos && ::recv(fd, &c, 1, 0) == 1;) challenge += c;
+    auto m = agent::decode(challenge.substr(0, challenge.find('\n')));
+    ASSERT_TRUE(m) << challenge;
+    std::string hello = agent::encode({"HELLO", {{"node", "1"}, {"run", "uid"}, {"attempt", "0"},
+                                                 {"proof", agent::barrier_proof(cfg.barrier_secret, m->get("nonce"), 1, 0, "uid")}}});
+    std::string stream = hello + "\n";
+    for (int k = 0; k < 200; ++k)
+      stream += (rng() % 3 ? near_protocol(rng) : random_bytes(rng, 100)) + (rng() % 8 ? "\n" : "");
+    ::send(fd, stream.data(), stream.size(), MSG_NOSIGNAL);
+    // Whatever the stream did to the job, the server goes on: node 0 hears from it within the
+    // heartbeat interval, or has its verdict.
+    bool verdict = false;
+    for (int t = 0; t < 20 && !verdict; ++t)
+      if (auto r = n0.poll(50ms); r && r->verb == "EXIT") verdict = true;
+    if (!verdict) {
+      EXPECT_LT(n0.server_silence(), 1500ms) << "trial " << trial;
+    }
+    ::close(fd);
+  }
 }
