@@ -448,7 +448,7 @@ void Controller::execute(const JobView& job, const std::string& resource_version
       std::vector<std::string> names;
       for (int i = attempted; i < attempted + size; ++i) {
         names.push_back(reconcile::pod_name(job, d.create_pods[i]));
-        batch.push_back(reconcile::pod_manifest(job, d.create_pods[i], d.status.restarts, config_.agent, secret));
+        batch.push_back(reconcile::pod_manifest(job, d.create_pods[i], d.status.restarts, config_.agent, secret, d.avoid_nodes));
         expectations_.expect_create(key, names.back());
       }
       attempted += size;

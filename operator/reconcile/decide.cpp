@@ -185,13 +185,15 @@ struct Pass {
   // job or restarts the gang at once, whatever else failed (its peers' failures are likely
   // its consequences). True when it acted.
   bool handle_lost_nodes() {
-    std::vector<std::string> why;
+    std::vector<std::string> why, nodes;
     int more = 0;
     for (const auto* p : current) {
       auto it = lost.find(p);
       if (it == lost.end() || p->finished()) continue;
       if (why.size() < 2) why.push_back("pod " + p->name + " (rank " + std::to_string(p->index) + ") lost its node: " + it->second);
       else ++more;  // the message stays bounded however many are lost
+      if (nodes.size() < kMaxLostNodes && std::find(nodes.begin(), nodes.end(), p->node_name) == nodes.end())
+        nodes.push_back(p->node_name);
     }
     if (why.empty()) return false;
     std::string what = join(why);
@@ -201,7 +203,7 @@ struct Pass {
       clean_finished_pods();
       return true;
     }
-    restart_gang("NodeLost", what, /*node_lost=*/true);
+    restart_gang("NodeLost", what, /*node_lost=*/true, nodes);
     return true;
   }
 
@@ -214,8 +216,10 @@ struct Pass {
   }
 
   // Every pod of the attempt deleted, the next attempt after the backoff. `what` says why;
-  // `node_lost`: a lost node's restart, which backoffLimit does not count (Note [Lost nodes]).
-  void restart_gang(const std::string& reason, const std::string& what, bool node_lost) {
+  // `node_lost`: a lost node's restart (of `lost_nodes`), which backoffLimit does not count and
+  // which waits no backoff (Note [Lost nodes]).
+  void restart_gang(const std::string& reason, const std::string& what, bool node_lost,
+                    const std::vector<std::string>& lost_nodes = {}) {
     // Note [Partly succeeded]: the whole gang reruns, the pods that succeeded included.
     std::vector<std::string> succeeded;
     for (const auto* p : current) {
@@ -223,9 +227,10 @@ struct Pass {
       delete_pod(p);
     }
     const int in_place = s().current_attempt_in_place_restarts;
-    s().consecutive_restarts = ran_stably() ? 1 : std::min(s().consecutive_restarts, s().restarts) + 1;
+    if (!node_lost) s().consecutive_restarts = ran_stably() ? 1 : std::min(s().consecutive_restarts, s().restarts) + 1;
     s().restarts += 1;
     if (node_lost) s().node_lost_restarts += 1;
+    s().lost_nodes = lost_nodes;
     s().current_attempt_in_place_restarts = 0;  // the new pods' agents count from 0
     s().phase = "Restarting";
     std::string msg = what + "; restarting the gang as attempt " + std::to_string(s().restarts);
@@ -243,7 +248,7 @@ struct Pass {
     condition("Running", "False", reason, msg);
     restarted(reason, msg, in.now);
     event("Warning", reason, msg);
-    requeue(restart_delay(s().consecutive_restarts, opt));
+    requeue(node_lost ? milliseconds(1) : restart_delay(s().consecutive_restarts, opt));
   }
 
   // A failed or vanished pod of the current attempt: fail the job or restart the gang.
@@ -349,6 +354,7 @@ struct Pass {
     condition("StuckTerminating", "False", "PodsTerminated", "every pod of the earlier attempts is gone");
     if (s().phase != "Restarting") return false;
     const Condition* c = s().condition("Restarting");
+    if (c && c->reason == "NodeLost") return false;  // Note [Lost nodes]: no backoff
     auto since = c ? parse_time(c->last_transition_time) : std::nullopt;
     if (!since) return false;
     auto ready_at = *since + restart_delay(s().consecutive_restarts, opt);
@@ -401,6 +407,7 @@ struct Pass {
     for (const auto* p : current) present.insert(p->index);
     for (int i = 0; i < job.nodes; ++i)
       if (!present.count(i)) out.create_pods.push_back(i);
+    if (!out.create_pods.empty()) out.avoid_nodes = s().lost_nodes;
     if (!out.create_pods.empty()) {
       event("Normal", "CreatedPods",
             "creating " + std::to_string(out.create_pods.size()) + " pod(s) for attempt " + std::to_string(s().restarts));
@@ -460,6 +467,7 @@ struct Pass {
     report_blocked_pods(started);
     if (started && s().phase != "Running") {
       s().phase = "Running";
+      s().lost_nodes.clear();  // the attempt runs: its pods found nodes
       std::string msg = "all " + std::to_string(job.nodes) + " pods are running";
       condition("Running", "True", "AllNodesRunning", msg);
       condition("Restarting", "False", "AllNodesRunning", msg);

@@ -97,6 +97,9 @@ struct Decision {
   // The UID each of delete_pods was seen with, in the same order: a delete is conditional on
   // it, so a delete decided from a stale cache never removes a newer pod of the same name.
   std::vector<std::string> delete_pod_uids;
+  // Nodes create_pods' pods should avoid (a preferred node anti-affinity): those the last gang
+  // restart lost (status.lostNodes, Note [Lost nodes]).
+  std::vector<std::string> avoid_nodes;
   // And whether each is deleted with gracePeriodSeconds 0: a pod on a lost node, whose
   // kubelet will not confirm a graceful deletion (Note [Lost nodes]).
   std::vector<bool> delete_pod_force;

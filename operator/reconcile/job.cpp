@@ -78,6 +78,7 @@ json JobStatus::to_json() const {
   s["restarts"] = restarts;
   s["consecutiveRestarts"] = consecutive_restarts;
   s["nodeLostRestarts"] = node_lost_restarts;
+  if (!lost_nodes.empty()) s["lostNodes"] = lost_nodes;
   s["inPlaceRestarts"] = in_place_restarts;
   s["currentAttemptInPlaceRestarts"] = current_attempt_in_place_restarts;
   if (!start_time.empty()) s["startTime"] = start_time;
@@ -114,6 +115,9 @@ JobStatus JobStatus::from_json(const json& s) {
   // A status an operator before Note [Backoff reset] wrote: its delays counted every restart.
   st.consecutive_restarts = std::clamp(get_or(s, "consecutiveRestarts", st.restarts), 0, std::max(st.restarts, 0));
   st.node_lost_restarts = std::clamp(get_or(s, "nodeLostRestarts", 0), 0, std::max(st.restarts, 0));
+  if (s.is_object() && s.contains("lostNodes") && s["lostNodes"].is_array())
+    for (const auto& n : s["lostNodes"])
+      if (n.is_string() && st.lost_nodes.size() < kMaxLostNodes) st.lost_nodes.push_back(n.get<std::string>());
   st.in_place_restarts = get_or(s, "inPlaceRestarts", 0);
   st.current_attempt_in_place_restarts = get_or(s, "currentAttemptInPlaceRestarts", 0);
   st.start_time = get_or<std::string>(s, "startTime", "");

@@ -34,6 +34,8 @@ struct NodeCounts {
   }
 };
 
+inline constexpr size_t kMaxLostNodes = 8;
+
 struct JobStatus {
   std::string phase;  // "" until the operator first writes it
   std::vector<Condition> conditions;
@@ -45,6 +47,9 @@ struct JobStatus {
   // Of them, those a lost node caused, which spec.runPolicy.backoffLimit does not count
   // (Note [Lost nodes] in node.hpp).
   int node_lost_restarts = 0;
+  // The nodes the last gang restart lost (Note [Lost nodes] in node.hpp): the next attempt's
+  // pods prefer other nodes. At most kMaxLostNodes; cleared once an attempt runs.
+  std::vector<std::string> lost_nodes;
   // In-place restarts over the job's life, and how many of them the current attempt made
   // (Note [In-place restarts]).
   int in_place_restarts = 0, current_attempt_in_place_restarts = 0;
@@ -55,6 +60,7 @@ struct JobStatus {
   bool operator==(const JobStatus& o) const {
     return phase == o.phase && conditions == o.conditions && nodes == o.nodes && restarts == o.restarts &&
            consecutive_restarts == o.consecutive_restarts && node_lost_restarts == o.node_lost_restarts &&
+           lost_nodes == o.lost_nodes &&
            in_place_restarts == o.in_place_restarts &&
            current_attempt_in_place_restarts == o.current_attempt_in_place_restarts && start_time == o.start_time &&
            completion_time == o.completion_time && observed_generation == o.observed_generation &&

@@ -123,11 +123,32 @@ static void keep_off_each_others_nodes(json& spec, const JobView& job) {
                       {"topologyKey", "kubernetes.io/hostname"}});
 }
 
+// Note [Lost nodes] (node.hpp): the next attempt's pods prefer nodes other than those the last
+// gang restart lost, with the highest weight a preference takes: a node that went silent to
+// the agents is still Ready for up to the node controller's grace period, and the scheduler
+// would happily place a new pod there, where it would never start. A preference, not a rule:
+// when no other node fits (a small cluster, a node that came back), the pod still runs.
+static void prefer_other_nodes(json& spec, const std::vector<std::string>& nodes) {
+  json& affinity = spec["affinity"];
+  if (affinity.is_null()) affinity = json::object();
+  if (!affinity.is_object()) return;
+  json& node = affinity["nodeAffinity"];
+  if (node.is_null()) node = json::object();
+  if (!node.is_object()) return;
+  json& preferred = node["preferredDuringSchedulingIgnoredDuringExecution"];
+  if (preferred.is_null()) preferred = json::array();
+  if (!preferred.is_array()) return;
+  preferred.push_back({{"weight", 100},
+                       {"preference", {{"matchExpressions", json::array({{{"key", "kubernetes.io/hostname"},
+                                                                          {"operator", "NotIn"},
+                                                                          {"values", nodes}}})}}}});
+}
+
 // Built from one copy of the template, its parts moved rather than copied into the pod: a
 // gang's pods are built together, and copies of the template were most of the cost
 // (bench/operator).
 json pod_manifest(const JobView& job, int index, int attempt, const AgentInjection& agent,
-                  const std::string& barrier_secret) {
+                  const std::string& barrier_secret, const std::vector<std::string>& avoid_nodes) {
   json tmpl = job.tmpl.parsed();
   json md = take(tmpl, "metadata", json::value_t::object);
   json spec = take(tmpl, "spec", json::value_t::object);
@@ -154,6 +175,7 @@ json pod_manifest(const JobView& job, int index, int attempt, const AgentInjecti
   if (!job.scheduler_name.empty()) spec["schedulerName"] = job.scheduler_name;
   if (!job.priority_class_name.empty()) spec["priorityClassName"] = job.priority_class_name;
   if (job.one_pod_per_node) keep_off_each_others_nodes(spec, job);
+  if (!avoid_nodes.empty()) prefer_other_nodes(spec, avoid_nodes);
 
   json& containers = spec["containers"];
   if (!containers.is_array() || containers.empty())

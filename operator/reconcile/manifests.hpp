@@ -64,8 +64,10 @@ struct AgentInjection {
 // controller owner reference.
 // `barrier_secret`: the gang attempt's LOCKSTEP_BARRIER_SECRET (Note [Barrier secret]); none
 // when empty.
+// `avoid_nodes`: nodes the pod should not land on if others fit (a preferred node affinity:
+// the nodes the last gang restart lost, Note [Lost nodes] in node.hpp).
 nlohmann::json pod_manifest(const JobView& job, int index, int attempt, const AgentInjection& agent = {},
-                            const std::string& barrier_secret = "");
+                            const std::string& barrier_secret = "", const std::vector<std::string>& avoid_nodes = {});
 
 // Note [Barrier secret]
 // The agents of a gang attempt prove to node 0's agent that they hold one secret (Note

@@ -17,7 +17,8 @@
 //    the pod: that is taken as not tolerating it, since the gang cannot train through the
 //    eviction anyway, and waiting for it is what the watch is for. (Such a toleration also
 //    lets the scheduler put the next attempt's pod on the same tainted node, where it is
-//    lost again; the growing restart backoff bounds that loop.)
+//    lost again; the next attempt's preference for other nodes, below, makes that the
+//    scheduler's last resort.)
 // A node with no Ready condition yet (just registered) is not lost, nor is one whose pods'
 // node the cache does not know and the API server cannot say.
 //
@@ -25,9 +26,13 @@
 // the pod and its rank, and why; restartPolicy Never fails the job. A restart for a lost node
 // does not count toward spec.runPolicy.backoffLimit (status.nodeLostRestarts counts them
 // apart): the node's loss says nothing about the program, and batch/v1 Jobs' podFailurePolicy
-// likewise lets disruptions be ignored. It still counts toward the restart delay (Note
-// [Backoff reset]), and activeDeadlineSeconds still bounds the job, so a job that takes down
-// node after node is slowed, and ended where a deadline is set.
+// likewise lets disruptions be ignored. Nor does it wait the restart delay, which is there to
+// keep a crashing program from churning the cluster (Note [Backoff reset]): the next attempt
+// starts as soon as the lost pods are gone, and status.consecutiveRestarts is left as it was.
+// Its pods prefer nodes other than those lost (status.lostNodes, a preferred node affinity of
+// the highest weight, cleared once an attempt runs): a NotReady or tainted node repels them
+// anyway, but a node that went silent without the node controller's knowledge yet does not.
+// activeDeadlineSeconds still bounds a job that loses node after node.
 //
 // Pods on a lost node are deleted with gracePeriodSeconds 0 (force-deleted), the current
 // attempt's and an earlier one's still Terminating there alike: their kubelet will not confirm

@@ -4,9 +4,11 @@
 #include "lockstep/contract.hpp"
 #include "reconcile/decide.hpp"
 #include "reconcile/failure_policy.hpp"
+#include "reconcile/manifests.hpp"
 
 using namespace lockstep::reconcile;
 using namespace std::chrono_literals;
+using json = nlohmann::json;
 
 namespace {
 
@@ -972,4 +974,45 @@ TEST(LostNodes, ALostNodeIsTheCauseBeforeAPeersFailure) {
   auto d = decide(in);
   EXPECT_EQ(d.status.phase, "Restarting");
   EXPECT_EQ(reason(d, "Restarted"), "NodeLost");
+}
+
+// Note [Lost nodes]: a lost node's restart waits no backoff and leaves the count of restarts in
+// a row alone; the next attempt's pods prefer other nodes than the lost one, until it runs.
+TEST(LostNodes, TheNextAttemptStartsAtOnceAndPrefersOtherNodes) {
+  auto o = backoff_options();
+  auto j = running_job();
+  j.status.consecutive_restarts = 2;  // two crashes in a row before
+  j.status.restarts = 2;
+  auto in = gang_on(node("worker-2", "Unknown", "NodeStatusUnknown"), j);
+  for (auto& p : in.pods) p.attempt = 2;
+  auto d = decide(in, o);
+  EXPECT_EQ(d.status.restarts, 3);
+  EXPECT_EQ(d.status.consecutive_restarts, 2) << "a lost node is not the program's failure";
+  EXPECT_EQ(d.status.lost_nodes, (std::vector<std::string>{"worker-2"}));
+  EXPECT_LE(d.requeue_after.value_or(1h), 1ms) << "no restart delay";
+
+  // The old pods gone: the next attempt's pods are made at once, avoiding worker-2.
+  JobView next = j;
+  next.status = d.status;
+  auto create = decide(observed(next, {}), o);
+  EXPECT_EQ(create.create_pods, (std::vector<int>{0, 1})) << "no backoff wait";
+  EXPECT_EQ(create.avoid_nodes, (std::vector<std::string>{"worker-2"}));
+  json made = pod_manifest(next, 1, 3, {}, "", create.avoid_nodes);
+  json pref = made["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"];
+  ASSERT_EQ(pref.size(), 1u) << made["spec"].dump();
+  EXPECT_EQ(pref[0]["weight"], 100);
+  EXPECT_EQ(pref[0]["preference"]["matchExpressions"][0]["operator"], "NotIn");
+  EXPECT_EQ(pref[0]["preference"]["matchExpressions"][0]["values"], json::array({"worker-2"}));
+
+  // Once that attempt runs, the list is cleared; the status round-trips it meanwhile.
+  EXPECT_EQ(JobStatus::from_json(d.status.to_json()).lost_nodes, d.status.lost_nodes);
+  next.status = create.status;
+  auto running = decide(observed(next, {on(pod(0, "Running", 3), "worker-1"), on(pod(1, "Running", 3), "worker-3")}), o);
+  EXPECT_EQ(running.status.phase, "Running");
+  EXPECT_TRUE(running.status.lost_nodes.empty());
+
+  // A crash of the program still waits the backoff and clears nothing it should not.
+  auto crash = decide(observed(running_job(), {pod(0, "Failed", 0, 137), pod(1, "Running", 0)}), o);
+  EXPECT_EQ(crash.requeue_after.value_or(0ms), 10s);
+  EXPECT_TRUE(crash.status.lost_nodes.empty());
 }
