@@ -454,6 +454,7 @@ void BarrierServer::loop() {
 
   // `verdict`: what the generation's end says of this member, if it ends it ("" for a plain
   // loss).
+  int silent_node = -1;  // Note [Silent peer]: the first member lost to silence, not to a closed connection
   auto drop = [&](Conn& c, const std::string& why, const std::string& verdict = "") {
     if (c.dead) return;
     c.dead = true;
@@ -506,6 +507,8 @@ void BarrierServer::loop() {
     Message m = failure_message("EXIT", gen, cause);
     m.fields["exit"] = std::to_string(code);
     m.fields["why"] = why;
+    // Note [Silent peer]: the generation ends because that member went silent.
+    if (code == contract::kExitRendezvous && silent_node >= 0) m.fields["silent"] = std::to_string(silent_node);
     broadcast(m);
     phase = Phase::Finished;
     if (code == 0 && n > 1) LOCKSTEP_LOG(Info, "barrier", "generation " << gen << " ends for every node: " << why);
@@ -799,6 +802,7 @@ void BarrierServer::loop() {
       for (auto& c : conns)
         if (c->node >= 0 && !c->dead && node_conn[c->node] == c.get() && t - c->heard > cfg_.peer_timeout) {
           const std::string silence = "said nothing for " + seconds_text(t - c->heard) + " (" + timeout_text + ")";
+          if (silent_node < 0) silent_node = c->node;
           drop(*c, "it " + silence,
                "node " + std::to_string(c->node) + "'s agent (" + c->peer + ") " + silence +
                    "; treating it as lost (its node frozen, powered off or cut off)");

@@ -86,6 +86,17 @@
 //     heartbeats are read, at that rate) but costs the server little; the rest waits in the
 //     kernel's buffers, and TCP slows the sender.
 //
+// Note [Silent peer]
+// A gang that ends because a node's agent went silent (Note [Heartbeats]; not one whose
+// connection closed: a deleted pod closes it, a dead node does not) tells the operator which
+// node: node 0's server puts `silent=R` into its EXIT, a member that hears nothing from node 0
+// takes R = 0, and every agent that exits 76 so writes `lockstep-silent-peer node=R` as the
+// first line of its termination message (contract::kSilentPeerLine; never cut, whatever the
+// rest's length). The operator, seeing it on a failed pod of the attempt while pod R still
+// runs in the API, takes pod R's node for lost before the node controller does (it is still
+// Ready for up to its grace period): it force-deletes pod R and the next attempt prefers other
+// nodes (operator/reconcile/silent_peer.hpp). Only the first, silent, member is named.
+//
 // Note [Barrier trust]
 // Any pod in the cluster can reach node 0's agent (DESIGN.md, "Trust model"). So:
 //   * Membership is proved, never claimed. On accept the server sends `CHALLENGE nonce=N`

@@ -472,8 +472,15 @@ int Supervisor::finish(int code, const std::string& why, const Worker* culprit, 
 void Supervisor::write_termination_message(const std::string& why, const std::vector<std::string>& tail) const {
   std::string text = "lockstep-agent: " + why + "\n";
   for (const auto& l : tail) text += l + "\n";
-  if (text.size() > 4096) text = text.substr(text.size() - 4096);
-  write_termination_log(text);
+  // Note [Silent peer]: the operator's line first, and never cut: the rest keeps its end.
+  const std::string first = silent_peer_ >= 0 ? std::string(contract::kSilentPeerLine) + " node=" + std::to_string(silent_peer_) + "\n" : "";
+  if (first.size() + text.size() > 4096) text = text.substr(text.size() - (4096 - first.size()));
+  write_termination_log(first + text);
+}
+
+void Supervisor::note_silent_peer(const Message& verdict) {
+  const int node = verdict.get_int("silent", -1);
+  if (node >= 0 && node < cfg_.nnodes) silent_peer_ = node;
 }
 
 std::string Supervisor::check_stall() {
@@ -541,6 +548,7 @@ std::string Supervisor::server_gone(const BarrierClient& barrier) const {
     return "lost node 0's agent (the restart barrier at " + (barrier.peer().empty() ? cfg_.master_addr : barrier.peer()) +
            "): its pod was deleted or its node lost";
   if (!cfg_.peer_checks() || barrier.server_silence() <= cfg_.peer_timeout) return "";
+  silent_peer_ = 0;  // Note [Silent peer]
   return "node 0's agent (" + barrier.peer() + ") said nothing for " + seconds_text(barrier.server_silence()) +
          " (more than " + cfg_.peer_timeout_from + ", " + setting_text(cfg_.peer_timeout) +
          "); treating it as lost (its node frozen, powered off or cut off)";
@@ -588,7 +596,10 @@ int Supervisor::join_barrier(BarrierClient& barrier, const std::string& host, in
       said_hello = true;
       continue;
     }
-    if (m && m->verb == "EXIT") return finish(verdict_code(*m), verdict_why(*m), nullptr);
+    if (m && m->verb == "EXIT") {
+      note_silent_peer(*m);
+      return finish(verdict_code(*m), verdict_why(*m), nullptr);
+    }
     // A START read together with the connection's end is not acted on (Note [Heartbeats]).
     if (m && m->verb == "START" && m->get_int("gen") == 0 && barrier.lost())
       return finish(contract::kExitRendezvous, server_gone(barrier), nullptr);
@@ -717,6 +728,7 @@ int Supervisor::run() {
       }
       if (m && m->verb == "EXIT") {
         stop_group();
+        note_silent_peer(*m);
         return finish(verdict_code(*m), verdict_why(*m), nullptr);
       }
       if (std::string why = server_gone(barrier); !why.empty()) {  // lost, or silent (Note [Heartbeats])
@@ -747,6 +759,7 @@ int Supervisor::run() {
         return finish(contract::kExitRendezvous, why, nullptr);
       }
       if (m && m->verb == "EXIT") {
+        note_silent_peer(*m);
         int code = verdict_code(*m);
         auto cause = failure_of(*m);
         if (code == 0) return finish(0, all_finished, nullptr);

@@ -84,6 +84,9 @@ class Supervisor {
   BarrierClient* barrier_ = nullptr;  // while run() holds one
   const BarrierServer* server_ = nullptr;  // node 0's, while run() holds it
   std::mutex out_mu_;
+  // Note [Silent peer] (barrier.hpp): the node whose agent went silent, ending the gang; -1 none.
+  mutable int silent_peer_ = -1;
+  void note_silent_peer(const Message& verdict);
 };
 
 }  // namespace lockstep::agent

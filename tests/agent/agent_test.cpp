@@ -646,6 +646,7 @@ TEST(InPlace, EveryNodesTerminationMessageQuotesTheFailingRankOnAnotherNode) {
     std::string last = text.substr(0, text.size() - 1);
     last = last.substr(last.rfind('\n') + 1);
     EXPECT_EQ(last, "lockstep-trainer: --steps must be an integer >= 1") << log << ":\n" << text;
+    EXPECT_EQ(text.find("lockstep-silent-peer"), std::string::npos) << "no node went silent: " << text;
   }
   EXPECT_NE(a0.output().find("last lines of rank 1 (node 1):"), std::string::npos) << a0.output();
 }
@@ -666,6 +667,8 @@ void signal_all(const std::vector<pid_t>& pids, int sig) {
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 size_t count_of(const std::string& text, const std::string& what) {
   size_t n = 0;
@@ -734,6 +737,8 @@ TEST(SilentNode, AFrozenMemberIsLostWithinThePeerTimeoutAndStandsDownWhenItThaws
   EXPECT_GT(noticed, 4.5) << "noticed before the peer timeout";
   EXPECT_LT(noticed, 6.0 + 8.0) << "noticed long after the peer timeout";
   EXPECT_NE(lockstep::test::read_file(job.dir + "/termination-0").find("node 1's agent"), std::string::npos);
+  // Note [Silent peer]: the operator's line, first.
+  EXPECT_EQ(first_line(lockstep::test::read_file(job.dir + "/termination-0")), "lockstep-silent-peer node=1");
   EXPECT_TRUE(eventually([&] { return !lockstep::test::is_running(worker0); }, 10s)) << "node 0's worker outlived its agent";
   EXPECT_EQ(lockstep::test::process_state(worker1), 'T') << "the frozen worker was touched while frozen";
   std::this_thread::sleep_for(1s);  // frozen well past the peer timeout
@@ -779,6 +784,7 @@ TEST(SilentNode, AFrozenNode0IsLostWithinThePeerTimeoutAndItsServerClosesWhenItT
   EXPECT_GT(noticed, 4.5);
   EXPECT_LT(noticed, 6.0 + 8.0);
   EXPECT_NE(lockstep::test::read_file(job.dir + "/termination-1").find("node 0's agent"), std::string::npos);
+  EXPECT_EQ(first_line(lockstep::test::read_file(job.dir + "/termination-1")), "lockstep-silent-peer node=0");
   EXPECT_TRUE(eventually([&] { return !lockstep::test::is_running(worker1); }, 10s)) << "node 1's worker outlived its agent";
   EXPECT_EQ(lockstep::test::process_state(worker0), 'T');
   std::this_thread::sleep_for(1s);  // frozen well past the peer timeout

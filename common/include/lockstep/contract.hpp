@@ -74,6 +74,11 @@ inline constexpr int kExitRendezvous = 76;   // the master address never resolve
 inline constexpr int kExitCollective = 77;
 inline constexpr int kExitUsage = 64;        // bad flags or environment (permanent)
 
+// The first line of an agent's termination message when its gang ended because another node's
+// agent went silent (Note [Silent peer] in agent/barrier.hpp): `lockstep-silent-peer node=R`,
+// R that node's rank. The operator reads it (operator/reconcile/silent_peer.hpp).
+inline constexpr const char* kSilentPeerLine = "lockstep-silent-peer";
+
 // A collective or rendezvous failure, or a stall: what a rank does when another one died.
 inline bool exit_code_is_consequence(int code) {
   return code == kExitStall || code == kExitRendezvous || code == kExitCollective;
