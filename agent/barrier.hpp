@@ -95,7 +95,7 @@
 // rest's length). The operator, seeing it on a failed pod of the attempt while pod R still
 // runs in the API, takes pod R's node for lost before the node controller does (it is still
 // Ready for up to its grace period): it force-deletes pod R and the next attempt prefers other
-// nodes (operator/reconcile/silent_peer.hpp). Only the first, silent, member is named.
+// nodes (Note [Lost nodes] in operator/reconcile/node.hpp). Only the first, silent, member is named.
 //
 // Note [Barrier trust]
 // Any pod in the cluster can reach node 0's agent (DESIGN.md, "Trust model"). So:

@@ -207,6 +207,35 @@ struct Pass {
     return true;
   }
 
+  // Note [Lost nodes]: a failed pod of the attempt whose agent says pod R's agent went silent,
+  // while pod R has not finished: pod R's node is lost. True when it acted.
+  bool handle_silent_peer() {
+    if (!in.watch_nodes) return false;
+    for (const auto* p : current) {
+      if (p->phase != "Failed") continue;
+      auto rank = silent_peer(p->termination_message);
+      if (!rank || *rank >= job.nodes) continue;
+      const PodView* silent = nullptr;
+      for (const auto* q : current)
+        if (q->index == *rank && !q->finished() && !q->node_name.empty()) silent = q;
+      if (!silent || silent == p) continue;
+      const std::string node = printable(silent->node_name, kMaxNodeName);
+      lost.emplace(silent, "its agent went silent to the gang (pod " + p->name + "'s agent heard nothing from it for the "
+                           "agents' peer timeout), so node " + node + " is taken for lost before the node controller "
+                           "marks it");
+      std::string what = "pod " + silent->name + " (rank " + std::to_string(silent->index) + ") on node " + node +
+                         " went silent: " + describe_failure(*p);
+      if (job.restart_policy == RestartPolicy::Never) {
+        finish("Failed", "NodeLost", what + "; spec.runPolicy.restartPolicy=Never does not retry it");
+        clean_finished_pods();
+        return true;
+      }
+      restart_gang("NodeLost", what, /*node_lost=*/true, {silent->node_name});
+      return true;
+    }
+    return false;
+  }
+
   // Whether the attempt now ending was Running for the stable stretch (Note [Backoff reset]).
   bool ran_stably() const {
     if (opt.restart_backoff_reset.count() <= 0 || job.status.phase != "Running") return false;
@@ -499,6 +528,7 @@ struct Pass {
     count_in_place_restarts();  // before a gang restart can end the attempt they belong to
     if (handle_deadline()) return;
     if (handle_lost_nodes()) return;
+    if (handle_silent_peer()) return;
     if (handle_failure()) return;
     if (waiting_to_restart()) return;
     if (handle_success()) return;

@@ -1,5 +1,7 @@
 #include "reconcile/node.hpp"
 
+#include "lockstep/contract.hpp"
+
 using json = nlohmann::json;
 
 namespace lockstep::reconcile {
@@ -53,6 +55,17 @@ bool tolerates_for_ever(const Toleration& t, const NodeTaint& taint) {
   if (t.seconds) return false;  // Note [Lost nodes]: for a while only
   if (!t.key.empty() && t.key != taint.key) return false;
   return t.exists || t.value == taint.value;
+}
+
+std::optional<int> silent_peer(const std::string& message) {
+  const std::string prefix = std::string(contract::kSilentPeerLine) + " node=";
+  const std::string line = message.substr(0, message.find('\n'));
+  if (line.rfind(prefix, 0) != 0) return std::nullopt;
+  const std::string digits = line.substr(prefix.size());
+  if (digits.empty() || digits.size() > 4 || digits.find_first_not_of("0123456789") != std::string::npos ||
+      (digits.size() > 1 && digits[0] == '0'))
+    return std::nullopt;
+  return std::stoi(digits);
 }
 
 std::optional<std::string> node_lost(const PodView& pod, const NodeView& node) {

@@ -43,6 +43,19 @@
 // (Note [Barrier secret] in manifests.hpp), and the agents' heartbeats (docs/agent.md,
 // "Heartbeats"). Pods on healthy nodes are deleted gracefully, as for any gang restart.
 //
+// A node can die without the node controller's knowing for up to its grace period (50 s), and
+// the gang's agents notice in seconds (agent/barrier.hpp, Note [Heartbeats]): the agents that
+// exit 76 because pod R's agent went silent say so in the first line of their termination
+// message (`lockstep-silent-peer node=R`, Note [Silent peer] there). A failed pod of the
+// attempt with that line, while pod R of the attempt has not finished in the API, makes pod
+// R's node lost too, as above: the gang restarts with NodeLost, pod R is force-deleted, and
+// the next attempt prefers other nodes (its node is still Ready, so the scheduler would place
+// a new pod there). The line is read strictly (first line, a rank of the job), and whatever a
+// program could make the operator believe by forging it (its own logs become the termination
+// message when the agent did not write one) concerns its own job only: a restart and a
+// preference of the next attempt. With the node watch off (--node-watch=false) the line is
+// not read either, so that the operator then behaves as one that waits for eviction.
+//
 // Node names, reasons, messages and taints reach conditions and Events; they come from the
 // API server, but another team's controller may write a node's status and taints, so the
 // cache keeps them bounded and printable (NodeView::from_json).
@@ -87,6 +100,11 @@ inline constexpr size_t kMaxNodeTaints = 16;
 // (Ready=Unknown, NodeStatusUnknown: Kubelet stopped posting node status) since
 // 2026-11-28T12:03:04Z"; nullopt when the node serves it.
 std::optional<std::string> node_lost(const PodView& pod, const NodeView& node);
+
+// Note [Lost nodes]: the rank of the silent node a termination message names in its first
+// line (`lockstep-silent-peer node=R`, contract::kSilentPeerLine); nullopt when it names none
+// or the line is not exactly that (R: 0 to 9999).
+std::optional<int> silent_peer(const std::string& termination_message);
 
 // Whether `toleration` tolerates `taint` (a NoExecute one) for ever, as the kubelet and the
 // taint manager match them, less tolerationSeconds.

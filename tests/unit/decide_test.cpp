@@ -1016,3 +1016,56 @@ TEST(LostNodes, TheNextAttemptStartsAtOnceAndPrefersOtherNodes) {
   EXPECT_EQ(crash.requeue_after.value_or(0ms), 10s);
   EXPECT_TRUE(crash.status.lost_nodes.empty());
 }
+
+// Note [Lost nodes], a silent node: the surviving agents exit 76 naming the rank whose agent
+// went silent; that pod still runs in the API (its node not yet NotReady), so it is
+// force-deleted, the gang restarts with NodeLost naming its node, and the next attempt
+// prefers other nodes.
+TEST(LostNodes, AnAgentsReportOfASilentPeerTakesThatPodsNodeForLost) {
+  auto in = gang_on(node("worker-2"));  // still Ready
+  PodView survivor = on(failed(0, lockstep::contract::kExitRendezvous, 1s), "worker-1");
+  survivor.termination_message =
+      "lockstep-silent-peer node=1\nlockstep-agent: node 1's agent (10.244.2.5:41234) said nothing for 6.0 s (more than "
+      "--peer-timeout, 6 s); treating it as lost (its node frozen, powered off or cut off)\n";
+  in.pods[0] = survivor;
+  auto d = decide(in);
+  EXPECT_EQ(d.status.phase, "Restarting");
+  EXPECT_EQ(reason(d, "Restarted"), "NodeLost");
+  EXPECT_EQ(d.status.node_lost_restarts, 1);
+  EXPECT_EQ(d.status.lost_nodes, (std::vector<std::string>{"worker-2"}));
+  EXPECT_EQ(d.delete_pods, (std::vector<std::string>{"tj-0", "tj-1"}));
+  EXPECT_EQ(d.delete_pod_force, (std::vector<bool>{false, true})) << "only the silent pod is forced";
+  EXPECT_NE(message(d, "Restarted").find("pod tj-1 (rank 1) on node worker-2 went silent: pod tj-0 failed with exit code 76"),
+            std::string::npos)
+      << message(d, "Restarted");
+  ASSERT_FALSE(d.events.empty());
+  EXPECT_NE(d.events.back().message.find("worker-2"), std::string::npos) << d.events.back().message;
+
+  // Not read: the node watch off; a line that is not first or not exact; a rank out of the job;
+  // the named pod already finished. Then it is an ordinary failure, judged as ever (here a
+  // consequence's exit 76 waits for its peers' status): no node is taken for lost.
+  auto taken_for_lost = [&](const std::string& message, bool watch = true, const std::string& peer_phase = "Running") {
+    auto o = gang_on(node("worker-2"));
+    PodView s = survivor;
+    s.termination_message = message;
+    o.pods[0] = s;
+    o.pods[1].phase = peer_phase;
+    o.watch_nodes = watch;
+    auto e = decide(o);
+    return reason(e, "Restarted") == "NodeLost" || !e.status.lost_nodes.empty() ||
+           std::count(e.delete_pod_force.begin(), e.delete_pod_force.end(), true) > 0;
+  };
+  EXPECT_TRUE(taken_for_lost(survivor.termination_message)) << "the check itself";
+  EXPECT_FALSE(taken_for_lost(survivor.termination_message, false));
+  EXPECT_FALSE(taken_for_lost(survivor.termination_message, true, "Succeeded"));
+  EXPECT_FALSE(taken_for_lost("lockstep-agent: x\nlockstep-silent-peer node=1\n"));
+  EXPECT_FALSE(taken_for_lost("lockstep-silent-peer node=1 \n"));
+  EXPECT_FALSE(taken_for_lost("lockstep-silent-peer node=01\n"));
+  EXPECT_FALSE(taken_for_lost("lockstep-silent-peer node=7\n"));
+  EXPECT_FALSE(taken_for_lost("lockstep-silent-peer node=-1\n"));
+  EXPECT_FALSE(taken_for_lost("lockstep-silent-peer node=99999\n"));
+  EXPECT_FALSE(taken_for_lost("lockstep-silent-peer node=0\n")) << "the reporter itself";
+  EXPECT_EQ(silent_peer("lockstep-silent-peer node=0"), 0);
+  EXPECT_EQ(silent_peer("lockstep-silent-peer node=12\nrest"), 12);
+  EXPECT_EQ(silent_peer(""), std::nullopt);
+}

@@ -76,7 +76,7 @@ inline constexpr int kExitUsage = 64;        // bad flags or environment (perman
 
 // The first line of an agent's termination message when its gang ended because another node's
 // agent went silent (Note [Silent peer] in agent/barrier.hpp): `lockstep-silent-peer node=R`,
-// R that node's rank. The operator reads it (operator/reconcile/silent_peer.hpp).
+// R that node's rank. The operator reads it (Note [Lost nodes] in operator/reconcile/node.hpp).
 inline constexpr const char* kSilentPeerLine = "lockstep-silent-peer";
 
 // A collective or rendezvous failure, or a stall: what a rank does when another one died.
