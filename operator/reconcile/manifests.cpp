@@ -100,6 +100,21 @@ json owner_reference(const JobView& job) {
           {"uid", job.uid}, {"controller", true}, {"blockOwnerDeletion", true}};
 }
 
+// The list at spec.affinity.<kind>.<list>, made where missing; nullptr where the template has
+// something else there (left for the API server to name).
+static json* affinity_list(json& spec, const char* kind, const char* list) {
+  json* at = &spec;
+  for (const char* key : {"affinity", kind}) {
+    json& next = (*at)[key];
+    if (next.is_null()) next = json::object();
+    if (!next.is_object()) return nullptr;
+    at = &next;
+  }
+  json& rules = (*at)[list];
+  if (rules.is_null()) rules = json::array();
+  return rules.is_array() ? &rules : nullptr;
+}
+
 // Note [One pod per node]
 // spec.scheduling.onePodPerNode: a required pod anti-affinity between the job's pods (its
 // job-name label, in its namespace) on kubernetes.io/hostname, appended to whatever the
@@ -110,17 +125,9 @@ json owner_reference(const JobView& job) {
 // the same (docs/trainingjob.md, "Placement"); where the template's affinity has a shape the
 // API server will refuse, it is left as it is for the API server to name.
 static void keep_off_each_others_nodes(json& spec, const JobView& job) {
-  json& affinity = spec["affinity"];
-  if (affinity.is_null()) affinity = json::object();
-  if (!affinity.is_object()) return;
-  json& anti = affinity["podAntiAffinity"];
-  if (anti.is_null()) anti = json::object();
-  if (!anti.is_object()) return;
-  json& required = anti["requiredDuringSchedulingIgnoredDuringExecution"];
-  if (required.is_null()) required = json::array();
-  if (!required.is_array()) return;
-  required.push_back({{"labelSelector", {{"matchLabels", {{c::kLabelJobName, job.name}}}}},
-                      {"topologyKey", "kubernetes.io/hostname"}});
+  if (json* required = affinity_list(spec, "podAntiAffinity", "requiredDuringSchedulingIgnoredDuringExecution"))
+    required->push_back({{"labelSelector", {{"matchLabels", {{c::kLabelJobName, job.name}}}}},
+                         {"topologyKey", "kubernetes.io/hostname"}});
 }
 
 // Note [Lost nodes] (node.hpp): the next attempt's pods prefer nodes other than those the last
@@ -129,19 +136,11 @@ static void keep_off_each_others_nodes(json& spec, const JobView& job) {
 // would happily place a new pod there, where it would never start. A preference, not a rule:
 // when no other node fits (a small cluster, a node that came back), the pod still runs.
 static void prefer_other_nodes(json& spec, const std::vector<std::string>& nodes) {
-  json& affinity = spec["affinity"];
-  if (affinity.is_null()) affinity = json::object();
-  if (!affinity.is_object()) return;
-  json& node = affinity["nodeAffinity"];
-  if (node.is_null()) node = json::object();
-  if (!node.is_object()) return;
-  json& preferred = node["preferredDuringSchedulingIgnoredDuringExecution"];
-  if (preferred.is_null()) preferred = json::array();
-  if (!preferred.is_array()) return;
-  preferred.push_back({{"weight", 100},
-                       {"preference", {{"matchExpressions", json::array({{{"key", "kubernetes.io/hostname"},
-                                                                          {"operator", "NotIn"},
-                                                                          {"values", nodes}}})}}}});
+  if (json* preferred = affinity_list(spec, "nodeAffinity", "preferredDuringSchedulingIgnoredDuringExecution"))
+    preferred->push_back({{"weight", 100},
+                          {"preference", {{"matchExpressions", json::array({{{"key", "kubernetes.io/hostname"},
+                                                                             {"operator", "NotIn"},
+                                                                             {"values", nodes}}})}}}});
 }
 
 // Built from one copy of the template, its parts moved rather than copied into the pod: a
