@@ -12,7 +12,7 @@
 #          gang restart), kubectl delete pod, a container killed through containerd with the
 #          operator's pod deleted during the restart, the kubelet away for 20 s; and the faulty
 #          job's wall time against the same job run without faults.
-#   nodes  nodes_in_cluster_test's EachNodeFault..., 3 nodes: the same job, one pod per node,
+#   nodes  nodes_in_cluster_test's NodeFaults.*, 3 nodes: the same job, one pod per node,
 #          and a node frozen, powered off, tainted NoExecute, drained; then the same faults with
 #          the operator's node watch off (--node-watch=false: waiting for Kubernetes' eviction,
 #          as Kubeflow's and JobSet's operators do), each given 180 s before its node is healed.
@@ -39,8 +39,8 @@ if [[ $what == all || $what == pods ]]; then
   run "pod and process faults, one node" lockstep_cluster_test '*Faults*'
 fi
 if [[ $what == all || $what == nodes ]]; then
-  run "node faults, 3 nodes, with the node watch" nodes_in_cluster_test '*EachNodeFault*'
-  run "node faults, 3 nodes, without the node watch" nodes_in_cluster_test '*EachNodeFault*' LOCKSTEP_RECOVERY_NODE_WATCH=off
+  run "node faults, 3 nodes, with the node watch" nodes_in_cluster_test 'NodeFaults.*'
+  run "node faults, 3 nodes, without the node watch" nodes_in_cluster_test 'NodeFaults.*' LOCKSTEP_RECOVERY_NODE_WATCH=off
 fi
 echo
 echo "bench/recovery: examples/ddp-checkpoint.yaml (2 pods x 1 rank, tiny GPT, checkpoint every 20 steps), $(date -u +%F), $(nproc) cores"

@@ -81,8 +81,11 @@ Resume resume_of(const std::string& ns, const std::string& pod, std::chrono::sys
     if (std::regex_search(line, m, resumed)) r.step = std::stoi(m[1]);
     else if (line.find("lockstep-trainer: tiny") != std::string::npos || line.find("parameters),") != std::string::npos)
       started = true;
-    else if (std::regex_search(line, m, stepped) && !r.first_step_at) {
-      if (r.step < 0 && started) r.step = 0;
+    // A step counts only after the new generation said how it started: a step line of the old
+    // one can carry a timestamp just after `since` (rank 0 printing a step whose all-reduce
+    // finished just before its peer was killed).
+    else if (std::regex_search(line, m, stepped) && !r.first_step_at && (r.step >= 0 || started)) {
+      if (r.step < 0) r.step = 0;
       r.first_step_at = parse_rfc3339(m[1]);
     }
   }

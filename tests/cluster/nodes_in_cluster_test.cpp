@@ -20,6 +20,7 @@
 #include <future>
 #include <iomanip>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -106,8 +107,10 @@ constexpr auto kWithoutWatchWait = std::chrono::seconds(180);
 
 class NodesInCluster : public ::testing::Test {
  protected:
+  // Once for the binary (NodeFaults, below, shares the installation).
   static void SetUpTestSuite() {
-    if (!real_cluster()) return;
+    if (!real_cluster() || installed_) return;
+    installed_ = true;
     double seconds = 0;
     // One operator replica: the fault test keeps its node out of the faults (a real cluster runs
     // it on system nodes).
@@ -117,8 +120,10 @@ class NodesInCluster : public ::testing::Test {
     if (install_error_.empty()) std::cerr << "[cluster] Lockstep installed in " << std::fixed << std::setprecision(1) << seconds << " s\n";
   }
   static std::string install_error_;
+  static bool installed_;
 };
 std::string NodesInCluster::install_error_;
+bool NodesInCluster::installed_ = false;
 
 TEST(NodesInClusterPlain, ThreeNodesAreReadyEachWithItsOwnSubnetRuntimeAndKubelet) {
   LOCKSTEP_REQUIRE_REAL_CLUSTER();
@@ -315,156 +320,188 @@ std::string diagnose(const std::string& ns) {
   return out;
 }
 
-// Each node fault of #28, injected in turn while one checkpointed job (2 pods, one per node)
-// trains on 2 of the 3 nodes, each on a node that holds one of its pods; after each, the
-// gang must train again on healthy nodes, resumed from its newest checkpoint, and the job's
-// Events must name the node. The time from the fault to rank 0's first step after the resume
-// (DDP steps only when every rank takes part) is printed and written for bench/recovery.
-// A frozen node is thawed once the gang trains elsewhere: its old ranks must stop without
-// harm (no restart of the new gang, the checkpoint fence unchanged, none of their processes
-// left); a node powered off is powered on again, a taint removed, a drained node uncordoned,
-// so three nodes are there for the next fault.
-TEST_F(NodesInCluster, EachNodeFaultIsNoticedInSecondsAndTheGangTrainsAgainOnHealthyNodes) {
-  LOCKSTEP_REQUIRE_REAL_CLUSTER();
-  ASSERT_EQ(install_error_, "");
-  auto ns = create_test_namespace("lost");
-  const std::string job = "survivor";
-  const std::string dir = lockstep::test::real_cluster_state_dir() + "/run/volumes/" + ns + "/" + job;
-  std::string yaml = lockstep::test::checkpoint_job(job, dir, 100000, 1);
+// Each node fault of #28 is a test below, injected while one checkpointed job (2 pods, one per
+// node) trains on 2 of the 3 nodes, on a node that holds one of its pods; the four share the
+// job, which trains on from one to the next. After each, the gang must train again on healthy
+// nodes, resumed from its newest checkpoint, and the job's Events must name the node. The time
+// from the fault to rank 0's first step after the resume (DDP steps only when every rank takes
+// part) is printed and written for bench/recovery. A frozen node is thawed once the gang trains
+// elsewhere: its old ranks must stop without harm (no restart of the new gang, the checkpoint
+// fence unchanged, none of their processes left); a node powered off is powered on again, a
+// taint removed, a drained node uncordoned, so three nodes are there for the next fault.
+struct Fault {
+  std::string name;   // for the report
+  int victim_rank;    // whose node it hits (the other's when that is the operator's node)
+  std::function<void(const std::string& node)> inject, heal;
+};
+
+struct Survivor {  // the job the fault tests share
+  std::string ns, job = "survivor", dir, error;
+  bool started = false;
+};
+Survivor& survivor() {
+  static Survivor s;
+  return s;
+}
+
+// Starts the shared job once; "" when it runs.
+std::string start_survivor() {
+  Survivor& s = survivor();
+  if (s.started) return s.error;
+  s.started = true;
+  s.ns = create_test_namespace("lost");
+  s.dir = lockstep::test::real_cluster_state_dir() + "/run/volumes/" + s.ns + "/" + s.job;
+  std::string yaml = lockstep::test::checkpoint_job(s.job, s.dir, 100000, 1);
   yaml.replace(yaml.find("  template:"), 0, "  scheduling: {onePodPerNode: true}\n");
-  auto r = cluster_kubectl({"-n", ns, "apply", "-f", "-"}, yaml);
-  ASSERT_TRUE(r.status.success()) << r.output;
-  ASSERT_TRUE(eventually([&] { return lockstep::test::phase(ns, job) == "Running"; }, 180s)) << diagnose(ns);
+  auto r = cluster_kubectl({"-n", s.ns, "apply", "-f", "-"}, yaml);
+  if (!r.status.success()) return s.error = "kubectl apply: " + r.output;
+  if (!eventually([&] { return lockstep::test::phase(s.ns, s.job) == "Running"; }, 180s))
+    return s.error = "the job did not run:\n" + diagnose(s.ns);
+  return "";
+}
+
+void script(std::vector<std::string> args) {
+  auto res = real_cluster()->script(args, 3min);
+  EXPECT_TRUE(res.status.success()) << res.output;
+}
+
+void run_node_fault(const Fault& fault) {
+  SCOPED_TRACE(fault.name);
+  const std::string ns = survivor().ns, job = survivor().job, dir = survivor().dir;
   auto restarts = [&] {
     json j = get_json(ns, "trainingjob/" + job);
     return j.is_object() && j.contains("status") ? j["status"].value("restarts", -1) : -1;
   };
+  const int attempt = restarts();
+  std::map<int, std::string> placed;
+  ASSERT_TRUE(eventually([&] { return (placed = gang_nodes(ns, job, attempt)).size() == 2; }, 120s)) << diagnose(ns);
+  EXPECT_NE(placed[0], placed[1]) << "onePodPerNode";
+  // Past a checkpoint, so that the resume has one to start from, and mid-way to the next
+  // (every 20 steps), so that the steps redone are those a fault costs on average.
+  const int before = lockstep::test::latest_checkpoint(dir);
+  ASSERT_TRUE(eventually([&] { return lockstep::test::latest_checkpoint(dir) > before; }, 120s)) << diagnose(ns);
+  const int mid = lockstep::test::latest_checkpoint(dir) + 10;
+  ASSERT_TRUE(eventually([&] { return lockstep::test::last_logged_step(dir + "/loss.txt") >= mid; }, 120s)) << diagnose(ns);
+  // Not the operator's node: a pod of its Deployment on a dead node is replaced only after
+  // eviction, so the fault would measure the operator's own outage (a real cluster runs it
+  // on system nodes). The preferred rank otherwise.
+  const std::set<std::string> operator_nodes = nodes_of_operator();
+  int victim_rank = fault.victim_rank;
+  if (operator_nodes.count(placed[victim_rank])) victim_rank = 1 - victim_rank;
+  ASSERT_FALSE(operator_nodes.count(placed[victim_rank])) << "both pods share the operator's node";
+  const std::string victim = placed[victim_rank];
+  const int at_fault = lockstep::test::last_logged_step(dir + "/loss.txt");
+  const int checkpoint = lockstep::test::latest_checkpoint(dir);
+  const auto t_fault = std::chrono::system_clock::now();
+  const auto t0 = std::chrono::steady_clock::now();
+  fault.inject(victim);
 
-  struct Fault {
-    std::string name;   // for the report
-    int victim_rank;    // whose node it hits
-    std::function<void(const std::string& node)> inject, heal;
+  // The gang restarts, its new pods avoid the victim, and rank 0 steps again.
+  std::map<int, std::string> moved;
+  lockstep::test::Resume resumed;
+  auto recovered = [&] {
+    if (restarts() <= attempt) return false;
+    moved = gang_nodes(ns, job, restarts());
+    if (moved.size() != 2) return false;
+    resumed = lockstep::test::resume_of(ns, job + "-0", t_fault);
+    if (resumed.first_step_at) return true;
+    std::this_thread::sleep_for(500ms);
+    return false;
   };
-  auto script = [](std::vector<std::string> args) {
-    auto res = real_cluster()->script(args, 3min);
-    EXPECT_TRUE(res.status.success()) << res.output;
-  };
-  std::future<lockstep::RunResult> drain;
-  const std::vector<Fault> faults = {
-      {"node frozen (kubelet, runtime, containers stopped; its packets dropped)", 0,
-       [&](const std::string& n) { script({"node", "freeze", n}); }, nullptr},
-      {"node powered off (every process of it killed; its packets dropped)", 1,
-       [&](const std::string& n) { script({"node", "poweroff", n}); },
-       [&](const std::string& n) { script({"node", "poweron", n}); }},
-      {"node tainted NoExecute by a health controller (example.com/gpu-health=failed)", 0,
-       [&](const std::string& n) {
-         auto t = cluster_kubectl({"taint", "node", n, "example.com/gpu-health=failed:NoExecute"});
-         EXPECT_TRUE(t.status.success()) << t.output;
-       },
-       [&](const std::string& n) { cluster_kubectl({"taint", "node", n, "example.com/gpu-health-"}); }},
-      {"node drained (kubectl drain: cordon, then evict)", 1,
-       [&](const std::string& n) {
-         drain = std::async(std::launch::async, [n] {
-           return cluster_kubectl({"drain", n, "--ignore-daemonsets", "--delete-emptydir-data", "--force", "--timeout=180s"},
-                                  "", 200s);
-         });
-       },
-       [&](const std::string& n) {
-         if (drain.valid()) {
-           auto d = drain.get();
-           EXPECT_TRUE(d.status.success()) << d.output;
-         }
-         cluster_kubectl({"uncordon", n});
-       }},
-  };
-
-  for (const auto& fault : faults) {
-    SCOPED_TRACE(fault.name);
-    const int attempt = restarts();
-    std::map<int, std::string> placed;
-    ASSERT_TRUE(eventually([&] { return (placed = gang_nodes(ns, job, attempt)).size() == 2; }, 120s)) << diagnose(ns);
-    EXPECT_NE(placed[0], placed[1]) << "onePodPerNode";
-    // Past a checkpoint, so that the resume has one to start from, and mid-way to the next
-    // (every 20 steps), so that the steps redone are those a fault costs on average.
-    const int before = lockstep::test::latest_checkpoint(dir);
-    ASSERT_TRUE(eventually([&] { return lockstep::test::latest_checkpoint(dir) > before; }, 120s)) << diagnose(ns);
-    const int mid = lockstep::test::latest_checkpoint(dir) + 10;
-    ASSERT_TRUE(eventually([&] { return lockstep::test::last_logged_step(dir + "/loss.txt") >= mid; }, 120s)) << diagnose(ns);
-    // Not the operator's node: a pod of its Deployment on a dead node is replaced only after
-    // eviction, so the fault would measure the operator's own outage (a real cluster runs it
-    // on system nodes). The preferred rank otherwise.
-    const std::set<std::string> operator_nodes = nodes_of_operator();
-    int victim_rank = fault.victim_rank;
-    if (operator_nodes.count(placed[victim_rank])) victim_rank = 1 - victim_rank;
-    ASSERT_FALSE(operator_nodes.count(placed[victim_rank])) << "both pods share the operator's node";
-    const std::string victim = placed[victim_rank];
-    const int at_fault = lockstep::test::last_logged_step(dir + "/loss.txt");
-    const int checkpoint = lockstep::test::latest_checkpoint(dir);
-    const auto t_fault = std::chrono::system_clock::now();
-    const auto t0 = std::chrono::steady_clock::now();
-    fault.inject(victim);
-
-    // The gang restarts, its new pods avoid the victim, and rank 0 steps again.
-    std::map<int, std::string> moved;
-    lockstep::test::Resume resumed;
-    auto recovered = [&] {
-      if (restarts() <= attempt) return false;
-      moved = gang_nodes(ns, job, restarts());
-      if (moved.size() != 2) return false;
-      resumed = lockstep::test::resume_of(ns, job + "-0", t_fault);
-      if (resumed.first_step_at) return true;
-      std::this_thread::sleep_for(500ms);
-      return false;
-    };
-    if (watch_off()) {
-      // What waiting for Kubernetes costs: recovery, or none within kWithoutWatchWait; then
-      // the node healed (thawed, powered on, ...) so that the job goes on to the next fault.
-      bool in_time = eventually(recovered, kWithoutWatchWait);
-      double took = in_time ? std::chrono::duration<double>(*resumed.first_step_at - t_fault).count() : -1;
-      std::string stuck = cluster_kubectl({"-n", ns, "get", "pods", "-o", "wide"}).output;
-      std::cerr << "[cluster] without the node watch, " << fault.name << " on " << victim << ": "
-                << (in_time ? "every rank stepping again " + std::to_string(took) + " s after the fault"
-                            : "no recovery within " + std::to_string(kWithoutWatchWait.count()) + " s; the pods then:\n" + stuck)
-                << "\n";
-      lockstep::test::report_recovery(fault.name + " [node watch off]", checkpoint, at_fault, in_time ? resumed.step : -1, took);
-      if (fault.name.rfind("node frozen", 0) == 0) script({"node", "thaw", victim});
-      else if (fault.heal) fault.heal(victim);
-      ASSERT_TRUE(eventually(recovered, 300s)) << "no recovery after the node healed\n" << diagnose(ns);
-      EXPECT_TRUE(eventually([&] { return node_ready(victim); }, 120s)) << diagnose(ns);
-      continue;
-    }
-    ASSERT_TRUE(eventually(recovered, 240s)) << diagnose(ns);
-    double recovery = std::chrono::duration<double>(*resumed.first_step_at - t_fault).count();
-    std::cerr << "[cluster] " << fault.name << " on " << victim << " (rank " << victim_rank << "): fault at step "
-              << at_fault << ", resumed from checkpoint " << resumed.step << ", every rank stepping again "
-              << std::fixed << std::setprecision(1) << recovery << " s after the fault (noticed and restarted: "
-              << seconds_since(t0) << " s of the test's polling)\n";
-    lockstep::test::report_recovery(fault.name, checkpoint, at_fault, resumed.step, recovery);
-    for (const auto& [rank, node] : moved) EXPECT_NE(node, victim) << "rank " << rank << " back on the lost node";
-    EXPECT_GE(resumed.step, checkpoint) << "resumed from an older checkpoint than the newest";
-    std::string said;
-    for (const auto& e : job_events(ns, job)) said += e + "\n";
-    EXPECT_NE(said.find(victim), std::string::npos) << "no Event names the lost node " << victim << ":\n" << said;
-
-    if (fault.name.rfind("node frozen", 0) == 0) {
-      // The frozen node wakes up after the gang moved on: its old ranks stop without harm.
-      const int now_attempt = restarts();
-      const int steps_before_thaw = lockstep::test::last_logged_step(dir + "/loss.txt");
-      script({"node", "thaw", victim});
-      EXPECT_TRUE(eventually([&] { return lockstep::test::worker_pids(ns, job, victim_rank, "lockstep-trainer").size() <= 1; }, 60s));
-      std::this_thread::sleep_for(15s);
-      EXPECT_EQ(restarts(), now_attempt) << "the thawed ranks disturbed the new gang\n" << diagnose(ns);
-      EXPECT_EQ(trim(lockstep::test::read_file(dir + "/FENCE")).find("attempt " + std::to_string(now_attempt)) !=
-                    std::string::npos, true)
-          << lockstep::test::read_file(dir + "/FENCE");
-      EXPECT_GT(lockstep::test::last_logged_step(dir + "/loss.txt"), steps_before_thaw) << "the new gang stopped training";
-      EXPECT_TRUE(eventually([&] { return node_ready(victim); }, 90s)) << "the thawed node is Ready again";
-    } else if (fault.heal) {
-      fault.heal(victim);
-      EXPECT_TRUE(eventually([&] { return node_ready(victim); }, 120s)) << diagnose(ns);
-    }
+  if (watch_off()) {
+    // What waiting for Kubernetes costs: recovery, or none within kWithoutWatchWait; then
+    // the node healed (thawed, powered on, ...) so that the job goes on to the next fault.
+    bool in_time = eventually(recovered, kWithoutWatchWait);
+    double took = in_time ? std::chrono::duration<double>(*resumed.first_step_at - t_fault).count() : -1;
+    std::string stuck = cluster_kubectl({"-n", ns, "get", "pods", "-o", "wide"}).output;
+    std::cerr << "[cluster] without the node watch, " << fault.name << " on " << victim << ": "
+              << (in_time ? "every rank stepping again " + std::to_string(took) + " s after the fault"
+                          : "no recovery within " + std::to_string(kWithoutWatchWait.count()) + " s; the pods then:\n" + stuck)
+              << "\n";
+    lockstep::test::report_recovery(fault.name + " [node watch off]", checkpoint, at_fault, in_time ? resumed.step : -1, took);
+    if (fault.name.rfind("node frozen", 0) == 0) script({"node", "thaw", victim});
+    else if (fault.heal) fault.heal(victim);
+    ASSERT_TRUE(eventually(recovered, 300s)) << "no recovery after the node healed\n" << diagnose(ns);
+    EXPECT_TRUE(eventually([&] { return node_ready(victim); }, 120s)) << diagnose(ns);
+    return;
   }
-  cluster_kubectl({"-n", ns, "delete", "trainingjob", job, "--wait=true"}, "", 120s);
+  ASSERT_TRUE(eventually(recovered, 240s)) << diagnose(ns);
+  double recovery = std::chrono::duration<double>(*resumed.first_step_at - t_fault).count();
+  std::cerr << "[cluster] " << fault.name << " on " << victim << " (rank " << victim_rank << "): fault at step "
+            << at_fault << ", resumed from checkpoint " << resumed.step << ", every rank stepping again "
+            << std::fixed << std::setprecision(1) << recovery << " s after the fault (noticed and restarted: "
+            << seconds_since(t0) << " s of the test's polling)\n";
+  lockstep::test::report_recovery(fault.name, checkpoint, at_fault, resumed.step, recovery);
+  for (const auto& [rank, node] : moved) EXPECT_NE(node, victim) << "rank " << rank << " back on the lost node";
+  EXPECT_GE(resumed.step, checkpoint) << "resumed from an older checkpoint than the newest";
+  std::string said;
+  for (const auto& e : job_events(ns, job)) said += e + "\n";
+  EXPECT_NE(said.find(victim), std::string::npos) << "no Event names the lost node " << victim << ":\n" << said;
+
+  if (fault.name.rfind("node frozen", 0) == 0) {
+    // The frozen node wakes up after the gang moved on: its old ranks stop without harm.
+    const int now_attempt = restarts();
+    const int steps_before_thaw = lockstep::test::last_logged_step(dir + "/loss.txt");
+    script({"node", "thaw", victim});
+    EXPECT_TRUE(eventually([&] { return lockstep::test::worker_pids(ns, job, victim_rank, "lockstep-trainer").size() <= 1; }, 60s));
+    std::this_thread::sleep_for(15s);
+    EXPECT_EQ(restarts(), now_attempt) << "the thawed ranks disturbed the new gang\n" << diagnose(ns);
+    EXPECT_NE(lockstep::test::read_file(dir + "/FENCE").find("attempt " + std::to_string(now_attempt) + "\n"),
+              std::string::npos)
+        << "the checkpoint fence is the new gang's: " << lockstep::test::read_file(dir + "/FENCE");
+    EXPECT_GT(lockstep::test::last_logged_step(dir + "/loss.txt"), steps_before_thaw) << "the new gang stopped training";
+    EXPECT_TRUE(eventually([&] { return node_ready(victim); }, 90s)) << "the thawed node is Ready again";
+  } else if (fault.heal) {
+    fault.heal(victim);
+    EXPECT_TRUE(eventually([&] { return node_ready(victim); }, 120s)) << diagnose(ns);
+  }
+}
+
+class NodeFaults : public NodesInCluster {
+ protected:
+  void SetUp() override {
+    LOCKSTEP_REQUIRE_REAL_CLUSTER();
+    ASSERT_EQ(install_error_, "");
+    ASSERT_EQ(start_survivor(), "");
+  }
+};
+
+TEST_F(NodeFaults, AFrozenNodeIsNoticedInSecondsAndItsOldRanksStopWithoutHarmWhenItThaws) {
+  run_node_fault({"node frozen (kubelet, runtime, containers stopped; its packets dropped)", 0,
+                  [](const std::string& n) { script({"node", "freeze", n}); }, nullptr});
+}
+
+TEST_F(NodeFaults, APoweredOffNodeIsNoticedInSecondsAndTheGangTrainsOnTheOthers) {
+  run_node_fault({"node powered off (every process of it killed; its packets dropped)", 1,
+                  [](const std::string& n) { script({"node", "poweroff", n}); },
+                  [](const std::string& n) { script({"node", "poweron", n}); }});
+}
+
+TEST_F(NodeFaults, ANoExecuteTaintOfAHealthControllerMovesTheGangAtOnce) {
+  run_node_fault({"node tainted NoExecute by a health controller (example.com/gpu-health=failed)", 0,
+                  [](const std::string& n) {
+                    auto t = cluster_kubectl({"taint", "node", n, "example.com/gpu-health=failed:NoExecute"});
+                    EXPECT_TRUE(t.status.success()) << t.output;
+                  },
+                  [](const std::string& n) { cluster_kubectl({"taint", "node", n, "example.com/gpu-health-"}); }});
+}
+
+TEST_F(NodeFaults, ADrainedNodeMovesTheGangToTheOthers) {
+  auto drain = std::make_shared<std::future<lockstep::RunResult>>();
+  run_node_fault({"node drained (kubectl drain: cordon, then evict)", 1,
+                  [drain](const std::string& n) {
+                    *drain = std::async(std::launch::async, [n] {
+                      return cluster_kubectl(
+                          {"drain", n, "--ignore-daemonsets", "--delete-emptydir-data", "--force", "--timeout=180s"}, "", 200s);
+                    });
+                  },
+                  [drain](const std::string& n) {
+                    if (drain->valid()) {
+                      auto d = drain->get();
+                      EXPECT_TRUE(d.status.success()) << d.output;
+                    }
+                    cluster_kubectl({"uncordon", n});
+                  }});
 }
 
 }  // namespace
