@@ -518,33 +518,37 @@ kubelet_cmd() {
     stop) stop_daemons "$daemon"; say "kubelet of $node stopped (its pods keep running)" ;;
     start)
       alive "$daemon" && { say "kubelet of $node already runs"; return 0; }
-      start_kubelet "$i" "$(node_ip)"
-      wait_for "the kubelet's health endpoint" 60 "$daemon" curl -sf "http://127.0.0.1:$(node_healthz_port "$i")/healthz"
+      kubelet_up "$i"
       say "kubelet of $node started" ;;
     *) say "usage: scripts/cluster.sh kubelet stop|start [NODE]"; exit 2 ;;
   esac
 }
 
+# kubelet_up I: node I's kubelet started again (after `kubelet stop`, `node poweron`), until healthy.
+kubelet_up() {
+  start_kubelet "$1" "$(node_ip)"
+  wait_for "the kubelet of $(node_name "$1")" 60 "$(node_daemon kubelet "$1")" curl -sf "http://127.0.0.1:$(node_healthz_port "$1")/healthz"
+}
+
 nodes_cmd() { local i n; n=$(node_count); for ((i = 0; i < n; i++)); do node_name "$i"; done; }
+
+# user_role USER RULE...: the YAML of a ClusterRole named USER holding the RULEs (one rule, in
+# flow style, each), bound to the User USER: what each host daemon reads the API as.
+user_role() {
+  local user=$1 rule; shift
+  printf 'apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: "%s"}\nrules:\n' "$user"
+  for rule in "$@"; do printf -- '- %s\n' "$rule"; done
+  printf -- '---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: "%s"}\n' "$user"
+  printf 'roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "%s"}\n' "$user"
+  printf 'subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "%s"}]\n' "$user"
+}
 
 # node_up IP N: CoreDNS, the N kubelets, the scheduler, the controller manager, kube-proxy.
 node_up() {
   local ip=$1 nodes=$2 cfg=$RUN/config i
   # CoreDNS runs on the host, not as a pod: it reads the API as the user lockstep:coredns.
-  kubectl_ apply -f - >/dev/null <<EOF
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: "lockstep:coredns"}
-rules:
-- {apiGroups: [""], resources: [endpoints, services, pods, namespaces], verbs: [list, watch]}
-- {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: "lockstep:coredns"}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "lockstep:coredns"}
-subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "lockstep:coredns"}]
-EOF
+  user_role lockstep:coredns '{apiGroups: [""], resources: [endpoints, services, pods, namespaces], verbs: [list, watch]}' \
+    '{apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch]}' | kubectl_ apply -f - >/dev/null
   cat > "$cfg/Corefile" <<EOF
 .:53 {
     bind $DNS_IP
@@ -648,17 +652,7 @@ gang_scheduler_up() {
   # read the client CA), plus reading PodGroups, which is all Coscheduling does with them
   # (no writes; no ElasticQuotas: those are CapacityScheduling's).
   kubectl_ apply -f "$ROOT/tests/cluster/cosched/podgroup-crd.yaml" -f - >/dev/null <<EOF
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: "$user"}
-rules:
-- {apiGroups: [scheduling.x-k8s.io], resources: [podgroups], verbs: [get, list, watch]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: "$user"}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "$user"}
-subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "$user"}]
+$(user_role "$user" '{apiGroups: [scheduling.x-k8s.io], resources: [podgroups], verbs: [get, list, watch]}')
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
@@ -721,20 +715,8 @@ EOF
 # it runs. --v=2 logs each judged packet with its pods and verdict (run/logs).
 netpol_up() {
   local cfg=$RUN/config user=lockstep:kube-network-policies
-  kubectl_ apply -f - >/dev/null <<EOF
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: "$user"}
-rules:
-- {apiGroups: [""], resources: [pods, namespaces], verbs: [list, watch]}
-- {apiGroups: [networking.k8s.io], resources: [networkpolicies], verbs: [list, watch]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: "$user"}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "$user"}
-subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "$user"}]
-EOF
+  user_role "$user" '{apiGroups: [""], resources: [pods, namespaces], verbs: [list, watch]}' \
+    '{apiGroups: [networking.k8s.io], resources: [networkpolicies], verbs: [list, watch]}' | kubectl_ apply -f - >/dev/null
   start kube-network-policies "$NETPOL_BIN/kube-network-policies" --kubeconfig="$cfg/kube-network-policies.kubeconfig" \
     --hostname-override="$NODE_NAME" --nfqueue-id="$NETPOL_QUEUE" --nftables-table="$NETPOL_TABLE" --fail-open \
     --metrics-bind-address="127.0.0.1:$NETPOL_METRICS_PORT" --v=2
@@ -1060,8 +1042,7 @@ node_cmd() {
       rm -f "$mark"
       containerd_up "$i"
       wait_for "containerd of $node" 30 "$(node_daemon containerd "$i")" ctr_on "$i" version
-      start_kubelet "$i" "$(node_ip)"
-      wait_for "the kubelet of $node" 60 "$(node_daemon kubelet "$i")" curl -sf "http://127.0.0.1:$(node_healthz_port "$i")/healthz"
+      kubelet_up "$i"
       say "$node powered on" ;;
     *) say "usage: scripts/cluster.sh node freeze|thaw|poweroff|poweron NODE"; exit 2 ;;
   esac
