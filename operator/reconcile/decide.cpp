@@ -198,13 +198,19 @@ struct Pass {
     if (why.empty()) return false;
     std::string what = join(why);
     if (more > 0) what += ", and " + std::to_string(more) + " more pod(s) on lost nodes";
+    lose_nodes(what, nodes);
+    return true;
+  }
+
+  // The gang lost `nodes` (`what` says how): restartPolicy Never fails the job, any other
+  // restarts the gang (Note [Lost nodes]).
+  void lose_nodes(const std::string& what, const std::vector<std::string>& nodes) {
     if (job.restart_policy == RestartPolicy::Never) {
       finish("Failed", "NodeLost", what + "; spec.runPolicy.restartPolicy=Never does not retry it");
       clean_finished_pods();
-      return true;
+      return;
     }
     restart_gang("NodeLost", what, /*node_lost=*/true, nodes);
-    return true;
   }
 
   // Note [Lost nodes]: a failed pod of the attempt whose agent says pod R's agent went silent,
@@ -223,14 +229,9 @@ struct Pass {
       lost.emplace(silent, "its agent went silent to the gang (pod " + p->name + "'s agent heard nothing from it for the "
                            "agents' peer timeout), so node " + node + " is taken for lost before the node controller "
                            "marks it");
-      std::string what = "pod " + silent->name + " (rank " + std::to_string(silent->index) + ") on node " + node +
-                         " went silent: " + describe_failure(*p);
-      if (job.restart_policy == RestartPolicy::Never) {
-        finish("Failed", "NodeLost", what + "; spec.runPolicy.restartPolicy=Never does not retry it");
-        clean_finished_pods();
-        return true;
-      }
-      restart_gang("NodeLost", what, /*node_lost=*/true, {silent->node_name});
+      lose_nodes("pod " + silent->name + " (rank " + std::to_string(silent->index) + ") on node " + node +
+                     " went silent: " + describe_failure(*p),
+                 {silent->node_name});
       return true;
     }
     return false;
