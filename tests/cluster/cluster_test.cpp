@@ -33,32 +33,10 @@ std::set<std::string> lines(const std::string& text) {
   return out;
 }
 
-// A pod running `nettest serve 8080`, named NAME, under the headless Service `subdomain`
-// when one is given (which gives it the DNS name NAME.SUBDOMAIN.NS.svc.cluster.local).
-std::string server_pod(const std::string& name, const std::string& subdomain = "") {
-  std::string spec = "apiVersion: v1\nkind: Pod\nmetadata: {name: " + name + ", labels: {app: nettest}}\nspec:\n";
-  if (!subdomain.empty()) spec += "  hostname: " + name + "\n  subdomain: " + subdomain + "\n";
-  spec += "  terminationGracePeriodSeconds: 1\n"
-          "  containers:\n  - name: nettest\n    image: " + cluster_setting("NETTEST_IMAGE") +
-          "\n    imagePullPolicy: Never\n    args: [serve, \"8080\"]\n    ports: [{containerPort: 8080}]\n";
-  return spec;
-}
-
-std::string headless_service(const std::string& name) {
-  return "apiVersion: v1\nkind: Service\nmetadata: {name: " + name + "}\n"
-         "spec:\n  clusterIP: None\n  selector: {app: nettest}\n  ports: [{name: tcp, port: 8080}]\n";
-}
-
-std::string jsonpath(const std::string& ns, const std::string& object, const std::string& path) {
-  return trim(cluster_kubectl({"-n", ns, "get", object, "-o", "jsonpath=" + path}).output);
-}
-
-// nettest COMMAND... inside a pod (kubectl exec, through the API server to the kubelet).
-lockstep::RunResult in_pod(const std::string& ns, const std::string& pod, std::vector<std::string> command) {
-  std::vector<std::string> args = {"-n", ns, "exec", pod, "--", "/nettest"};
-  args.insert(args.end(), command.begin(), command.end());
-  return cluster_kubectl(args, "", 60s);
-}
+using lockstep::test::in_nettest_pod;
+using lockstep::test::jsonpath;
+using lockstep::test::nettest_pod;
+using lockstep::test::nettest_service;
 
 TEST(Cluster, NodeIsReadyWithThePinnedVersions) {
   LOCKSTEP_REQUIRE_REAL_CLUSTER();
@@ -86,7 +64,7 @@ TEST(Cluster, NodeIsReadyWithThePinnedVersions) {
 TEST(Cluster, PodRunsOnTheKubeletWithAServiceAccountToken) {
   LOCKSTEP_REQUIRE_REAL_CLUSTER();
   auto ns = lockstep::test::create_test_namespace("pod");
-  auto apply = cluster_kubectl({"-n", ns, "apply", "-f", "-"}, server_pod("server"));
+  auto apply = cluster_kubectl({"-n", ns, "apply", "-f", "-"}, nettest_pod("server"));
   ASSERT_TRUE(apply.status.success()) << apply.output;
   auto not_ready = lockstep::test::wait_pods_ready(ns, {"server"});
   ASSERT_EQ(not_ready, "");
@@ -98,7 +76,7 @@ TEST(Cluster, PodRunsOnTheKubeletWithAServiceAccountToken) {
   EXPECT_NE(logs.output.find("nettest: serving on port 8080 as server"), std::string::npos) << logs.output;
 
   // ServiceAccount admission mounted a token, and the API server accepts what it signed.
-  auto token = in_pod(ns, "server", {"cat", "/var/run/secrets/kubernetes.io/serviceaccount/token"});
+  auto token = in_nettest_pod(ns, "server", {"cat", "/var/run/secrets/kubernetes.io/serviceaccount/token"});
   ASSERT_TRUE(token.status.success()) << token.output;
   auto whoami = lockstep::run_capture(
       {cluster_setting("TOOLS_BIN") + "/kubectl", "--kubeconfig=/dev/null", "--server=https://127.0.0.1:16443",
@@ -112,8 +90,8 @@ TEST(Cluster, HeadlessServiceNamesResolveToPodIPsAndPodsTalkOverTcp) {
   LOCKSTEP_REQUIRE_REAL_CLUSTER();
   auto ns = lockstep::test::create_test_namespace("dns");
   auto apply = cluster_kubectl({"-n", ns, "apply", "-f", "-"},
-                               headless_service("workers") + "---\n" + server_pod("worker-0", "workers") + "---\n" +
-                                   server_pod("worker-1", "workers"));
+                               nettest_service("workers") + "---\n" + nettest_pod("worker-0", "workers") + "---\n" +
+                                   nettest_pod("worker-1", "workers"));
   ASSERT_TRUE(apply.status.success()) << apply.output;
   ASSERT_EQ(lockstep::test::wait_pods_ready(ns, {"worker-0", "worker-1"}), "");
   std::string ip0 = jsonpath(ns, "pod/worker-0", "{.status.podIP}");
@@ -123,27 +101,27 @@ TEST(Cluster, HeadlessServiceNamesResolveToPodIPsAndPodsTalkOverTcp) {
   // The full name, the short one through the pod's search path, and the Service's own name.
   // CoreDNS learns of the endpoints through a watch: allow it a moment.
   std::string fqdn = "worker-0.workers." + ns + ".svc.cluster.local";
-  EXPECT_TRUE(lockstep::test::eventually([&] { return trim(in_pod(ns, "worker-1", {"resolve", fqdn}).output) == ip0; }, 30s))
-      << in_pod(ns, "worker-1", {"resolve", fqdn}).output;
-  EXPECT_EQ(trim(in_pod(ns, "worker-1", {"resolve", "worker-0.workers"}).output), ip0);
-  EXPECT_EQ(trim(in_pod(ns, "worker-0", {"resolve", "worker-1.workers"}).output), ip1);
-  EXPECT_EQ(lines(in_pod(ns, "worker-0", {"resolve", "workers"}).output), (std::set<std::string>{ip0, ip1}));
+  EXPECT_TRUE(lockstep::test::eventually([&] { return trim(in_nettest_pod(ns, "worker-1", {"resolve", fqdn}).output) == ip0; }, 30s))
+      << in_nettest_pod(ns, "worker-1", {"resolve", fqdn}).output;
+  EXPECT_EQ(trim(in_nettest_pod(ns, "worker-1", {"resolve", "worker-0.workers"}).output), ip0);
+  EXPECT_EQ(trim(in_nettest_pod(ns, "worker-0", {"resolve", "worker-1.workers"}).output), ip1);
+  EXPECT_EQ(lines(in_nettest_pod(ns, "worker-0", {"resolve", "workers"}).output), (std::set<std::string>{ip0, ip1}));
 
   // Both ways over the CNI bridge, by DNS name.
-  auto hello = in_pod(ns, "worker-1", {"get", "worker-0.workers", "8080"});
+  auto hello = in_nettest_pod(ns, "worker-1", {"get", "worker-0.workers", "8080"});
   EXPECT_TRUE(hello.status.success()) << hello.output;
   EXPECT_EQ(trim(hello.output), "hello from worker-0");
-  hello = in_pod(ns, "worker-0", {"get", "worker-1.workers." + ns + ".svc.cluster.local", "8080"});
+  hello = in_nettest_pod(ns, "worker-0", {"get", "worker-1.workers." + ns + ".svc.cluster.local", "8080"});
   EXPECT_EQ(trim(hello.output), "hello from worker-1");
 }
 
 TEST(Cluster, PodsReachTheApiServerThroughItsClusterIP) {
   LOCKSTEP_REQUIRE_REAL_CLUSTER();
   auto ns = lockstep::test::create_test_namespace("api");
-  ASSERT_TRUE(cluster_kubectl({"-n", ns, "apply", "-f", "-"}, server_pod("client")).status.success());
+  ASSERT_TRUE(cluster_kubectl({"-n", ns, "apply", "-f", "-"}, nettest_pod("client")).status.success());
   ASSERT_EQ(lockstep::test::wait_pods_ready(ns, {"client"}), "");
   // What in-cluster configuration uses: kubernetes.default.svc, through kube-proxy's rules.
-  auto c = in_pod(ns, "client", {"connect", "kubernetes.default.svc", "443"});
+  auto c = in_nettest_pod(ns, "client", {"connect", "kubernetes.default.svc", "443"});
   EXPECT_TRUE(c.status.success()) << c.output;
   EXPECT_EQ(trim(c.output), "connected to 10.96.0.1:443");
 }

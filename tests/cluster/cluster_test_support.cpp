@@ -161,6 +161,33 @@ int run_tests_with_real_cluster(int argc, char** argv, int nodes) {
 }
 
 
+std::string nettest_pod(const std::string& name, const std::string& subdomain, const std::string& node) {
+  std::string spec = "apiVersion: v1\nkind: Pod\nmetadata: {name: " + name + ", labels: {app: nettest}}\nspec:\n";
+  if (!subdomain.empty()) spec += "  hostname: " + name + "\n  subdomain: " + subdomain + "\n";
+  if (!node.empty()) spec += "  nodeName: " + node + "\n";
+  spec += "  terminationGracePeriodSeconds: 1\n"
+          "  containers:\n  - name: nettest\n    image: " + cluster_setting("NETTEST_IMAGE") +
+          "\n    imagePullPolicy: Never\n    args: [serve, \"8080\"]\n    ports: [{containerPort: 8080}]\n";
+  return spec;
+}
+
+std::string nettest_service(const std::string& name) {
+  return "apiVersion: v1\nkind: Service\nmetadata: {name: " + name + "}\n"
+         "spec:\n  clusterIP: None\n  selector: {app: nettest}\n  ports: [{name: tcp, port: 8080}]\n";
+}
+
+RunResult in_nettest_pod(const std::string& ns, const std::string& pod, std::vector<std::string> command) {
+  std::vector<std::string> args = {"-n", ns, "exec", pod, "--", "/nettest"};
+  args.insert(args.end(), command.begin(), command.end());
+  return cluster_kubectl(args, "", 60s);
+}
+
+std::string jsonpath(const std::string& ns, const std::string& object, const std::string& path) {
+  std::string out = cluster_kubectl({"-n", ns, "get", object, "-o", "jsonpath=" + path}).output;
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
 std::vector<pid_t> worker_pids(const std::string& ns, const std::string& job, int node_rank, const std::string& program) {
   std::vector<pid_t> out;
   const std::vector<std::string> want = {"LOCKSTEP_JOB_NAME=" + job, "LOCKSTEP_JOB_NAMESPACE=" + ns,

@@ -52,6 +52,16 @@ std::string create_test_namespace(const std::string& prefix);
 std::string wait_pods_ready(const std::string& ns, const std::vector<std::string>& pods,
                             std::chrono::seconds timeout = std::chrono::seconds(90));
 
+// The nettest image's pods (tests/cluster/images/nettest.c), for the suites that check the
+// cluster itself: a pod serving `nettest serve 8080`, named NAME, labelled app: nettest, under
+// the headless Service `subdomain` when one is given (its DNS name NAME.SUBDOMAIN.NS.svc...),
+// bound to `node` when one is given; that Service; nettest COMMAND... run in a pod through
+// kubectl exec; and `kubectl get OBJECT -o jsonpath=PATH` in `ns`, trimmed.
+std::string nettest_pod(const std::string& name, const std::string& subdomain = "", const std::string& node = "");
+std::string nettest_service(const std::string& name);
+RunResult in_nettest_pod(const std::string& ns, const std::string& pod, std::vector<std::string> command);
+std::string jsonpath(const std::string& ns, const std::string& object, const std::string& path);
+
 struct DownReport {
   RunResult script;                 // scripts/cluster.sh down
   double seconds = 0;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "cluster_test_support.hpp"
+#include "lockstep_install.hpp"
 #include "test_util.hpp"
 
 using json = nlohmann::json;
@@ -44,6 +45,19 @@ const json* condition(const json& job, const std::string& type) {
   for (const auto& c : job["status"]["conditions"])
     if (c.value("type", "") == type) return &c;
   return nullptr;
+}
+
+int job_restarts(const std::string& ns, const std::string& job) {
+  json j = get_json(ns, "trainingjob/" + job);
+  return j.is_object() && j.contains("status") && j["status"].is_object() ? j["status"].value("restarts", -1) : -1;
+}
+
+std::string diagnose(const std::string& ns) {
+  std::string out = cluster_kubectl({"-n", ns, "describe", "trainingjobs"}).output;
+  out += cluster_kubectl({"-n", ns, "get", "pods", "-o", "wide"}).output;
+  out += cluster_kubectl({"get", "nodes"}).output;
+  out += cluster_kubectl({"-n", kOperatorNamespace, "logs", "deploy/lockstep-operator", "--tail", "40"}).output;
+  return out;
 }
 
 int latest_checkpoint(const std::string& dir) {

@@ -17,6 +17,11 @@ std::string trim(std::string s);  // trailing newlines and spaces off
 nlohmann::json get_json(const std::string& ns, const std::string& object);
 std::string phase(const std::string& ns, const std::string& job);  // the TrainingJob's status.phase
 const nlohmann::json* condition(const nlohmann::json& job, const std::string& type);
+// The TrainingJob's status.restarts; -1 while it cannot be read (the operator restarting).
+int job_restarts(const std::string& ns, const std::string& job);
+// What a user would look at when a wait fails: the jobs described, the pods and nodes, the
+// operator's last log lines.
+std::string diagnose(const std::string& ns);
 
 // The newest complete checkpoint's step in `dir` (its LATEST file); 0 when none.
 int latest_checkpoint(const std::string& dir);

@@ -37,6 +37,7 @@ using lockstep::test::kOperatorNamespace;
 using lockstep::test::real_cluster;
 using lockstep::test::checkpoint_job;
 using lockstep::test::condition;
+using lockstep::test::diagnose;
 using lockstep::test::final_loss;
 using lockstep::test::get_json;
 using lockstep::test::last_logged_step;
@@ -51,14 +52,6 @@ using lockstep::test::trim;
 namespace {
 
 std::string source_path(const std::string& relative) { return std::string(LOCKSTEP_SOURCE_DIR) + "/" + relative; }
-
-// What a user would look at when a wait fails.
-std::string diagnose(const std::string& ns) {
-  std::string out = cluster_kubectl({"-n", ns, "describe", "trainingjobs"}).output;
-  out += cluster_kubectl({"-n", ns, "get", "pods", "-o", "wide"}).output;
-  out += cluster_kubectl({"-n", kOperatorNamespace, "logs", "deploy/lockstep-operator", "--tail", "40"}).output;
-  return out;
-}
 
 // Images and the operator, once for the suite: a failure here fails every test, with why.
 class LockstepInCluster : public ::testing::Test {
@@ -331,7 +324,7 @@ TEST_F(LockstepInCluster, FaultsRestartInPlaceThenAsAGangAndResumeFromTheLastChe
     json j = get_json(ns, "trainingjob/" + job);
     return j.is_object() && j.contains("status") && j["status"].is_object() ? j["status"] : json::object();
   };
-  auto restarts = [&] { return status().value("restarts", -1); };
+  auto restarts = [&] { return lockstep::test::job_restarts(ns, job); };
   auto in_place = [&] { return status().value("inPlaceRestarts", 0); };
   auto pod_json = [&](int i) { return get_json(ns, "pod/" + job + "-" + std::to_string(i)); };
   auto pod_uids = [&] {

@@ -37,6 +37,7 @@ using lockstep::test::cluster_setting;
 using lockstep::test::create_test_namespace;
 using lockstep::test::eventually;
 using lockstep::test::real_cluster;
+using lockstep::test::diagnose;
 using lockstep::test::get_json;
 using lockstep::test::trim;
 
@@ -49,27 +50,12 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::string jsonpath(const std::string& ns, const std::string& object, const std::string& path) {
-  return trim(cluster_kubectl({"-n", ns, "get", object, "-o", "jsonpath=" + path}).output);
-}
+using lockstep::test::in_nettest_pod;
+using lockstep::test::jsonpath;
+using lockstep::test::nettest_pod;
 
-// A nettest pod (tests/cluster/images/nettest.c) serving port 8080, bound to `node`.
-std::string nettest_pod(const std::string& name, const std::string& node) {
-  return "apiVersion: v1\nkind: Pod\nmetadata: {name: " + name + ", labels: {app: nettest}}\nspec:\n"
-         "  hostname: " + name + "\n  subdomain: peers\n  nodeName: " + node + "\n  terminationGracePeriodSeconds: 1\n"
-         "  containers:\n  - name: nettest\n    image: " + cluster_setting("NETTEST_IMAGE") +
-         "\n    imagePullPolicy: Never\n    args: [serve, \"8080\"]\n";
-}
-
-const std::string kPeersService =
-    "apiVersion: v1\nkind: Service\nmetadata: {name: peers}\n"
-    "spec: {clusterIP: None, selector: {app: nettest}, ports: [{name: tcp, port: 8080}]}\n";
-
-lockstep::RunResult in_pod(const std::string& ns, const std::string& pod, std::vector<std::string> command) {
-  std::vector<std::string> args = {"-n", ns, "exec", pod, "--", "/nettest"};
-  args.insert(args.end(), command.begin(), command.end());
-  return cluster_kubectl(args, "", 60s);
-}
+// The nettest pods' headless Service: pod NAME is NAME.peers in its namespace.
+const std::string kPeersService = lockstep::test::nettest_service("peers");
 
 // The process states (the third field of /proc/PID/stat) of a node's kubelet and containerd.
 std::string daemon_state(const std::string& daemon) {
@@ -154,7 +140,7 @@ TEST(NodesInClusterPlain, PodsOnDifferentNodesResolveAndReachEachOther) {
   LOCKSTEP_REQUIRE_REAL_CLUSTER();
   auto ns = create_test_namespace("peers");
   std::string yaml = kPeersService;
-  for (int i = 0; i < kNodes; ++i) yaml += "---\n" + nettest_pod("p" + std::to_string(i), kNodeNames[i]);
+  for (int i = 0; i < kNodes; ++i) yaml += "---\n" + nettest_pod("p" + std::to_string(i), "peers", kNodeNames[i]);
   auto apply = cluster_kubectl({"-n", ns, "apply", "-f", "-"}, yaml);
   ASSERT_TRUE(apply.status.success()) << apply.output;
   ASSERT_EQ(lockstep::test::wait_pods_ready(ns, {"p0", "p1", "p2"}), "");
@@ -170,7 +156,7 @@ TEST(NodesInClusterPlain, PodsOnDifferentNodesResolveAndReachEachOther) {
       lockstep::RunResult r;
       // CoreDNS learns of new endpoints through its watch: allow it a moment.
       EXPECT_TRUE(eventually([&] {
-        r = in_pod(ns, from, {"get", to + ".peers", "8080"});
+        r = in_nettest_pod(ns, from, {"get", to + ".peers", "8080"});
         return trim(r.output) == "hello from " + to;
       }, 30s)) << from << " -> " << to << ": " << r.output;
     }
@@ -181,11 +167,11 @@ TEST(NodesInClusterPlain, AFrozenNodeIsSilentUntilThawedAndAPoweredOffOneComesBa
   LOCKSTEP_REQUIRE_REAL_CLUSTER();
   auto ns = create_test_namespace("faults");
   auto apply = cluster_kubectl({"-n", ns, "apply", "-f", "-"},
-                               kPeersService + "---\n" + nettest_pod("a", kNodeNames[0]) + "---\n" + nettest_pod("b", kNodeNames[2]));
+                               kPeersService + "---\n" + nettest_pod("a", "peers", kNodeNames[0]) + "---\n" + nettest_pod("b", "peers", kNodeNames[2]));
   ASSERT_TRUE(apply.status.success()) << apply.output;
   ASSERT_EQ(lockstep::test::wait_pods_ready(ns, {"a", "b"}), "");
   std::string ip_b = jsonpath(ns, "pod/b", "{.status.podIP}");
-  ASSERT_EQ(trim(in_pod(ns, "a", {"get", ip_b, "8080"}).output), "hello from b");
+  ASSERT_EQ(trim(in_nettest_pod(ns, "a", {"get", ip_b, "8080"}).output), "hello from b");
 
   auto freeze = real_cluster()->script({"node", "freeze", kNodeNames[2]});
   ASSERT_TRUE(freeze.status.success()) << freeze.output;
@@ -194,7 +180,7 @@ TEST(NodesInClusterPlain, AFrozenNodeIsSilentUntilThawedAndAPoweredOffOneComesBa
   EXPECT_EQ(daemon_state("kubelet-1"), "S") << "the other nodes run on";
   // Silence, not a reset: nettest's connect gives up after its own 5 s timeout.
   auto t0 = std::chrono::steady_clock::now();
-  auto silent = in_pod(ns, "a", {"connect", ip_b, "8080"});
+  auto silent = in_nettest_pod(ns, "a", {"connect", ip_b, "8080"});
   double waited = seconds_since(t0);
   EXPECT_FALSE(silent.status.success()) << silent.output;
   EXPECT_EQ(silent.output.find("refused"), std::string::npos) << silent.output;
@@ -205,7 +191,7 @@ TEST(NodesInClusterPlain, AFrozenNodeIsSilentUntilThawedAndAPoweredOffOneComesBa
   auto thaw = real_cluster()->script({"node", "thaw", kNodeNames[2]});
   ASSERT_TRUE(thaw.status.success()) << thaw.output;
   EXPECT_NE(daemon_state("kubelet-2"), "T");
-  EXPECT_EQ(trim(in_pod(ns, "a", {"get", ip_b, "8080"}).output), "hello from b") << "the same process, thawed";
+  EXPECT_EQ(trim(in_nettest_pod(ns, "a", {"get", ip_b, "8080"}).output), "hello from b") << "the same process, thawed";
 
   auto off = real_cluster()->script({"node", "poweroff", kNodeNames[2]});
   ASSERT_TRUE(off.status.success()) << off.output;
@@ -223,7 +209,7 @@ TEST(NodesInClusterPlain, AFrozenNodeIsSilentUntilThawedAndAPoweredOffOneComesBa
   std::string ip_after;
   EXPECT_TRUE(eventually([&] {
     ip_after = jsonpath(ns, "pod/b", "{.status.podIP}");
-    return !ip_after.empty() && trim(in_pod(ns, "a", {"get", ip_after, "8080"}).output) == "hello from b";
+    return !ip_after.empty() && trim(in_nettest_pod(ns, "a", {"get", ip_after, "8080"}).output) == "hello from b";
   }, 60s)) << ip_after;
 }
 
@@ -312,13 +298,6 @@ std::set<std::string> nodes_of_operator() {
   return out;
 }
 
-std::string diagnose(const std::string& ns) {
-  std::string out = cluster_kubectl({"-n", ns, "describe", "trainingjobs"}).output;
-  out += cluster_kubectl({"-n", ns, "get", "pods", "-o", "wide"}).output;
-  out += cluster_kubectl({"get", "nodes"}).output;
-  out += cluster_kubectl({"-n", lockstep::test::kOperatorNamespace, "logs", "deploy/lockstep-operator", "--tail", "40"}).output;
-  return out;
-}
 
 // Each node fault of #28 is a test below, injected while one checkpointed job (2 pods, one per
 // node) trains on 2 of the 3 nodes, on a node that holds one of its pods; the four share the
@@ -368,10 +347,7 @@ void script(std::vector<std::string> args) {
 void run_node_fault(const Fault& fault) {
   SCOPED_TRACE(fault.name);
   const std::string ns = survivor().ns, job = survivor().job, dir = survivor().dir;
-  auto restarts = [&] {
-    json j = get_json(ns, "trainingjob/" + job);
-    return j.is_object() && j.contains("status") ? j["status"].value("restarts", -1) : -1;
-  };
+  auto restarts = [&] { return lockstep::test::job_restarts(ns, job); };
   const int attempt = restarts();
   std::map<int, std::string> placed;
   ASSERT_TRUE(eventually([&] { return (placed = gang_nodes(ns, job, attempt)).size() == 2; }, 120s)) << diagnose(ns);
