@@ -190,6 +190,59 @@ TEST(StepReportFuzz, HostileDatagramsAreCountedAsMalformedOnTheRealSocket) {
   ::close(fd);
 }
 
+// Note [Reports in batches] (agent/python/lockstep/_pytorch.py): a datagram may carry several
+// steps' reports, one a line; each line stands or falls on its own.
+TEST(StepReport, ADatagramOfSeveralLinesIsOneReportALine) {
+  std::vector<long long> steps;
+  std::vector<std::string> errors;
+  const size_t lines = for_each_step_report(
+      "step=1 step_s=0.1\n\n  \nstep=2 step_s=0.2\nstep=x\n" + std::string("step=3 loss=1") + std::string(5000, ' ') +
+          "\nstep=4 comm_s.allreduce=0.5\n",
+      [&](const StepReport& r) { steps.push_back(r.step); }, [&](const std::string& e) { errors.push_back(e); });
+  EXPECT_EQ(lines, 5u) << "blank lines are not reports";
+  EXPECT_EQ(steps, (std::vector<long long>{1, 2, 4}));
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_NE(errors[0].find("step"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[1].find("4096"), std::string::npos) << "one line over the limit is rejected alone: " << errors[1];
+}
+
+TEST(StepReportFuzz, ABatchOnTheRealSocketCountsEachLineAndAnOversizedOneIsRejectedWhole) {
+  std::string dir = ::testing::TempDir() + "/agent-batch-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  Config cfg;
+  cfg.metrics_port = 0;
+  Metrics m(cfg, dir);
+  int fd = ::socket(AF_UNIX, SOCK_DGRAM, 0);
+  int sndbuf = 1 << 20;
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, m.socket_path(0).c_str(), sizeof addr.sun_path - 1);
+  auto send = [&](const std::string& d) {
+    while (::sendto(fd, d.data(), d.size(), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  // Valid lines filling a datagram one byte past the limit: never parsed, one malformed.
+  std::string oversized;
+  for (int k = 100; oversized.size() <= kMaxDatagramBytes; ++k) oversized += "step=" + std::to_string(k) + " step_s=0.01\n";
+  send(oversized);
+  send("step=1 step_s=0.1\nstep=2 step_s=0.1\nbad\nstep=3 step_s=0.1");
+  auto value = [&](const std::string& name) {
+    for (const auto& f : m.registry()->Collect())
+      if (f.name == name)
+        for (const auto& metric : f.metric) return metric.counter.value;
+    return -1.0;
+  };
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (value("lockstep_steps_total") < 3 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(value("lockstep_steps_total"), 3);
+  EXPECT_EQ(value("lockstep_metrics_malformed_total"), 2) << "the oversized datagram once, the bad line once";
+  EXPECT_EQ(m.progress()[0].last_step, 3);
+  ::close(fd);
+}
+
 TEST(StepReportFuzz, CollectiveNamesAreBoundedPerAgent) {
   std::string dir = ::testing::TempDir() + "/agent-ops-" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
