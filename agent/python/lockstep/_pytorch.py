@@ -80,6 +80,20 @@ set_runtime_stats_and_log()`` turns one iteration's events into durations, in ns
   mixed precision (which change what goes on the wire). The span includes time a bucket
   waited for a slower rank: from this rank's side that is communication too.
 
+Note [Reports in batches]
+-------------------------
+A step's report goes out at once when 0.1 s or more have passed since the probe last sent;
+otherwise it waits to go with the next ones: one datagram per 0.1 s at most (16 KB at most,
+one line per step; agent/protocol.hpp), whatever the step rate. Each datagram wakes the
+agent's receiver, and waking it costs the sending worker 40 us a send cold (60-175 us before
+the receiver ran as SCHED_BATCH, Note [A receiver that never preempts a worker]) against 5 us
+when no one is woken (tests/agent/python/ddp_train.py, 2 workers on 2 cores, 24 ms steps).
+Steps of 0.1 s or longer are therefore each sent at once, as before; a program stepping faster
+pays one wake-up per 0.1 s, and its reports reach the agent up to 0.1 s late. The reports
+held when the program pauses after such steps (an evaluation, a checkpoint) go with the next
+step, so during the pause the agent shows the step reached up to 0.1 s before it; at exit
+they are sent (atexit), and a worker killed by a signal loses them (0.1 s of steps at most).
+
 Note [Gloo's exit race]
 -----------------------
 A textbook script that ends with ``dist.barrier(); dist.destroy_process_group()`` and returns
@@ -115,6 +129,8 @@ import weakref
 from lockstep import _probe as _entry
 
 _MAX_VALUE = 1e30  # agent/protocol.hpp: kMaxReportValue
+_SEND_EVERY_S = 0.1  # Note [Reports in batches]
+_MAX_BATCH_BYTES = 16384  # well below agent/protocol.hpp's kMaxDatagramBytes (32768)
 _EXIT_GRACE_S = 0.05  # Note [Gloo's exit race]
 
 
@@ -125,13 +141,18 @@ class _Probe:
         self.socket_path = socket_path
         self.enabled = True
         self._sock = None
+        self._batch = []  # report lines not sent yet (Note [Reports in batches])
+        self._batch_bytes = 0
+        self._last_send = None
         self._lock_fd = None
         self._claimed = False
         self._handles = []
         self._leader = None  # weakref to the optimizer whose steps are counted
         self._others = weakref.WeakKeyDictionary()  # other optimizers' steps since the leader's
+        self._others_seen = False  # whether _others may hold any
         self._step = 0
         self._last_end = None
+        self._silenced = False  # a forked child of the reporting process
         self._figures = {}
         self._losses = []
         self._notes = set()
@@ -157,6 +178,8 @@ class _Probe:
         if register_module is not None:  # torch 2.0+: how DDP instances are found
             self._handles.append(register_module(self._ddp.on_module_registered))
         atexit.register(_let_collective_threads_finish)
+        # Registered after the wait, so it runs before it (atexit runs last in, first out).
+        atexit.register(self._flush_at_exit)
 
     def stop(self):
         """Turns the probe off for good, silently: its hooks removed."""
@@ -173,6 +196,10 @@ class _Probe:
         if not self.enabled:
             return
         self.stop()
+        try:
+            self._flush()  # the steps reported before the error still count
+        except Exception:
+            self._batch = []
         _entry.say_disabled(error, where)
 
     def note_once(self, key, text):
@@ -197,18 +224,28 @@ class _Probe:
             self.disable(error, "reporting an optimizer step")
 
     def _is_step(self, optimizer):
-        leader = self._leader() if self._leader is not None else None
-        if leader is None or leader is optimizer:
-            if leader is None:
-                self._leader = weakref.ref(optimizer)
+        leader_ref = self._leader
+        if leader_ref is not None and leader_ref() is optimizer:
+            # The usual case, every step of a one-optimizer program: no mapping touched (an
+            # empty WeakKeyDictionary's clear() raises and catches a KeyError).
+            if self._others_seen:
+                self._others.clear()
+                self._others_seen = False
+            return True
+        leader = leader_ref() if leader_ref is not None else None
+        if leader is None:
+            self._leader = weakref.ref(optimizer)
             self._others.clear()
+            self._others_seen = False
             return True
         seen = self._others.get(optimizer, 0) + 1
         if seen >= 2:  # the leader stopped stepping; this one carries on
             self._leader = weakref.ref(optimizer)
             self._others.clear()
+            self._others_seen = False
             return True
         self._others[optimizer] = seen
+        self._others_seen = True
         return False
 
     def _report_step(self):
@@ -230,7 +267,20 @@ class _Probe:
             parts.append("step_s=%r" % step_s)
         else:
             step_s = None
-        if comm:
+        if comm and len(comm) == 1:  # one collective kind (DDP's all-reduce): its figures are the totals
+            for op, values in comm.items():
+                total_text = repr(float(values.get("comm_s", 0)))
+                exposed = float(values.get("exposed_s", 0))
+                exposed_text = repr(exposed)
+                if step_s is not None:
+                    parts.append("compute_s=%r" % max(0.0, step_s - exposed))
+                parts.append("comm_s=" + total_text)
+                parts.append("exposed_comm_s=" + exposed_text)
+                parts.append("comm_s.%s=%s" % (op, total_text))
+                parts.append("exposed_comm_s.%s=%s" % (op, exposed_text))
+                if "bytes" in values:
+                    parts.append("comm_bytes.%s=%s" % (op, _number(values["bytes"])))
+        elif comm:
             total = exposed = 0.0
             for values in comm.values():
                 total += values.get("comm_s", 0)
@@ -257,7 +307,18 @@ class _Probe:
         line = " ".join(parts)
         if "e+" in line:
             line = " ".join(part for part in parts if abs(float(part.split("=", 1)[1])) <= _MAX_VALUE)
-        self._send(line)
+        self._batch.append(line)
+        self._batch_bytes += len(line) + 1
+        if self._last_send is None or now - self._last_send >= _SEND_EVERY_S or self._batch_bytes >= _MAX_BATCH_BYTES:
+            self._last_send = now
+            self._flush()
+
+    def _flush_at_exit(self):
+        try:
+            if self._batch and not self._silenced:
+                self._flush()
+        except Exception:
+            pass  # at exit, a probe never turns a clean exit into an error
 
     def _claim(self):
         """Note [The Python probe], one reporter per socket."""
@@ -279,7 +340,13 @@ class _Probe:
         self._lock_fd = fd
         return True
 
-    def _send(self, line):
+    def _flush(self):
+        """Sends the lines not sent yet as one datagram."""
+        if not self._batch:
+            return
+        line = "\n".join(self._batch) if len(self._batch) > 1 else self._batch[0]
+        self._batch = []
+        self._batch_bytes = 0
         sock = self._sock
         if sock is None:
             import socket
@@ -293,7 +360,7 @@ class _Probe:
         try:
             sock.send(line.encode("ascii"))
         except BlockingIOError:
-            pass  # the agent's queue is full: this step's report is dropped, training never waits
+            pass  # the agent's queue is full: these steps' reports are dropped, training never waits
 
     # -- lockstep.report() ----------------------------------------------------------------
 
@@ -345,6 +412,8 @@ def _let_collective_threads_finish():
 def _silence(ref):
     probe = ref()
     if probe is not None:  # a forked child: the parent reports this worker's steps
+        probe._silenced = True
+        probe._batch = []
         probe.stop()
 
 
@@ -401,33 +470,45 @@ class _DdpSource:
                     tracked = _TrackedDdp.start(ddp, self._probe)
                     if tracked is not None:
                         self._tracked.append(tracked)
-        if not self._tracked:
+        tracked = self._tracked
+        if not tracked:
             return None
+        if len(tracked) == 1:  # one DDP, the usual case, without the loop's bookkeeping
+            result = tracked[0].collect()
+            if result is _GONE:
+                self._tracked = []
+                return None
+            if result is None or result is _INCOMPLETE:
+                return None
+            figures = {"comm_s": result[0], "exposed_s": result[1]}
+            if result[2] is not None:
+                figures["bytes"] = result[2]
+            return {"allreduce": figures}
         comm = exposed = 0.0
         nbytes = 0
         have_bytes = True
-        samples = 0
+        sampled = False
         complete = True
         live = []
-        for tracked in self._tracked:
-            result = tracked.collect()
+        for one in tracked:
+            result = one.collect()
             if result is _GONE:
                 continue
-            live.append(tracked)
+            live.append(one)
             if result is None:
                 continue
             if result is _INCOMPLETE:
                 complete = False
                 continue
+            sampled = True
             comm += result[0]
             exposed += result[1]
-            samples += result[2]
-            if result[3] is None:
+            if result[2] is None:
                 have_bytes = False
             else:
-                nbytes += result[3]
+                nbytes += result[2]
         self._tracked = live
-        if not complete or samples == 0:
+        if not complete or not sampled:
             return None
         figures = {"comm_s": comm, "exposed_s": exposed}
         if have_bytes:
@@ -471,6 +552,8 @@ class _TrackedDdp:
         return get("iteration", 0), start, comm, get("backward_compute_comm_overlap_time", 0)
 
     def collect(self):
+        """(comm_s, exposed_s, bytes or None) of the iterations since the last call, None if
+        there were none, _INCOMPLETE if some were missed, _GONE once the DDP is gone."""
         ddp = self._ref()
         if ddp is None:
             return _GONE
@@ -482,21 +565,29 @@ class _TrackedDdp:
         logger = attrs.get("logger")
         if logger is None:
             return _GONE
-        samples = []
-        if self._read_before:
-            sample = self._read(logger)
-            if sample is not None:
-                samples.append(sample)
+        before = self._read(logger) if self._read_before else None
         logger.set_runtime_stats_and_log()
         sample = self._read(logger)
-        if sample is not None and (not samples or sample[1] > samples[-1][1]):
-            samples.append(sample)
-        if not samples:
-            return None
-        first_iteration = samples[0][0]
-        missed = first_iteration - self._last_iteration - 1
-        self._last_iteration = samples[-1][0]
-        self._last_start = samples[-1][1]
+        if sample is not None and before is not None and sample[1] <= before[1]:
+            sample = None  # the same iteration read twice
+        if before is None:
+            if sample is None:
+                return None
+            first, count = sample, 1
+            comm_ns = sample[2]
+            exposed_ns = max(0, sample[2] - sample[3])
+        elif sample is None:
+            first = sample = before
+            count = 1
+            comm_ns = before[2]
+            exposed_ns = max(0, before[2] - before[3])
+        else:
+            first, count = before, 2
+            comm_ns = before[2] + sample[2]
+            exposed_ns = max(0, before[2] - before[3]) + max(0, sample[2] - sample[3])
+        missed = first[0] - self._last_iteration - 1
+        self._last_iteration = sample[0]
+        self._last_start = sample[1]
         if missed > 0:
             if not self._read_before:
                 self._read_before = True  # more than one reduction per step: read both ends from now on
@@ -506,11 +597,9 @@ class _TrackedDdp:
                     "DDP ran %d synced iterations in one optimizer step and the probe could read %d of their "
                     "reductions (gradient accumulation without no_sync() over more than two micro-batches, or "
                     "forwards with gradients that had no backward); such steps report no communication figures"
-                    % (missed + len(samples), len(samples)))
+                    % (missed + count, count))
             return _INCOMPLETE
-        comm_ns = sum(s[2] for s in samples)
-        exposed_ns = sum(max(0, s[2] - s[3]) for s in samples)
         nbytes = None
         if self._bucket_bytes is not None and not attrs.get("_comm_hooks"):
-            nbytes = self._bucket_bytes * len(samples)
-        return comm_ns / 1e9, exposed_ns / 1e9, len(samples), nbytes
+            nbytes = self._bucket_bytes * count
+        return comm_ns / 1e9, exposed_ns / 1e9, nbytes
