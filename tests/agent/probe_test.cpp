@@ -578,6 +578,49 @@ TEST(ProbeTorch, AccumulationWithoutNoSyncCountsBothReductionsOfAStep) {
   EXPECT_EQ(count_lines_starting(all_output(agents), "lockstep probe:"), 0u) << all_output(agents);
 }
 
+// Note [Late reads]: a step shorter than 0.25 s is reported at the next step, with the figures
+// DDP computed itself at that step's synced forward; a slower one at its own end. Here every
+// third step sleeps 0.3 s, so the probe switches between the two, and the DDP lives until the
+// interpreter exits, so the last report is completed at exit (in the test above the DDP is
+// collected as main() returns, and the last report is completed then). Every report still has
+// its own step's communication, and the bytes add up exactly.
+TEST(ProbeTorch, SlowAndFastStepsAndADdpLivingToExitEachReportTheirOwnCommunication) {
+  REQUIRE_TORCH();
+  const std::string dir = temp_dir("ddp-late");
+  auto agents = start_job(dir, 1, 2,
+                          held_command(dir, {"python3", script("ddp_train.py"), "--out", dir, "--epochs", "1",
+                                             "--samples", "512", "--slow-every", "3", "--slow-s", "0.3",
+                                             "--keep-model"}),
+                          torch_env());
+  ASSERT_TRUE(wait_finished(dir, 2, agents, 300s)) << all_output(agents);
+  const std::string m = scrape(agents[0].metrics_port);
+  EXPECT_EQ(release(dir, agents), (std::vector<int>{0})) << all_output(agents);
+  EXPECT_EQ(count_lines_starting(all_output(agents), "lockstep probe:"), 0u) << all_output(agents);
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    const json own = read_json(dir + "/rank-" + std::to_string(rank) + ".json");
+    const int steps = own["steps"];
+    ASSERT_EQ(steps, 8) << "512 samples / 2 ranks / 16 per micro-batch / 2 per step";
+    EXPECT_EQ(series(m, "lockstep_steps_total", rank), steps) << m;
+    EXPECT_EQ(series(m, "lockstep_comm_bytes_total", rank, "allreduce"), double(steps) * own["grad_bytes"].get<double>())
+        << m;
+    const auto reports = step_log(dir, rank);
+    ASSERT_EQ(reports.size(), size_t(steps));
+    const auto backward = own["synced_backward"];
+    for (int k = 0; k < steps; ++k) {
+      const json& r = reports[k];
+      EXPECT_EQ(r["step"], k + 1);
+      ASSERT_TRUE(r.contains("comm_s") && r.contains("exposed_comm_s")) << "step " << k + 1 << ": " << r;
+      const double c = r["comm_s"], e = r["exposed_comm_s"];
+      const double bwd = backward[k][1].get<double>() - backward[k][0].get<double>();
+      EXPECT_LE(c, bwd + 0.001) << "step " << k + 1 << ": " << r;
+      EXPECT_GT(c, 0) << r;
+      EXPECT_LE(e, c) << r;
+      if (k > 0 && (k + 1) % 3 == 0) EXPECT_GE(r["step_s"].get<double>(), 0.3) << "a slow step: " << r;
+    }
+  }
+}
+
 // No DDP, so nothing measures communication: step time only, and no communication series at
 // all (never zeros).
 TEST(ProbeTorch, AScriptWithoutDdpReportsStepsAndNoCommunication) {

@@ -57,8 +57,10 @@ set_runtime_stats_and_log()`` turns one iteration's events into durations, in ns
   ``avg = (d + avg * (n - 1)) / n`` truncated, so differencing ``avg * n`` would undercount
   each iteration by up to n ns (1 ms per step at a million iterations). The probe reads the
   per-iteration fields instead, which hold the latest sample exactly.
-* Per step: at the leader's post-hook the probe calls ``set_runtime_stats_and_log()`` itself,
-  so the step's own last backward is read now rather than at the next forward. DDP's call at
+* Per step, where the probe does not read late (Note [Late reads]: steps of 0.25 s or more,
+  several DDPs, several synced iterations a step): at the leader's post-hook the probe calls
+  ``set_runtime_stats_and_log()`` itself, so the step's own last backward is read now rather
+  than at the next forward. DDP's call at
   the next forward then recomputes the same sample (the timer's events are unchanged until
   the forward records new ones); the probe counts a sample once, by its comm-start timestamp,
   and the ``avg_*`` means are unchanged by the repeat (every sample is counted twice alike).
@@ -82,17 +84,34 @@ set_runtime_stats_and_log()`` turns one iteration's events into durations, in ns
 
 Note [Reports in batches]
 -------------------------
-A step's report goes out at once when 0.1 s or more have passed since the probe last sent;
-otherwise it waits to go with the next ones: one datagram per 0.1 s at most (16 KB at most,
-one line per step; agent/protocol.hpp), whatever the step rate. Each datagram wakes the
-agent's receiver, and waking it costs the sending worker 40 us a send cold (60-175 us before
-the receiver ran as SCHED_BATCH, Note [A receiver that never preempts a worker]) against 5 us
-when no one is woken (tests/agent/python/ddp_train.py, 2 workers on 2 cores, 24 ms steps).
-Steps of 0.1 s or longer are therefore each sent at once, as before; a program stepping faster
-pays one wake-up per 0.1 s, and its reports reach the agent up to 0.1 s late. The reports
-held when the program pauses after such steps (an evaluation, a checkpoint) go with the next
-step, so during the pause the agent shows the step reached up to 0.1 s before it; at exit
-they are sent (atexit), and a worker killed by a signal loses them (0.1 s of steps at most).
+A step's report goes out when 0.25 s or more have passed since the probe last sent; otherwise
+it waits to go with the next ones: one datagram per 0.25 s at most (16 KB at most each, one
+line per step; agent/protocol.hpp), whatever the step rate. Each datagram wakes the agent's
+receiver, which costs the sending worker about 40 us (60-175 us before the receiver ran as
+SCHED_BATCH, Note [A receiver that never preempts a worker]), against 3 us when no one is woken;
+and formatting several reports in a row costs less than one each step, cold. Steps of 0.25 s
+or longer are each sent at their end. A faster program's reports reach the agent up to 0.25 s
+and one step late (Note [Late reads]); if it then pauses (an evaluation, a checkpoint), the
+agent shows the step reached up to that much before the pause until the next step; at exit
+the held reports are sent (atexit), and a worker killed by a signal loses them.
+
+Note [Late reads]
+-----------------
+With sample rate 1, DDP itself computes the figures of each synced iteration at the next
+synced forward (``set_runtime_stats_and_log()`` in ``_pre_forward``). In a step shorter than
+0.25 s, with one DDP and one synced iteration a step (``no_sync()`` accumulation, or none),
+the probe reads those at the next step's end instead of computing them at this one's, and
+holds this step's report until then: the report still carries its own step's figures, and the
+probe's work per step is one read of DDP's data instead of a computation and a read
+(bench/agent/RESULTS.md: the hook's median 210 -> 140 us). The held report of the last step
+gets its figures computed by the probe: at exit (atexit), or, if the DDP is collected first (a
+model local to ``main()``), in a weakref callback as it is, through DDP's logger, which the
+probe holds until then (the logger holds the reducer, which the DDP's collection then frees).
+Slower steps, several DDPs and several synced iterations a step are read at the step's end
+(Note [DDP's statistics]). A late read that finds an iteration beyond the next one (a program
+that all-reduces at every micro-batch) sends the held report without figures and reads at each
+step's end from then on. On a GPU a late read also leaves the wait for the backward's CUDA
+events where DDP puts it at sample rate 1, in the next forward, not at the step's end.
 
 Note [Gloo's exit race]
 -----------------------
@@ -129,8 +148,9 @@ import weakref
 from lockstep import _probe as _entry
 
 _MAX_VALUE = 1e30  # agent/protocol.hpp: kMaxReportValue
-_SEND_EVERY_S = 0.1  # Note [Reports in batches]
-_MAX_BATCH_BYTES = 16384  # well below agent/protocol.hpp's kMaxDatagramBytes (32768)
+_SEND_EVERY_S = 0.25  # Note [Reports in batches]; also the longest step read late, Note [Late reads]
+_MAX_BATCH_BYTES = 16384  # a datagram's size, well below agent/protocol.hpp's kMaxDatagramBytes (32768)
+_MAX_BATCH_REPORTS = 64  # reports held at most before they are sent
 _EXIT_GRACE_S = 0.05  # Note [Gloo's exit race]
 
 
@@ -141,8 +161,8 @@ class _Probe:
         self.socket_path = socket_path
         self.enabled = True
         self._sock = None
-        self._batch = []  # report lines not sent yet (Note [Reports in batches])
-        self._batch_bytes = 0
+        self._batch = []  # reports not sent yet, as records (_format; Note [Reports in batches])
+        self._pending = None  # this step's record while it waits for its communication (Note [Late reads])
         self._last_send = None
         self._lock_fd = None
         self._claimed = False
@@ -197,6 +217,9 @@ class _Probe:
             return
         self.stop()
         try:
+            if self._pending is not None:  # without its communication figures
+                self._batch.append(self._pending)
+                self._pending = None
             self._flush()  # the steps reported before the error still count
         except Exception:
             self._batch = []
@@ -251,50 +274,35 @@ class _Probe:
     def _report_step(self):
         if not self._claimed and not self._claim():
             return
-        sources = self._sources
-        comm = sources[0].collect() if len(sources) == 1 else _merge(source.collect() for source in sources)
-        # The step ends here, with the probe's own work for it done: the moment optimizer.step()
-        # returns to the program, give or take the return itself.
+        ddp = self._ddp
+        single = len(self._sources) == 1
+        pending = self._pending
+        if pending is not None:  # the step before, waiting for its communication (Note [Late reads])
+            self._pending = None
+            tracked = ddp.tracked
+            pending[2] = tracked[0].collect_late() if len(tracked) == 1 else ddp.collect(late=True)
+            self._batch.append(pending)
+        # The step ends here, inside optimizer.step(), give or take the probe's own work.
         now = time.perf_counter()
         last_end, self._last_end = self._last_end, now
         step = self._figures.pop("step", None) if self._figures else None
         self._step = int(step) if step is not None else self._step + 1
-        # The report, built as one list of "key=value" strings: this runs inside every
-        # optimizer.step(), so no intermediate structures (bench/agent/probe_pieces.py times it).
-        parts = ["step=%d" % self._step]
-        if last_end is not None:
-            step_s = now - last_end
-            parts.append("step_s=%r" % step_s)
+        step_s = now - last_end if last_end is not None else None
+        extras = self._extras() if self._losses or self._figures else None
+        record = [self._step, step_s, None, extras]
+        if single and ddp.late and step_s is not None and step_s < _SEND_EVERY_S:
+            self._pending = record
         else:
-            step_s = None
-        if comm and len(comm) == 1:  # one collective kind (DDP's all-reduce): its figures are the totals
-            for op, values in comm.items():
-                total_text = repr(float(values.get("comm_s", 0)))
-                exposed = float(values.get("exposed_s", 0))
-                exposed_text = repr(exposed)
-                if step_s is not None:
-                    parts.append("compute_s=%r" % max(0.0, step_s - exposed))
-                parts.append("comm_s=" + total_text)
-                parts.append("exposed_comm_s=" + exposed_text)
-                parts.append("comm_s.%s=%s" % (op, total_text))
-                parts.append("exposed_comm_s.%s=%s" % (op, exposed_text))
-                if "bytes" in values:
-                    parts.append("comm_bytes.%s=%s" % (op, _number(values["bytes"])))
-        elif comm:
-            total = exposed = 0.0
-            for values in comm.values():
-                total += values.get("comm_s", 0)
-                exposed += values.get("exposed_s", 0)
-            if step_s is not None:
-                parts.append("compute_s=%r" % max(0.0, step_s - exposed))
-            parts.append("comm_s=%r" % total)
-            parts.append("exposed_comm_s=%r" % exposed)
-            for op in sorted(comm):
-                values = comm[op]
-                parts.append("comm_s.%s=%r" % (op, float(values.get("comm_s", 0))))
-                parts.append("exposed_comm_s.%s=%r" % (op, float(values.get("exposed_s", 0))))
-                if "bytes" in values:
-                    parts.append("comm_bytes.%s=%s" % (op, _number(values["bytes"])))
+            record[2] = ddp.collect() if single else _merge(source.collect() for source in self._sources)
+            self._batch.append(record)
+        if self._batch and (self._last_send is None or now - self._last_send >= _SEND_EVERY_S
+                            or len(self._batch) >= _MAX_BATCH_REPORTS):
+            self._last_send = now
+            self._flush()
+
+    def _extras(self):
+        """What lockstep.report() gave for this step, as report parts."""
+        parts = []
         if self._losses:
             parts.append("loss=%s" % _number(sum(self._losses) / len(self._losses)))
             self._losses = []
@@ -302,20 +310,30 @@ class _Probe:
             for key in ("tokens", "flops", "total_steps"):
                 if key in self._figures:
                     parts.append("%s=%s" % (key, _number(self._figures.pop(key))))
-        # A sum of reported figures could pass the protocol's bound; one such value would make
-        # the agent reject the whole report, so it alone is left out. (Times are far below it.)
-        line = " ".join(parts)
-        if "e+" in line:
-            line = " ".join(part for part in parts if abs(float(part.split("=", 1)[1])) <= _MAX_VALUE)
-        self._batch.append(line)
-        self._batch_bytes += len(line) + 1
-        if self._last_send is None or now - self._last_send >= _SEND_EVERY_S or self._batch_bytes >= _MAX_BATCH_BYTES:
-            self._last_send = now
-            self._flush()
+        return parts
+
+    def ddp_gone(self, tracked):
+        """Note [Late reads]: the DDP whose figures the held report waits for is being collected."""
+        try:
+            pending = self._pending
+            if pending is not None and self.enabled:
+                self._pending = None
+                pending[2] = self._ddp.collect_final(tracked)
+                self._batch.append(pending)
+                self._flush()
+        except Exception as error:
+            self.disable(error, "reading DDP's figures as it was collected")
 
     def _flush_at_exit(self):
         try:
-            if self._batch and not self._silenced:
+            if self._silenced:
+                return
+            pending = self._pending
+            if pending is not None and self.enabled:
+                self._pending = None
+                pending[2] = self._ddp.collect()
+                self._batch.append(pending)
+            if self._batch:
                 self._flush()
         except Exception:
             pass  # at exit, a probe never turns a clean exit into an error
@@ -341,12 +359,24 @@ class _Probe:
         return True
 
     def _flush(self):
-        """Sends the lines not sent yet as one datagram."""
-        if not self._batch:
+        """Sends the reports not sent yet, as few datagrams as fit them."""
+        records = self._batch
+        if not records:
             return
-        line = "\n".join(self._batch) if len(self._batch) > 1 else self._batch[0]
         self._batch = []
-        self._batch_bytes = 0
+        chunk = []
+        size = 0
+        for record in records:
+            line = _format(record)
+            if chunk and size + len(line) > _MAX_BATCH_BYTES:
+                self._send("\n".join(chunk))
+                chunk = []
+                size = 0
+            chunk.append(line)
+            size += len(line) + 1
+        self._send("\n".join(chunk) if len(chunk) > 1 else chunk[0])
+
+    def _send(self, text):
         sock = self._sock
         if sock is None:
             import socket
@@ -358,7 +388,7 @@ class _Probe:
             sock.connect(self.socket_path)
             self._sock = sock
         try:
-            sock.send(line.encode("ascii"))
+            sock.send(text.encode("ascii"))
         except BlockingIOError:
             pass  # the agent's queue is full: these steps' reports are dropped, training never waits
 
@@ -397,6 +427,65 @@ class _Probe:
                 self._figures[key] = number
 
 
+def _format(record):
+    """One step's report line: record = [step, step_s or None, communication or None, extra parts or None],
+    communication as DDP's source gives it (a tuple) or as _merge does ({op: {"comm_s", "exposed_s"[, "bytes"]}})."""
+    # Times with 9 significant digits (1 ns in a second): "%.9g" costs half of repr()'s shortest
+    # round trip, and rounding keeps order, so exposed <= comm holds in the text too.
+    step, step_s, comm, extras = record
+    parts = ["step=%d" % step]
+    if step_s is not None:
+        parts.append("step_s=%.9g" % step_s)
+    if type(comm) is tuple:  # DDP's all-reduce, the usual case, straight from its tuple
+        total, exposed, nbytes = comm
+        total_text = "%.9g" % total
+        exposed_text = "%.9g" % exposed
+        if step_s is not None:
+            parts.append("compute_s=%.9g" % max(0.0, step_s - exposed))
+        parts.append("comm_s=" + total_text)
+        parts.append("exposed_comm_s=" + exposed_text)
+        parts.append("comm_s.allreduce=" + total_text)
+        parts.append("exposed_comm_s.allreduce=" + exposed_text)
+        if nbytes is not None:
+            parts.append("comm_bytes.allreduce=%d" % nbytes)
+    elif comm and len(comm) == 1:  # one collective kind: its figures are the totals
+        for op, values in comm.items():
+            total_text = "%.9g" % float(values.get("comm_s", 0))
+            exposed = float(values.get("exposed_s", 0))
+            exposed_text = "%.9g" % exposed
+            if step_s is not None:
+                parts.append("compute_s=%.9g" % max(0.0, step_s - exposed))
+            parts.append("comm_s=" + total_text)
+            parts.append("exposed_comm_s=" + exposed_text)
+            parts.append("comm_s.%s=%s" % (op, total_text))
+            parts.append("exposed_comm_s.%s=%s" % (op, exposed_text))
+            if "bytes" in values:
+                parts.append("comm_bytes.%s=%s" % (op, _number(values["bytes"])))
+    elif comm:
+        total = exposed = 0.0
+        for values in comm.values():
+            total += values.get("comm_s", 0)
+            exposed += values.get("exposed_s", 0)
+        if step_s is not None:
+            parts.append("compute_s=%.9g" % max(0.0, step_s - exposed))
+        parts.append("comm_s=%.9g" % total)
+        parts.append("exposed_comm_s=%.9g" % exposed)
+        for op in sorted(comm):
+            values = comm[op]
+            parts.append("comm_s.%s=%.9g" % (op, float(values.get("comm_s", 0))))
+            parts.append("exposed_comm_s.%s=%.9g" % (op, float(values.get("exposed_s", 0))))
+            if "bytes" in values:
+                parts.append("comm_bytes.%s=%s" % (op, _number(values["bytes"])))
+    if extras:
+        parts.extend(extras)
+    # A sum of reported figures could pass the protocol's bound; one such value would make
+    # the agent reject the whole report, so it alone is left out. (Times are far below it.)
+    line = " ".join(parts)
+    if "e+" in line:
+        line = " ".join(part for part in parts if abs(float(part.split("=", 1)[1])) <= _MAX_VALUE)
+    return line
+
+
 def _let_collective_threads_finish():
     """Note [Gloo's exit race]: at exit, a moment with the GIL free for c10d's worker threads."""
     try:
@@ -414,13 +503,24 @@ def _silence(ref):
     if probe is not None:  # a forked child: the parent reports this worker's steps
         probe._silenced = True
         probe._batch = []
+        probe._pending = None
         probe.stop()
+
+
+def _as_ops(ddp_figures):
+    """DDP's source's (comm_s, exposed_s, bytes or None) as per-op figures."""
+    comm_s, exposed_s, nbytes = ddp_figures
+    if nbytes is None:
+        return {"allreduce": {"comm_s": comm_s, "exposed_s": exposed_s}}
+    return {"allreduce": {"comm_s": comm_s, "exposed_s": exposed_s, "bytes": nbytes}}
 
 
 def _merge(results):
     """The per-op figures of several sources, added up; None when none has any."""
     comm = {}
     for figures in results:
+        if type(figures) is tuple:
+            figures = _as_ops(figures)
         if figures:
             for op, values in figures.items():
                 into = comm.setdefault(op, {})
@@ -443,7 +543,10 @@ class _DdpSource:
     def __init__(self, probe):
         self._probe = probe
         self._found = []  # weakrefs to DDP instances seen under construction
-        self._tracked = []
+        self.tracked = []
+        # Whether a step's figures can be read at the next step (Note [Late reads]): one DDP,
+        # one synced iteration a step. Kept up to date by every collect.
+        self.late = False
 
     def on_module_registered(self, module, name, submodule):
         # DistributedDataParallel.__init__ assigns self.module = the wrapped model before it
@@ -460,30 +563,32 @@ class _DdpSource:
             self._probe.disable(error, "looking for DistributedDataParallel")
         return None
 
-    def collect(self):
-        """{"allreduce": {"comm_s", "exposed_s"[, "bytes"]}} for this step, or None."""
+    def _start_found(self):
+        found, self._found = self._found, []
+        for ref in found:
+            ddp = ref()
+            if ddp is not None:
+                tracked = _TrackedDdp.start(ddp, self._probe)
+                if tracked is not None:
+                    self.tracked.append(tracked)
+
+    def collect(self, late=False):
+        """(comm_s, exposed_s, bytes or None) of DDP's all-reduce for the step, or None. late:
+        the step before this one, whose figures DDP computed at this step's synced forward."""
         if self._found:
-            found, self._found = self._found, []
-            for ref in found:
-                ddp = ref()
-                if ddp is not None:
-                    tracked = _TrackedDdp.start(ddp, self._probe)
-                    if tracked is not None:
-                        self._tracked.append(tracked)
-        tracked = self._tracked
+            self._start_found()
+        tracked = self.tracked
         if not tracked:
             return None
         if len(tracked) == 1:  # one DDP, the usual case, without the loop's bookkeeping
-            result = tracked[0].collect()
+            one = tracked[0]
+            result = one.collect(late)
             if result is _GONE:
-                self._tracked = []
+                self.tracked = []
+                self.late = False
                 return None
-            if result is None or result is _INCOMPLETE:
-                return None
-            figures = {"comm_s": result[0], "exposed_s": result[1]}
-            if result[2] is not None:
-                figures["bytes"] = result[2]
-            return {"allreduce": figures}
+            self.late = not one.read_before
+            return result if result is not _INCOMPLETE else None
         comm = exposed = 0.0
         nbytes = 0
         have_bytes = True
@@ -491,7 +596,7 @@ class _DdpSource:
         complete = True
         live = []
         for one in tracked:
-            result = one.collect()
+            result = one.collect(False)
             if result is _GONE:
                 continue
             live.append(one)
@@ -507,13 +612,19 @@ class _DdpSource:
                 have_bytes = False
             else:
                 nbytes += result[2]
-        self._tracked = live
+        self.tracked = live
+        self.late = False
         if not complete or not sampled:
             return None
-        figures = {"comm_s": comm, "exposed_s": exposed}
-        if have_bytes:
-            figures["bytes"] = nbytes
-        return {"allreduce": figures}
+        return comm, exposed, nbytes if have_bytes else None
+
+    def collect_final(self, tracked):
+        """The last figures of a DDP being collected, read through the logger it leaves behind."""
+        if tracked in self.tracked:
+            self.tracked.remove(tracked)
+        self.late = False
+        result = tracked.collect_final()
+        return result if result is not _INCOMPLETE else None
 
 
 _GONE = object()
@@ -522,12 +633,17 @@ _INCOMPLETE = object()
 
 class _TrackedDdp:
     def __init__(self, ddp, probe, bucket_bytes):
-        self._ref = weakref.ref(ddp)
         self._probe = probe
+        # Called as the DDP is collected (Note [Late reads]); the logger is held until then, so
+        # a report waiting for the DDP's last figures can still read them.
+        self._ref = weakref.ref(ddp, self._on_collected)
+        self._logger = ddp.__dict__.get("logger")
+        self._delayed = bool(ddp.__dict__.get("_delay_all_reduce_all_params"))  # set at construction
         self._bucket_bytes = bucket_bytes
+        self._hooked = False  # a communication hook: bucket bytes are not what goes on the wire
         self._last_start = 0  # comm-start timestamp (ns) of the last sample counted
         self._last_iteration = 0
-        self._read_before = False
+        self.read_before = False
 
     @staticmethod
     def start(ddp, probe):
@@ -543,6 +659,13 @@ class _TrackedDdp:
                 bucket_bytes = sum(int(s) for s in sizes)
         return _TrackedDdp(ddp, probe, bucket_bytes)
 
+    def alive(self):
+        return self._ref() is not None
+
+    def _on_collected(self, _ref):
+        self._probe.ddp_gone(self)
+        self._logger = None
+
     def _read(self, logger):
         get = logger._get_ddp_logging_data().ints_map.get
         start = get("backward_comm_time_start", 0)
@@ -551,25 +674,65 @@ class _TrackedDdp:
             return None  # no new iteration with a measured reduction
         return get("iteration", 0), start, comm, get("backward_compute_comm_overlap_time", 0)
 
-    def collect(self):
+    def collect_late(self):
+        """Note [Late reads]: collect(late=True) in its usual case, DDP's sample of the next
+        iteration, in as few steps as it takes (this runs in every step of a fast program);
+        anything else goes the general way."""
+        ddp = self._ref()
+        logger = self._logger
+        if ddp is not None and logger is not None and not self._delayed and not self.read_before:
+            get = logger._get_ddp_logging_data().ints_map.get
+            start = get("backward_comm_time_start", 0)
+            comm = get("backward_comm_time", 0)
+            iteration = get("iteration", 0)
+            if start > self._last_start and comm > 0 and iteration == self._last_iteration + 1:
+                self._last_start = start
+                self._last_iteration = iteration
+                exposed = comm - get("backward_compute_comm_overlap_time", 0)
+                nbytes = self._bucket_bytes
+                if nbytes is not None and ddp.__dict__.get("_comm_hooks"):
+                    nbytes = None
+                return comm / 1e9, (exposed if exposed > 0 else 0) / 1e9, nbytes
+        result = self._probe._ddp.collect(late=True)
+        return result
+
+    def collect(self, late):
         """(comm_s, exposed_s, bytes or None) of the iterations since the last call, None if
-        there were none, _INCOMPLETE if some were missed, _GONE once the DDP is gone."""
+        there were none, _INCOMPLETE if some were missed, _GONE once the DDP is gone. late: read
+        what DDP computed itself at its last synced forward (Note [Late reads])."""
         ddp = self._ref()
         if ddp is None:
             return _GONE
-        # The DDP's own attributes, read from its __dict__: nn.Module.__getattr__ on a missing
+        # The DDP's own attributes are read from its __dict__: nn.Module.__getattr__ on a missing
         # name builds an AttributeError, which costs more than the rest of a step's read.
-        attrs = ddp.__dict__
-        if attrs.get("_delay_all_reduce_all_params"):
-            return None
-        logger = attrs.get("logger")
+        logger = self._logger
         if logger is None:
             return _GONE
-        before = self._read(logger) if self._read_before else None
+        if self._delayed:
+            return None
+        self._hooked = bool(ddp.__dict__.get("_comm_hooks"))
+        if late and not self.read_before:
+            sample = self._read(logger)
+            if sample is not None:
+                return self._count(None, sample, late=True)
+            # DDP computed nothing new (no synced forward since): its timer still holds the step's.
+        return self._sample(logger)
+
+    def collect_final(self):
+        logger = self._logger
+        if logger is None:
+            return None
+        return self._sample(logger)
+
+    def _sample(self, logger):
+        before = self._read(logger) if self.read_before else None
         logger.set_runtime_stats_and_log()
         sample = self._read(logger)
         if sample is not None and before is not None and sample[1] <= before[1]:
             sample = None  # the same iteration read twice
+        return self._count(before, sample)
+
+    def _count(self, before, sample, late=False):
         if before is None:
             if sample is None:
                 return None
@@ -586,11 +749,18 @@ class _TrackedDdp:
             comm_ns = before[2] + sample[2]
             exposed_ns = max(0, before[2] - before[3]) + max(0, sample[2] - sample[3])
         missed = first[0] - self._last_iteration - 1
+        if missed > 0 and late and not self.read_before:
+            # Read late, this is the first reduction of the next step, not the last of the step
+            # the report is for (whose last DDP recomputed over): that report goes without
+            # figures, and the next step, read as it ends, counts this one too.
+            self.read_before = True
+            self._last_iteration = first[0] - 1
+            return _INCOMPLETE
         self._last_iteration = sample[0]
         self._last_start = sample[1]
         if missed > 0:
-            if not self._read_before:
-                self._read_before = True  # more than one reduction per step: read both ends from now on
+            if not self.read_before:
+                self.read_before = True  # more than one reduction per step: read both ends from now on
             else:
                 self._probe.note_once(
                     "ddp-iterations",
@@ -600,6 +770,6 @@ class _TrackedDdp:
                     % (missed + count, count))
             return _INCOMPLETE
         nbytes = None
-        if self._bucket_bytes is not None and not attrs.get("_comm_hooks"):
+        if self._bucket_bytes is not None and not self._hooked:
             nbytes = self._bucket_bytes * count
         return comm_ns / 1e9, exposed_ns / 1e9, nbytes

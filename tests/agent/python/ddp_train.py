@@ -7,6 +7,7 @@ saving a checkpoint at the end. tests/agent/probe_test.cpp runs it under lockste
 checks the probe's figures against what this script measures itself:
 
   python3 ddp_train.py --out DIR [--epochs E] [--accum A] [--samples N] [--no-sync-off]
+                       [--slow-every K --slow-s S] [--keep-model]
 
 Besides training it times, with time.perf_counter, each opt.step() call (the moment it
 returns is the probe's step boundary, and the probe's own work runs inside it; also its CPU
@@ -32,6 +33,9 @@ from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 
+_KEPT = []  # --keep-model
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -41,6 +45,11 @@ def main():
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--no-sync-off", action="store_true",
                         help="accumulate without no_sync(): every micro-batch all-reduces")
+    parser.add_argument("--slow-every", type=int, default=0,
+                        help="every K-th step also sleeps --slow-s before its opt.step() (a slow step)")
+    parser.add_argument("--slow-s", type=float, default=0.15)
+    parser.add_argument("--keep-model", action="store_true",
+                        help="keep the DDP model alive until the interpreter exits (a module global)")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")  # env://: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
@@ -56,6 +65,8 @@ def main():
     # One 4 MiB gradient bucket: the weights are larger than DDP's 1 MiB first bucket, so
     # each step's all-reduce is one collective of every gradient byte.
     model = DDP(nn.Sequential(nn.Linear(512, 2048, bias=False), nn.ReLU(), nn.Linear(2048, 1, bias=False)))
+    if args.keep_model:
+        _KEPT.append(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.002, momentum=0.9)
 
     steps = 0
@@ -77,6 +88,8 @@ def main():
                 ended = time.perf_counter()
             if last_micro_batch:
                 synced_backward.append([started, ended])
+                if args.slow_every and (steps + 1) % args.slow_every == 0:
+                    time.sleep(args.slow_s)
                 started, cpu = time.perf_counter(), time.thread_time()
                 opt.step()
                 ended = time.perf_counter()
