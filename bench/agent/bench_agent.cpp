@@ -124,6 +124,8 @@ struct ProbeRun {
   double hook_s = 0;  // on: the probe's hook, timed inside the run (probe_timed.py): median, over the ranks
   double hook_mean_s = 0;  // and its mean
   double ddp_stats_s = 0;  // on: DDP's own statistics call per step at sample rate 1, mean, over the ranks
+  double hook_cpu_s = 0;   // on: the thread's CPU time in the hook, mean per step, over the ranks
+  double ddp_stats_cpu_s = 0;  // and in DDP's statistics call, per step
   int steps = 0;      // optimizer steps the script made (rank 0)
   int reported = 0;   // reports in rank 0's step log
   int code = -1;
@@ -194,6 +196,13 @@ ProbeRun run_probe_once(bool probe, const std::string& torch, const std::string&
       auto hook = timing["hook_ns"].get<std::vector<double>>();
       if (hook.size() > 1) hook.erase(hook.begin());  // the first: finding DDP, claiming the socket
       const auto stats = timing["ddp_stats_ns"].get<std::vector<double>>();
+      auto hook_cpu = timing["hook_cpu_ns"].get<std::vector<double>>();
+      if (hook_cpu.size() > 1) hook_cpu.erase(hook_cpu.begin());
+      const auto stats_cpu = timing["ddp_stats_cpu_ns"].get<std::vector<double>>();
+      r.hook_cpu_s +=
+          (hook_cpu.empty() ? 0 : std::accumulate(hook_cpu.begin(), hook_cpu.end(), 0.0) / hook_cpu.size()) * 1e-9 / nproc;
+      r.ddp_stats_cpu_s += (ends.size() > 1 ? std::accumulate(stats_cpu.begin(), stats_cpu.end(), 0.0) / (ends.size() - 1) : 0) *
+                           1e-9 / nproc;
       r.hook_s += bench::percentile(hook, 0.5) * 1e-9 / nproc;
       r.hook_mean_s += (hook.empty() ? 0 : std::accumulate(hook.begin(), hook.end(), 0.0) / hook.size()) * 1e-9 / nproc;
       // Per step: DDP's calls over the steps after the first (one synced forward a step here).
@@ -224,7 +233,7 @@ int probe_bench(int rounds, int nproc, int samples, std::string script) {
   std::cout << "bench/agent --python-probe: " << script << ", 1 agent x " << nproc << " workers (Gloo, CPU), " << samples
             << " samples a epoch x 2 epochs, 2 micro-batches a step; probe on vs LOCKSTEP_PYTHON_PROBE=0 (off), " << rounds
             << " paired rounds, order alternating; figure: the script's own mean step time\n";
-  std::vector<double> on, off, ratios, call_diff, cpu_diff, step_cpu_diff, direct;
+  std::vector<double> on, off, ratios, call_diff, cpu_diff, step_cpu_diff, direct, direct_cpu;
   for (int r = 1; r <= rounds && !bench::g_stop; ++r) {
     const bool on_first = r % 2 == 1;
     ProbeRun a, b;
@@ -251,14 +260,15 @@ int probe_bench(int rounds, int nproc, int samples, std::string script) {
     cpu_diff.push_back(a.cpu_s - b.cpu_s);
     step_cpu_diff.push_back(a.step_cpu_s - b.step_cpu_s);
     direct.push_back(a.hook_mean_s + a.ddp_stats_s);
+    direct_cpu.push_back(a.hook_cpu_s + a.ddp_stats_cpu_s);
     std::cout << std::fixed << std::setprecision(2) << "  round " << std::setw(2) << r << " (" << (on_first ? "on, off" : "off, on")
               << "): step on " << a.step_s * 1000 << " ms, off " << b.step_s * 1000 << " ms, ratio " << std::setprecision(4)
               << ratios.back() << std::setprecision(0) << "; opt.step() on " << a.call_s * 1e6 << " us, off "
               << b.call_s * 1e6 << " us; its CPU on " << a.cpu_s * 1e6 << " us, off " << b.cpu_s * 1e6
               << " us; a step's CPU on " << a.step_cpu_s * 1e6 << " us, off " << b.step_cpu_s * 1e6 << " us ("
               << a.steps << " steps, " << a.reported << " reported); timed in the on run: hook median "
-              << a.hook_s * 1e6 << " us, mean " << a.hook_mean_s * 1e6 << " us, DDP's statistics " << a.ddp_stats_s * 1e6
-              << " us a step"
+              << a.hook_s * 1e6 << " us, mean " << a.hook_mean_s * 1e6 << " us (CPU " << a.hook_cpu_s * 1e6
+              << "), DDP's statistics " << a.ddp_stats_s * 1e6 << " us a step (CPU " << a.ddp_stats_cpu_s * 1e6 << ")"
               << (a.exit_race || b.exit_race ? std::string("; the ") + (a.exit_race ? "on" : "off") +
                                                    " run ended in PyTorch's exit race (134) after its figures"
                                              : std::string())
@@ -306,12 +316,20 @@ int probe_bench(int rounds, int nproc, int samples, std::string script) {
   // run-to-run spread enters it: the hook's mean per step (every step, preempted ones
   // included) plus DDP's statistics call at each synced forward, which the probe's sample
   // rate of 1 causes.
-  const double d = bench::percentile(direct, 0.5);
-  std::cout << "  the probe's own work, timed in the run: median over rounds of (hook's mean + DDP's statistics) "
-            << std::setprecision(0) << d * 1e6 << " us per step (rounds: min " << *std::min_element(direct.begin(), direct.end()) * 1e6
-            << ", max " << *std::max_element(direct.begin(), direct.end()) * 1e6 << " us) = " << std::setprecision(3)
-            << 100 * d / step_off << "% of the median step off: target < 1% " << (d < 0.01 * step_off ? "met" : "NOT met")
-            << " on this measure\n";
+  // Judged on CPU time: what the probe's code costs the thread; wall time adds what a busy
+  // machine's preemption adds to whatever code is running, the probe's or not.
+  auto direct_say = [&](const char* what, const std::vector<double>& v) {
+    const double d = bench::percentile(v, 0.5);
+    std::cout << "  the probe's own work, timed in the run, " << what << ": median over rounds of (hook's mean + DDP's statistics) "
+              << std::setprecision(0) << d * 1e6 << " us per step (rounds: min " << *std::min_element(v.begin(), v.end()) * 1e6
+              << ", max " << *std::max_element(v.begin(), v.end()) * 1e6 << " us) = " << std::setprecision(3)
+              << 100 * d / step_off << "% of the median step off";
+    return d;
+  };
+  direct_say("wall time", direct);
+  std::cout << "\n";
+  const double d = direct_say("CPU time ", direct_cpu);
+  std::cout << ": target < 1% " << (d < 0.01 * step_off ? "met" : "NOT met") << " on this measure\n";
   return 0;
 }
 
