@@ -1,4 +1,4 @@
-// In-place restarts (#14; DESIGN.md, "Restarts: in place first, then the gang"): what rank 0's
+// In-place restarts (#14; docs/operator.md, "In-place restarts"): what rank 0's
 // agent says about the restarts it made in the same pods, and the words status and Events use
 // for them. decide.cpp counts them into the status (Note [In-place restarts]).
 //
@@ -44,10 +44,7 @@ struct InPlaceReading {
   // or says it in other than a CamelCase word of at most kMaxReasonBytes and decimal integers
   // of at most 9 digits (Note [Untrusted exposition]).
   std::string reason, rank, exit_code;
-  bool operator==(const InPlaceReading& o) const {
-    return attempt == o.attempt && restarts == o.restarts && last_at == o.last_at && reason == o.reason &&
-           rank == o.rank && exit_code == o.exit_code;
-  }
+  bool operator==(const InPlaceReading&) const = default;
 };
 
 // From an agent's Prometheus text, for a pod of gang attempt `attempt`. nullopt when there is

@@ -21,17 +21,12 @@ enum class Isolation { None, NetworkPolicy };  // spec.isolation (Note [Job isol
 
 struct Condition {
   std::string type, status, reason, message, last_transition_time;
-  bool operator==(const Condition& o) const {
-    return type == o.type && status == o.status && reason == o.reason && message == o.message &&
-           last_transition_time == o.last_transition_time;
-  }
+  bool operator==(const Condition&) const = default;
 };
 
 struct NodeCounts {
   int active = 0, ready = 0, succeeded = 0, failed = 0;
-  bool operator==(const NodeCounts& o) const {
-    return active == o.active && ready == o.ready && succeeded == o.succeeded && failed == o.failed;
-  }
+  bool operator==(const NodeCounts&) const = default;
 };
 
 inline constexpr size_t kMaxLostNodes = 8;
@@ -57,16 +52,7 @@ struct JobStatus {
   long long observed_generation = 0;
   std::optional<Progress> progress;  // Note [Progress]
 
-  bool operator==(const JobStatus& o) const {
-    return phase == o.phase && conditions == o.conditions && nodes == o.nodes && restarts == o.restarts &&
-           consecutive_restarts == o.consecutive_restarts && node_lost_restarts == o.node_lost_restarts &&
-           lost_nodes == o.lost_nodes &&
-           in_place_restarts == o.in_place_restarts &&
-           current_attempt_in_place_restarts == o.current_attempt_in_place_restarts && start_time == o.start_time &&
-           completion_time == o.completion_time && observed_generation == o.observed_generation &&
-           progress == o.progress;
-  }
-  bool operator!=(const JobStatus& o) const { return !(*this == o); }
+  bool operator==(const JobStatus&) const = default;
   const Condition* condition(const std::string& type) const;
   bool finished() const { return phase == "Succeeded" || phase == "Failed"; }
   nlohmann::json to_json() const;
@@ -169,9 +155,7 @@ struct Toleration {
   bool exists = false;  // operator Exists, else Equal (the only other one the API server takes)
   std::string value;
   std::optional<long long> seconds;  // tolerationSeconds: tolerated only that long
-  bool operator==(const Toleration& o) const {
-    return key == o.key && exists == o.exists && value == o.value && seconds == o.seconds;
-  }
+  bool operator==(const Toleration&) const = default;
 };
 // What the cache keeps (Note [Lean caches]): at most this many of a pod's tolerations, and of
 // names, taint keys and values at most what the API server accepts (a DNS subdomain; a
@@ -214,17 +198,7 @@ struct PodView {
   bool finished() const { return phase == "Succeeded" || phase == "Failed"; }
   static PodView from_json(const nlohmann::json& obj);
   static PodView from_raw(const RawPod& raw);
-  bool operator==(const PodView& o) const {
-    return name == o.name && uid == o.uid && index == o.index && attempt == o.attempt && phase == o.phase &&
-           ready == o.ready && deleting == o.deleting && deletion_due == o.deletion_due &&
-           deleted_at_once == o.deleted_at_once &&
-           finalizers == o.finalizers && exit_code == o.exit_code && reason == o.reason &&
-           finished_at == o.finished_at && termination_message == o.termination_message &&
-           unschedulable_message == o.unschedulable_message && waiting_reason == o.waiting_reason &&
-           waiting_message == o.waiting_message && ip == o.ip && node_name == o.node_name &&
-           tolerations == o.tolerations && tolerations_cut == o.tolerations_cut;
-  }
-  bool operator!=(const PodView& o) const { return !(*this == o); }
+  bool operator==(const PodView&) const = default;
 };
 
 // What the operator caches of each object (Note [Lean caches] in kube/informer.hpp): read
@@ -237,11 +211,7 @@ struct ChildRef {  // a pod, Service or PodGroup
   std::string owner_key() const { return job.empty() ? "" : ns + "/" + job; }  // ns/<job name>
   static ChildRef from_json(const nlohmann::json& obj);
   static ChildRef from_raw(const RawPod& raw);  // its metadata's part
-  bool operator==(const ChildRef& o) const {
-    return ns == o.ns && name == o.name && uid == o.uid && job == o.job && controller_uid == o.controller_uid &&
-           deleting == o.deleting;
-  }
-  bool operator!=(const ChildRef& o) const { return !(*this == o); }
+  bool operator==(const ChildRef&) const = default;
 };
 
 // A pod: its ref and what decide() reads. Messages are bounded (the termination message's
@@ -251,7 +221,7 @@ struct PodRecord {
   PodView view;
   static PodRecord from_json(const nlohmann::json& pod);
   static PodRecord from_raw(const RawPod& raw);
-  bool operator==(const PodRecord& o) const { return ref == o.ref && view == o.view; }
+  bool operator==(const PodRecord&) const = default;
 };
 
 struct JobRecord {

@@ -73,7 +73,7 @@ namespace lockstep::reconcile {
 
 struct NodeTaint {  // a NoExecute taint
   std::string key, value;
-  bool operator==(const NodeTaint& o) const { return key == o.key && value == o.value; }
+  bool operator==(const NodeTaint&) const = default;
 };
 
 // What the node informer keeps of a node (Note [Lean caches] in kube/informer.hpp).
@@ -86,12 +86,7 @@ struct NodeView {
   bool gone = false;  // no such node: deleted (never cached; set by the reader that found it gone)
 
   static NodeView from_json(const nlohmann::json& node);
-  bool operator==(const NodeView& o) const {
-    return name == o.name && ready == o.ready && ready_reason == o.ready_reason &&
-           ready_message == o.ready_message && ready_since == o.ready_since && no_execute == o.no_execute &&
-           gone == o.gone;
-  }
-  bool operator!=(const NodeView& o) const { return !(*this == o); }
+  bool operator==(const NodeView&) const = default;
 };
 
 inline constexpr size_t kMaxNodeTaints = 16;

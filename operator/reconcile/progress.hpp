@@ -47,10 +47,7 @@ struct Progress {
   long long step = 0, total_steps = -1;
   std::optional<double> tokens_per_second;
   std::optional<long long> eta_seconds;
-  bool operator==(const Progress& o) const {
-    return step == o.step && total_steps == o.total_steps && tokens_per_second == o.tokens_per_second &&
-           eta_seconds == o.eta_seconds;
-  }
+  bool operator==(const Progress&) const = default;
 };
 
 // From the newest reading, and the one before it when there is one (for the rates). The
@@ -126,10 +123,7 @@ struct FinalSummary {
   // last one's cause: what in_place.hpp's InPlaceReading holds, checked the same way.
   int in_place_restarts = -1;
   std::string reason, rank, exit_code;
-  bool operator==(const FinalSummary& o) const {
-    return step == o.step && total_steps == o.total_steps && in_place_restarts == o.in_place_restarts &&
-           reason == o.reason && rank == o.rank && exit_code == o.exit_code;
-  }
+  bool operator==(const FinalSummary&) const = default;
 };
 
 // The summary line of a termination message, or nullopt (not one, or malformed: see above).

@@ -731,6 +731,42 @@ TEST(BackoffReset, TheCountIsKeptInTheStatus) {
   EXPECT_EQ(bad.node_lost_restarts, 0);
 }
 
+// JobStatus's == is defaulted (C++20), and it decides whether the operator writes a status: so
+// every field the status holds, changed alone, must read back as a different status. A field
+// from_json forgot, or one a hand-written == left out, would read back equal and never be
+// written.
+TEST(StatusWrites, EveryFieldOfTheStatusDecidesAWrite) {
+  JobStatus s;
+  s.phase = "Running";
+  s.conditions = {{"Running", "True", "AllRunning", "every pod runs", "2026-11-27T08:00:00Z"}};
+  s.nodes = {4, 3, 2, 1};
+  s.restarts = 9;
+  s.consecutive_restarts = 5;
+  s.node_lost_restarts = 3;
+  s.lost_nodes = {"node-a", "node-b"};
+  s.in_place_restarts = 7;
+  s.current_attempt_in_place_restarts = 2;
+  s.start_time = "2026-11-27T07:00:00Z";
+  s.completion_time = "2026-11-27T09:00:00Z";
+  s.observed_generation = 12;
+  s.progress = Progress{120, 1000, 5432.0, 95};
+  const json written = s.to_json();
+  ASSERT_TRUE(JobStatus::from_json(written) == s) << written.dump();
+  const json flat = written.flatten();
+  size_t checked = 0;
+  for (const auto& [path, value] : flat.items()) {
+    if (path == "/progress/steps") continue;  // "120/1000" for kubectl's column, derived from step and totalSteps
+    json changed = flat;
+    if (value.is_number_integer()) changed[path] = value.get<long long>() - 1;
+    else if (value.is_string()) changed[path] = value.get<std::string>() + "x";
+    else FAIL() << path << " holds " << value.dump() << ": teach this test to change it";
+    EXPECT_FALSE(JobStatus::from_json(changed.unflatten()) == s)
+        << path << " changed, and the status reads back equal: such a change would never be written";
+    ++checked;
+  }
+  EXPECT_GE(checked, 20u) << written.dump();
+}
+
 // Note [Lost nodes]: a pod of the current attempt, not finished, on a node that is NotReady,
 // unreachable, deleted, or tainted NoExecute without a toleration for ever, restarts the gang
 // at once; its pods on lost nodes are force-deleted.
