@@ -71,7 +71,7 @@ struct Manifest {
   int world = 0;
   std::string strategy, checksum = checksum::kFnv1a64;  // checkpoints before lanes64 name none
   std::string job;  // the writer's job UID; empty before owners were recorded (Note [Checkpoint owner])
-  std::map<std::string, std::pair<uint64_t, uint64_t>> files;  // name -> size, checksum
+  std::map<std::string, std::pair<uint64_t, std::string>> files;  // name -> size, checksum as written
 };
 
 Manifest read_manifest(const std::string& path) {
@@ -84,8 +84,8 @@ Manifest read_manifest(const std::string& path) {
     else if (key == "checksum") in >> m.checksum;
     else if (key == "job") in >> m.job;
     else if (key == "file") {
-      std::string f;
-      uint64_t size = 0, hash = 0;
+      std::string f, hash;
+      uint64_t size = 0;
       if (in >> f >> size >> hash) m.files[f] = {size, hash};
     }
   }
@@ -131,11 +131,14 @@ std::string verify(const CheckpointTarget& t, const std::string& step_dir) {
   if (fs::file_size(path) != it->second.first)
     return path + " is " + std::to_string(fs::file_size(path)) + " bytes, MANIFEST says " +
            std::to_string(it->second.first) + " (truncated)";
-  uint64_t sum = 0;
-  if (m.checksum == checksum::kLanes64) sum = checksum::lanes64_file(path);
+  uint64_t sum = 0, recorded = 0;
+  if (!checksum::from_text(it->second.second, m.checksum, recorded))
+    return step_dir + "/MANIFEST's checksum of " + file + " is not a " + m.checksum + " value";
+  if (m.checksum == checksum::kXxh3) sum = checksum::xxh3_file(path);
+  else if (m.checksum == checksum::kLanes64) sum = checksum::lanes64_file(path);
   else if (m.checksum == checksum::kFnv1a64) sum = checksum::fnv1a64_file(path);
   else return step_dir + "/MANIFEST names an unknown checksum '" + m.checksum + "'";
-  if (sum != it->second.second) return path + " does not match its checksum in MANIFEST (corrupt)";
+  if (sum != recorded) return path + " does not match its checksum in MANIFEST (corrupt)";
   return "";
 }
 
@@ -217,8 +220,8 @@ std::string write_rank_file(const CheckpointTarget& t, int64_t step, const std::
       return n;
     });
     const uint64_t size = file.commit();
-    write_text_durably(path + ".sum", std::to_string(size) + " " + std::to_string(file.checksum()) + " " +
-                                          checksum::kLanes64 + "\n");
+    write_text_durably(path + ".sum", std::to_string(size) + " " + checksum::to_text(file.checksum(), checksum::kXxh3) +
+                                          " " + checksum::kXxh3 + "\n");
   } catch (const std::exception& e) {
     return e.what();
   }
@@ -250,20 +253,20 @@ std::string fenced_message(const CheckpointTarget& t, int64_t later, const std::
 // Rank 0: the MANIFEST, once every rank's checksum file is there; or what went wrong.
 std::string write_manifest(const CheckpointTarget& t, int64_t step, const std::string& step_dir) {
   std::ostringstream m;
-  m << "step " << step << "\nworld " << t.world << "\nstrategy " << t.strategy << "\nchecksum " << checksum::kLanes64
+  m << "step " << step << "\nworld " << t.world << "\nstrategy " << t.strategy << "\nchecksum " << checksum::kXxh3
     << "\n";
   if (!t.job_uid.empty()) m << "job " << t.job_uid << "\n";
   for (int r = 0; r < (t.sharded ? t.world : 1); ++r) {
     const std::string sum_path = step_dir + "/" + file_name(r) + ".sum";
     std::ifstream sum(sum_path);
     uint64_t size = 0, hash = 0;
-    std::string kind;
+    std::string hash_text, kind;
     // Never a made-up entry: without its checksum this checkpoint stays incomplete (no
     // MANIFEST) and the previous one remains the newest.
-    if (!(sum >> size >> hash >> kind) || kind != checksum::kLanes64)
+    if (!(sum >> size >> hash_text >> kind) || kind != checksum::kXxh3 || !checksum::from_text(hash_text, kind, hash))
       return "checkpoint: " + sum_path + " is missing or incomplete after rank " + std::to_string(r) +
              " finished writing; " + shared_storage_hint(t.dir);
-    m << "file " << file_name(r) << " " << size << " " << hash << "\n";
+    m << "file " << file_name(r) << " " << size << " " << checksum::to_text(hash, checksum::kXxh3) << "\n";
   }
   try {
     write_text_durably(step_dir + "/MANIFEST", m.str());

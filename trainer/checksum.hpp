@@ -2,21 +2,26 @@
 // multi-GB shards. Standard library and POSIX only (no LibTorch), so tools and tests can use it.
 //
 // Note [Checkpoint checksum]
-// `lanes64`: the file is read in 1 MiB blocks and hashed 32 bytes at a time in four
-// independent 64-bit lanes (multiply-rotate-multiply rounds in the style of xxHash64), so the
-// CPU overlaps the multiplies instead of waiting on one dependency chain per byte; the tail is
-// folded in byte by byte and the lanes, length included, are mixed into one 64-bit value with
-// a final avalanche. Every input bit reaches every output bit, so two flipped bits cannot
-// cancel as they can in word-wise FNV. Not cryptographic: it guards against damage, not an
-// adversary. Checkpoints written before it record plain byte-wise FNV-1a (`fnv1a64`), which
-// is still verified.
+// `xxh3`: XXH3, 64-bit, default seed (xxHash 0.8), the file read in 1 MiB blocks. It comes
+// header-only from libxxhash-dev (XXH_INLINE_ALL), so the trainer gains no runtime library, and
+// it is a standard: `xxhsum -H3` prints the same value, so any checkpoint can be verified
+// without Lockstep (docs/trainer.md, "Checkpoints"). MANIFEST and the .sum files write it as 16
+// hex digits, as xxhsum does. Not cryptographic: it guards against damage, not an adversary.
+// Checkpoints written before it name `lanes64` (our own four-lane multiply-rotate hash in the
+// style of xxHash64, but not xxHash64, so no tool could verify it) or, earlier, record
+// byte-wise FNV-1a (`fnv1a64`); both, in decimal, are still verified.
 #pragma once
+
+#define XXH_INLINE_ALL  // header-only: no libxxhash at run time
+#include <xxhash.h>
 
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cinttypes>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -24,6 +29,7 @@
 
 namespace lockstep::trainer::checksum {
 
+inline constexpr const char* kXxh3 = "xxh3";
 inline constexpr const char* kLanes64 = "lanes64";
 inline constexpr const char* kFnv1a64 = "fnv1a64";
 
@@ -59,7 +65,46 @@ void for_each_block(const std::string& path, F consume) {
 }
 }  // namespace detail
 
-// Streaming lanes64 (Note [Checkpoint checksum]).
+// Streaming XXH3-64 (Note [Checkpoint checksum]).
+class Xxh3 {
+ public:
+  Xxh3() { XXH3_64bits_reset(&state_); }
+  void update(const unsigned char* p, size_t n) { XXH3_64bits_update(&state_, p, n); }
+  uint64_t digest() const { return XXH3_64bits_digest(&state_); }
+
+ private:
+  XXH3_state_t state_;
+};
+
+inline uint64_t xxh3(const unsigned char* p, size_t n) { return XXH3_64bits(p, n); }
+
+inline uint64_t xxh3_file(const std::string& path) {
+  Xxh3 h;
+  detail::for_each_block(path, [&](const unsigned char* p, size_t n) { h.update(p, n); });
+  return h.digest();
+}
+
+// A checksum as MANIFEST and the .sum files write it: 16 hex digits for xxh3 (as xxhsum
+// prints it), decimal for the older kinds.
+inline std::string to_text(uint64_t sum, const std::string& kind) {
+  if (kind != kXxh3) return std::to_string(sum);
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64, sum);
+  return buf;
+}
+
+// The reverse; false for text that is not a whole such number.
+inline bool from_text(const std::string& text, const std::string& kind, uint64_t& sum) {
+  const bool hex = kind == kXxh3;
+  if (text.empty() || text.size() > (hex ? 16u : 20u)) return false;
+  for (char c : text)
+    if (!(c >= '0' && c <= '9') && !(hex && ((c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')))) return false;
+  errno = 0;
+  sum = std::strtoull(text.c_str(), nullptr, hex ? 16 : 10);
+  return errno == 0;
+}
+
+// Streaming lanes64, which checkpoints before xxh3 name (Note [Checkpoint checksum]).
 class Lanes64 {
  public:
   void update(const unsigned char* p, size_t n) {

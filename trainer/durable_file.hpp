@@ -53,7 +53,7 @@ class DurableFile {
   // fsync, close, rename over `path`, fsync the directory; throws std::runtime_error with the
   // first error of any step. Returns the bytes written.
   uint64_t commit();
-  // lanes64 of what was written (Note [Checkpoint checksum]).
+  // XXH3-64 of what was written (Note [Checkpoint checksum]).
   uint64_t checksum() const { return sum_.digest(); }
 
  private:
@@ -63,7 +63,7 @@ class DurableFile {
   int error_ = 0;
   std::string failed_at_;
   uint64_t size_ = 0;
-  checksum::Lanes64 sum_;
+  checksum::Xxh3 sum_;
   bool committed_ = false;
 };
 

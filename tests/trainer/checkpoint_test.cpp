@@ -128,6 +128,33 @@ TEST(Checksum, StreamingEqualsOneShotAndEveryFlipShows) {
   EXPECT_EQ(ck::lanes64_file(path), whole);
 }
 
+// XXH3-64 (Note [Checkpoint checksum]) is xxHash's own: its published value for no input,
+// the same for blocks of any size as at once, every flip shows, and the text form reads back.
+TEST(Checksum, Xxh3IsXxHashsOwnInBlocksOfAnySize) {
+  EXPECT_EQ(ck::xxh3(nullptr, 0), 0x2D06800538D394C2ULL) << "XXH3_64bits of no input, as xxHash publishes it";
+  std::vector<unsigned char> data(300007);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<unsigned char>(i * 2654435761u >> 13);
+  const uint64_t whole = ck::xxh3(data.data(), data.size());
+  for (size_t block : {1, 7, 63, 64, 65, 240, 241, 4096, 65537}) {
+    ck::Xxh3 h;
+    for (size_t off = 0; off < data.size(); off += block) h.update(data.data() + off, std::min(block, data.size() - off));
+    EXPECT_EQ(h.digest(), whole) << "block " << block;
+  }
+  auto flipped = data;
+  flipped[5000] ^= 1;
+  EXPECT_NE(ck::xxh3(flipped.data(), flipped.size()), whole);
+  EXPECT_NE(ck::xxh3(data.data(), data.size() - 1), whole) << "length must count";
+  const std::string text = ck::to_text(whole, ck::kXxh3);
+  EXPECT_EQ(text.size(), 16u);
+  uint64_t back = 0;
+  EXPECT_TRUE(ck::from_text(text, ck::kXxh3, back));
+  EXPECT_EQ(back, whole);
+  for (const char* bad : {"", "12345678901234567", "xyz", "-1", "12 3"}) EXPECT_FALSE(ck::from_text(bad, ck::kXxh3, back)) << bad;
+  EXPECT_TRUE(ck::from_text("18446744073709551615", ck::kLanes64, back));
+  EXPECT_EQ(back, ~0ULL);
+  EXPECT_FALSE(ck::from_text("ff", ck::kLanes64, back)) << "the older kinds are decimal";
+}
+
 namespace {
 // A process group of two in which this process is rank 0 and every collective completes at
 // once: save_checkpoint's barriers pass, and rank 1 never writes anything.
@@ -390,6 +417,61 @@ TEST(Checkpoint, TheLastStepIsSavedSoARerunAfterTheEndRepeatsNothing) {
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("resumed from " + dir + " at step 5"), std::string::npos) << out;
   EXPECT_EQ(out.find("step     5/5"), std::string::npos) << "a step ran again:\n" << out;
+}
+
+// docs/trainer.md, "Checkpoints": a checkpoint verifies with xxhsum alone, from its MANIFEST, as
+// the docs say; and one whose MANIFEST names lanes64 (written before xxh3) still resumes, and
+// still falls back when damaged.
+TEST(Checkpoint, AManifestVerifiesWithXxhsumAndALanes64OneStillResumes) {
+  std::string dir = temp_dir("xxh3");
+  int code;
+  std::vector<std::string> args = {"--steps", "4", "--checkpoint-every", "2", "--checkpoint-keep", "0",
+                                   "--checkpoint-dir", dir};
+  std::string out = train(1, args, &code);
+  ASSERT_EQ(code, 0) << out;
+  const std::string manifest = slurp(dir + "/step-4/MANIFEST");
+  EXPECT_NE(manifest.find("checksum xxh3\n"), std::string::npos) << manifest;
+  auto xxhsum = lockstep::run_capture({"xxhsum", "--version"}, {}, 30s);
+  if (!xxhsum.status.success()) {
+    const char* all = std::getenv("LOCKSTEP_REQUIRE_ALL");
+    if (all && std::string(all) == "1") FAIL() << "xxhsum is not installed (scripts/setup.sh installs Debian's xxhash)";
+    std::cout << "SKIPPED: the xxhsum part (xxhsum is not installed: apt-get install xxhash)\n";
+  } else {
+    // The docs' command, as written there.
+    auto r = lockstep::run_capture(
+        {"sh", "-c", "cd '" + dir + "/step-4' && awk '$1 == \"file\" { print \"XXH3 (\" $2 \") = \" $4 }' MANIFEST | xxhsum -c -"},
+        {}, 60s);
+    EXPECT_TRUE(r.status.success()) << r.output;
+    EXPECT_NE(r.output.find("rank-0.pt: OK"), std::string::npos) << r.output;
+    damage(dir + "/step-4/rank-0.pt");
+    r = lockstep::run_capture(
+        {"sh", "-c", "cd '" + dir + "/step-4' && awk '$1 == \"file\" { print \"XXH3 (\" $2 \") = \" $4 }' MANIFEST | xxhsum -c -"},
+        {}, 60s);
+    EXPECT_FALSE(r.status.success()) << "xxhsum must see the damage:\n" << r.output;
+    out = train(1, {"--steps", "4", "--checkpoint-every", "2", "--checkpoint-keep", "0", "--checkpoint-dir", dir}, &code);
+    EXPECT_NE(out.find("falling back to " + dir + "/step-2"), std::string::npos) << out;
+  }
+
+  // step-2 as an older trainer wrote it: lanes64, in decimal.
+  const std::string step2 = dir + "/step-2";
+  std::string old = slurp(step2 + "/MANIFEST");
+  const auto at = old.find("checksum xxh3\n");
+  ASSERT_NE(at, std::string::npos) << old;
+  old.replace(at, std::string("checksum xxh3\n").size(), "checksum lanes64\n");
+  const auto file_at = old.find("file rank-0.pt ");
+  ASSERT_NE(file_at, std::string::npos) << old;
+  const auto hash_at = old.find(' ', file_at + 15) + 1;
+  old.replace(hash_at, old.find('\n', hash_at) - hash_at, std::to_string(ck::lanes64_file(step2 + "/rank-0.pt")));
+  for (const auto& s : step_dirs(dir))
+    if (s != "step-2") fs::remove_all(dir + "/" + s);
+  std::ofstream(step2 + "/MANIFEST", std::ios::trunc) << old;
+  out = train(1, {"--steps", "3", "--checkpoint-every", "100", "--checkpoint-dir", dir}, &code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("resumed from " + dir + " at step 2"), std::string::npos) << old << out;
+  fs::remove_all(dir + "/step-3");  // the run's own last step, so the next resume looks at step-2 again
+  damage(step2 + "/rank-0.pt");
+  out = train(1, {"--steps", "3", "--checkpoint-every", "100", "--checkpoint-dir", dir}, &code);
+  EXPECT_NE(out.find("step-2/rank-0.pt does not match its checksum"), std::string::npos) << out;
 }
 
 // Note [Checkpoint fallback]: with the newest checkpoint's data damaged (one FSDP rank's shard),
