@@ -10,6 +10,7 @@
 #include <regex>
 #include <thread>
 
+#include "dashboard_queries.hpp"
 #include "lockstep/process.hpp"
 #include "test_util.hpp"
 
@@ -125,17 +126,15 @@ TEST(AgentGpu, GpuSeriesDuringTrainingReachPrometheusAndTheDashboard) {
   EXPECT_LT(temp, 100);
 
   // Every GPU query of the training dashboard, through Prometheus.
-  std::this_thread::sleep_for(16s);  // a full rate() window of samples
+  std::this_thread::sleep_for(16s);  // samples enough for rate() (two in its window)
   json dash = json::parse(read_file(std::string(LOCKSTEP_SOURCE_DIR) + "/dashboards/lockstep-training.json"));
   int checked = 0;
   for (const auto& p : dash["panels"])
     for (const auto& t : p.value("targets", json::array())) {
       std::string expr = t.value("expr", "");
       if (expr.find("lockstep_gpu_") == std::string::npos) continue;
-      // The dashboard's variables, for this one job.
-      for (auto [var, val] : std::map<std::string, std::string>{{"$namespace", "ns"}, {"$trainingjob", "gpu"}, {"$rank", ".*"},
-                                                                {"$__rate_interval", "15s"}, {"$peak_tflops", "989"}})
-        for (size_t at; (at = expr.find(var)) != std::string::npos;) expr.replace(at, var.size(), val);
+      // The dashboard's variables for this one job, $__rate_interval as Grafana computes it.
+      expr = lockstep::test::fill_dashboard_query(expr, "ns", "gpu");
       std::string body = lockstep::run_capture({"curl", "-s", "--max-time", "5", "--data-urlencode", "query=" + expr,
                                                 "http://127.0.0.1:" + std::to_string(prom_port) + "/api/v1/query"},
                                                {}, 10s).output;

@@ -108,7 +108,9 @@ TEST(Dashboards, EveryPanelQueryReturnsDataFromARealTrainingRun) {
   }
   ASSERT_TRUE(training) << "no training steps reached Prometheus\n" << read_text(dir + "/agent-0.log").substr(0, 3000)
                         << read_text(dir + "/prometheus.log").substr(0, 2000);
-  std::this_thread::sleep_for(16s);  // a full 15 s rate window of samples
+  // 16 s more of samples at 1 s: rate() over Grafana's 60 s $__rate_interval (fill_dashboard_query)
+  // then spans the training since its first steps.
+  std::this_thread::sleep_for(16s);
   const bool gpu = ::system("command -v nvidia-smi >/dev/null 2>&1") == 0;
 
   int checked = 0, skipped = 0;
@@ -143,6 +145,49 @@ TEST(Dashboards, EveryPanelQueryReturnsDataFromARealTrainingRun) {
   for (auto& a : agents) a.wait_for(30s);
   prom.terminate(10s);
   op.terminate(10s);
+}
+
+// Grafana's own schema (item: dashboards checked without a Grafana): grafana-schema-check
+// (tests/observability/grafana-schema, built by scripts/setup.sh) parses both dashboards
+// strictly with Grafana's published types and every core panel plugin's options. Both parse; a
+// copy with a misspelt panel option, a value of the wrong type and no annotations does not, and
+// the checker names each. The rank variable shows every rank until one is picked.
+TEST(Dashboards, BothParseStrictlyWithGrafanasOwnDashboardTypes) {
+  const std::string checker = env_or("LOCKSTEP_GRAFANA_SCHEMA_BIN", "");
+  if (checker.empty() || !std::filesystem::exists(checker)) {
+    const std::string why = "grafana-schema-check not built (LOCKSTEP_GRAFANA_SCHEMA_BIN='" + checker +
+                            "'; scripts/setup.sh builds it, scripts/test.sh sets it)";
+    if (lockstep::test::require_all()) FAIL() << why;
+    GTEST_SKIP() << "SKIPPED: " << why;
+  }
+  const std::vector<std::string> dashboards = {source_path("dashboards/lockstep-training.json"),
+                                               source_path("dashboards/lockstep-operator.json")};
+  std::vector<std::string> argv = {checker};
+  argv.insert(argv.end(), dashboards.begin(), dashboards.end());
+  auto good = run_capture(argv, {}, 60s);
+  EXPECT_TRUE(good.status.success()) << good.output;
+  EXPECT_NE(good.output.find("lockstep-training.json: parsed strictly: 9 panels"), std::string::npos) << good.output;
+  EXPECT_NE(good.output.find("lockstep-operator.json: parsed strictly: 5 panels"), std::string::npos) << good.output;
+
+  json broken = json::parse(read_text(dashboards[0]));
+  broken["panels"][0]["options"]["legend"]["showLegends"] = true;  // misspelt
+  broken["panels"][1]["options"]["tooltip"]["sort"] = 3;            // a number where Grafana has a word
+  broken.erase("annotations");
+  const std::string path = ::testing::TempDir() + "/broken-dashboard-" + std::to_string(::getpid()) + ".json";
+  std::ofstream(path) << broken.dump(2);
+  auto bad = run_capture({checker, path}, {}, 60s);
+  EXPECT_FALSE(bad.status.success()) << bad.output;
+  for (const char* what : {"panels[0].options.legend", "showLegends", "panels[1].options.tooltip", "annotations"})
+    EXPECT_NE(bad.output.find(what), std::string::npos) << "the checker must name " << what << ":\n" << bad.output;
+  std::filesystem::remove(path);
+
+  for (const auto& name : dashboards) {
+    const json dash = json::parse(read_text(name));
+    for (const auto& v : dash["templating"]["list"])
+      if (v["name"] == "rank") {
+        EXPECT_EQ(v["current"]["value"], json::array({"$__all"})) << name << ": rank defaults to All";
+      }
+  }
 }
 
 int main(int argc, char** argv) { return lockstep::test::run_tests_with_control_plane(argc, argv); }

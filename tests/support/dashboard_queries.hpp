@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <regex>
 #include <string>
 #include <utility>
@@ -27,9 +28,22 @@ inline std::vector<DashboardQuery> dashboard_queries(const nlohmann::json& dashb
   return out;
 }
 
+// $__rate_interval as Grafana computes it for a Prometheus data source: max($__interval + the
+// data source's scrape interval, 4 x the scrape interval). At Grafana's default scrape interval
+// of 15 s, and $__interval at its floor (the scrape interval), that is 60 s: the window every
+// rate() of the dashboards gets on a default install, and the one the tests run them with.
+inline constexpr int kGrafanaScrapeIntervalS = 15;
+inline constexpr int kGrafanaIntervalS = kGrafanaScrapeIntervalS;
+inline int grafana_rate_interval_s(int interval_s, int scrape_interval_s) {
+  return std::max(interval_s + scrape_interval_s, 4 * scrape_interval_s);
+}
+
 // Grafana's variables for one job, and label_values() as PromQL.
 inline std::string fill_dashboard_query(std::string expr, const std::string& ns, const std::string& trainingjob) {
-  const std::vector<std::pair<std::string, std::string>> vars = {{"$__rate_interval", "15s"}, {"$namespace", ns},
+  const std::string rate = std::to_string(grafana_rate_interval_s(kGrafanaIntervalS, kGrafanaScrapeIntervalS)) + "s";
+  const std::vector<std::pair<std::string, std::string>> vars = {{"$__rate_interval", rate},
+                                                                 {"$__interval", std::to_string(kGrafanaIntervalS) + "s"},
+                                                                 {"$namespace", ns},
                                                                  {"$trainingjob", trainingjob}, {"$rank", ".*"},
                                                                  {"$peak_tflops", "989"}};
   for (const auto& [k, v] : vars)
