@@ -179,24 +179,24 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
   if (lookup(env, {c::kRestartPolicy}, v, from)) cfg.restart_policy = v;
   if (lookup(env, {c::kBarrierSecret}, v, from)) cfg.barrier_secret = v;
   // Note [Heartbeats]: the older name first, so the newer wins where both are set.
-  for (const char* name : {"LOCKSTEP_BARRIER_TIMEOUT", "LOCKSTEP_PEER_TIMEOUT"})
+  for (const char* name : {c::kBarrierTimeout, c::kPeerTimeout})
     if (lookup(env, {name}, v, from)) {
       cfg.peer_timeout = env_duration(env, name, cfg.peer_timeout);
       cfg.peer_timeout_from = name;
     }
   // Durations also from the environment: the operator starts `lockstep-agent -- COMMAND` with
   // no flags, so a pod's env is how a job changes them.
-  cfg.stall_timeout = env_duration(env, "LOCKSTEP_STALL_TIMEOUT", cfg.stall_timeout);
-  bool first_step_set = env.count("LOCKSTEP_FIRST_STEP_TIMEOUT") && !env.at("LOCKSTEP_FIRST_STEP_TIMEOUT").empty();
-  cfg.first_step_timeout = env_duration(env, "LOCKSTEP_FIRST_STEP_TIMEOUT", cfg.first_step_timeout);
-  cfg.metrics_linger = env_duration(env, "LOCKSTEP_METRICS_LINGER", cfg.metrics_linger);
-  if (lookup(env, {"LOCKSTEP_PYTHON_PROBE"}, v, from)) {
+  cfg.stall_timeout = env_duration(env, c::kStallTimeout, cfg.stall_timeout);
+  bool first_step_set = env.count(c::kFirstStepTimeout) && !env.at(c::kFirstStepTimeout).empty();
+  cfg.first_step_timeout = env_duration(env, c::kFirstStepTimeout, cfg.first_step_timeout);
+  cfg.metrics_linger = env_duration(env, c::kMetricsLinger, cfg.metrics_linger);
+  if (lookup(env, {c::kPythonProbe}, v, from)) {
     if (v != "0" && v != "1")
       throw ConfigError("LOCKSTEP_PYTHON_PROBE must be 1 (the Python probe on, the default) or 0 (off), got '" + v + "'");
     cfg.python_probe = v == "1";
   }
   std::string probe_dir, probe_dir_from;
-  if (lookup(env, {"LOCKSTEP_PYTHON_PROBE_DIR"}, v, from)) {
+  if (lookup(env, {c::kPythonProbeDir}, v, from)) {
     probe_dir = v;
     probe_dir_from = from;
   }

@@ -42,7 +42,7 @@ std::vector<std::string> split_lines(const std::string& text) {
 // The container's termination message file (Note [Termination message]): written whole, when
 // there is one.
 void write_termination_log(const std::string& text) {
-  const char* env = std::getenv("LOCKSTEP_TERMINATION_LOG");
+  const char* env = std::getenv(contract::kTerminationLog);
   std::string path = env && *env ? env : "/dev/termination-log";
   if (!env && ::access(path.c_str(), W_OK) != 0) return;
   std::ofstream out(path, std::ios::trunc);

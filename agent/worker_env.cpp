@@ -1,5 +1,7 @@
 #include "worker_env.hpp"
 
+#include "lockstep/contract.hpp"
+
 namespace lockstep::agent {
 
 std::map<std::string, std::string> worker_env(const Config& cfg, int local_rank, int local_restarts,
@@ -35,7 +37,7 @@ std::map<std::string, std::string> worker_env(const Config& cfg, int local_rank,
   env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = nccl != inherited.end() ? nccl->second : "1";
   // torchrun sets OMP_NUM_THREADS=1 for multi-process runs unless the user chose a value.
   if (cfg.nproc_per_node > 1 && !inherited.count("OMP_NUM_THREADS")) env["OMP_NUM_THREADS"] = "1";
-  if (!metrics_socket.empty()) env["LOCKSTEP_METRICS_SOCKET"] = metrics_socket;
+  if (!metrics_socket.empty()) env[contract::kMetricsSocket] = metrics_socket;
   // Note [Python probe]: first on the path, the image's and the pod's entries kept after it
   // (an empty entry would add the working directory, so none is made). Only with a socket:
   // without one the probe would have nowhere to report.

@@ -107,16 +107,17 @@ int plan_command(const std::vector<std::string>& args) {
     }
     const auto& spec = job["spec"];
     gpus = spec.value("nodes", 1) * spec.value("procsPerNode", 1);
-    for (const auto& a : spec.value("trainer", nlohmann::json::object()).value("args", nlohmann::json::array())) {
-      std::string s = a;
-      if (s.rfind("--model=", 0) == 0) model = s.substr(8);
-      if (s.rfind("--batch-size=", 0) == 0) {
-        try {
-          micro = parse_whole("spec.trainer.args --batch-size", s.substr(13), "sequences per GPU");
-        } catch (const std::invalid_argument& e) {
-          std::cerr << file << ": " << e.what() << "\n";
-          return 1;
-        }
+    std::vector<std::string> trainer_args;
+    for (const auto& a : spec.value("trainer", nlohmann::json::object()).value("args", nlohmann::json::array()))
+      if (a.is_string()) trainer_args.push_back(a.get<std::string>());
+    // --model=X and --model X alike (the trainer's parser takes both).
+    if (auto m = arg_value(trainer_args, "--model")) model = *m;
+    if (auto b = arg_value(trainer_args, "--batch-size")) {
+      try {
+        micro = parse_whole("spec.trainer.args --batch-size", *b, "sequences per GPU");
+      } catch (const std::invalid_argument& e) {
+        std::cerr << file << ": " << e.what() << "\n";
+        return 1;
       }
     }
   }

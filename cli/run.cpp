@@ -122,8 +122,7 @@ int run_command(const std::vector<std::string>& args) {
   fs::remove_all(steps_dir);
   const int master_port = free_loopback_port();
   int total_steps = 0;
-  for (const auto& a : view.args)
-    if (a.rfind("--steps=", 0) == 0) total_steps = std::atoi(a.c_str() + 8);
+  if (auto steps = arg_value(view.args, "--steps")) total_steps = std::atoi(steps->c_str());  // --steps=N or --steps N
 
   // Stop signals are taken synchronously so Ctrl-C runs the normal shutdown below.
   sigset_t stop;

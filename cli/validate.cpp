@@ -387,4 +387,15 @@ std::vector<std::string> known_cel_rules() {
   return out;
 }
 
+std::optional<std::string> arg_value(const std::vector<std::string>& args, const std::string& flag) {
+  std::optional<std::string> value;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].size() > flag.size() && args[i].compare(0, flag.size() + 1, flag + "=") == 0)
+      value = args[i].substr(flag.size() + 1);
+    else if (args[i] == flag && i + 1 < args.size())
+      value = args[++i];
+  }
+  return value;
+}
+
 }  // namespace lockstep::cli

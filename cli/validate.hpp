@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -34,6 +35,11 @@ nlohmann::json yaml_to_json_text(const std::string& text, const std::string& nam
 
 // Validates `job` in place (defaults are filled in); returns the errors, empty when valid.
 std::vector<std::string> validate_trainingjob(nlohmann::json& job);
+
+// The value a program's arguments give `flag` (e.g. "--model"), written either way a program's
+// argument parser takes it: "--model=tiny" or "--model", "tiny". The last one wins, as it does
+// for the trainer's parser; nullopt when not given (or given last without a value).
+std::optional<std::string> arg_value(const std::vector<std::string>& args, const std::string& flag);
 
 // The CEL rules of the CRD this build knows how to check (a test compares with the CRD).
 std::vector<std::string> known_cel_rules();

@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "lockstep/contract.hpp"
+
 namespace lockstep::trainer {
 namespace {
 
@@ -45,7 +47,7 @@ Dist init_distributed(const std::string& backend, const torch::Device& device) {
     opts.port = static_cast<uint16_t>(env_int("MASTER_PORT", 29500));
     opts.isServer = d.rank == 0;
     opts.numWorkers = d.world;
-    const int timeout_s = env_int("LOCKSTEP_RENDEZVOUS_TIMEOUT_S", 300);
+    const int timeout_s = env_int(contract::kRendezvousTimeoutS, 300);
     opts.timeout = std::chrono::seconds(timeout_s);
     try {
       d.store = c10::make_intrusive<c10d::TCPStore>(addr, opts);
@@ -59,7 +61,7 @@ Dist init_distributed(const std::string& backend, const torch::Device& device) {
 
   std::string which = backend == "auto" ? (device.is_cuda() ? "nccl" : "gloo") : backend;
   if (which == "gloo") {
-    auto o = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(env_int("LOCKSTEP_COLLECTIVE_TIMEOUT_S", 600)));
+    auto o = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(env_int(contract::kCollectiveTimeoutS, 600)));
     // Gloo talks over the interface that resolves this host's name; on one machine, loopback.
     const char* iface = std::getenv("GLOO_SOCKET_IFNAME");
     o->devices.push_back(iface ? c10d::ProcessGroupGloo::createDeviceForInterface(iface)

@@ -130,7 +130,7 @@ int64_t integer(const std::string& flag, const std::string& v, int64_t min) {
 class Reporter {
  public:
   Reporter() {
-    const char* path = std::getenv("LOCKSTEP_METRICS_SOCKET");
+    const char* path = std::getenv(contract::kMetricsSocket);
     if (!path || std::strlen(path) >= sizeof addr_.sun_path) return;
     fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     addr_.sun_family = AF_UNIX;
@@ -158,12 +158,12 @@ double lr_at(const Options& o, int64_t step) {
 
 Options parse_options(const std::vector<std::string>& args) {
   Options o;
-  if (const char* s = std::getenv("LOCKSTEP_STRATEGY"); s && *s) o.strategy = s;
-  if (const char* s = std::getenv("LOCKSTEP_CHECKPOINT_PATH"); s && *s) o.checkpoint_dir = s;
-  if (const char* s = std::getenv("LOCKSTEP_CHECKPOINT_EVERY"); s && *s) o.checkpoint_every = integer("LOCKSTEP_CHECKPOINT_EVERY", s, 1);
-  if (const char* s = std::getenv("LOCKSTEP_CHECKPOINT_KEEP"); s && *s) o.checkpoint_keep = integer("LOCKSTEP_CHECKPOINT_KEEP", s, 0);
-  if (const char* s = std::getenv("LOCKSTEP_CHECKPOINT_RESUME_FROM"); s && *s) o.resume_from = s;
-  if (const char* s = std::getenv("LOCKSTEP_JOB_UID"); s && *s) o.job_uid = s;
+  if (const char* s = std::getenv(contract::kStrategy); s && *s) o.strategy = s;
+  if (const char* s = std::getenv(contract::kCheckpointPath); s && *s) o.checkpoint_dir = s;
+  if (const char* s = std::getenv(contract::kCheckpointEvery); s && *s) o.checkpoint_every = integer(contract::kCheckpointEvery, s, 1);
+  if (const char* s = std::getenv(contract::kCheckpointKeep); s && *s) o.checkpoint_keep = integer(contract::kCheckpointKeep, s, 0);
+  if (const char* s = std::getenv(contract::kCheckpointResumeFrom); s && *s) o.resume_from = s;
+  if (const char* s = std::getenv(contract::kJobUid); s && *s) o.job_uid = s;
   if (const char* s = std::getenv(lockstep::contract::kRestartAttempt); s && *s)
     o.attempt = integer(lockstep::contract::kRestartAttempt, s, 0);
   for (size_t i = 0; i < args.size(); ++i) {

@@ -137,6 +137,29 @@ TEST(Plan, PrintsThePublishedZeroFigures) {
   EXPECT_NE(small.output.find("recommended: DDP"), std::string::npos) << small.output;
 }
 
+// A job's trainer args are read as its program reads them: `--model tiny` (a separate value)
+// plans the same as `--model=tiny`, and so does `--batch-size 3`; before, the spaced form was
+// silently ignored and the default model planned.
+TEST(Plan, AJobsSpacedAndJoinedFlagsPlanAlike) {
+  auto job = [](const std::string& name, const std::string& args) {
+    const std::string f = ::testing::TempDir() + "/" + name + ".yaml";
+    std::ofstream(f) << "apiVersion: lockstep.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: " << name
+                     << "}\nspec:\n  nodes: 2\n  procsPerNode: 2\n  trainer:\n    args: [" << args
+                     << "]\n  template: {spec: {containers: [{name: trainer, image: img}]}}\n";
+    return f;
+  };
+  auto joined = lockstep_cmd({"plan", "--file", job("joined", "--model=tiny, --batch-size=3")});
+  auto spaced = lockstep_cmd({"plan", "--file", job("spaced", "--model, tiny, --batch-size, '3'")});
+  auto none = lockstep_cmd({"plan", "--file", job("none", "--device=cpu")});
+  ASSERT_EQ(joined.status.shell_code(), 0) << joined.output;
+  ASSERT_EQ(spaced.status.shell_code(), 0) << spaced.output;
+  EXPECT_EQ(spaced.output, joined.output);
+  EXPECT_NE(joined.output, none.output) << "tiny must plan unlike the default gpt2-124m";
+  auto bad = lockstep_cmd({"plan", "--file", job("bad", "--model, tiny, --batch-size, none")});
+  EXPECT_EQ(bad.status.shell_code(), 1) << bad.output;
+  EXPECT_NE(bad.output.find("spec.trainer.args --batch-size"), std::string::npos) << bad.output;
+}
+
 TEST(Run, TwoNodesOfTwoWorkersFinishDdpAndFsdpJobs) {
   for (const char* example : {"examples/ddp.yaml", "examples/fsdp.yaml"}) {
     SCOPED_TRACE(example);

@@ -1,4 +1,4 @@
-// The contracts between components (DESIGN.md): environment variables from the operator to
+// The contracts between components (docs/agent.md, "Each worker's environment"; docs/operator.md): environment variables from the operator to
 // each pod and from the agent to each worker, labels on what the operator creates, and the
 // agent's own exit codes. One definition here; operator, agent and tests use these names.
 #pragma once
@@ -23,7 +23,7 @@ inline constexpr const char* kCheckpointKeep = "LOCKSTEP_CHECKPOINT_KEEP";  // s
 // spec.checkpoint.resumeFrom: where a job with no checkpoint of its own may start from
 // (Note [Checkpoint owner] in trainer/checkpoint.hpp).
 inline constexpr const char* kCheckpointResumeFrom = "LOCKSTEP_CHECKPOINT_RESUME_FROM";
-// In-place gang restarts (DESIGN.md, Restarts): the budget per gang attempt
+// In-place gang restarts (docs/agent.md, "In-place restarts: the restart barrier"): the budget per gang attempt
 // (spec.runPolicy.inPlaceRestarts; 0 when restartPolicy is Never), the policy the agents judge
 // a worker's exit code by (OnFailure | ExitCode | Never), and the port node 0's agent serves
 // the restart barrier on (default: the master port + 1).
@@ -40,6 +40,23 @@ inline constexpr const char* kPetNodeRank = "PET_NODE_RANK";
 inline constexpr const char* kPetNprocPerNode = "PET_NPROC_PER_NODE";
 inline constexpr const char* kPetMasterAddr = "PET_MASTER_ADDR";
 inline constexpr const char* kPetMasterPort = "PET_MASTER_PORT";
+
+// Agent -> worker: the worker's own step socket (docs/metrics.md, "The step report").
+inline constexpr const char* kMetricsSocket = "LOCKSTEP_METRICS_SOCKET";
+// The agent's own settings a pod's env may carry (docs/agent.md, "Configuration"): the operator
+// starts `lockstep-agent -- COMMAND` with no flags, so these are how a job changes them.
+inline constexpr const char* kStallTimeout = "LOCKSTEP_STALL_TIMEOUT";
+inline constexpr const char* kFirstStepTimeout = "LOCKSTEP_FIRST_STEP_TIMEOUT";
+inline constexpr const char* kMetricsLinger = "LOCKSTEP_METRICS_LINGER";
+inline constexpr const char* kPeerTimeout = "LOCKSTEP_PEER_TIMEOUT";        // Note [Heartbeats]
+inline constexpr const char* kBarrierTimeout = "LOCKSTEP_BARRIER_TIMEOUT";  // its older name, still read
+inline constexpr const char* kPythonProbe = "LOCKSTEP_PYTHON_PROBE";        // 1 (default) or 0
+inline constexpr const char* kPythonProbeDir = "LOCKSTEP_PYTHON_PROBE_DIR";
+// Where the agent writes its termination message (the container's terminationMessagePath).
+inline constexpr const char* kTerminationLog = "LOCKSTEP_TERMINATION_LOG";
+// lockstep-trainer's collective timeouts, in seconds (docs/trainer.md).
+inline constexpr const char* kRendezvousTimeoutS = "LOCKSTEP_RENDEZVOUS_TIMEOUT_S";
+inline constexpr const char* kCollectiveTimeoutS = "LOCKSTEP_COLLECTIVE_TIMEOUT_S";
 
 inline constexpr int kDefaultMasterPort = 29500;
 inline constexpr int kDefaultMetricsPort = 9400;
