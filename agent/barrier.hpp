@@ -1,5 +1,5 @@
 // The restart barrier: how the agents of one job restart every worker in place, together
-// (DESIGN.md, "Restarts: in place first, then the gang"; docs/agent.md).
+// (docs/agent.md, "In-place restarts: the restart barrier").
 //
 // Note [Restart barrier]
 // Node 0's agent serves the barrier (BarrierServer, on LOCKSTEP_AGENT_PORT, by default the
@@ -35,8 +35,8 @@
 // Note [Heartbeats]
 // A node that dies without a word (frozen, powered off, its traffic dropped) closes no
 // connection: TCP would notice in minutes, a collective in up to 10 (NCCL). So the barrier's
-// connections carry heartbeats both ways, and silence is loss (DESIGN.md, "A lost node is
-// noticed in seconds"). T is the peer timeout (--peer-timeout, LOCKSTEP_PEER_TIMEOUT; default
+// connections carry heartbeats both ways, and silence is loss (docs/agent.md, "A silent
+// node"). T is the peer timeout (--peer-timeout, LOCKSTEP_PEER_TIMEOUT; default
 // 6 s), I = min(1 s, T/4) the heartbeat interval (Config::heartbeat_interval).
 //   * Both ways: the server says ALIVE to every joined member every I; every member, once it
 //     has said HELLO, says ALIVE every I. Neither depends on the workers: the server is a
@@ -98,7 +98,7 @@
 // nodes (Note [Lost nodes] in operator/reconcile/node.hpp). Only the first, silent, member is named.
 //
 // Note [Barrier trust]
-// Any pod in the cluster can reach node 0's agent (DESIGN.md, "Trust model"). So:
+// Any pod in the cluster can reach node 0's agent (docs/security.md, "The restart barrier"). So:
 //   * Membership is proved, never claimed. On accept the server sends `CHALLENGE nonce=N`
 //     (32 random bytes, hex); the client answers `HELLO node=R run=ID attempt=A proof=P`,
 //     P = HMAC-SHA256(secret, barrier_proof_input(N, R, ID, A)) in hex, with the job's

@@ -1,4 +1,4 @@
-// The agent's /metrics (DESIGN.md, "Agent /metrics"): training series fed by each worker's
+// The agent's /metrics (docs/metrics.md, "The agent's /metrics"): training series fed by each worker's
 // per-step datagrams (protocol.hpp) on its own Unix socket, agent series, and GPU series
 // from NVML (nvml.hpp). Labels: trainingjob, namespace, node_rank, rank (and gpu).
 #pragma once
@@ -36,7 +36,7 @@ class Metrics {
   // Binds one datagram socket per local rank under `socket_dir`, and serves /metrics on
   // cfg.metrics_port unless it is 0; with cfg.step_log_dir, appends every valid report to
   // that directory's rank-N.jsonl (Note [Step log]). Throws std::runtime_error naming what failed.
-  // Series: DESIGN.md and docs/metrics.md; lockstep_restart_attempt is cfg.restart_attempt,
+  // Series: docs/metrics.md; lockstep_restart_attempt is cfg.restart_attempt,
   // the operator's gang restart this pod belongs to.
   Metrics(const Config& cfg, const std::string& socket_dir);
   ~Metrics();

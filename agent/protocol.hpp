@@ -1,4 +1,4 @@
-// The step report from a worker to its agent (DESIGN.md, "Metrics contract"): one line of
+// The step report from a worker to its agent (docs/metrics.md, "The step report"): one line of
 // space-separated key=value pairs per step, e.g.
 //   step=120 step_s=0.412 compute_s=0.301 comm_s=0.150 exposed_comm_s=0.041 tokens=65536
 //   flops=4.1e13 loss=2.93 mem_bytes=812345344

@@ -1,4 +1,4 @@
-// Runs the worker group and watches it (DESIGN.md, agent): spawns nproc workers with their
+// Runs the worker group and watches it (docs/agent.md, "Supervision"): spawns nproc workers with their
 // torchrun environment, passes their output through with a rank prefix (or to per-rank
 // files), and ends the group the moment anything goes wrong:
 //   * a worker fails        -> the others get SIGTERM, then SIGKILL after the grace period,

@@ -1,4 +1,4 @@
-// The operator's Prometheus metrics (DESIGN.md, "Operator /metrics"). Base units, _total on
+// The operator's Prometheus metrics (docs/operator.md, "Endpoints"). Base units, _total on
 // counters.
 //
 // Note [Restarts by kind]

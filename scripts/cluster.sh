@@ -300,7 +300,7 @@ up() {
     esac
   done
   preflight
-  if [[ -d $RUN/pids ]] && ls "$RUN/pids" | grep -q .; then
+  if [[ -n $(ls -A "$RUN/pids" 2>/dev/null) ]]; then
     local dead=() have; have=$(node_count)
     for d in $(all_daemons); do alive "$d" || dead+=("$d"); done
     ((have == nodes)) || { say "up with $have node(s) already; to have $nodes, run scripts/cluster.sh down first"; exit 1; }
@@ -764,17 +764,23 @@ down() {
   # Names, cgroups and interfaces are machine-wide: while another state directory's cluster
   # holds the machine, they are its, and only this state's own files go.
   other=$(holder)
+  local recorded=()
   if [[ -n $other ]]; then
-    stop_daemons $(ls "$RUN/pids" 2>/dev/null)
+    mapfile -t recorded < <(ls "$RUN/pids" 2>/dev/null)
+    stop_daemons "${recorded[@]}"
     rm -rf "$RUN"
     say "another cluster (state $other) holds this machine; removed only $RUN"
     return 0
   fi
   # 0. Frozen nodes thawed (a stopped process takes no SIGTERM), their packets let through.
   faults_cleanup
-  local n i; n=$(node_count)
+  local n i kubelets=() runtimes=(); n=$(node_count)
+  for ((i = 0; i < n; i++)); do
+    kubelets+=("$(node_daemon kubelet "$i")")
+    runtimes+=("$(node_daemon containerd "$i")")
+  done
   # 1. Control loops first, so nothing restarts containers; then the node agents.
-  stop_daemons kube-controller-manager kube-scheduler kube-scheduler-cosched $(for ((i = 0; i < n; i++)); do node_daemon kubelet "$i"; done)
+  stop_daemons kube-controller-manager kube-scheduler kube-scheduler-cosched "${kubelets[@]}"
   # 2. Every container and sandbox (their shims exit once deleted).
   # Deleted, not just killed: the image store (and its container records) outlives down.
   for ((i = 0; i < n; i++)); do
@@ -788,8 +794,9 @@ down() {
   done
   # The API server before etcd: stopped together, it may spend 10 s retrying a gone etcd.
   stop_daemons coredns kube-proxy kube-network-policies kube-apiserver
-  stop_daemons etcd $(for ((i = 0; i < n; i++)); do node_daemon containerd "$i"; done)
-  stop_daemons $(ls "$RUN/pids" 2>/dev/null)   # anything else recorded (a daemon of an older layout)
+  stop_daemons etcd "${runtimes[@]}"
+  mapfile -t recorded < <(ls "$RUN/pids" 2>/dev/null)
+  stop_daemons "${recorded[@]}"   # anything else recorded (a daemon of an older layout)
   # 3. Whatever is left in the cluster's cgroup: shims, container processes.
   kill_cgroup
   # 4. Mounts under the state directory (netns pins, shm, rootfs, pod volumes), deepest first.
@@ -905,7 +912,7 @@ remove_outside_paths() {
 
 # --- status, import, check-clean ------------------------------------------------------------
 status() {
-  if [[ ! -d $RUN/pids ]] || ! ls "$RUN/pids" | grep -q .; then
+  if [[ -z $(ls -A "$RUN/pids" 2>/dev/null) ]]; then
     say "down (state $STATE)"
     local other; other=$(holder)
     [[ -z $other ]] || say "another cluster is up: state $other"
@@ -934,9 +941,9 @@ status() {
   echo "netpol:     kube-network-policies $KUBE_NETWORK_POLICIES_VERSION enforces NetworkPolicy (nfqueue $NETPOL_QUEUE$(netpol_queue_bound || echo ", NOT BOUND"); http://127.0.0.1:$NETPOL_METRICS_PORT/metrics)"
   echo "pods:       $(kubectl_ get pods -A --no-headers 2>/dev/null | wc -l) in all namespaces"
   echo "processes:  $(IFS=,; echo "${running[*]}" | sed 's/,/, /g')"
-  for p in $(find "$(pids_cgroup)" -name cgroup.procs -exec cat {} + 2>/dev/null); do
+  while read -r p; do
     rss=$((rss + $(awk '/^VmRSS:/ { print $2 }' "/proc/$p/status" 2>/dev/null || echo 0))); n=$((n + 1))
-  done
+  done < <(find "$(pids_cgroup)" -name cgroup.procs -exec cat {} + 2>/dev/null)
   echo "memory:     $((rss / 1024)) MB resident in $n processes (daemons, shims, pods)"
   ((${#dead[@]} == 0)) || { echo "NOT RUNNING: ${dead[*]} (logs in $RUN/logs); scripts/cluster.sh down, then up"; exit 1; }
 }
@@ -1022,8 +1029,8 @@ node_cmd() {
     poweroff)
       [[ -z $was || $was == frozen ]] || { say "$node is $was already"; exit 1; }
       fault_drop "$i"
-      local tries
-      for tries in $(seq 50); do
+      local _
+      for _ in $(seq 50); do
         [[ -n $(node_procs "$i") ]] || break
         signal_node "$i" KILL; sleep 0.1
       done
@@ -1051,9 +1058,9 @@ node_cmd() {
 # faults_cleanup: every node thawed and its packets passed; the chain gone (down).
 faults_cleanup() {
   local cg; cg=$(pids_cgroup)
-  if [[ -d $RUN/faults ]] && ls "$RUN/faults" | grep -q .; then
+  if [[ -n $(ls -A "$RUN/faults" 2>/dev/null) ]]; then
     local p
-    for p in $(find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null); do kill -CONT "$p" 2>/dev/null || true; done
+    while read -r p; do kill -CONT "$p" 2>/dev/null || true; done < <(find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null)
   fi
   rm -rf "$RUN/faults"
   local t
@@ -1068,7 +1075,9 @@ check_clean() {
   # Processes: a node binary, anything whose command line names this state directory, and
   # anything in the cluster's cgroup. (The test control plane runs etcd and kube-apiserver
   # from the same cache; those are not a cluster's.)
-  for p in $(ls /proc | grep -x '[0-9]*'); do
+  local d
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
     local exe cmd
     exe=$(readlink "/proc/$p/exe" 2>/dev/null) || continue
     cmd=$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null) || continue

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # sourced: its variables are for the scripts that source it
 # Shared by the set-up, build and run scripts. Source it; do not run it.
 # Everything downloaded or built lives under $LOCKSTEP_CACHE, outside the repository.
 
@@ -24,6 +25,7 @@ NETPOL_BIN="$CACHE/kube-network-policies-$KUBE_NETWORK_POLICIES_VERSION/bin"  # 
 # (no nftables `queue` expression), iptables' NFQUEUE target in the mangle chain NETPOL_CHAIN
 # puts the pods' packets on the queue (scripts/cluster.sh, netpol_ready).
 NETPOL_QUEUE=100 NETPOL_TABLE=lockstep-netpol NETPOL_CHAIN=LOCKSTEP-NETPOL NETPOL_METRICS_PORT=10261
+GRAFANA_SCHEMA_BIN="$CACHE/grafana-schema-$GRAFANA_FOUNDATION_SDK_VERSION/bin"  # dashboards_test's strict parse (tests/observability/grafana-schema)
 # bench/operator's peer (scripts/setup.sh --bench-operator): Kubeflow training-operator's
 # manager, and its PyTorchJob CRD from the same module in the Go module cache.
 KUBEFLOW_BIN="$CACHE/kubeflow-training-operator-$KUBEFLOW_TRAINING_OPERATOR_VERSION/bin"

@@ -332,12 +332,12 @@ build_image() {
   fi
   chroot "$rootfs" /sbin/ldconfig
   # Every shared library of every binary must be found inside the image.
-  local b missing=""
+  local b unresolved=""
   for b in "$install"/usr/local/bin/*; do
     [[ -e $b ]] || continue
-    missing+=$(chroot "$rootfs" /usr/bin/ldd "/usr/local/bin/$(basename "$b")" | grep 'not found' || true)
+    unresolved+=$(chroot "$rootfs" /usr/bin/ldd "/usr/local/bin/$(basename "$b")" | grep 'not found' || true)
   done
-  [[ -z $missing ]] || die "in $(ref "$name"), not found: $missing; add the Debian package that has it to IMAGE_${name^^}_PACKAGES in scripts/versions.env"
+  [[ -z $unresolved ]] || die "in $(ref "$name"), not found: $unresolved; add the Debian package that has it to IMAGE_${name^^}_PACKAGES in scripts/versions.env"
   if [[ -n ${CHECK[$name]} ]]; then  # as the image's user, with only the image's environment
     local user=${USER_SPEC[$name]}
     [[ $user == *:* ]] || user="$user:$user"

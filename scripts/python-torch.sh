@@ -68,6 +68,7 @@ for w in "${WHEELS[@]}"; do
   fetch_wheel "$req" "$file" "$sha"
 done
 
+work=""  # scratch_dir sets it
 scratch_dir work
 tree="$work/tree"
 mkdir -m 0755 "$tree"

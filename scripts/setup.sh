@@ -256,6 +256,17 @@ go_build_cached "NetworkPolicy controller (kube-network-policies $KUBE_NETWORK_P
   "-s -w" lockstep.dev/tests/cluster/netpol=kube-network-policies
 [[ -x $NETPOL_BIN/kube-network-policies ]] || die "the NetworkPolicy controller did not build into $NETPOL_BIN"
 
+# dashboards_test's strict parse of both dashboards with Grafana's published dashboard types
+# (tests/observability/grafana-schema/main.go on grafana-foundation-sdk). (GRAFANA_SCHEMA_BIN:
+# scripts/common.sh.)
+schema_mod="$ROOT/tests/observability/grafana-schema"
+grep -q "^require github.com/grafana/grafana-foundation-sdk/go $GRAFANA_FOUNDATION_SDK_VERSION\$" "$schema_mod/go.mod" ||
+  die "$schema_mod/go.mod must require github.com/grafana/grafana-foundation-sdk/go $GRAFANA_FOUNDATION_SDK_VERSION, as scripts/versions.env pins"
+go_build_cached "Grafana dashboard schema check (grafana-foundation-sdk $GRAFANA_FOUNDATION_SDK_VERSION)" "$schema_mod" \
+  "$GRAFANA_SCHEMA_BIN" "$(cat "$schema_mod/go.mod" "$schema_mod/go.sum" "$schema_mod/main.go" | sha256sum | cut -c1-16)" \
+  "-s -w" lockstep.dev/tests/observability/grafana-schema=grafana-schema-check
+[[ -x $GRAFANA_SCHEMA_BIN/grafana-schema-check ]] || die "the Grafana dashboard schema check did not build into $GRAFANA_SCHEMA_BIN"
+
 # KWOK, the kubelet of many fake nodes for the operator's scale benchmark and its small
 # version in the test suite (bench/operator/bench_scale.cpp, scale_test): cmd/kwok of the pinned
 # release (bench/operator/kwok/go.mod), with its Stage CRDs from the same module.

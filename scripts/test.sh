@@ -33,5 +33,5 @@ else log "old-glibc root: not made (see above); bundle_test will fail with the r
 log "set-up and build took $((SECONDS - start)) s; running the tests"
 export LOCKSTEP_K8S_BIN="$K8S_BIN" LOCKSTEP_PROMETHEUS_BIN="$PROMETHEUS_BIN/prometheus" LOCKSTEP_REQUIRE_ALL=1 \
   LOCKSTEP_KWOK_BIN="$KWOK_BIN/kwok" LOCKSTEP_GANG_SCHEDULER_BIN="$SCHEDULER_PLUGINS_BIN/kube-scheduler-cosched" \
-  LOCKSTEP_PYTHON_TORCH="$PYTHON_TORCH_DIR"
+  LOCKSTEP_PYTHON_TORCH="$PYTHON_TORCH_DIR" LOCKSTEP_GRAFANA_SCHEMA_BIN="$GRAFANA_SCHEMA_BIN/grafana-schema-check"
 exec ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 900 "$@"

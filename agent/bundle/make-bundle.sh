@@ -64,7 +64,8 @@ glibc=$(glibc_libraries)
 grep -q '/libpthread\.so\.0$' <<< "$glibc" || die "found no libpthread.so.0 among glibc's libraries beside $libc: $glibc"
 
 # Every library under its soname; the glibc ones and what they need (only glibc) too.
-all=$( { echo "$libs"; while read -r p; do echo "$(basename "$p") $p"; done <<< "$glibc"; needed $(grep -v '/ld-linux[^/]*$' <<< "$glibc"); } | LC_ALL=C sort -u -k1,1)
+mapfile -t glibc_libs < <(grep -v '/ld-linux[^/]*$' <<< "$glibc")
+all=$( { echo "$libs"; while read -r p; do echo "$(basename "$p") $p"; done <<< "$glibc"; needed "${glibc_libs[@]}"; } | LC_ALL=C sort -u -k1,1)
 while read -r soname path; do
   [[ $soname == ld-linux-x86-64.so.2 ]] && continue
   cp -L "$path" "$tmp/lib/$soname"

@@ -2,7 +2,7 @@
 // and which of several failed pods is the cause.
 //
 // Note [Exit codes]
-// The agent exits with its failing worker's own exit code (DESIGN.md). Under ExitCode,
+// The agent exits with its failing worker's own exit code (docs/exit-codes.md). Under ExitCode,
 // codes 1..127 are the program's own verdict (a bug, a bad flag): permanent. 128 and up are
 // deaths by signal (OOM kill, preemption, a hang killed by SIGKILL): retryable. The codes
 // for a stall (75), a rendezvous failure (76) and a collective that lost its peer (77) are in

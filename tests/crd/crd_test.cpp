@@ -89,7 +89,7 @@ TEST(Crd, EverySpecFieldOfTheDesignIsInTheSchemaWithADescription) {
   install_crd();
   json crd = get_json({"get", "crd", "trainingjobs.lockstep.dev"});
   const json& spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
-  // DESIGN.md's TrainingJob sketch, field by field.
+  // The TrainingJob's spec as docs/trainingjob.md gives it, field by field.
   for (std::string path : {"nodes", "procsPerNode", "strategy", "template", "trainer.command", "trainer.args",
                            "runPolicy.backoffLimit", "runPolicy.inPlaceRestarts", "runPolicy.restartPolicy",
                            "runPolicy.activeDeadlineSeconds",

@@ -1,0 +1,237 @@
+// The repository's own consistency, which no compiler checks: the documents sources cite
+// exist, every `Note [Name]` referred to is defined (and where a reference says it is), nothing
+// cites the design document that lives outside the repository, and shellcheck finds no warning
+// in any shell script.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "lockstep/process.hpp"
+#include "test_util.hpp"
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+const fs::path kRoot = LOCKSTEP_SOURCE_DIR;
+
+bool starts(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+bool ends(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += "  " + s + "\n";
+  return out;
+}
+
+// Every text file of the product, its tests, scripts and docs (the build and cache folders
+// are outside these), as paths relative to the root.
+std::vector<std::string> repository_files() {
+  std::vector<std::string> out;
+  for (const char* dir : {"cmake", "scripts", "docker", "cli", "common", "operator", "agent", "trainer", "tests", "charts",
+                          "bench", "docs", "crds", "examples", "dashboards", ".ci"}) {
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(kRoot / dir, ec); it != fs::recursive_directory_iterator(); ++it) {
+      if (!it->is_regular_file() || it->file_size() > 1000000) continue;
+      const auto name = it->path().filename().string();
+      if (ends(name, ".pyc") || ends(name, ".png") || ends(name, ".gz")) continue;
+      out.push_back(fs::relative(it->path(), kRoot).string());
+    }
+  }
+  for (const char* f : {"CMakeLists.txt", "README.md"}) out.push_back(f);
+  return out;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
+
+// A line without its comment leader (//, #, *) and the blanks around it.
+std::string leaderless(const std::string& line) {
+  static const std::regex leader(R"(^\s*(//+|#+|\*+)?\s*)");
+  return std::regex_replace(line, leader, "", std::regex_constants::format_first_only);
+}
+
+struct Mention {
+  std::string name, file, where;  // where: the file a reference says the Note is in, if it says
+  int line = 0;
+};
+
+// Note [Notes]: a Note is defined by a line holding only `Note [Name]` followed by its text
+// (an underline of dashes, or a comment line with words), or by a comment line opening with
+// `Note [Name]: ` and its text. The code also uses the second form to point to a Note with a
+// word on how it applies there, so a name may have several such lines; any other mention is a
+// reference, and "Note [Name] in `path`" says which file defines it.
+void scan_notes(const std::string& file, const std::string& text, std::vector<Mention>& defs, std::vector<Mention>& refs) {
+  static const std::regex alone(R"(^Note \[([^\]]+)\]\s*$)");
+  static const std::regex opening(R"(^Note \[([^\]]+)\]: )");
+  static const std::regex any(R"(Note \[([^\]]+)\]( in `([^`]+)`)?)");
+  static const std::regex comment_with_words(R"(^\s*(//|#|\*).*[A-Za-z])");
+  const auto lines = lines_of(text);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string body = leaderless(lines[i]);
+    std::smatch m;
+    const int number = static_cast<int>(i) + 1;
+    if (std::regex_match(body, m, alone)) {
+      const std::string next = i + 1 < lines.size() ? lines[i + 1] : "";
+      const bool defines = starts(leaderless(next), "----") || std::regex_search(next, comment_with_words);
+      (defines ? defs : refs).push_back({m[1].str(), file, "", number});
+      continue;
+    }
+    std::string rest = body;
+    if (std::regex_search(body, m, opening)) {
+      defs.push_back({m[1].str(), file, "", number});
+      rest = m.suffix().str();
+    } else {
+      rest = lines[i];
+    }
+    for (auto r = std::sregex_iterator(rest.begin(), rest.end(), any); r != std::sregex_iterator(); ++r)
+      refs.push_back({(*r)[1].str(), file, (*r)[3].str(), number});
+  }
+}
+
+}  // namespace
+
+// Build files, scripts and sources cite docs/*.md for their reasons: every cited file exists
+// (cmake/LockstepTorch.cmake once cited a docs/dependencies.md that was never written).
+TEST(Docs, EveryCitedDocumentExists) {
+  static const std::regex cite(R"(docs/[A-Za-z0-9_-]+\.md)");
+  std::vector<std::string> missing;
+  int files = 0;
+  for (const auto& f : repository_files()) {
+    if (fs::path(f) == fs::relative(fs::path(__FILE__), kRoot)) continue;  // this comment's example
+    ++files;
+    const std::string text = lockstep::test::read_file((kRoot / f).string());
+    for (auto m = std::sregex_iterator(text.begin(), text.end(), cite); m != std::sregex_iterator(); ++m)
+      if (!fs::exists(kRoot / m->str())) missing.push_back(f + " cites " + m->str());
+  }
+  EXPECT_GT(files, 50);
+  EXPECT_TRUE(missing.empty()) << join(missing);
+}
+
+TEST(Notes, EveryNoteReferredToIsDefinedWhereTheReferenceSays) {
+  std::vector<Mention> defs, refs;
+  const std::string self = fs::relative(fs::path(__FILE__), kRoot).string();  // its examples are made to fail
+  for (const auto& f : repository_files())
+    if (f != self) scan_notes(f, lockstep::test::read_file((kRoot / f).string()), defs, refs);
+  std::map<std::string, std::set<std::string>> defined;  // name -> files
+  for (const auto& d : defs) defined[d.name].insert(d.file);
+  std::vector<std::string> problems;
+  for (const auto& r : refs) {
+    const auto it = defined.find(r.name);
+    const std::string at = r.file + ":" + std::to_string(r.line) + ": Note [" + r.name + "]";
+    if (it == defined.end()) {
+      problems.push_back(at + " is not defined anywhere (a definition is a line holding only `Note [" + r.name +
+                         "]` followed by its text, or a comment line opening with `Note [" + r.name + "]: `)");
+    } else if (!r.where.empty() && !it->second.count(r.where)) {
+      std::string files;
+      for (const auto& f : it->second) files += (files.empty() ? "" : ", ") + f;
+      problems.push_back(at + " is said to be in " + r.where + " but is defined in " + files);
+    }
+  }
+  EXPECT_GT(defined.size(), 40u) << "the scan found too few Notes to be reading the tree";
+  EXPECT_GT(refs.size(), 100u);
+  EXPECT_TRUE(problems.empty()) << problems.size() << " unresolved:\n" << join(problems);
+}
+
+// The scan itself, on text made to fail it: a reference without a definition, one that names
+// the wrong file, and the three forms that define.
+TEST(Notes, TheScanTellsDefinitionsFromReferences) {
+  std::vector<Mention> defs, refs;
+  scan_notes("a.hpp",
+             "// Note [Alone]\n// Its text.\n"
+             "int x;  // Note [Alone]\n"
+             "// Note [Opening]: its text on the same line.\n"
+             "// Note [Pointer]\nint y;\n",
+             defs, refs);
+  scan_notes("b.py", "Note [Underlined]\n-----------------\ntext\n", defs, refs);
+  scan_notes("c.md", "See Note [Opening] in `b.py` and Note [Missing].\n", defs, refs);
+  std::set<std::string> def_names, ref_names;
+  for (const auto& d : defs) def_names.insert(d.name + "@" + d.file);
+  for (const auto& r : refs) ref_names.insert(r.name + "@" + r.file + (r.where.empty() ? "" : ">" + r.where));
+  EXPECT_EQ(def_names, (std::set<std::string>{"Alone@a.hpp", "Opening@a.hpp", "Underlined@b.py"}));
+  EXPECT_EQ(ref_names, (std::set<std::string>{"Alone@a.hpp", "Pointer@a.hpp", "Opening@c.md>b.py", "Missing@c.md"}));
+}
+
+// DESIGN.md, the target architecture, lives beside the repository, not in it: a reader of the
+// code cannot follow a reference to it. The contracts it held are in docs/ (metrics.md,
+// agent.md, operator.md, security.md, development.md).
+TEST(Notes, NothingCitesTheDesignDocumentOutsideTheRepository) {
+  std::vector<std::string> hits;
+  const std::string self = fs::relative(fs::path(__FILE__), kRoot).string();
+  for (const auto& f : repository_files()) {
+    if (f == self) continue;
+    const auto lines = lines_of(lockstep::test::read_file((kRoot / f).string()));
+    for (size_t i = 0; i < lines.size(); ++i)
+      if (lines[i].find("DESIGN.md") != std::string::npos) hits.push_back(f + ":" + std::to_string(i + 1) + ": " + lines[i]);
+  }
+  EXPECT_TRUE(hits.empty()) << join(hits);
+}
+
+// common/include/lockstep/contract.hpp is the one definition of the environment the operator,
+// the agent and the trainer pass each other: C++ names it by its constants, never by a string
+// of its own; what cannot include it (the bundle's C launcher header, the Python probe) may only
+// name variables it defines.
+TEST(Contracts, EveryEnvironmentNameIsContractHppsOwn) {
+  const std::string contract = lockstep::test::read_file((kRoot / "common/include/lockstep/contract.hpp").string());
+  static const std::regex literal(R"re("((LOCKSTEP|PET)_[A-Z0-9_]*[A-Z0-9])")re");
+  std::set<std::string> defined;
+  for (auto m = std::sregex_iterator(contract.begin(), contract.end(), literal); m != std::sregex_iterator(); ++m)
+    defined.insert((*m)[1].str());
+  EXPECT_GT(defined.size(), 30u);
+  std::vector<std::string> problems;
+  size_t scanned = 0;
+  for (const auto& f : repository_files()) {
+    const bool product = starts(f, "agent/") || starts(f, "trainer/") || starts(f, "operator/") || starts(f, "cli/") ||
+                         starts(f, "common/");
+    if (!product || f == "common/include/lockstep/contract.hpp") continue;
+    const bool cxx = ends(f, ".cpp") || ends(f, ".hpp");
+    const bool other = ends(f, ".h") || ends(f, ".c") || ends(f, ".py");
+    if (!cxx && !other) continue;
+    ++scanned;
+    const auto lines = lines_of(lockstep::test::read_file((kRoot / f).string()));
+    for (size_t i = 0; i < lines.size(); ++i)
+      for (auto m = std::sregex_iterator(lines[i].begin(), lines[i].end(), literal); m != std::sregex_iterator(); ++m) {
+        const std::string name = (*m)[1].str(), at = f + ":" + std::to_string(i + 1) + ": ";
+        if (cxx) problems.push_back(at + "\"" + name + "\": use its constant in lockstep/contract.hpp (add it there if new)");
+        else if (!defined.count(name)) problems.push_back(at + name + " is not defined in lockstep/contract.hpp");
+      }
+  }
+  EXPECT_GT(scanned, 50u);
+  EXPECT_TRUE(problems.empty()) << join(problems);
+}
+
+// shellcheck (Debian's, installed by scripts/setup.sh) over every shell script at warning level:
+// unquoted expansions, arrays used as strings, unset variables, fragile loops.
+TEST(Scripts, ShellcheckFindsNoWarningInAnyShellScript) {
+  const std::string shellcheck = lockstep::test::env_or("LOCKSTEP_SHELLCHECK", "shellcheck");
+  auto version = lockstep::run_capture({shellcheck, "--version"}, {}, 30s);
+  if (!version.status.success()) {
+    const char* all = std::getenv("LOCKSTEP_REQUIRE_ALL");
+    if (all && std::string(all) == "1") FAIL() << "shellcheck is not installed (scripts/setup.sh installs it): " << version.output;
+    GTEST_SKIP() << "SKIPPED: shellcheck is not installed (apt-get install shellcheck; scripts/setup.sh does)";
+  }
+  std::vector<std::string> argv = {shellcheck, "--severity=warning", "--external-sources", "--format=gcc"};
+  size_t scripts = 0;
+  for (const auto& f : repository_files()) {
+    const std::string head = lockstep::test::read_file((kRoot / f).string()).substr(0, 64);
+    if (ends(f, ".sh") || starts(head, "#!/usr/bin/env bash") || starts(head, "#!/bin/bash") || starts(head, "#!/bin/sh")) {
+      argv.push_back((kRoot / f).string());
+      ++scripts;
+    }
+  }
+  EXPECT_GT(scripts, 15u);
+  auto r = lockstep::run_capture(argv, {}, 300s);
+  EXPECT_TRUE(r.status.success()) << lockstep::shell_join(argv) << ":\n" << r.output;
+}
