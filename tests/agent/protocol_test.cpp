@@ -150,44 +150,65 @@ TEST(StepReportFuzz, SeededMutationsNeverCrashAndStayWithinTheContract) {
   EXPECT_GT(rejected, 5000);
 }
 
-// The corpus through the agent's real socket: every malformed datagram is counted, a valid
-// one still counts as a step, and a 64 KB datagram is rejected whole, never cut and parsed.
-TEST(StepReportFuzz, HostileDatagramsAreCountedAsMalformedOnTheRealSocket) {
-  std::string dir = ::testing::TempDir() + "/agent-fuzz-" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  Config cfg;
-  cfg.metrics_port = 0;
-  Metrics m(cfg, dir);
-  int fd = ::socket(AF_UNIX, SOCK_DGRAM, 0);
-  int sndbuf = 1 << 20;
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, m.socket_path(0).c_str(), sizeof addr.sun_path - 1);
-  auto send = [&](const std::string& d) {
-    // The receiver drains as it goes; wait for room rather than lose a datagram.
+namespace {
+// A Metrics of one rank in a fresh directory, and a sender to its real step socket.
+struct SocketUnderTest {
+  explicit SocketUnderTest(const std::string& name) : dir(fresh_dir(name)), metrics(config(), dir) {
+    fd = ::socket(AF_UNIX, SOCK_DGRAM, 0);
+    int sndbuf = 1 << 20;
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, metrics.socket_path(0).c_str(), sizeof addr.sun_path - 1);
+  }
+  ~SocketUnderTest() { ::close(fd); }
+  // The receiver drains as it goes; wait for room rather than lose a datagram.
+  void send(const std::string& d) {
     while (::sendto(fd, d.data(), d.size(), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  };
-  auto corpus = hostile_corpus();
-  // A valid line padded past the limit: cut at 4096 bytes it would parse.
-  corpus.push_back("step=7 loss=1" + std::string(65000, ' '));
-  for (const auto& d : corpus) send(d);
-  send("step=1 loss=2");
-  auto value = [&](const std::string& name) {
-    for (const auto& f : m.registry()->Collect())
+  }
+  double counter(const std::string& name) {
+    for (const auto& f : metrics.registry()->Collect())
       if (f.name == name)
         for (const auto& metric : f.metric) return metric.counter.value;
     return -1.0;
-  };
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (value("lockstep_steps_total") < 1 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_EQ(value("lockstep_steps_total"), 1);
-  EXPECT_EQ(value("lockstep_metrics_malformed_total"), static_cast<double>(corpus.size()));
-  EXPECT_EQ(m.progress()[0].last_step, 1) << "the 64 KB datagram's step=7 must not have been parsed";
-  ::close(fd);
+  }
+  // Waits up to 10 s for lockstep_steps_total to reach `steps`.
+  void wait_for_steps(double steps) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (counter("lockstep_steps_total") < steps && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  static std::string fresh_dir(const std::string& name) {
+    std::string d = ::testing::TempDir() + "/agent-" + name + "-" + std::to_string(::getpid());
+    std::filesystem::remove_all(d);
+    std::filesystem::create_directories(d);
+    return d;
+  }
+  static Config config() {
+    Config cfg;
+    cfg.metrics_port = 0;
+    return cfg;
+  }
+  std::string dir;
+  Metrics metrics;
+  int fd = -1;
+  sockaddr_un addr{};
+};
+}  // namespace
+
+// The corpus through the agent's real socket: every malformed datagram is counted, a valid
+// one still counts as a step, and a 64 KB datagram is rejected whole, never cut and parsed.
+TEST(StepReportFuzz, HostileDatagramsAreCountedAsMalformedOnTheRealSocket) {
+  SocketUnderTest s("fuzz");
+  auto corpus = hostile_corpus();
+  // A valid line padded past the limit: cut at 4096 bytes it would parse.
+  corpus.push_back("step=7 loss=1" + std::string(65000, ' '));
+  for (const auto& d : corpus) s.send(d);
+  s.send("step=1 loss=2");
+  s.wait_for_steps(1);
+  EXPECT_EQ(s.counter("lockstep_steps_total"), 1);
+  EXPECT_EQ(s.counter("lockstep_metrics_malformed_total"), static_cast<double>(corpus.size()));
+  EXPECT_EQ(s.metrics.progress()[0].last_step, 1) << "the 64 KB datagram's step=7 must not have been parsed";
 }
 
 // Note [Reports in batches] (agent/python/lockstep/_pytorch.py): a datagram may carry several
@@ -207,40 +228,16 @@ TEST(StepReport, ADatagramOfSeveralLinesIsOneReportALine) {
 }
 
 TEST(StepReportFuzz, ABatchOnTheRealSocketCountsEachLineAndAnOversizedOneIsRejectedWhole) {
-  std::string dir = ::testing::TempDir() + "/agent-batch-" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  Config cfg;
-  cfg.metrics_port = 0;
-  Metrics m(cfg, dir);
-  int fd = ::socket(AF_UNIX, SOCK_DGRAM, 0);
-  int sndbuf = 1 << 20;
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, m.socket_path(0).c_str(), sizeof addr.sun_path - 1);
-  auto send = [&](const std::string& d) {
-    while (::sendto(fd, d.data(), d.size(), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  };
+  SocketUnderTest s("batch");
   // Valid lines filling a datagram one byte past the limit: never parsed, one malformed.
   std::string oversized;
   for (int k = 100; oversized.size() <= kMaxDatagramBytes; ++k) oversized += "step=" + std::to_string(k) + " step_s=0.01\n";
-  send(oversized);
-  send("step=1 step_s=0.1\nstep=2 step_s=0.1\nbad\nstep=3 step_s=0.1");
-  auto value = [&](const std::string& name) {
-    for (const auto& f : m.registry()->Collect())
-      if (f.name == name)
-        for (const auto& metric : f.metric) return metric.counter.value;
-    return -1.0;
-  };
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (value("lockstep_steps_total") < 3 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_EQ(value("lockstep_steps_total"), 3);
-  EXPECT_EQ(value("lockstep_metrics_malformed_total"), 2) << "the oversized datagram once, the bad line once";
-  EXPECT_EQ(m.progress()[0].last_step, 3);
-  ::close(fd);
+  s.send(oversized);
+  s.send("step=1 step_s=0.1\nstep=2 step_s=0.1\nbad\nstep=3 step_s=0.1");
+  s.wait_for_steps(3);
+  EXPECT_EQ(s.counter("lockstep_steps_total"), 3);
+  EXPECT_EQ(s.counter("lockstep_metrics_malformed_total"), 2) << "the oversized datagram once, the bad line once";
+  EXPECT_EQ(s.metrics.progress()[0].last_step, 3);
 }
 
 TEST(StepReportFuzz, CollectiveNamesAreBoundedPerAgent) {
