@@ -1,5 +1,5 @@
 // The agent's /metrics (docs/metrics.md, "The agent's /metrics"): training series fed by each worker's
-// per-step datagrams (protocol.hpp) on its own Unix socket, agent series, and GPU series
+// per-step datagrams (step_report.hpp) on its own Unix socket, agent series, and GPU series
 // from NVML (nvml.hpp). Labels: trainingjob, namespace, node_rank, rank (and gpu).
 #pragma once
 
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "config.hpp"
-#include "protocol.hpp"
+#include "step_report.hpp"
 
 namespace lockstep::agent {
 

@@ -5,7 +5,7 @@
 #include <climits>
 #include <cmath>
 
-#include "reconcile/exposition.hpp"
+#include "reconcile/prometheus_text.hpp"
 
 namespace lockstep::reconcile {
 namespace {

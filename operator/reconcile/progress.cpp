@@ -5,7 +5,7 @@
 #include <cmath>
 #include <set>
 
-#include "reconcile/exposition.hpp"
+#include "reconcile/prometheus_text.hpp"
 #include "reconcile/in_place.hpp"
 
 namespace lockstep::reconcile {

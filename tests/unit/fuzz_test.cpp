@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kube/rest_config.hpp"
-#include "reconcile/exposition.hpp"
+#include "reconcile/prometheus_text.hpp"
 #include "reconcile/in_place.hpp"
 #include "reconcile/progress.hpp"
 #include "lockstep/process.hpp"
@@ -356,7 +356,7 @@ TEST(FuzzKubeconfig, HostileTokenFiles) {
 
 // Prometheus text from a pod's metrics port (Note [Untrusted exposition]): what rank 0's agent
 // serves reaches status.progress, the Restarted condition and an Event through
-// reconcile/exposition.cpp, parse_progress and parse_in_place. Whatever the text, they end in a
+// reconcile/prometheus_text.cpp, parse_progress and parse_in_place. Whatever the text, they end in a
 // result whose every field is in range and whose every string is short, valid UTF-8 that a
 // JSON status write takes; never an exception, a crash or a long parse.
 namespace {

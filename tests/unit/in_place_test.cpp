@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "reconcile/decide.hpp"
-#include "reconcile/exposition.hpp"
+#include "reconcile/prometheus_text.hpp"
 #include "reconcile/in_place.hpp"
 #include "reconcile/progress.hpp"
 

@@ -86,7 +86,7 @@ Note [Reports in batches]
 -------------------------
 A step's report goes out when 0.25 s or more have passed since the probe last sent; otherwise
 it waits to go with the next ones: one datagram per 0.25 s at most (16 KB at most each, one
-line per step; agent/protocol.hpp), whatever the step rate. Each datagram wakes the agent's
+line per step; agent/step_report.hpp), whatever the step rate. Each datagram wakes the agent's
 receiver, which costs the sending worker about 40 us (60-175 us before the receiver ran as
 SCHED_BATCH, Note [A receiver that never preempts a worker]), against 3 us when no one is woken;
 and formatting several reports in a row costs less than one each step, cold. Steps of 0.25 s
@@ -147,9 +147,9 @@ import weakref
 
 from lockstep import _probe as _entry
 
-_MAX_VALUE = 1e30  # agent/protocol.hpp: kMaxReportValue
+_MAX_VALUE = 1e30  # agent/step_report.hpp: kMaxReportValue
 _SEND_EVERY_S = 0.25  # Note [Reports in batches]; also the longest step read late, Note [Late reads]
-_MAX_BATCH_BYTES = 16384  # a datagram's size, well below agent/protocol.hpp's kMaxDatagramBytes (32768)
+_MAX_BATCH_BYTES = 16384  # a datagram's size, well below agent/step_report.hpp's kMaxDatagramBytes (32768)
 _MAX_BATCH_REPORTS = 64  # reports held at most before they are sent
 _EXIT_GRACE_S = 0.05  # Note [Gloo's exit race]
 

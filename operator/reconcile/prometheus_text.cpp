@@ -1,4 +1,4 @@
-#include "reconcile/exposition.hpp"
+#include "reconcile/prometheus_text.hpp"
 
 #include <cstdlib>
 #include <sstream>

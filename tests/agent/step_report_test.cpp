@@ -20,7 +20,7 @@
 #include "barrier.hpp"
 #include "lockstep/contract.hpp"
 #include "metrics.hpp"
-#include "protocol.hpp"
+#include "step_report.hpp"
 #include "worker_env.hpp"
 
 using namespace lockstep::agent;

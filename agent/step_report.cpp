@@ -1,4 +1,4 @@
-#include "protocol.hpp"
+#include "step_report.hpp"
 
 #include <cerrno>
 #include <cmath>
