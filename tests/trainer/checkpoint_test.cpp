@@ -474,6 +474,28 @@ TEST(Checkpoint, AManifestVerifiesWithXxhsumAndALanes64OneStillResumes) {
   EXPECT_NE(out.find("step-2/rank-0.pt does not match its checksum"), std::string::npos) << out;
 }
 
+// A MANIFEST whose checksum is not a number of its kind (edited by hand, damaged) is refused by
+// name, not read as 0, and the run falls back to the previous checkpoint.
+TEST(Checkpoint, AManifestChecksumThatIsNotHexIsRefusedByName) {
+  std::string dir = temp_dir("badhex");
+  int code;
+  std::vector<std::string> args = {"--steps", "4", "--checkpoint-every", "2", "--checkpoint-keep", "0",
+                                   "--checkpoint-dir", dir};
+  std::string out = train(1, args, &code);
+  ASSERT_EQ(code, 0) << out;
+  std::string m = slurp(dir + "/step-4/MANIFEST");
+  const auto at = m.find("file rank-0.pt ");
+  ASSERT_NE(at, std::string::npos) << m;
+  const auto hash_at = m.find(' ', at + 15) + 1;
+  m.replace(hash_at, m.find('\n', hash_at) - hash_at, "not-a-checksum");
+  std::ofstream(dir + "/step-4/MANIFEST", std::ios::trunc) << m;
+  args[1] = "6";
+  out = train(1, args, &code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("step-4/MANIFEST's checksum of rank-0.pt is not a xxh3 value"), std::string::npos) << out;
+  EXPECT_NE(out.find("resumed from " + dir + " at step 2"), std::string::npos) << out;
+}
+
 // Note [Checkpoint fallback]: with the newest checkpoint's data damaged (one FSDP rank's shard),
 // every rank resumes from the older one with a warning; with every checkpoint damaged the run
 // stops naming the files.
