@@ -374,7 +374,7 @@ class _Probe:
                 size = 0
             chunk.append(line)
             size += len(line) + 1
-        self._send("\n".join(chunk) if len(chunk) > 1 else chunk[0])
+        self._send("\n".join(chunk))
 
     def _send(self, text):
         sock = self._sock
@@ -658,9 +658,6 @@ class _TrackedDdp:
             if sizes and all(s.isdigit() for s in sizes):
                 bucket_bytes = sum(int(s) for s in sizes)
         return _TrackedDdp(ddp, probe, bucket_bytes)
-
-    def alive(self):
-        return self._ref() is not None
 
     def _on_collected(self, _ref):
         self._probe.ddp_gone(self)
