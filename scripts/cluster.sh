@@ -705,7 +705,7 @@ EOF
 }
 
 # netpol_up: the NetworkPolicy controller, kube-network-policies v0.8.0's controller with a main
-# of ours (tests/cluster/netpol), a host process like the node's other daemons. It watches Pods,
+# of ours (tests/gotools/netpol), a host process like the node's other daemons. It watches Pods,
 # Namespaces and NetworkPolicies as the user lockstep:kube-network-policies (list and watch, as
 # upstream's ClusterRole grants) and judges the first packet of every connection to or from a
 # pod that the kernel hands it on NFQUEUE NETPOL_QUEUE; later packets of an admitted connection

@@ -1,7 +1,7 @@
 // spec.isolation: NetworkPolicy enforced in the real-node cluster (#26 item 14).
 //
 // The cluster's bridge CNI enforces no NetworkPolicy; scripts/cluster.sh runs a NetworkPolicy
-// controller beside it, kube-network-policies (tests/cluster/netpol), which judges the first
+// controller beside it, kube-network-policies (tests/gotools/netpol), which judges the first
 // packet of every pod connection in user space through an NFQUEUE. Against that:
 //   - a job with spec.isolation NetworkPolicy trains to Succeeded with its policy in place the
 //     whole time: its ranks reach each other on the master port, the barrier port
