@@ -191,7 +191,6 @@ int main(int argc, char** argv) {
     std::cerr << "lockstep-operator: " << e.what() << "\n";
     return 2;
   }
-  lockstep::kube::init_http_threads(2);
   config.qps = opt.qps;
   config.burst = opt.burst;
   if (opt.lease_namespace.empty()) opt.lease_namespace = config.default_namespace;

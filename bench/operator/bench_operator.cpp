@@ -23,11 +23,11 @@
 #include <mutex>
 #include <thread>
 
-#include <cpprest/asyncrt_utils.h>
 
 #include "control_plane.hpp"
 #include "kube/client.hpp"
 #include "kube/resource.hpp"
+#include "kube/rest_config.hpp"
 #include "lockstep/flags.hpp"
 #include "reconcile/job.hpp"
 #include "reconcile/manifests.hpp"
@@ -321,9 +321,11 @@ void start_kubeflow(Operator& op, lockstep::kube::Client& client, lockstep::test
       auto& data = s.body["data"];
       if (s.ok() && data.is_object() && data.contains("tls.crt") && data.contains("tls.key")) {
         for (const char* f : {"tls.key", "tls.crt"}) {  // the certificate last: its presence is what it waits for
-          auto bytes = utility::conversions::from_base64(data[f].get<std::string>());
+          std::string why;
+          auto bytes = lockstep::kube::decode_base64(data[f].is_string() ? data[f].get<std::string>() : "", &why);
+          if (!bytes) throw std::runtime_error("Kubeflow's Secret " + secret + " holds a " + f + " that is not base64: " + why);
           std::string path = std::string(kKubeflowCertDir) + "/" + f, tmp = path + ".tmp";
-          std::ofstream(tmp, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+          std::ofstream(tmp, std::ios::binary).write(bytes->data(), static_cast<std::streamsize>(bytes->size()));
           std::rename(tmp.c_str(), path.c_str());
         }
         copied = true;
@@ -493,7 +495,6 @@ int run_peers(const PeerOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  lockstep::kube::init_http_threads(2);  // as the operator does: the baseline gets the same client
   int jobs = 100, nodes = 8, concurrency = 32, workers = 4, parallelism = 8, rounds = 3;
   bool peer_mode = false, raw_only_flag = false;
   PeerOptions peer;

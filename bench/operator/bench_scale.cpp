@@ -476,7 +476,6 @@ int missing(const std::string& what) {
 int main(int argc, char** argv) {
   Options o = parse(argc, argv);
   bench::catch_stop_signals();
-  lockstep::kube::init_http_threads(4);
   std::string k8s_bin = env_or("LOCKSTEP_K8S_BIN", "");
   if (k8s_bin.empty() || !fs::exists(k8s_bin + "/kube-apiserver") || !fs::exists(k8s_bin + "/etcd"))
     return missing("etcd and kube-apiserver not found in LOCKSTEP_K8S_BIN='" + k8s_bin + "'");

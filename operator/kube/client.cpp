@@ -1,7 +1,5 @@
 #include "kube/client.hpp"
 
-#include <pplx/threadpool.h>
-
 #include <stdexcept>
 #include <thread>
 
@@ -257,8 +255,6 @@ Response Client::watch(const std::string& path, const std::string& resource_vers
       [&](std::string_view line) { return read_event(line, prune, on_event, error); }, cancel);
   return error.status != 0 ? error : r;
 }
-
-void init_http_threads(size_t threads) { crossplat::threadpool::initialize_with_threads(threads); }
 
 std::string url_encode(const std::string& s) {
   static const char kHex[] = "0123456789ABCDEF";

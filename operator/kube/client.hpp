@@ -135,11 +135,6 @@ class Client {
   std::unique_ptr<Impl> impl_;
 };
 
-// Sizes cpprestsdk's shared I/O thread pool (the operator's /metrics listener and its reads
-// of agents' progress use it); call once, first thing in main(). Its default (40 threads)
-// costs CPU in context switches on a small machine (bench/operator).
-void init_http_threads(size_t threads);
-
 // Query-string escaping for label selectors and the like: every byte but RFC 3986's
 // unreserved characters as %XX.
 std::string url_encode(const std::string& s);

@@ -1,6 +1,6 @@
 #include "kube/rest_config.hpp"
 
-#include <cpprest/asyncrt_utils.h>
+#include <openssl/evp.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cctype>
@@ -29,13 +29,12 @@ std::string base64_decode(const std::string& in, const std::string& field) {
   std::string compact;
   for (unsigned char c : in)
     if (!std::isspace(c)) compact += static_cast<char>(c);
-  try {
-    auto bytes = utility::conversions::from_base64(utility::conversions::to_string_t(compact));
-    return std::string(bytes.begin(), bytes.end());
-  } catch (const std::exception& e) {
-    throw ConfigError(field + " is not valid base64 (" + e.what() + "); expected the padded standard encoding, "
+  std::string why;
+  auto bytes = decode_base64(compact, &why);
+  if (!bytes)
+    throw ConfigError(field + " is not valid base64 (" + why + "); expected the padded standard encoding, "
                       "as `base64 -w0 FILE` prints it");
-  }
+  return *bytes;
 }
 
 // A file path in a kubeconfig is relative to the kubeconfig's directory.
@@ -62,6 +61,28 @@ std::string pem(const YAML::Node& node, const std::string& field, const std::str
 }
 
 }  // namespace
+
+std::optional<std::string> decode_base64(std::string_view text, std::string* why) {
+  auto fail = [&](std::string reason) -> std::optional<std::string> {
+    if (why) *why = std::move(reason);
+    return std::nullopt;
+  };
+  if (text.size() % 4 != 0) return fail("its length, " + std::to_string(text.size()) + ", is not a multiple of 4");
+  const size_t pad = text.size() >= 2 && text.substr(text.size() - 2) == "==" ? 2 : !text.empty() && text.back() == '=' ? 1 : 0;
+  for (size_t i = 0; i < text.size() - pad; ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (!std::isalnum(c) && c != '+' && c != '/')
+      return fail(c == '=' ? "padding before the end" : "a character outside the alphabet at offset " + std::to_string(i));
+  }
+  // OpenSSL's decoder (the alphabet checked above): 3 bytes for each 4 characters, the padding
+  // decoded as zero bytes, which are dropped.
+  std::string out(text.size() / 4 * 3, '\0');
+  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()), reinterpret_cast<const unsigned char*>(text.data()),
+                                static_cast<int>(text.size()));
+  if (n < 0 || static_cast<size_t>(n) != out.size()) return fail("OpenSSL could not decode it");
+  out.resize(out.size() - pad);
+  return out;
+}
 
 // A function-try-block: a field of the wrong shape (a list where a name belongs, a scalar
 // document) makes yaml-cpp throw from any lookup below; it becomes a ConfigError naming the file.

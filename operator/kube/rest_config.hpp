@@ -3,8 +3,10 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace lockstep::kube {
 
@@ -12,6 +14,10 @@ namespace lockstep::kube {
 struct ConfigError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// Strict padded standard base64 (RFC 4648, section 4), as a kubeconfig's *-data fields and a
+// Secret's data hold it, decoded by OpenSSL; nullopt, with `why` set, for anything else.
+std::optional<std::string> decode_base64(std::string_view text, std::string* why = nullptr);
 
 struct RestConfig {
   std::string server;            // https://host:port

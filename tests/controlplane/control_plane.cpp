@@ -1,11 +1,12 @@
 #include "control_plane.hpp"
 
+#include "kube/http.hpp"
 #include "test_util.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include <cpprest/http_client.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -223,11 +224,11 @@ void ControlPlane::start_apiserver() {
 
 void ControlPlane::wait_ready(Process& proc, const std::string& log,
                               std::chrono::steady_clock::time_point deadline) {
-  web::http::client::http_client_config config;
-  std::string ca = ca_file_;
-  config.set_ssl_context_callback([ca](boost::asio::ssl::context& ctx) { ctx.load_verify_file(ca); });
-  config.set_timeout(std::chrono::seconds(5));
-  web::http::client::http_client client(server_, config);
+  // The operator's own HTTP client (operator/kube/http.hpp), verifying the server against the CA.
+  lockstep::kube::http::TlsConfig tls;
+  tls.ca_pem = read_file(ca_file_);
+  lockstep::kube::http::Transport client(server_, tls, 5s, "lockstep-controlplane");
+  const std::string authorization = "Bearer " + token_;
   std::string last;
   while (std::chrono::steady_clock::now() < deadline) {
     if (!etcd_.running())
@@ -236,16 +237,13 @@ void ControlPlane::wait_ready(Process& proc, const std::string& log,
     if (!proc.running())
       throw std::runtime_error("kube-apiserver exited during start-up; last lines of " + log + ":\n" +
                                tail_file(log));
-    try {
-      web::http::http_request req(web::http::methods::GET);
-      req.set_request_uri("/readyz");
-      req.headers().add("Authorization", "Bearer " + token_);
-      auto resp = client.request(req).get();
-      if (resp.status_code() == 200) return;
-      last = "HTTP " + std::to_string(resp.status_code());
-    } catch (const std::exception& e) {
-      last = e.what();
-    }
+    lockstep::kube::http::Request req;
+    req.method = "GET";
+    req.target = "/readyz";
+    req.authorization = authorization;
+    auto reply = client.round_trip(req);
+    if (reply.status == 200) return;
+    last = reply.status ? "HTTP " + std::to_string(reply.status) : reply.error;
     std::this_thread::sleep_for(100ms);
   }
   throw std::runtime_error("kube-apiserver not ready within " +

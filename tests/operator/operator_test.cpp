@@ -15,8 +15,8 @@
 #include <sstream>
 #include <thread>
 
-#include <cpprest/http_listener.h>
 
+#include "http_server.hpp"
 #include "kube/client.hpp"
 #include "kube/informer.hpp"
 #include "kube/resource.hpp"
@@ -154,19 +154,12 @@ class PodEvents {
 // sets, so a test can say what the agents did (their own tests check that they say it).
 class FakeAgent {
  public:
-  explicit FakeAgent(int port) : listener_("http://127.0.0.1:" + std::to_string(port)) {
-    listener_.support(web::http::methods::GET, [this](web::http::http_request req) {
-      std::string body;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        body = text_;
-        ++gets_;
-      }
-      req.reply(web::http::status_codes::OK, body, "text/plain; version=0.0.4");
-    });
-    listener_.open().wait();
-  }
-  ~FakeAgent() { listener_.close().wait(); }
+  explicit FakeAgent(int port)
+      : server_("127.0.0.1", port, {{"/metrics", [this] {
+                  std::lock_guard<std::mutex> lock(mu_);
+                  ++gets_;
+                  return lockstep::op::HttpAnswer{200, text_, "text/plain; version=0.0.4"};
+                }}}) {}
   void serve(const std::string& text) {
     std::lock_guard<std::mutex> lock(mu_);
     text_ = text;
@@ -180,7 +173,7 @@ class FakeAgent {
   std::mutex mu_;
   std::string text_;
   int gets_ = 0;
-  web::http::experimental::listener::http_listener listener_;
+  lockstep::op::HttpServer server_;  // last: it stops before the members its handler reads
 };
 
 // Pauses an operator (SIGSTOP) for a scope, so only the one a test starts acts.
@@ -657,7 +650,11 @@ TEST_F(OperatorTest, ANodeThatGoesNotReadyRestartsTheGangWithinSeconds) {
   std::cout << "[ NotReady node " << b << ": its pod force-deleted " << gone << " s after the node's status changed ]\n";
   ASSERT_GE(gone, 0) << "the pod on the lost node is still there: " << operator_->log().substr(0, 4000);
   EXPECT_LT(gone, 5.0);
-  json j = job("nr");
+  json j;  // the status write follows the deletes, so it may land a moment later
+  EXPECT_TRUE(eventually([&] {
+    j = job("nr");
+    return condition(j, "Restarted") != nullptr;
+  })) << j.dump();
   EXPECT_EQ(j["status"]["restarts"], 1);
   EXPECT_EQ(j["status"]["nodeLostRestarts"], 1);
   const json* c = condition(j, "Restarted");
@@ -693,7 +690,11 @@ TEST_F(OperatorTest, AnUntoleratedNoExecuteTaintRestartsTheGangAndAToleratedOneD
   std::cout << "[ untolerated NoExecute taint on " << b << ": its pod force-deleted " << gone << " s after the taint ]\n";
   ASSERT_GE(gone, 0) << operator_->log().substr(0, 4000);
   EXPECT_LT(gone, 5.0);
-  json j = job("taint");
+  json j;  // the status write follows the deletes, so it may land a moment later
+  EXPECT_TRUE(eventually([&] {
+    j = job("taint");
+    return condition(j, "Restarted") != nullptr;
+  })) << j.dump();
   EXPECT_EQ(j["status"]["restarts"], 1);
   const json* c = condition(j, "Restarted");
   ASSERT_NE(c, nullptr);
@@ -715,7 +716,12 @@ TEST_F(OperatorTest, ADeletedNodeRestartsTheGang) {
   double gone = seconds_until_gone("del-1", uid, t0);
   std::cout << "[ deleted node " << b << ": its pod force-deleted " << gone << " s after ]\n";
   ASSERT_GE(gone, 0) << operator_->log().substr(0, 4000);
-  json j = job("del");
+  // The status write follows the deletes (the pods go first), so it may land a moment later.
+  json j;
+  EXPECT_TRUE(eventually([&] {
+    j = job("del");
+    return condition(j, "Restarted") != nullptr;
+  })) << j.dump();
   const json* c = condition(j, "Restarted");
   ASSERT_NE(c, nullptr);
   EXPECT_NE((*c)["message"].get<std::string>().find("node " + b + " is gone (deleted)"), std::string::npos) << *c;
