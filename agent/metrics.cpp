@@ -12,6 +12,9 @@
 #include <iomanip>
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
+#include "lockstep/contract.hpp"
 #include "lockstep/listener_limits.hpp"
 #include "lockstep/log.hpp"
 
@@ -145,6 +148,11 @@ Metrics::Metrics(const Config& cfg, const std::string& socket_dir)
       if (!r.step_log) throw std::runtime_error("cannot append to the step log " + path + " (--step-log)");
     }
   }
+  if (!cfg.step_log_dir.empty()) {
+    const std::string path = cfg.step_log_dir + "/node-" + std::to_string(cfg.node_rank) + ".events.jsonl";
+    event_log_.open(path, std::ios::app);
+    if (!event_log_) throw std::runtime_error("cannot append to the event log " + path + " (--step-log)");
+  }
   if (cfg.metrics_port > 0) {
     endpoint_ = cfg.metrics_address + ":" + std::to_string(cfg.metrics_port);
     try {
@@ -171,7 +179,29 @@ Metrics::~Metrics() {
 std::string Metrics::socket_path(int local_rank) const { return dir_ + "/rank-" + std::to_string(local_rank) + ".sock"; }
 
 void Metrics::set_worker_up(int local_rank, bool up) { ranks_[local_rank].worker_up->Set(up ? 1 : 0); }
-void Metrics::count_in_place_restart(const std::string& reason, int rank, int exit_code) {
+// Note [Event log]
+// `--step-log DIR` also keeps what this node's agent did that a step report cannot say, one JSON
+// object a line in DIR/node-N.events.jsonl (N the node rank), flushed at once. Today one event,
+// an in-place restart:
+//   {"node":0,"attempt":0,"time":1764000000.123,"event":"in_place_restart","generation":1,
+//    "reason":"WorkerFailed","rank":3,"exit_code":1,"why":"rank 3 exited with code 1"}
+// `lockstep run` follows node 0's to say and count in-place restarts, rather than reading the
+// agent's log sentences, whose wording may change (docs/metrics.md, "The step log").
+void Metrics::count_in_place_restart(const std::string& reason, int rank, int exit_code, int generation,
+                                     const std::string& why) {
+  if (event_log_.is_open()) {
+    nlohmann::json e = {{"node", cfg_.node_rank},
+                        {"attempt", cfg_.restart_attempt},
+                        {"time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
+                        {"event", "in_place_restart"},
+                        {"generation", generation},
+                        {"reason", reason},
+                        {"rank", rank},
+                        {"exit_code", exit_code},
+                        {"why", why}};
+    // A peer's words reach `why`: bytes that are not UTF-8 are replaced, never thrown on.
+    event_log_ << e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+  }
   restarts_->Increment();
   in_place_->Increment();
   if (!last_restart_ts_) {
@@ -273,15 +303,22 @@ void Metrics::record(int local_rank, const StepReport& s) {
 void Metrics::log_step(Rank& r, const StepReport& s) {
   if (!r.step_log.is_open()) return;
   auto& o = r.step_log;
-  o << std::setprecision(10) << "{\"rank\":" << r.progress.rank << ",\"attempt\":" << cfg_.restart_attempt
-    << ",\"generation\":" << generation_.load() << ",\"time\":" << std::fixed << std::setprecision(3)
-    << std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()
-    << std::defaultfloat << std::setprecision(9) << ",\"step\":" << s.step;
+  namespace report = lockstep::contract::report;
+  auto key = [&o](const char* name) -> std::ostream& { return o << ",\"" << name << "\":"; };
+  o << std::setprecision(10) << "{\"" << report::kRank << "\":" << r.progress.rank;
+  key(report::kAttempt) << cfg_.restart_attempt;
+  key(report::kGeneration) << generation_.load();
+  key(report::kTime) << std::fixed << std::setprecision(3)
+                     << std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()
+                     << std::defaultfloat << std::setprecision(9);
+  key(report::kStep) << s.step;
   const std::pair<const char*, const std::optional<double>*> fields[] = {
-      {"step_s", &s.step_s}, {"compute_s", &s.compute_s}, {"comm_s", &s.comm_s}, {"exposed_comm_s", &s.exposed_comm_s},
-      {"tokens", &s.tokens}, {"flops", &s.flops},     {"loss", &s.loss},     {"total_steps", &s.total_steps}};
-  for (const auto& [key, value] : fields)
-    if (*value) o << ",\"" << key << "\":" << **value;  // finite: the parser admits nothing else
+      {report::kStepSeconds, &s.step_s},     {report::kComputeSeconds, &s.compute_s},
+      {report::kCommSeconds, &s.comm_s},     {report::kExposedCommSeconds, &s.exposed_comm_s},
+      {report::kTokens, &s.tokens},          {report::kFlops, &s.flops},
+      {report::kLoss, &s.loss},              {report::kTotalSteps, &s.total_steps}};
+  for (const auto& [name, value] : fields)
+    if (*value) key(name) << **value;  // finite: the parser admits nothing else
   o << "}\n";  // flushed once per datagram, by receive_loop
 }
 

@@ -44,8 +44,11 @@ class Metrics {
   std::string socket_path(int local_rank) const;
   void set_worker_up(int local_rank, bool up);
   // An in-place restart of every worker (Note [Restart barrier]): lockstep_worker_restarts_total,
-  // lockstep_restarts_total{kind="in_place"}, and the last one's time and cause.
-  void count_in_place_restart(const std::string& reason, int rank, int exit_code);
+  // lockstep_restarts_total{kind="in_place"}, and the last one's time and cause; with
+  // cfg.step_log_dir, also a line of this node's event log (Note [Event log]): `generation`
+  // the worker group that starts now, `why` the barrier's verdict in words.
+  void count_in_place_restart(const std::string& reason, int rank, int exit_code, int generation = 0,
+                              const std::string& why = "");
   void count_stall();
   std::vector<RankProgress> progress() const;
   void reset_progress(int generation);  // worker group `generation` starts now, from nothing
@@ -72,6 +75,7 @@ class Metrics {
     std::ofstream step_log;  // open when cfg.step_log_dir is set
   };
   void log_step(Rank& r, const StepReport& s);
+  std::ofstream event_log_;  // DIR/node-N.events.jsonl, open when cfg.step_log_dir is set
   void receive_loop();
 
   Config cfg_;

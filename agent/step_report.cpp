@@ -4,8 +4,12 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "lockstep/contract.hpp"
+
 namespace lockstep::agent {
 namespace {
+
+namespace report = lockstep::contract::report;
 
 // A token as it may appear in a log line: bounded, printable ASCII only, since a report
 // is untrusted bytes (binary, invalid UTF-8, control characters).
@@ -77,31 +81,34 @@ std::optional<StepReport> parse_step_report(const std::string& line, std::string
     if (text.empty() || endp != text.c_str() + text.size() || errno || !std::isfinite(v))
       return fail("value of " + quote(key) + " is not a number (finite)");
     if (std::fabs(v) > kMaxReportValue) return fail("value of " + quote(key) + " is out of range");
-    if (v < 0 && key != "loss") return fail("value of " + quote(key) + " is negative");
-    if (key == "step") {
+    if (v < 0 && key != report::kLoss) return fail("value of " + quote(key) + " is negative");
+    if (key == report::kStep) {
       // Digits only, below 2^53 (where a double stops holding every integer): no cast of a
       // huge double, and the same step for every reader of the series.
       if (text.size() > 16 || text.find_first_not_of("0123456789") != std::string::npos ||
           std::strtoll(text.c_str(), nullptr, 10) >= (1LL << 53))
         return fail("step must be a non-negative integer below 2^53");
       r.step = std::strtoll(text.c_str(), nullptr, 10);
-    } else if (key == "step_s") r.step_s = v;
-    else if (key == "compute_s") r.compute_s = v;
-    else if (key == "comm_s") r.comm_s = v;
-    else if (key == "exposed_comm_s") r.exposed_comm_s = v;
-    else if (key == "tokens") r.tokens = v;
-    else if (key == "flops") r.flops = v;
-    else if (key == "loss") r.loss = v;
-    else if (key == "mem_bytes") r.mem_bytes = v;
-    else if (key == "total_steps") r.total_steps = v;
-    else if (key.rfind("comm_s.", 0) == 0 || key.rfind("comm_bytes.", 0) == 0 ||
-             key.rfind("exposed_comm_s.", 0) == 0) {
-      // The op becomes a label value: a bounded name, so a broken sender cannot mint
-      // series without end.
-      auto dot = key.find('.');
-      std::string kind = key.substr(0, dot), op = key.substr(dot + 1);
-      if (!valid_op(op)) return fail("collective name in " + quote(key) + " must be 1-" + std::to_string(kMaxOpNameLength) + " characters of a-z, 0-9 and _");
-      (kind == "comm_bytes" ? r.comm_bytes_by_op : kind == "comm_s" ? r.comm_s_by_op : r.exposed_comm_s_by_op)[op] = v;
+    } else if (key == report::kStepSeconds) r.step_s = v;
+    else if (key == report::kComputeSeconds) r.compute_s = v;
+    else if (key == report::kCommSeconds) r.comm_s = v;
+    else if (key == report::kExposedCommSeconds) r.exposed_comm_s = v;
+    else if (key == report::kTokens) r.tokens = v;
+    else if (key == report::kFlops) r.flops = v;
+    else if (key == report::kLoss) r.loss = v;
+    else if (key == report::kMemBytes) r.mem_bytes = v;
+    else if (key == report::kTotalSteps) r.total_steps = v;
+    else if (const auto dot = key.find('.'); dot != std::string::npos) {
+      // Per collective: comm_s.<op>, comm_bytes.<op>, exposed_comm_s.<op>. The op becomes a
+      // label value: a bounded name, so a broken sender cannot mint series without end.
+      const std::string kind = key.substr(0, dot), op = key.substr(dot + 1);
+      auto* by_op = kind == report::kCommSeconds ? &r.comm_s_by_op
+                    : kind == report::kCommBytes ? &r.comm_bytes_by_op
+                    : kind == report::kExposedCommSeconds ? &r.exposed_comm_s_by_op : nullptr;
+      if (by_op) {
+        if (!valid_op(op)) return fail("collective name in " + quote(key) + " must be 1-" + std::to_string(kMaxOpNameLength) + " characters of a-z, 0-9 and _");
+        (*by_op)[op] = v;
+      }
     }
     // other keys: ignored (forward compatible)
   }

@@ -789,7 +789,7 @@ int Supervisor::run() {
         LOCKSTEP_LOG(Warn, "agent", "restart barrier: " << verdict_why(*m) << "; starting generation " << gen
                                                         << " (TORCHELASTIC_RESTART_COUNT=" << cfg_.restart_attempt + gen << ")");
         if (metrics_) metrics_->count_in_place_restart(cause ? cause->reason : "WorkerFailed", cause ? cause->rank : -1,
-                                                       cause ? cause->code : 0);
+                                                       cause ? cause->code : 0, gen, verdict_why(*m));
         break;
       }
       if (!finished && std::chrono::steady_clock::now() > deadline)

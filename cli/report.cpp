@@ -10,6 +10,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "lockstep/contract.hpp"
+
 #include "report_page.hpp"  // kReportPage: cli/report_page.html, embedded at build time
 
 namespace fs = std::filesystem;
@@ -68,7 +70,7 @@ std::vector<StepRecord> read_step_logs(const std::string& dir) {
   std::error_code ec;
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.path().extension() == ".jsonl") files.push_back(e.path());
+    if (e.path().extension() == ".jsonl" && e.path().filename().string().rfind("rank-", 0) == 0) files.push_back(e.path());
   std::sort(files.begin(), files.end());
   for (const auto& f : files) {
     std::ifstream in(f);
@@ -79,19 +81,21 @@ std::vector<StepRecord> read_step_logs(const std::string& dir) {
         if (j.contains(key) && j[key].is_number()) return j[key].get<double>();
         return std::nullopt;
       };
-      auto step = number("step");
+      namespace report = lockstep::contract::report;
+      auto step = number(report::kStep);
       if (!step) continue;
       StepRecord r;
-      r.rank = static_cast<int>(number("rank").value_or(0));
-      r.attempt = static_cast<int>(number("attempt").value_or(0));
-      r.generation = static_cast<int>(number("generation").value_or(0));
+      r.rank = static_cast<int>(number(report::kRank).value_or(0));
+      r.attempt = static_cast<int>(number(report::kAttempt).value_or(0));
+      r.generation = static_cast<int>(number(report::kGeneration).value_or(0));
       r.step = static_cast<long long>(*step);
-      r.step_s = number("step_s");
-      r.compute_s = number("compute_s");
-      r.comm_s = number("comm_s");
-      r.exposed_comm_s = number("exposed_comm_s");
-      r.loss = number("loss");
-      r.tokens = number("tokens");
+      r.step_s = number(report::kStepSeconds);
+      r.compute_s = number(report::kComputeSeconds);
+      r.comm_s = number(report::kCommSeconds);
+      r.exposed_comm_s = number(report::kExposedCommSeconds);
+      r.loss = number(report::kLoss);
+      r.tokens = number(report::kTokens);
+      r.total_steps = number(report::kTotalSteps);
       out.push_back(r);
     }
   }

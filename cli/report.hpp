@@ -17,7 +17,7 @@ struct StepRecord {
   int attempt = 0;     // the gang restart (LOCKSTEP_RESTART_ATTEMPT)
   int generation = 0;  // the in-place restart
   long long step = 0;
-  std::optional<double> step_s, compute_s, comm_s, exposed_comm_s, loss, tokens;
+  std::optional<double> step_s, compute_s, comm_s, exposed_comm_s, loss, tokens, total_steps;
 };
 
 // What the page says about the run besides its steps.

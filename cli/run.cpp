@@ -13,7 +13,6 @@
 #include <iomanip>
 #include <iostream>
 #include <optional>
-#include <regex>
 #include <sstream>
 
 #include "lockstep/contract.hpp"
@@ -31,6 +30,33 @@ using Clock = std::chrono::steady_clock;
 
 namespace lockstep::cli {
 namespace {
+
+// The lines appended to a JSON-lines file since the last read(), each parsed; a line not yet
+// complete waits for the next read, and one that is not a JSON object is skipped.
+class LogFollower {
+ public:
+  explicit LogFollower(std::string path) : path_(std::move(path)) {}
+  std::vector<json> read() {
+    std::vector<json> out;
+    std::ifstream in(path_, std::ios::binary);
+    if (!in) return out;
+    in.seekg(offset_);
+    std::string chunk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    offset_ += static_cast<std::streamoff>(chunk.size());
+    partial_ += chunk;
+    for (size_t pos; (pos = partial_.find('\n')) != std::string::npos;) {
+      json j = json::parse(partial_.substr(0, pos), nullptr, false);
+      partial_.erase(0, pos + 1);
+      if (j.is_object()) out.push_back(std::move(j));
+    }
+    return out;
+  }
+
+ private:
+  std::string path_;
+  std::streamoff offset_ = 0;
+  std::string partial_;
+};
 
 // Where lockstep-agent and lockstep-trainer are: beside this binary (installed), or in the
 // build tree's agent/ and trainer/ directories.
@@ -193,56 +219,64 @@ int run_command(const std::vector<std::string>& args) {
     return out_fd;
   };
 
-  // Node 0's output: the trainer's progress lines become one live line; restarts are said.
+  // Note [Live line from the logs]
+  // What `lockstep run` shows while a job trains comes from the agents' own records, not from
+  // anyone's wording: the live line from rank 0's step log (every report its agent took,
+  // docs/metrics.md, "The step log"), in-place restarts from node 0's agent's event log
+  // (Note [Event log] in agent/metrics.cpp). Node 0's output goes to node-0.log; of it, only the
+  // agents' own lines and errors are echoed (the trainer's progress lines are in the log).
   const bool tty = ::isatty(STDOUT_FILENO);
-  static const std::regex progress(R"(\[rank 0\] step\s+(\d+)/(\d+)\s+loss ([0-9.]+)\s+(\d+) tok/s\s+([0-9.]+) ms/step\s+comm (\d+)%.*)");
-  static const std::regex in_place(R"(restart barrier: (.*); starting generation (\d+).*)");
   std::ofstream node0_log(run_dir + "/node-0.log");
   std::string last_status;
-  std::optional<double> first_loss, last_loss;
-  int last_step = 0, in_place_restarts = 0, gang_restarts = 0;
+  int in_place_restarts = 0, gang_restarts = 0;
   auto start = Clock::now();
   int interrupted = 0;
   auto say = [&](const std::string& line) {
     std::cout << (tty && !last_status.empty() ? "\r\033[K" : "") << line << "\n";
     if (tty && !last_status.empty()) std::cout << last_status << std::flush;
   };
-  // A program without lockstep-trainer's progress lines (a torchrun-style script): the live
-  // line follows rank 0's step log instead, which its agent appends every report to (the
-  // agent's Python probe reports any PyTorch program's optimizer steps).
-  bool trainer_lines = false;
-  std::streamoff step_log_read = 0;
-  std::string step_log_partial;
-  auto follow_step_log = [&] {
-    if (trainer_lines) return;
-    std::ifstream in(steps_dir + "/rank-0.jsonl", std::ios::binary);
-    if (!in) return;
-    in.seekg(step_log_read);
-    std::string chunk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (chunk.empty()) return;
-    step_log_read += static_cast<std::streamoff>(chunk.size());
-    step_log_partial += chunk;
-    json last;
-    for (size_t pos; (pos = step_log_partial.find('\n')) != std::string::npos;) {
-      json j = json::parse(step_log_partial.substr(0, pos), nullptr, false);
-      step_log_partial.erase(0, pos + 1);
-      if (j.is_object() && j.contains("step") && j["step"].is_number()) last = j;
+  namespace report = lockstep::contract::report;
+  const int world = nodes * view.procs_per_node;
+  LogFollower step_log(steps_dir + "/rank-0.jsonl"), events(steps_dir + "/node-0.events.jsonl");
+  Clock::time_point last_printed{};
+  auto follow_logs = [&] {
+    for (const json& e : events.read()) {
+      if (e.value("event", "") != "in_place_restart") continue;
+      ++in_place_restarts;
+      say("lockstep run: restarted in place (generation " + std::to_string(e.value("generation", 0)) +
+          "): " + e.value("why", std::string("a worker failed")));
     }
+    json last;
+    for (json& j : step_log.read())
+      if (j.contains(report::kStep) && j[report::kStep].is_number()) last = std::move(j);
     if (last.is_null()) return;
     auto number = [&](const char* key) { return last.contains(key) && last[key].is_number() ? last[key].get<double>() : -1.0; };
+    const long long step = last[report::kStep].get<long long>();
+    const double total = number(report::kTotalSteps) > 0 ? number(report::kTotalSteps) : total_steps;
+    const double step_s = number(report::kStepSeconds);
     std::ostringstream s;
-    s << std::fixed << "step " << last["step"].get<long long>();
-    if (number("total_steps") > 0) s << "/" << static_cast<long long>(number("total_steps"));
-    if (last.contains("loss") && last["loss"].is_number()) s << std::setprecision(4) << "  loss " << last["loss"].get<double>();
-    const double step_s = number("step_s");
+    s << std::fixed << "step " << step;
+    if (total > 0) s << "/" << static_cast<long long>(total);
+    if (last.contains(report::kLoss) && last[report::kLoss].is_number())
+      s << std::setprecision(4) << "  loss " << last[report::kLoss].get<double>();
+    if (step_s > 0 && number(report::kTokens) > 0)  // a rank's tokens a step, every rank alike
+      s << std::setprecision(0) << "  " << number(report::kTokens) * world / step_s << " tok/s";
     if (step_s > 0) s << std::setprecision(1) << "  " << step_s * 1000 << " ms/step";
-    if (step_s > 0 && number("comm_s") >= 0)
-      s << std::setprecision(0) << "  comm " << 100 * number("comm_s") / step_s << "% (exposed "
-        << 100 * std::max(0.0, number("exposed_comm_s")) / step_s << "%)";
+    if (step_s > 0 && number(report::kCommSeconds) >= 0)
+      s << std::setprecision(0) << "  comm " << 100 * number(report::kCommSeconds) / step_s << "% (exposed "
+        << 100 * std::max(0.0, number(report::kExposedCommSeconds)) / step_s << "%)";
+    if (total > 0 && step > 0) {
+      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      s << "  ETA " << fmt_duration(std::max(0.0, elapsed / static_cast<double>(step) * (total - static_cast<double>(step))));
+    }
     if (in_place_restarts + gang_restarts > 0) s << "  restarts " << in_place_restarts << " in place, " << gang_restarts << " gang";
     last_status = s.str();
-    if (tty) std::cout << "\r\033[K" << last_status << std::flush;
-    else std::cout << last_status << std::endl;
+    if (tty) {
+      std::cout << "\r\033[K" << last_status << std::flush;
+    } else if (Clock::now() - last_printed >= std::chrono::milliseconds(500) || (total > 0 && step >= total)) {
+      std::cout << last_status << std::endl;  // a file or pipe: a line each half second, and the last step's
+      last_printed = Clock::now();
+    }
   };
   int code = 0;
   std::string culprit;
@@ -265,7 +299,7 @@ int run_command(const std::vector<std::string>& args) {
         std::cout << (tty ? "\n" : "") << "lockstep run: " << strsignal(sig) << ": stopping " << nodes << " node(s)..." << std::endl;
         for (auto& a : agents) a.signal(SIGTERM);
       }
-      follow_step_log();
+      follow_logs();
       if (!(pfd.revents & (POLLIN | POLLHUP))) continue;
       ssize_t n = ::read(out_fd, buf, sizeof buf);
       if (n <= 0) break;
@@ -274,34 +308,17 @@ int run_command(const std::vector<std::string>& args) {
         std::string line = partial.substr(0, pos);
         partial.erase(0, pos + 1);
         node0_log << line << "\n";
-        std::smatch m;
-        if (std::regex_match(line, m, progress)) {
-          trainer_lines = true;
-          last_step = std::stoi(m[1]);
-          total_steps = std::stoi(m[2]);
-          last_loss = std::stod(m[3]);
-          if (!first_loss) first_loss = last_loss;
-          double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-          double eta = last_step > 0 ? elapsed / last_step * (total_steps - last_step) : 0;
-          std::ostringstream s;
-          s << "step " << last_step << "/" << total_steps << "  loss " << m[3] << "  " << m[4] << " tok/s  " << m[5]
-            << " ms/step  comm " << m[6] << "%  ETA " << fmt_duration(eta);
-          if (in_place_restarts + gang_restarts > 0)
-            s << "  restarts " << in_place_restarts << " in place, " << gang_restarts << " gang";
-          last_status = s.str();
-          if (tty) std::cout << "\r\033[K" << last_status << std::flush;
-          else std::cout << last_status << std::endl;  // a file or pipe: a line each report
-        } else if (std::regex_search(line, m, in_place)) {
-          ++in_place_restarts;
-          say("lockstep run: restarted in place (generation " + m[2].str() + "): " + m[1].str());
-        } else if (line.find("[rank") == 0 || line.find("lockstep-agent:") != std::string::npos ||
-                   line.find("ERROR") != std::string::npos || line.find("error") != std::string::npos) {
+        // The agents' own lines and errors; a rank's lines but its progress lines (which the
+        // live line shows; one reworded is echoed, never lost).
+        const bool rank_line = line.rfind("[rank ", 0) == 0;
+        const bool progress_line = rank_line && line.find("] step ") != std::string::npos;
+        if ((rank_line && !progress_line) || line.find("lockstep-agent:") != std::string::npos ||
+            line.find("ERROR") != std::string::npos || line.find("error") != std::string::npos)
           say(line);
-        }
       }
     }
     if (out_fd >= 0) ::close(out_fd);
-    follow_step_log();  // node 0's agent has gone: its last reports are in the file
+    follow_logs();  // node 0's agent has gone: its last reports are in the files
     // Everyone ends: node 0 has; the rest follow (the restart barrier ends them together) or
     // are stopped.
     code = 0;
@@ -333,17 +350,18 @@ int run_command(const std::vector<std::string>& args) {
   }
   if (tty && !last_status.empty()) std::cout << "\n";
   double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  // The steps as the ranks reported them (the agents' step logs). A program that prints no
-  // lockstep-trainer progress lines (any torchrun-style script, reported by the agent's
-  // Python probe) has its steps, and its loss if it reports one, from there: the lowest
-  // rank's last report.
+  // The steps as the ranks reported them (the agents' step logs): the lowest rank's last step,
+  // and its first and last loss when it reports one.
   const auto records = read_step_logs(steps_dir);
-  if (last_step == 0 && !records.empty()) {
+  int last_step = 0;
+  std::optional<double> first_loss, last_loss;
+  if (!records.empty()) {
     int lowest = records.front().rank;
     for (const auto& r : records) lowest = std::min(lowest, r.rank);
     for (const auto& r : records) {
       if (r.rank != lowest) continue;
       last_step = static_cast<int>(r.step);
+      if (r.total_steps && total_steps == 0) total_steps = static_cast<int>(*r.total_steps);
       if (r.loss) {
         if (!first_loss) first_loss = r.loss;
         last_loss = r.loss;
@@ -370,10 +388,10 @@ int run_command(const std::vector<std::string>& args) {
   summary.elapsed_s = elapsed;
   summary.in_place_restarts = in_place_restarts;
   summary.gang_restarts = gang_restarts;
-  const std::string report = run_dir + "/report.html";
+  const std::string report_path = run_dir + "/report.html";
   try {
-    write_report(report, summary, records);
-    std::cout << "\n  report: " << report;
+    write_report(report_path, summary, records);
+    std::cout << "\n  report: " << report_path;
   } catch (const std::exception& e) {
     std::cout << "\n  report: not written (" << e.what() << ")";
   }

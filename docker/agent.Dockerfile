@@ -6,7 +6,7 @@
 #   docker build -f docker/agent.Dockerfile -t lockstep/agent:0.1.0 .
 FROM debian:bookworm AS build
 RUN apt-get update && apt-get install -y --no-install-recommends \
-      build-essential cmake ninja-build prometheus-cpp-dev libssl-dev && rm -rf /var/lib/apt/lists/*
+      build-essential cmake ninja-build prometheus-cpp-dev nlohmann-json3-dev libssl-dev && rm -rf /var/lib/apt/lists/*
 COPY . /src
 RUN cmake -S /src -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOCKSTEP_BUILD_TESTS=OFF \
       -DLOCKSTEP_BUILD_OPERATOR=OFF -DLOCKSTEP_BUILD_TRAINER=OFF \

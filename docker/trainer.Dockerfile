@@ -9,7 +9,7 @@
 ARG PYTORCH_IMAGE=pytorch/pytorch:2.11.0-cuda13.0-cudnn9-devel
 FROM ${PYTORCH_IMAGE}
 RUN apt-get update && apt-get install -y --no-install-recommends \
-      build-essential cmake ninja-build libgloo-dev prometheus-cpp-dev libssl-dev \
+      build-essential cmake ninja-build libgloo-dev libxxhash-dev prometheus-cpp-dev nlohmann-json3-dev libssl-dev \
  && rm -rf /var/lib/apt/lists/*
 COPY . /src
 RUN cmake -S /src -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOCKSTEP_BUILD_TESTS=OFF \

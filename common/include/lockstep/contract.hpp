@@ -105,4 +105,30 @@ inline bool exit_code_is_consequence(int code) {
 // 1..127 is the program's own verdict, permanent.
 inline bool exit_code_retryable(int code) { return code <= 0 || code >= 128 || exit_code_is_consequence(code); }
 
+// The step report, worker -> agent (docs/metrics.md, "The step report"): key=value pairs, one
+// report a line. lockstep-trainer writes them (trainer/train.cpp), the agent parses them
+// (agent/step_report.cpp) and keeps them, under the same names, in its step log
+// (agent/metrics.cpp, Note [Step log]), which `lockstep run` follows and draws its report from
+// (cli/run.cpp, cli/report.cpp). The Python probe writes the same names
+// (agent/python/lockstep/_pytorch.py); probe_test's runs read them back through the agent.
+namespace report {
+inline constexpr const char* kStep = "step";
+inline constexpr const char* kStepSeconds = "step_s";
+inline constexpr const char* kComputeSeconds = "compute_s";
+inline constexpr const char* kCommSeconds = "comm_s";                 // also per collective: comm_s.<op>
+inline constexpr const char* kExposedCommSeconds = "exposed_comm_s";  // also exposed_comm_s.<op>
+inline constexpr const char* kCommBytes = "comm_bytes";               // per collective only: comm_bytes.<op>
+inline constexpr const char* kTokens = "tokens";
+inline constexpr const char* kFlops = "flops";
+inline constexpr const char* kLoss = "loss";
+inline constexpr const char* kMemBytes = "mem_bytes";
+inline constexpr const char* kTotalSteps = "total_steps";
+// What the step log adds to each report: the rank, the gang attempt (LOCKSTEP_RESTART_ATTEMPT),
+// the in-place generation, and the arrival's Unix time.
+inline constexpr const char* kRank = "rank";
+inline constexpr const char* kAttempt = "attempt";
+inline constexpr const char* kGeneration = "generation";
+inline constexpr const char* kTime = "time";
+}  // namespace report
+
 }  // namespace lockstep::contract
