@@ -239,7 +239,8 @@ int run_command(const std::vector<std::string>& args) {
   const int world = nodes * view.procs_per_node;
   LogFollower step_log(steps_dir + "/rank-0.jsonl"), events(steps_dir + "/node-0.events.jsonl");
   Clock::time_point last_printed{};
-  auto follow_logs = [&] {
+  std::string printed;  // the live line last printed on a file or pipe
+  auto follow_logs = [&](bool last_call) {
     for (const json& e : events.read()) {
       if (e.value("event", "") != "in_place_restart") continue;
       ++in_place_restarts;
@@ -249,7 +250,13 @@ int run_command(const std::vector<std::string>& args) {
     json last;
     for (json& j : step_log.read())
       if (j.contains(report::kStep) && j[report::kStep].is_number()) last = std::move(j);
-    if (last.is_null()) return;
+    if (last.is_null()) {
+      if (last_call && !tty && !last_status.empty() && printed != last_status) {
+        std::cout << last_status << std::endl;  // the last report's line, held back by the half second
+        printed = last_status;
+      }
+      return;
+    }
     auto number = [&](const char* key) { return last.contains(key) && last[key].is_number() ? last[key].get<double>() : -1.0; };
     const long long step = last[report::kStep].get<long long>();
     const double total = number(report::kTotalSteps) > 0 ? number(report::kTotalSteps) : total_steps;
@@ -273,9 +280,10 @@ int run_command(const std::vector<std::string>& args) {
     last_status = s.str();
     if (tty) {
       std::cout << "\r\033[K" << last_status << std::flush;
-    } else if (Clock::now() - last_printed >= std::chrono::milliseconds(500) || (total > 0 && step >= total)) {
+    } else if (last_call || Clock::now() - last_printed >= std::chrono::milliseconds(500) || (total > 0 && step >= total)) {
       std::cout << last_status << std::endl;  // a file or pipe: a line each half second, and the last step's
       last_printed = Clock::now();
+      printed = last_status;
     }
   };
   int code = 0;
@@ -299,7 +307,7 @@ int run_command(const std::vector<std::string>& args) {
         std::cout << (tty ? "\n" : "") << "lockstep run: " << strsignal(sig) << ": stopping " << nodes << " node(s)..." << std::endl;
         for (auto& a : agents) a.signal(SIGTERM);
       }
-      follow_logs();
+      follow_logs(false);
       if (!(pfd.revents & (POLLIN | POLLHUP))) continue;
       ssize_t n = ::read(out_fd, buf, sizeof buf);
       if (n <= 0) break;
@@ -318,7 +326,7 @@ int run_command(const std::vector<std::string>& args) {
       }
     }
     if (out_fd >= 0) ::close(out_fd);
-    follow_logs();  // node 0's agent has gone: its last reports are in the files
+    follow_logs(true);  // node 0's agent has gone: its last reports are in the files
     // Everyone ends: node 0 has; the rest follow (the restart barrier ends them together) or
     // are stopped.
     code = 0;

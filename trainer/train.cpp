@@ -401,14 +401,16 @@ int run(const Options& o) {
       comm_total += comm.comm_s;
       exposed_total += waited_s;
     }
+    namespace key = contract::report;  // the names the agent parses (docs/metrics.md, "The step report")
     std::ostringstream line;
-    line << "step=" << step + 1 << " step_s=" << step_s << " compute_s=" << std::max(0.0, step_s - waited_s)
-         << " comm_s=" << comm.comm_s << " exposed_comm_s=" << waited_s;
-    for (const auto& [op, s] : comm.ops)  // docs/metrics.md: per collective kind
-      line << " comm_s." << op << "=" << s.comm_s << " comm_bytes." << op << "=" << s.bytes << " exposed_comm_s." << op
-           << "=" << s.exposed_s;
-    line << " total_steps=" << o.steps << " tokens=" << tokens_per_step
-         << " flops=" << flops_per_token * tokens_per_step << " loss=" << loss_sum;
+    line << key::kStep << '=' << step + 1 << ' ' << key::kStepSeconds << '=' << step_s << ' ' << key::kComputeSeconds << '='
+         << std::max(0.0, step_s - waited_s) << ' ' << key::kCommSeconds << '=' << comm.comm_s << ' '
+         << key::kExposedCommSeconds << '=' << waited_s;
+    for (const auto& [op, s] : comm.ops)  // per collective kind: comm_s.<op>, comm_bytes.<op>, exposed_comm_s.<op>
+      line << ' ' << key::kCommSeconds << '.' << op << '=' << s.comm_s << ' ' << key::kCommBytes << '.' << op << '='
+           << s.bytes << ' ' << key::kExposedCommSeconds << '.' << op << '=' << s.exposed_s;
+    line << ' ' << key::kTotalSteps << '=' << o.steps << ' ' << key::kTokens << '=' << tokens_per_step << ' ' << key::kFlops
+         << '=' << flops_per_token * tokens_per_step << ' ' << key::kLoss << '=' << loss_sum;
     reporter.send(line.str());
     if (loss_log.is_open()) loss_log << step + 1 << " " << std::setprecision(8) << loss_sum << std::endl;
     // The last step is always saved as well: a gang rerun after the end (decide.hpp, Note
