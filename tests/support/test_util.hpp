@@ -58,9 +58,17 @@ inline bool eventually(const std::function<bool()>& pred,
   return pred();
 }
 
+// The file's text; "" when it cannot be opened or read. A /proc/PID file of a process that
+// exits while it is read fails the read with ESRCH, which libstdc++'s filebuf throws as
+// ios_base::failure; for the callers that is a process that is gone, not an error (a test that
+// scans /proc while other tests start and end processes beside it: Note [Two lanes]).
 inline std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
+  try {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  } catch (const std::exception&) {
+    return "";
+  }
 }
 
 // The state letter of /proc/PID/stat ('R', 'S', 'Z', ...), or 0 when there is no such process.
