@@ -2,12 +2,14 @@
 // and run TrainingJobs locally to completion (DDP and FSDP), or interrupted with nothing left.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "lockstep/process.hpp"
@@ -38,6 +40,38 @@ TEST(Validate, AcceptsEveryExample) {
     EXPECT_EQ(r.status.shell_code(), 0) << e.path() << ": " << r.output;
     EXPECT_NE(r.output.find("valid TrainingJob"), std::string::npos) << r.output;
   }
+}
+
+// What a reader copies: every TrainingJob in a ```yaml block of the README and docs/ is one the
+// API server would take.
+TEST(Validate, AcceptsEveryTrainingJobTheReadmeAndDocsShow) {
+  const fs::path dir = fs::temp_directory_path() / ("lockstep-doc-jobs-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::vector<fs::path> pages = {src("README.md")};
+  for (const auto& e : fs::directory_iterator(src("docs")))
+    if (e.path().extension() == ".md") pages.push_back(e.path());
+  int jobs = 0;
+  for (const auto& page : pages) {
+    std::istringstream in(lockstep::test::read_file(page.string()));
+    std::string line, block;
+    bool inside = false;
+    int at = 0, line_no = 0;
+    while (std::getline(in, line)) {
+      ++line_no;
+      if (!inside && line.rfind("```yaml", 0) == 0) { inside = true; block.clear(); at = line_no; continue; }
+      if (!inside) continue;
+      if (line.rfind("```", 0) != 0) { block += line + "\n"; continue; }
+      inside = false;
+      if (block.find("kind: TrainingJob") == std::string::npos) continue;
+      ++jobs;
+      const fs::path f = dir / (page.filename().string() + "-" + std::to_string(at) + ".yaml");
+      std::ofstream(f) << block;
+      auto r = lockstep_cmd({"validate", f.string()});
+      EXPECT_EQ(r.status.shell_code(), 0) << page.filename().string() << ":" << at << ": " << r.output;
+    }
+  }
+  fs::remove_all(dir);
+  EXPECT_GT(jobs, 0) << "the README shows a TrainingJob";
 }
 
 // The default scheduler ignores PodGroups: an example that asks for gang scheduling names a
@@ -188,7 +222,12 @@ TEST(Run, CtrlCStopsEveryProcess) {
   std::set<pid_t> tree;
   for (int i = 0; i < 200; ++i) {  // wait until training is under way
     std::this_thread::sleep_for(100ms);
-    if (lockstep::test::read_file(dir + "/out.log").find("step 20/") != std::string::npos) break;
+    const std::string out = lockstep::test::read_file(dir + "/out.log");
+    static const std::regex step_line(R"(step (\d+)/)");
+    int highest = 0;
+    for (std::sregex_iterator it(out.begin(), out.end(), step_line), end; it != end; ++it)
+      highest = std::max(highest, std::stoi((*it)[1]));
+    if (highest >= 20) break;
   }
   tree = lockstep::test::descendants(p.pid());
   ASSERT_GE(tree.size(), 6u) << "2 agents and 4 workers expected:\n" << lockstep::test::read_file(dir + "/out.log");
