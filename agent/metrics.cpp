@@ -23,6 +23,9 @@ using namespace prometheus;
 namespace lockstep::agent {
 namespace {
 
+// Now, in Unix seconds: the step log's and event log's times, the last-step and last-restart gauges.
+double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
+
 int bind_datagram_socket(const std::string& path) {
   sockaddr_un addr{};
   if (path.size() >= sizeof addr.sun_path)
@@ -189,16 +192,18 @@ void Metrics::set_worker_up(int local_rank, bool up) { ranks_[local_rank].worker
 // agent's log sentences, whose wording may change (docs/metrics.md, "The step log").
 void Metrics::count_in_place_restart(const std::string& reason, int rank, int exit_code, int generation,
                                      const std::string& why) {
+  const double now = unix_now();
   if (event_log_.is_open()) {
-    nlohmann::json e = {{"node", cfg_.node_rank},
-                        {"attempt", cfg_.restart_attempt},
-                        {"time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
-                        {"event", "in_place_restart"},
-                        {"generation", generation},
-                        {"reason", reason},
-                        {"rank", rank},
-                        {"exit_code", exit_code},
-                        {"why", why}};
+    namespace report = lockstep::contract::report;
+    nlohmann::json e = {{report::kNode, cfg_.node_rank},
+                        {report::kAttempt, cfg_.restart_attempt},
+                        {report::kTime, now},
+                        {report::kEvent, report::kInPlaceRestart},
+                        {report::kGeneration, generation},
+                        {report::kReason, reason},
+                        {report::kRank, rank},
+                        {report::kExitCode, exit_code},
+                        {report::kWhy, why}};
     // A peer's words reach `why`: bytes that are not UTF-8 are replaced, never thrown on.
     event_log_ << e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
   }
@@ -209,7 +214,7 @@ void Metrics::count_in_place_restart(const std::string& reason, int rank, int ex
     kind["kind"] = "in_place";
     last_restart_ts_ = &last_restart_ts_family_->Add(kind);
   }
-  last_restart_ts_->Set(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+  last_restart_ts_->Set(now);
   // One series: the last cause only, so its labels never pile up.
   if (last_restart_cause_) last_restart_info_->Remove(last_restart_cause_);
   auto labels = base_;
@@ -286,7 +291,7 @@ void Metrics::record(int local_rank, const StepReport& s) {
     comm_exposed_by_op_->Add(labels).Increment(v);
   }
   if (dropped) r.malformed->Increment();
-  r.last_step_ts->Set(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+  r.last_step_ts->Set(unix_now());
   std::lock_guard<std::mutex> lock(mu_);
   r.progress.last_step = s.step;
   r.progress.last_time = std::chrono::steady_clock::now();
@@ -308,9 +313,7 @@ void Metrics::log_step(Rank& r, const StepReport& s) {
   o << std::setprecision(10) << "{\"" << report::kRank << "\":" << r.progress.rank;
   key(report::kAttempt) << cfg_.restart_attempt;
   key(report::kGeneration) << generation_.load();
-  key(report::kTime) << std::fixed << std::setprecision(3)
-                     << std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()
-                     << std::defaultfloat << std::setprecision(9);
+  key(report::kTime) << std::fixed << std::setprecision(3) << unix_now() << std::defaultfloat << std::setprecision(9);
   key(report::kStep) << s.step;
   const std::pair<const char*, const std::optional<double>*> fields[] = {
       {report::kStepSeconds, &s.step_s},     {report::kComputeSeconds, &s.compute_s},

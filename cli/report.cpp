@@ -65,6 +65,45 @@ void fill(std::string& page, const std::string& key, const std::string& value) {
 
 }  // namespace
 
+std::vector<json> JsonLinesFollower::read() {
+  std::vector<json> out;
+  std::ifstream in(path_, std::ios::binary);
+  if (!in) return out;
+  in.seekg(offset_);
+  std::string chunk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  offset_ += static_cast<std::streamoff>(chunk.size());
+  partial_ += chunk;
+  for (size_t pos; (pos = partial_.find('\n')) != std::string::npos;) {
+    json j = json::parse(partial_.substr(0, pos), nullptr, false);
+    partial_.erase(0, pos + 1);
+    if (j.is_object()) out.push_back(std::move(j));
+  }
+  return out;
+}
+
+std::optional<StepRecord> step_record(const json& j) {
+  auto number = [&](const char* key) -> std::optional<double> {
+    if (j.contains(key) && j[key].is_number()) return j[key].get<double>();
+    return std::nullopt;
+  };
+  namespace report = lockstep::contract::report;
+  auto step = number(report::kStep);
+  if (!step) return std::nullopt;
+  StepRecord r;
+  r.rank = static_cast<int>(number(report::kRank).value_or(0));
+  r.attempt = static_cast<int>(number(report::kAttempt).value_or(0));
+  r.generation = static_cast<int>(number(report::kGeneration).value_or(0));
+  r.step = static_cast<long long>(*step);
+  r.step_s = number(report::kStepSeconds);
+  r.compute_s = number(report::kComputeSeconds);
+  r.comm_s = number(report::kCommSeconds);
+  r.exposed_comm_s = number(report::kExposedCommSeconds);
+  r.loss = number(report::kLoss);
+  r.tokens = number(report::kTokens);
+  r.total_steps = number(report::kTotalSteps);
+  return r;
+}
+
 std::vector<StepRecord> read_step_logs(const std::string& dir) {
   std::vector<StepRecord> out;
   std::error_code ec;
@@ -72,33 +111,9 @@ std::vector<StepRecord> read_step_logs(const std::string& dir) {
   for (const auto& e : fs::directory_iterator(dir, ec))
     if (e.path().extension() == ".jsonl" && e.path().filename().string().rfind("rank-", 0) == 0) files.push_back(e.path());
   std::sort(files.begin(), files.end());
-  for (const auto& f : files) {
-    std::ifstream in(f);
-    for (std::string line; std::getline(in, line);) {
-      json j = json::parse(line, nullptr, false);
-      if (j.is_discarded() || !j.is_object()) continue;
-      auto number = [&](const char* key) -> std::optional<double> {
-        if (j.contains(key) && j[key].is_number()) return j[key].get<double>();
-        return std::nullopt;
-      };
-      namespace report = lockstep::contract::report;
-      auto step = number(report::kStep);
-      if (!step) continue;
-      StepRecord r;
-      r.rank = static_cast<int>(number(report::kRank).value_or(0));
-      r.attempt = static_cast<int>(number(report::kAttempt).value_or(0));
-      r.generation = static_cast<int>(number(report::kGeneration).value_or(0));
-      r.step = static_cast<long long>(*step);
-      r.step_s = number(report::kStepSeconds);
-      r.compute_s = number(report::kComputeSeconds);
-      r.comm_s = number(report::kCommSeconds);
-      r.exposed_comm_s = number(report::kExposedCommSeconds);
-      r.loss = number(report::kLoss);
-      r.tokens = number(report::kTokens);
-      r.total_steps = number(report::kTotalSteps);
-      out.push_back(r);
-    }
-  }
+  for (const auto& f : files)
+    for (const json& j : JsonLinesFollower(f.string()).read())
+      if (auto r = step_record(j)) out.push_back(*r);
   return out;
 }
 

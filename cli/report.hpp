@@ -5,6 +5,9 @@
 // agents' step logs (agent --step-log, Note [Step log] in agent/metrics.cpp).
 #pragma once
 
+#include <nlohmann/json.hpp>
+
+#include <ios>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,8 +36,25 @@ struct RunSummary {
   int gang_restarts = 0;
 };
 
-// Every record of DIR/rank-*.jsonl, in file order per rank. A line that does not parse (the
-// last one of a killed agent may be cut short) is skipped.
+// The lines appended to a JSON-lines file (a step log, an agent's event log) since the last
+// read(), each parsed; a line not yet complete waits for the next read (the last one of a
+// killed agent may stay cut short for good), and one that is not a JSON object is skipped.
+class JsonLinesFollower {
+ public:
+  explicit JsonLinesFollower(std::string path) : path_(std::move(path)) {}
+  std::vector<nlohmann::json> read();
+
+ private:
+  std::string path_;
+  std::streamoff offset_ = 0;
+  std::string partial_;
+};
+
+// A step log line as a record; nullopt when it carries no step.
+std::optional<StepRecord> step_record(const nlohmann::json& line);
+
+// Every record of DIR/rank-*.jsonl, in file order per rank; lines that are not records, or are
+// cut short, are skipped (JsonLinesFollower).
 std::vector<StepRecord> read_step_logs(const std::string& dir);
 
 // The page. Per rank, a step run again after a restart shows its latest figures; each

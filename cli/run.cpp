@@ -31,33 +31,6 @@ using Clock = std::chrono::steady_clock;
 namespace lockstep::cli {
 namespace {
 
-// The lines appended to a JSON-lines file since the last read(), each parsed; a line not yet
-// complete waits for the next read, and one that is not a JSON object is skipped.
-class LogFollower {
- public:
-  explicit LogFollower(std::string path) : path_(std::move(path)) {}
-  std::vector<json> read() {
-    std::vector<json> out;
-    std::ifstream in(path_, std::ios::binary);
-    if (!in) return out;
-    in.seekg(offset_);
-    std::string chunk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    offset_ += static_cast<std::streamoff>(chunk.size());
-    partial_ += chunk;
-    for (size_t pos; (pos = partial_.find('\n')) != std::string::npos;) {
-      json j = json::parse(partial_.substr(0, pos), nullptr, false);
-      partial_.erase(0, pos + 1);
-      if (j.is_object()) out.push_back(std::move(j));
-    }
-    return out;
-  }
-
- private:
-  std::string path_;
-  std::streamoff offset_ = 0;
-  std::string partial_;
-};
-
 // Where lockstep-agent and lockstep-trainer are: beside this binary (installed), or in the
 // build tree's agent/ and trainer/ directories.
 std::string tool_path() {
@@ -237,51 +210,48 @@ int run_command(const std::vector<std::string>& args) {
   };
   namespace report = lockstep::contract::report;
   const int world = nodes * view.procs_per_node;
-  LogFollower step_log(steps_dir + "/rank-0.jsonl"), events(steps_dir + "/node-0.events.jsonl");
+  JsonLinesFollower step_log(steps_dir + "/rank-0.jsonl"), events(steps_dir + "/node-0.events.jsonl");
   Clock::time_point last_printed{};
   std::string printed;  // the live line last printed on a file or pipe
   auto follow_logs = [&](bool last_call) {
     for (const json& e : events.read()) {
-      if (e.value("event", "") != "in_place_restart") continue;
+      if (e.value(report::kEvent, "") != report::kInPlaceRestart) continue;
       ++in_place_restarts;
-      say("lockstep run: restarted in place (generation " + std::to_string(e.value("generation", 0)) +
-          "): " + e.value("why", std::string("a worker failed")));
+      say("lockstep run: restarted in place (generation " + std::to_string(e.value(report::kGeneration, 0)) +
+          "): " + e.value(report::kWhy, std::string("a worker failed")));
     }
-    json last;
-    for (json& j : step_log.read())
-      if (j.contains(report::kStep) && j[report::kStep].is_number()) last = std::move(j);
-    if (last.is_null()) {
-      if (last_call && !tty && !last_status.empty() && printed != last_status) {
-        std::cout << last_status << std::endl;  // the last report's line, held back by the half second
-        printed = last_status;
+    std::optional<StepRecord> last;
+    for (const json& j : step_log.read())
+      if (auto r = step_record(j)) last = r;
+    bool at_end = false;  // the planned last step: printed at once
+    if (last) {
+      const long long step = last->step;
+      const double total = last->total_steps.value_or(0) > 0 ? *last->total_steps : total_steps;
+      const double step_s = last->step_s.value_or(-1);
+      at_end = total > 0 && step >= total;
+      std::ostringstream s;
+      s << std::fixed << "step " << step;
+      if (total > 0) s << "/" << static_cast<long long>(total);
+      if (last->loss) s << std::setprecision(4) << "  loss " << *last->loss;
+      if (step_s > 0 && last->tokens.value_or(0) > 0)  // a rank's tokens a step, every rank alike
+        s << std::setprecision(0) << "  " << *last->tokens * world / step_s << " tok/s";
+      if (step_s > 0) s << std::setprecision(1) << "  " << step_s * 1000 << " ms/step";
+      if (step_s > 0 && last->comm_s)
+        s << std::setprecision(0) << "  comm " << 100 * *last->comm_s / step_s << "% (exposed "
+          << 100 * std::max(0.0, last->exposed_comm_s.value_or(0)) / step_s << "%)";
+      if (total > 0 && step > 0) {
+        const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+        s << "  ETA " << fmt_duration(std::max(0.0, elapsed / static_cast<double>(step) * (total - static_cast<double>(step))));
       }
-      return;
+      if (in_place_restarts + gang_restarts > 0) s << "  restarts " << in_place_restarts << " in place, " << gang_restarts << " gang";
+      last_status = s.str();
+      if (tty) std::cout << "\r\033[K" << last_status << std::flush;
     }
-    auto number = [&](const char* key) { return last.contains(key) && last[key].is_number() ? last[key].get<double>() : -1.0; };
-    const long long step = last[report::kStep].get<long long>();
-    const double total = number(report::kTotalSteps) > 0 ? number(report::kTotalSteps) : total_steps;
-    const double step_s = number(report::kStepSeconds);
-    std::ostringstream s;
-    s << std::fixed << "step " << step;
-    if (total > 0) s << "/" << static_cast<long long>(total);
-    if (last.contains(report::kLoss) && last[report::kLoss].is_number())
-      s << std::setprecision(4) << "  loss " << last[report::kLoss].get<double>();
-    if (step_s > 0 && number(report::kTokens) > 0)  // a rank's tokens a step, every rank alike
-      s << std::setprecision(0) << "  " << number(report::kTokens) * world / step_s << " tok/s";
-    if (step_s > 0) s << std::setprecision(1) << "  " << step_s * 1000 << " ms/step";
-    if (step_s > 0 && number(report::kCommSeconds) >= 0)
-      s << std::setprecision(0) << "  comm " << 100 * number(report::kCommSeconds) / step_s << "% (exposed "
-        << 100 * std::max(0.0, number(report::kExposedCommSeconds)) / step_s << "%)";
-    if (total > 0 && step > 0) {
-      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-      s << "  ETA " << fmt_duration(std::max(0.0, elapsed / static_cast<double>(step) * (total - static_cast<double>(step))));
-    }
-    if (in_place_restarts + gang_restarts > 0) s << "  restarts " << in_place_restarts << " in place, " << gang_restarts << " gang";
-    last_status = s.str();
-    if (tty) {
-      std::cout << "\r\033[K" << last_status << std::flush;
-    } else if (last_call || Clock::now() - last_printed >= std::chrono::milliseconds(500) || (total > 0 && step >= total)) {
-      std::cout << last_status << std::endl;  // a file or pipe: a line each half second, and the last step's
+    // A file or pipe: a line each half second, the planned last step's at once, and at the end
+    // whatever the half second held back.
+    if (!tty && !last_status.empty() && printed != last_status &&
+        (last_call || at_end || Clock::now() - last_printed >= std::chrono::milliseconds(500))) {
+      std::cout << last_status << std::endl;
       last_printed = Clock::now();
       printed = last_status;
     }

@@ -129,6 +129,15 @@ inline constexpr const char* kRank = "rank";
 inline constexpr const char* kAttempt = "attempt";
 inline constexpr const char* kGeneration = "generation";
 inline constexpr const char* kTime = "time";
+// The agent's event log beside the step log (Note [Event log] in agent/metrics.cpp), which
+// `lockstep run` follows: an event's kind and its own keys; kAttempt, kGeneration, kRank and
+// kTime as above.
+inline constexpr const char* kNode = "node";
+inline constexpr const char* kEvent = "event";
+inline constexpr const char* kInPlaceRestart = "in_place_restart";  // the one kind today
+inline constexpr const char* kReason = "reason";
+inline constexpr const char* kExitCode = "exit_code";
+inline constexpr const char* kWhy = "why";
 }  // namespace report
 
 }  // namespace lockstep::contract
