@@ -176,6 +176,8 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
   cfg.metrics_port = env_int(env, {c::kMetricsPort}, 9400, 0, 65535);
   cfg.max_restarts = env_int(env, {c::kInPlaceRestarts}, 0, 0, 1000);
   cfg.agent_port = env_int(env, {c::kAgentPort}, 0, 1, 65535);
+  cfg.cpu_request_millis = env_int(env, {c::kCpuRequest}, 0, 0, 100000000);
+  cfg.cpu_limit_millis = env_int(env, {c::kCpuLimit}, 0, 0, 100000000);
   if (lookup(env, {c::kRestartPolicy}, v, from)) cfg.restart_policy = v;
   if (lookup(env, {c::kBarrierSecret}, v, from)) cfg.barrier_secret = v;
   // Note [Heartbeats]: the older name first, so the newer wins where both are set.

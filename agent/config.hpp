@@ -72,6 +72,10 @@ struct Config {
   std::string python_probe_dir;
   std::string python_probe_note;
   std::vector<std::string> command{"lockstep-trainer"};
+  // The container's CPU request and limit in millicores (LOCKSTEP_CPU_REQUEST and
+  // LOCKSTEP_CPU_LIMIT, the downward API); 0: not known.
+  int cpu_request_millis = 0;
+  int cpu_limit_millis = 0;
 
   int world_size() const { return nnodes * nproc_per_node; }
   int barrier_port() const { return agent_port > 0 ? agent_port : master_port % 65535 + 1; }
@@ -85,6 +89,10 @@ struct Config {
   bool first_step_detection() const { return stall_detection() && first_step_timeout.count() > 0; }
   // The step sockets exist for /metrics, stall detection or the step log.
   bool step_sockets() const { return metrics || stall_detection() || !step_log_dir.empty(); }
+  // Note [Worker threads] in worker_env.cpp: OMP_NUM_THREADS for each worker when the
+  // environment has none; 0: leave it unset (PyTorch's default). `why`, when given, says
+  // where the number came from, for the agent's log.
+  int worker_threads(std::string* why = nullptr) const;
 };
 
 // Builds the configuration from `env` (usually the process environment) and argv.

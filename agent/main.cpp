@@ -81,6 +81,15 @@ int main(int argc, char** argv) {
                                 << " 0): only TCP keepalive and the workers' own timeouts notice a silent node");
   LOCKSTEP_LOG(Info, "agent", "node " << cfg.node_rank << " of " << cfg.nnodes << ", " << cfg.nproc_per_node
                                       << " worker(s) per node; master " << cfg.master_addr << ":" << cfg.master_port);
+  {  // Note [Worker threads] in worker_env.cpp
+    const char* chosen = std::getenv("OMP_NUM_THREADS");
+    std::string why;
+    if (chosen)
+      LOCKSTEP_LOG(Info, "agent", "OMP_NUM_THREADS=" << chosen << " for each worker, as the environment sets it");
+    else if (int threads = cfg.worker_threads(&why); threads > 0)
+      LOCKSTEP_LOG(Info, "agent", "OMP_NUM_THREADS=" << threads << " for each worker: " << why
+                                  << " (set OMP_NUM_THREADS in the pod to choose)");
+  }
   int code;
   try {
     Supervisor supervisor(cfg, metrics.get(), dir);

@@ -22,6 +22,20 @@ void set_env(json& env, const std::string& name, const std::string& value) {
   env.push_back({{"name", name}, {"value", value}});
 }
 
+// `name` from the resources of the container `container`, in millicores (the downward API).
+void set_env_from_cpu(json& env, const std::string& name, const std::string& container, const char* resource) {
+  json from = {{"resourceFieldRef", {{"containerName", container}, {"resource", resource}, {"divisor", "1m"}}}};
+  for (auto& e : env) {
+    if (!e.is_object()) continue;
+    auto it = e.find("name");
+    if (it != e.end() && it->is_string() && it->get_ref<const std::string&>() == name) {
+      e = {{"name", name}, {"valueFrom", std::move(from)}};
+      return;
+    }
+  }
+  env.push_back({{"name", name}, {"valueFrom", std::move(from)}});
+}
+
 // The value under `key` of `obj` moved out when it is of `kind` (an object or an array),
 // else an empty one of that kind.
 json take(json& obj, const char* key, json::value_t kind) {
@@ -216,6 +230,12 @@ json pod_manifest(const JobView& job, int index, int attempt, const AgentInjecti
   // the policy they judge a worker's exit by, as the operator judges a pod's.
   set_env(env, c::kInPlaceRestarts, std::to_string(job.in_place_budget()));
   set_env(env, c::kRestartPolicy, to_string(job.restart_policy));
+  // What the container may use, so the agent sizes its workers' thread pools to it
+  // (Note [Worker threads] in agent/worker_env.cpp).
+  const std::string ctr_name = ctr.contains("name") && ctr["name"].is_string() ? ctr["name"].get<std::string>()
+                                                                              : std::string(c::kTrainerContainer);
+  set_env_from_cpu(env, c::kCpuRequest, ctr_name, "requests.cpu");
+  set_env_from_cpu(env, c::kCpuLimit, ctr_name, "limits.cpu");
   if (!barrier_secret.empty()) set_env(env, c::kBarrierSecret, barrier_secret);  // Note [Barrier secret]
   if (!job.checkpoint_path.empty()) {
     set_env(env, c::kCheckpointPath, job.checkpoint_path);

@@ -367,6 +367,41 @@ TEST(WorkerEnv, RanksAcrossNodes) {
       << "a user's OMP_NUM_THREADS is inherited, not overridden";
 }
 
+// Note [Worker threads]: the container's share of CPU, not the node's cores.
+TEST(WorkerEnv, ThreadsFollowTheContainersCpuRequestThenItsLimit) {
+  auto threads = [](int nproc, const std::map<std::string, std::string>& vars,
+                    const std::map<std::string, std::string>& inherited = {}) {
+    std::map<std::string, std::string> env = vars;
+    env["LOCKSTEP_NPROC_PER_NODE"] = std::to_string(nproc);
+    Config c = load_config(env, {});
+    auto w = worker_env(c, 0, 0, "", inherited);
+    return w.count("OMP_NUM_THREADS") ? w["OMP_NUM_THREADS"] : std::string("unset");
+  };
+  EXPECT_EQ(threads(1, {{"LOCKSTEP_CPU_REQUEST", "500"}, {"LOCKSTEP_CPU_LIMIT", "2000"}}), "1")
+      << "500m requested on a 2-core node: one thread, not two";
+  EXPECT_EQ(threads(1, {{"LOCKSTEP_CPU_REQUEST", "4000"}, {"LOCKSTEP_CPU_LIMIT", "8000"}}), "4") << "the request, not the limit";
+  EXPECT_EQ(threads(2, {{"LOCKSTEP_CPU_REQUEST", "7900"}, {"LOCKSTEP_CPU_LIMIT", "64000"}}), "3") << "shared by the workers, rounded down";
+  EXPECT_EQ(threads(8, {{"LOCKSTEP_CPU_REQUEST", "2000"}}), "1") << "at least one";
+  EXPECT_EQ(threads(1, {{"LOCKSTEP_CPU_REQUEST", "0"}, {"LOCKSTEP_CPU_LIMIT", "16000"}}), "16")
+      << "no request: the limit (the node's allocatable CPU when the container has none)";
+  EXPECT_EQ(threads(1, {}), "unset") << "outside Kubernetes, one worker: PyTorch's default";
+  EXPECT_EQ(threads(2, {}), "1") << "outside Kubernetes, several workers: torchrun's rule";
+  EXPECT_EQ(threads(1, {{"LOCKSTEP_CPU_REQUEST", "500"}}, {{"OMP_NUM_THREADS", "6"}}), "unset")
+      << "the pod's own OMP_NUM_THREADS is inherited, not overridden";
+  std::string why;
+  Config c = load_config({{"LOCKSTEP_CPU_REQUEST", "2500"}}, {});
+  EXPECT_EQ(c.worker_threads(&why), 2);
+  EXPECT_EQ(why, "the container's CPU request 2500m over 1 worker(s)");
+  for (const char* bad : {"abc", "-5", "1.5"}) {
+    try {
+      load_config({{"LOCKSTEP_CPU_REQUEST", bad}}, {});
+      ADD_FAILURE() << "LOCKSTEP_CPU_REQUEST=" << bad << " was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("LOCKSTEP_CPU_REQUEST"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Config, FlagsOverrideEnvironmentAndPetIsTheFallback) {
   auto c = load_config({{"PET_NNODES", "3"}, {"PET_NODE_RANK", "1"}, {"LOCKSTEP_NPROC_PER_NODE", "4"},
                         {"PET_NPROC_PER_NODE", "9"}},

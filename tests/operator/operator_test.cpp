@@ -442,6 +442,18 @@ TEST_F(OperatorTest, CreatesServicePodGroupAndPodsWithTheExactEnvironment) {
     EXPECT_EQ(secret.find_first_not_of("0123456789abcdef"), std::string::npos) << secret;
     secrets.insert(secret);
     env.erase("LOCKSTEP_BARRIER_SECRET");
+    // Note [Worker threads]: the container's CPU request and limit, from the downward API.
+    EXPECT_TRUE(env.count("LOCKSTEP_CPU_REQUEST") && env.count("LOCKSTEP_CPU_LIMIT")) << spec["containers"][0]["env"];
+    for (const auto& e : spec["containers"][0]["env"]) {
+      const std::string name = e["name"];
+      if (name != "LOCKSTEP_CPU_REQUEST" && name != "LOCKSTEP_CPU_LIMIT") continue;
+      EXPECT_FALSE(e.contains("value")) << e;
+      const std::string resource = name == "LOCKSTEP_CPU_REQUEST" ? "requests.cpu" : "limits.cpu";
+      EXPECT_EQ(e["valueFrom"], json({{"resourceFieldRef",
+                                       {{"containerName", spec["containers"][0]["name"]}, {"resource", resource}, {"divisor", "1m"}}}}))
+          << e;
+      env.erase(name);
+    }
     EXPECT_EQ(env, want);
   }
   EXPECT_EQ(secrets.size(), 1u) << "the pods of one attempt hold different barrier secrets";

@@ -30,6 +30,11 @@ inline constexpr const char* kCheckpointResumeFrom = "LOCKSTEP_CHECKPOINT_RESUME
 inline constexpr const char* kInPlaceRestarts = "LOCKSTEP_IN_PLACE_RESTARTS";
 inline constexpr const char* kRestartPolicy = "LOCKSTEP_RESTART_POLICY";
 inline constexpr const char* kAgentPort = "LOCKSTEP_AGENT_PORT";
+// The trainer container's CPU request and limit in millicores, from the downward API
+// (resourceFieldRef; a container without a limit gets its node's allocatable CPU). The agent
+// sizes each worker's OMP_NUM_THREADS by them (Note [Worker threads] in agent/worker_env.cpp).
+inline constexpr const char* kCpuRequest = "LOCKSTEP_CPU_REQUEST";
+inline constexpr const char* kCpuLimit = "LOCKSTEP_CPU_LIMIT";
 // The restart barrier's secret (Note [Barrier trust] in agent/barrier.hpp): 32 random bytes in
 // hex, drawn by the operator for each gang attempt; the agents prove they hold it. The agent
 // removes it from its environment before any worker starts.
