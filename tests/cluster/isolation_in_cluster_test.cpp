@@ -47,7 +47,7 @@ const int kMasterPort = 29500;             // spec.masterPort's default
 const int kBarrierPort = kMasterPort + 1;  // the agents' restart barrier
 const int kMetricsPort = 9400;             // spec.metrics.port's default
 // Enough steps that both jobs still train when the probes are done, so that the ports listen:
-// about 50 s here, the probes' 10 s five times over (2 cores, both jobs training at once).
+// about 60 s here at a quarter of a core per pod (job_yaml), the probes' under 30 s twice over.
 const int kSteps = 500;
 
 std::string trim(std::string s) {
@@ -89,13 +89,14 @@ std::string progress_steps(const std::string& ns, const std::string& job) {
 
 // A small CPU job modelled on examples/ddp.yaml: 2 pods of 1 rank each, so every collective
 // crosses the pod network, with requests small enough that two such jobs and the operator fit
-// on the cluster's 2-core node.
+// on the cluster's 2-core node, and a CPU limit as small: the jobs step at a rate a machine's
+// speed changes little, and leave the other lane (Note [Two lanes]) most of the CPU.
 std::string job_yaml(const std::string& name, const std::string& isolation) {
   return "apiVersion: lockstep.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: " + name + "}\n"
          "spec:\n"
          "  nodes: 2\n  procsPerNode: 1\n  strategy: DDP\n  isolation: " + isolation + "\n"
          "  template:\n    spec:\n      containers:\n      - name: trainer\n        image: lockstep/trainer:0.1.0\n"
-         "        resources:\n          requests: {cpu: 250m, memory: 1Gi}\n          limits: {memory: 4Gi}\n"
+         "        resources:\n          requests: {cpu: 250m, memory: 1Gi}\n          limits: {cpu: 250m, memory: 4Gi}\n"
          "  trainer:\n    command: [lockstep-trainer]\n"
          "    args: [--model=tiny, --device=cpu, --data=synthetic, --steps=" + std::to_string(kSteps) + ", --batch-size=8]\n"
          "  runPolicy: {backoffLimit: 2, restartPolicy: OnFailure}\n";

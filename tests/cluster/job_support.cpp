@@ -118,6 +118,11 @@ int last_logged_step(const std::string& loss_log) {
   return last;
 }
 
+bool recovery_bench() {
+  const char* path = std::getenv("LOCKSTEP_RECOVERY_REPORT");
+  return path && *path;
+}
+
 void report_recovery(const std::string& fault, int checkpoint, int at_fault, int resumed, double seconds) {
   const char* path = std::getenv("LOCKSTEP_RECOVERY_REPORT");
   if (!path || !*path) return;
@@ -137,7 +142,20 @@ double final_loss(const std::string& loss_log) {
   return loss;
 }
 
-std::string checkpoint_job(const std::string& name, const std::string& dir, int steps, int in_place_restarts) {
+double loss_at(const std::string& loss_log, int step) {
+  std::istringstream in(read_file(loss_log));
+  double loss = -1;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream f(line);
+    long long s;
+    double l;
+    if (f >> s >> l && s == step) loss = l;
+  }
+  return loss;
+}
+
+std::string checkpoint_job(const std::string& name, const std::string& dir, int steps, int in_place_restarts,
+                           const std::string& cpu) {
   std::string yaml = read_file(std::string(LOCKSTEP_SOURCE_DIR) + "/examples/ddp-checkpoint.yaml");
   auto replace = [&](const std::string& from, const std::string& to) {
     size_t at = yaml.find(from);
@@ -148,6 +166,10 @@ std::string checkpoint_job(const std::string& name, const std::string& dir, int 
   replace("/var/lib/lockstep/checkpoints/tiny-ddp-ckpt", dir);
   replace("--steps=400", "--steps=" + std::to_string(steps) + ", --log-every=1, --loss-log=/ckpt/loss.txt");
   replace("inPlaceRestarts: 3", "inPlaceRestarts: " + std::to_string(in_place_restarts));
+  if (!cpu.empty()) {
+    replace("requests: {cpu: 500m, memory: 2Gi}", "requests: {cpu: " + cpu + ", memory: 2Gi}");
+    replace("limits: {memory: 4Gi}", "limits: {cpu: " + cpu + ", memory: 4Gi}");
+  }
   replace("        volumeMounts: [{name: checkpoints, mountPath: /ckpt}]\n      volumes:",
           "        volumeMounts: [{name: checkpoints, mountPath: /ckpt}]\n"
           "        env: [{name: LOCKSTEP_STALL_TIMEOUT, value: 10s}, {name: LOCKSTEP_METRICS_LINGER, value: 1s}]\n"

@@ -39,12 +39,18 @@ Resume resume_of(const std::string& ns, const std::string& pod,
 
 int last_logged_step(const std::string& loss_log);  // rank 0's last step in its loss log
 double final_loss(const std::string& loss_log);
+// The loss rank 0 last logged for `step` (a step redone after a resume is logged again), or
+// -1 when it logged none.
+double loss_at(const std::string& loss_log, int step);
 // bench/recovery reads these: one line per fault (LOCKSTEP_RECOVERY_REPORT names the file).
+bool recovery_bench();  // whether LOCKSTEP_RECOVERY_REPORT names one: bench/recovery runs this
 void report_recovery(const std::string& fault, int checkpoint, int at_fault, int resumed, double seconds);
 
 // examples/ddp-checkpoint.yaml, named `name`, with its hostPath at `dir` (in the tests' state
 // directory: nothing of a test stays on the machine), rank 0's loss log and a step line per
-// step in the checkpoint directory, and the agents' stall window shortened to 10 s.
-std::string checkpoint_job(const std::string& name, const std::string& dir, int steps, int in_place_restarts = 3);
+// step in the checkpoint directory, and the agents' stall window shortened to 10 s. `cpu`, when
+// not empty, is the trainer container's CPU request and limit both (a Kubernetes quantity).
+std::string checkpoint_job(const std::string& name, const std::string& dir, int steps, int in_place_restarts = 3,
+                           const std::string& cpu = "");
 
 }  // namespace lockstep::test

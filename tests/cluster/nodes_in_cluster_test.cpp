@@ -330,7 +330,9 @@ std::string start_survivor() {
   s.started = true;
   s.ns = create_test_namespace("lost");
   s.dir = lockstep::test::real_cluster_state_dir() + "/run/volumes/" + s.ns + "/" + s.job;
-  std::string yaml = lockstep::test::checkpoint_job(s.job, s.dir, 100000, 1);
+  // As a test, held to a quarter of a core per pod, which leaves the other lane (Note [Two
+  // lanes]) most of the CPU; bench/recovery measures it with the example's own resources.
+  std::string yaml = lockstep::test::checkpoint_job(s.job, s.dir, 100000, 1, lockstep::test::recovery_bench() ? "" : "250m");
   yaml.replace(yaml.find("  template:"), 0, "  scheduling: {onePodPerNode: true}\n");
   auto r = cluster_kubectl({"-n", s.ns, "apply", "-f", "-"}, yaml);
   if (!r.status.success()) return s.error = "kubectl apply: " + r.output;
