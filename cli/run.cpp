@@ -14,6 +14,7 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "lockstep/contract.hpp"
 #include "lockstep/random.hpp"
@@ -33,6 +34,31 @@ namespace {
 
 // Where lockstep-agent and lockstep-trainer are: beside this binary (installed), or in the
 // build tree's agent/ and trainer/ directories.
+// A container's CPU quantity under resources.<which>.cpu in millicores ("500m", "2", "1.5"),
+// rounded up as the downward API rounds; 0 when there is none or it is not one of those forms.
+int cpu_millis(const json& ctr, const char* which) {
+  if (!ctr.contains("resources") || !ctr["resources"].is_object()) return 0;
+  const json& group = ctr["resources"].value(which, json::object());
+  if (!group.is_object() || !group.contains("cpu")) return 0;
+  const json& q = group["cpu"];
+  double cores = 0;
+  if (q.is_number()) {
+    cores = q.get<double>();
+  } else if (q.is_string()) {
+    std::string text = q.get<std::string>();
+    const bool milli = !text.empty() && text.back() == 'm';
+    if (milli) text.pop_back();
+    if (text.empty() || text.find_first_not_of("0123456789.") != std::string::npos) return 0;
+    try {
+      cores = std::stod(text) / (milli ? 1000.0 : 1.0);
+    } catch (const std::exception&) {
+      return 0;
+    }
+  }
+  if (!(cores > 0) || cores > 1e5) return 0;
+  return static_cast<int>(std::ceil(cores * 1000.0 - 1e-9));
+}
+
 std::string tool_path() {
   fs::path self = fs::read_symlink("/proc/self/exe").parent_path();
   std::string path;
@@ -155,6 +181,13 @@ int run_command(const std::vector<std::string>& args) {
       for (const char* k : {contract::kMasterPort, contract::kPetMasterPort}) so.env[k] = std::to_string(master_port);
       so.env[contract::kMetricsPort] = std::to_string(metrics_ports[i]);
       so.env[contract::kAgentPort] = std::to_string(agent_port);
+      // Note [Worker threads]: what the downward API gives a pod, with this machine shared by
+      // the job's nodes: the container's CPU request, and its limit or, without one, this
+      // machine's cores over the nodes (a node's allocatable CPU on a cluster).
+      so.env[contract::kCpuRequest] = std::to_string(cpu_millis(ctr, "requests"));
+      const int limit = cpu_millis(ctr, "limits");
+      const int cores = std::max(1u, std::thread::hardware_concurrency());
+      so.env[contract::kCpuLimit] = std::to_string(limit > 0 ? limit : std::max(1, cores * 1000 / nodes));
       // The pod path, under this run's directory: as on the cluster, each node gets its own
       // directory unless the path is on a volume every pod shares, so a job that needs shared
       // storage and lacks it fails here as it would there.

@@ -377,6 +377,52 @@ TEST(Run, PersistentVolumeCheckpointsAreSharedByEveryNode) {
   }
 }
 
+// Note [Worker threads]: each local "pod" gets what the downward API would give it, so each
+// worker's OMP_NUM_THREADS is the container's CPU request's share, or without one, this
+// machine's cores over the job's nodes: two nodes on one machine do not each take every core.
+TEST(Run, WorkersGetTheirPodsShareOfThreads) {
+  std::string dir = ::testing::TempDir() + "/run-threads-" + std::to_string(::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir + "/seen");
+  auto job = [&](const std::string& resources) {
+    return R"(apiVersion: lockstep.dev/v1alpha1
+kind: TrainingJob
+metadata:
+  name: threads
+spec:
+  nodes: 2
+  procsPerNode: 1
+  template:
+    spec:
+      containers:
+      - name: trainer
+        image: lockstep/trainer:0.1.0
+)" + resources + R"(
+  trainer:
+    command: [/bin/sh, -c, 'echo "$OMP_NUM_THREADS" > )" + dir + R"(/seen/rank-$RANK']
+)";
+  };
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  struct Case {
+    std::string resources, want;
+  } cases[] = {
+      {"        resources: {requests: {cpu: \"3\"}}", "3"},
+      {"        resources: {requests: {cpu: 1500m}, limits: {cpu: 4}}", "1"},
+      {"        resources: {limits: {cpu: 2}}", "2"},
+      {"", std::to_string(std::max(1, cores / 2))},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.resources.empty() ? "no resources" : c.resources);
+    fs::remove_all(dir + "/seen");
+    fs::create_directories(dir + "/seen");
+    std::ofstream(dir + "/job.yaml") << job(c.resources);
+    auto r = run_in(dir, dir + "/job.yaml");
+    ASSERT_EQ(r.status.shell_code(), 0) << r.output;
+    for (int rank = 0; rank < 2; ++rank)
+      EXPECT_EQ(lockstep::test::read_file(dir + "/seen/rank-" + std::to_string(rank)), c.want + "\n") << r.output;
+  }
+}
+
 // #14: `lockstep run` restarts as the cluster would: in place first (the agents' restart
 // barrier, the same agent processes), then the gang anew once that budget is spent, and says
 // so as it goes and in the summary. Every generation of this job crashes (137) after step 12,
