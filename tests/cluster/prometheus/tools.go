@@ -3,7 +3,7 @@
 // Package prometheus pins the Prometheus server the cluster tier's metrics test runs: Debian's
 // prometheus package is built without Kubernetes service discovery, and what a Prometheus
 // Operator user gets is kubernetes_sd_configs. scripts/setup.sh builds cmd/prometheus with
-// the build tags remove_all_sd,enable_kubernetes_sd (only the discovery that test uses). Test
+// only the discovery that test uses (plugins.go here, in place of Prometheus's own). Test
 // tooling only; see go.mod.
 package prometheus
 
