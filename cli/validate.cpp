@@ -305,6 +305,80 @@ const json& crd_schema() {
 
 }  // namespace
 
+namespace {
+
+// Note [YAML documents]
+// yaml-cpp 0.7's LoadAll never returns on some malformed input: its parser reports a document
+// without consuming anything (a line that starts with ',' after a comment, found by
+// fuzz_test's mutations), so LoadAll appends empty documents until memory runs out (23 GB,
+// then the OOM killer). So the documents are split here, at the markers that end one in
+// YAML 1.2 (a line starting `---` or `...` followed by a blank or its end, which content may
+// not begin with), and each is read by YAML::Load, which reads one. Each piece keeps its
+// place (blank lines before it), so yaml-cpp's line numbers stay those of the file. A piece
+// from which yaml-cpp reads nothing although it holds more than comments is that same
+// parser state: a syntax error at its first such line, not an empty document.
+bool document_marker(const std::string& text, size_t at) {
+  if (text.compare(at, 3, "---") != 0 && text.compare(at, 3, "...") != 0) return false;
+  return at + 3 >= text.size() || text[at + 3] == ' ' || text[at + 3] == '\t' || text[at + 3] == '\n' ||
+         text[at + 3] == '\r';
+}
+
+struct Document {
+  YAML::Node node;
+};
+
+std::vector<Document> load_documents(const std::string& text, const std::string& name) {
+  std::vector<Document> docs;
+  // The piece [start, end) beginning on line start_line (0-based): a document unless it holds
+  // only blank lines, comments and a bare `---`.
+  auto read = [&](size_t start, size_t end, size_t start_line) {
+    std::string content;  // the first line with content, from its first character
+    size_t content_line = start_line;
+    for (size_t at = start; at < end && content.empty(); ++content_line) {
+      size_t eol = std::min(text.find('\n', at), end);
+      size_t first = text.find_first_not_of(" \t\r", at);
+      if (first < eol && text[first] != '#') {
+        content = text.substr(first, eol - first);
+        if (first == at && document_marker(text, at)) {  // `--- value` holds the value
+          size_t value = content.find_first_not_of(" \t\r", 3);
+          content = value == std::string::npos || content[value] == '#' ? "" : content.substr(value);
+        }
+      }
+      if (!content.empty()) break;
+      at = eol + 1;
+    }
+    if (content.empty()) return;
+    Document d;
+    d.node = YAML::Load(std::string(start_line, '\n') + text.substr(start, end - start));
+    const bool null_written = content.rfind("~", 0) == 0 || content.rfind("null", 0) == 0 ||
+                              content.rfind("Null", 0) == 0 || content.rfind("NULL", 0) == 0 || content.rfind("!!null", 0) == 0;
+    if ((!d.node || d.node.IsNull()) && !null_written)
+      throw InputError(name + ":" + std::to_string(content_line + 1) +
+                           ": YAML syntax error: nothing could be read from here on (a line that YAML cannot start "
+                           "with, such as one beginning with ','?)",
+                       4);
+    docs.push_back(std::move(d));
+  };
+  size_t start = 0, start_line = 0, line = 0;
+  for (size_t at = 0; at < text.size(); ++line) {
+    size_t eol = text.find('\n', at);
+    if (eol == std::string::npos) eol = text.size();
+    if (document_marker(text, at)) {
+      read(start, at, start_line);
+      if (text[at] == '-') {  // `---` begins the next document, on this line
+        start = at, start_line = line;
+      } else {  // `...` ends this one; the next begins after it
+        start = std::min(eol + 1, text.size()), start_line = line + 1;
+      }
+    }
+    at = eol + 1;
+  }
+  read(start, text.size(), start_line);
+  return docs;
+}
+
+}  // namespace
+
 json yaml_to_json_text(const std::string& text, const std::string& name) {
   if (text.size() > YamlLimits::kMaxBytes)
     throw InputError(name + ": larger than " + std::to_string(YamlLimits::kMaxBytes) +
@@ -318,16 +392,18 @@ json yaml_to_json_text(const std::string& text, const std::string& name) {
   try {
     // A manifest file may hold other objects beside the job (a ConfigMap with the script, as
     // examples/pytorch-script.yaml does): of several documents, the one TrainingJob is read.
-    std::vector<YAML::Node> docs = YAML::LoadAll(text);
+    // Note [YAML documents]: not YAML::LoadAll.
+    std::vector<Document> docs = load_documents(text, name);
     std::vector<YAML::Node> jobs;
     std::string kinds;
-    for (const auto& d : docs) {
+    for (const auto& doc : docs) {
+      const YAML::Node& d = doc.node;
       const YAML::Node kind = d.IsMap() ? d["kind"] : YAML::Node();
       const std::string k = kind && kind.IsScalar() ? kind.Scalar() : "?";
       if (k == "TrainingJob") jobs.push_back(d);
       kinds += (kinds.empty() ? "" : ", ") + k;
     }
-    if (docs.size() <= 1) root = docs.empty() ? YAML::Node() : docs[0];
+    if (docs.size() <= 1) root = docs.empty() ? YAML::Node() : docs[0].node;
     else if (jobs.size() == 1) root = jobs[0];
     else if (jobs.empty())
       throw InputError(name + ": holds " + std::to_string(docs.size()) + " YAML documents (" + kinds +

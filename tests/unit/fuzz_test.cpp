@@ -64,6 +64,11 @@ std::vector<std::pair<std::string, std::string>> yaml_corpus() {
       {"recursive alias inside a job", job("x", "template: &t {spec: {containers: [*t]}}")},
       {"alias as a mapping key", "a: &a {x: 1}\n? *a\n: 2\n"},
       {"undefined alias", "a: *nope\n"},
+      // Note [YAML documents]: yaml-cpp's LoadAll appends empty documents for these until
+      // memory runs out (a seeded mutation of an example found it).
+      {"a line starting with a comma", ", x\n"},
+      {"a comma line after a comment, then a job", "# c\n, or locally\n" + job("x", "")},
+      {"documents, a comma line in the second", job("x", "") + "---\n, x\n"},
       {"billion laughs", billion_laughs(9, 9)},
       {"billion laughs, wide", billion_laughs(4, 200)},
       {"flow sequences 100k deep", std::string(100000, '[') + std::string(100000, ']')},
@@ -189,6 +194,12 @@ TEST(FuzzYaml, ErrorsNameTheLimit) {
   EXPECT_NE(message(std::string(YamlLimits::kMaxBytes + 1, 'x')).find("larger than " + std::to_string(YamlLimits::kMaxBytes)),
             std::string::npos);
   EXPECT_NE(message("a: b\n\xff\n").find("f.yaml:2: not valid UTF-8 at byte 5"), std::string::npos) << message("a: b\n\xff\n");
+  EXPECT_NE(message("# c\n, or locally\na: 1\n").find("f.yaml:2: YAML syntax error: nothing could be read from here on"),
+            std::string::npos)
+      << message("# c\n, or locally\na: 1\n");
+  // Documents split at their markers keep the file's line numbers.
+  EXPECT_NE(message("a: 1\n---\nb: [\n").find("f.yaml:4:"), std::string::npos) << message("a: 1\n---\nb: [\n");
+  EXPECT_EQ(message("---\nkind: ConfigMap\n...\n--- # the job\n" + example("fsdp.yaml") + "---\n"), "(no error)");
   // A few anchors used a few times each are fine: the limits are far above any real job.
   EXPECT_EQ(message("base: &b {cpu: 2}\nx: *b\ny: *b\nz: [*b, *b]\n"), "(no error)");
   EXPECT_EQ(message(example("fsdp.yaml")), "(no error)");
