@@ -1,5 +1,6 @@
 #include "controller/controller.hpp"
 
+#include <algorithm>
 #include <atomic>
 
 #include "controller/agent_reader.hpp"
@@ -326,6 +327,7 @@ void Controller::delete_orphans(const std::string& ns, const std::string& name) 
   {
     std::lock_guard<std::mutex> lock(status_mu_);
     status_written_at_.erase(key);
+    first_write_put_off_at_.erase(key);
   }
   std::lock_guard<std::mutex> lock(foreign_mu_);
   foreign_warned_.erase(foreign_warned_.lower_bound(key + "/"), foreign_warned_.lower_bound(key + "0"));  // '0' follows '/'
@@ -512,15 +514,22 @@ void Controller::execute(const JobView& job, const std::string& resource_version
   // event and reconcile back) per pod: 12.7 writes per job over bench/operator's 4,000-pod run
   // with its storm, 7.3 batched (RESULTS.md). A write that changes nothing but the counts (and progress)
   // waits until status_batch_period after the job's last write; the reconcile is queued for
-  // then and writes the counts as they are by that time. A change of phase, conditions,
-  // restarts or times, and any write with events, goes out at once.
+  // then and writes the counts as they are by that time. So does a new job's first write
+  // while it only says Pending and Created: its pods often run within the period, and then
+  // one write says Running with both conditions (bench/operator counts the writes per job;
+  // startTime is then that of the write, at most one period after the job was first seen).
+  // Any other change of phase, conditions, restarts or times, and any write with events, goes
+  // out at once.
   bool deferred = false;
   if (d.status_changed && d.events.empty() && config_.status_batch_period.count() > 0) {
     reconcile::JobStatus counts_only = job.status;
     counts_only.nodes = d.status.nodes;
     counts_only.progress = d.status.progress;
-    if (counts_only == d.status) {
-      auto wait = status_write_wait(key);
+    const bool first_pending = job.status.phase.empty() && d.status.phase == "Pending" &&
+                               std::all_of(d.status.conditions.begin(), d.status.conditions.end(),
+                                           [](const reconcile::Condition& c) { return c.type == "Created"; });
+    if (counts_only == d.status || first_pending) {
+      auto wait = first_pending ? first_write_wait(key) : status_write_wait(key);
       if (wait.count() > 0) {
         queue_.add_after(key, wait);
         deferred = true;
@@ -546,6 +555,7 @@ void Controller::execute(const JobView& job, const std::string& resource_version
       {
         std::lock_guard<std::mutex> lock(status_mu_);
         status_written_at_[key] = std::chrono::steady_clock::now();
+        first_write_put_off_at_.erase(key);
       }
       expectations_.expect_version(key, r.body["metadata"].value("resourceVersion", ""));
       if (d.status.restarts > job.status.restarts) metrics_.gang_restarts.Increment();
@@ -571,6 +581,14 @@ std::chrono::milliseconds Controller::status_write_wait(const std::string& key) 
   if (it == status_written_at_.end()) return std::chrono::milliseconds(0);
   auto due = it->second + config_.status_batch_period;
   auto now = std::chrono::steady_clock::now();
+  if (due <= now) return std::chrono::milliseconds(0);
+  return std::chrono::duration_cast<std::chrono::milliseconds>(due - now) + std::chrono::milliseconds(1);
+}
+
+std::chrono::milliseconds Controller::first_write_wait(const std::string& key) {
+  std::lock_guard<std::mutex> lock(status_mu_);
+  auto now = std::chrono::steady_clock::now();
+  auto due = first_write_put_off_at_.emplace(key, now).first->second + config_.status_batch_period;
   if (due <= now) return std::chrono::milliseconds(0);
   return std::chrono::duration_cast<std::chrono::milliseconds>(due - now) + std::chrono::milliseconds(1);
 }

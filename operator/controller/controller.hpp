@@ -140,6 +140,9 @@ class Controller {
   std::chrono::milliseconds status_write_wait(const std::string& key);
   std::mutex status_mu_;
   std::map<std::string, std::chrono::steady_clock::time_point> status_written_at_;
+  // A new job's first write, put off since then (Note [Batched status writes]).
+  std::chrono::milliseconds first_write_wait(const std::string& key);
+  std::map<std::string, std::chrono::steady_clock::time_point> first_write_put_off_at_;
   std::mutex gang_mu_;
   std::chrono::steady_clock::time_point gang_checked_{};
   bool gang_available_ = false;

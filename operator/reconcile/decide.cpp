@@ -47,6 +47,13 @@ struct Pass {
     if (!out.requeue_after || d < *out.requeue_after) out.requeue_after = d;
   }
 
+  // Note [Events that say something new]
+  // Each Event is one more request to the API server (bench/operator counts them per job), and
+  // a job's conditions already say, with their times, what `kubectl describe tj` shows first.
+  // So an Event is recorded where it says what the conditions do not keep: a failure and the
+  // restart it brings, pods blocked, the deadline, suspend and resume, the end, and the gang
+  // running again after a restart (the Restarted condition keeps only the last). The first
+  // creation of the pods and the first start are the Created and Running conditions alone.
   void event(const std::string& type, const std::string& reason, const std::string& message) {
     out.events.push_back({type, reason, message});
   }
@@ -438,11 +445,11 @@ struct Pass {
     for (int i = 0; i < job.nodes; ++i)
       if (!present.count(i)) out.create_pods.push_back(i);
     if (!out.create_pods.empty()) out.avoid_nodes = s().lost_nodes;
-    if (!out.create_pods.empty()) {
-      event("Normal", "CreatedPods",
-            "creating " + std::to_string(out.create_pods.size()) + " pod(s) for attempt " + std::to_string(s().restarts));
+    // Note [Events that say something new]: the condition, not an Event, says the pods were
+    // created. Set while the attempt's pods exist, not only in the pass that creates them, so
+    // a status write put off (Note [Batched status writes]) still carries it.
+    if (!out.create_pods.empty() || !current.empty())
       condition("Created", "True", "PodsCreated", "pods of attempt " + std::to_string(s().restarts) + " created");
-    }
   }
 
   // A pod of the attempt that cannot start: the scheduler finds no node for it, or its
@@ -501,7 +508,9 @@ struct Pass {
       std::string msg = "all " + std::to_string(job.nodes) + " pods are running";
       condition("Running", "True", "AllNodesRunning", msg);
       condition("Restarting", "False", "AllNodesRunning", msg);
-      event("Normal", "Running", msg);
+      // Note [Events that say something new]: the first start is the Running condition and
+      // phase; after a gang restart, the Event closes the GangRestart one in the job's history.
+      if (s().restarts > 0) event("Normal", "Running", msg + " again (attempt " + std::to_string(s().restarts) + ")");
     } else if (s().phase.empty()) {
       s().phase = "Pending";
     }

@@ -89,6 +89,7 @@ TEST(Decide, ANewJobGetsServicePodGroupAndEveryPod) {
   EXPECT_EQ(d.status.nodes.active, 3);
   ASSERT_NE(cond(d, "Created"), nullptr);
   EXPECT_TRUE(d.status_changed);
+  EXPECT_TRUE(d.events.empty()) << "Note [Events that say something new]: the Created condition says it";
 }
 
 TEST(Decide, NoGangMeansNoPodGroup) {
@@ -110,7 +111,9 @@ TEST(Decide, MissingPodGroupApiIsAConditionNotAnError) {
   EXPECT_EQ(cond(d, "GangSchedulingUnavailable")->status, "True");
 }
 
-TEST(Decide, AllPodsRunningIsRunningWithAnEvent) {
+// Note [Events that say something new]: the first start is the Running condition alone; after
+// a gang restart an Event says the gang runs again.
+TEST(Decide, AllPodsRunningIsRunningWithAnEventOnlyAfterARestart) {
   auto j = job();
   j.status.phase = "Pending";
   j.status.start_time = format_time(kNow - 5s);
@@ -119,8 +122,16 @@ TEST(Decide, AllPodsRunningIsRunningWithAnEvent) {
   EXPECT_EQ(d.status.nodes.ready, 2);
   ASSERT_NE(cond(d, "Running"), nullptr);
   EXPECT_EQ(cond(d, "Running")->status, "True");
-  ASSERT_EQ(d.events.size(), 1u);
-  EXPECT_EQ(d.events[0].reason, "Running");
+  EXPECT_EQ(message(d, "Created"), "pods of attempt 0 created") << "the attempt's pods exist: the condition says so";
+  EXPECT_TRUE(d.events.empty()) << d.events[0].reason;
+
+  j.status.phase = "Restarting";
+  j.status.restarts = 2;
+  auto again = decide(observed(j, {pod(0, "Running", 2), pod(1, "Running", 2)}));
+  EXPECT_EQ(again.status.phase, "Running");
+  ASSERT_EQ(again.events.size(), 1u);
+  EXPECT_EQ(again.events[0].reason, "Running");
+  EXPECT_EQ(again.events[0].message, "all 2 pods are running again (attempt 2)");
 }
 
 TEST(Decide, NothingChangedMeansNoStatusWrite) {

@@ -34,9 +34,16 @@ TEST(PodManifest, RunsTheAgentInTheTrainerContainerAndKeepsUserEnv) {
   std::map<std::string, std::string> env;
   int nnodes_entries = 0;
   for (const auto& e : ctr["env"]) {
-    env[e["name"]] = e["value"];
+    env[e["name"]] = e.value("value", "");
     nnodes_entries += e["name"] == "LOCKSTEP_NNODES";
+    // Note [Worker threads]: the container's own CPU request and limit, from the downward API.
+    if (e["name"] == "LOCKSTEP_CPU_REQUEST" || e["name"] == "LOCKSTEP_CPU_LIMIT")
+      EXPECT_EQ(e["valueFrom"]["resourceFieldRef"],
+                json({{"containerName", "trainer"}, {"resource", e["name"] == "LOCKSTEP_CPU_REQUEST" ? "requests.cpu" : "limits.cpu"},
+                      {"divisor", "1m"}}))
+          << e;
   }
+  EXPECT_TRUE(env.count("LOCKSTEP_CPU_REQUEST") && env.count("LOCKSTEP_CPU_LIMIT"));
   EXPECT_EQ(env["MY_VAR"], "1");
   EXPECT_EQ(env["LOCKSTEP_NNODES"], "4");  // the operator's value wins, once
   EXPECT_EQ(nnodes_entries, 1);
@@ -52,6 +59,25 @@ TEST(PodManifest, RunsTheAgentInTheTrainerContainerAndKeepsUserEnv) {
   t["spec"]["containers"][1]["terminationMessagePolicy"] = "File";
   j.tmpl = t;
   EXPECT_EQ(pod_manifest(j, 0, 0)["spec"]["containers"][1]["terminationMessagePolicy"], "File");
+}
+
+// Note [Worker threads]: the downward API names the container the agent runs in, which is the
+// first one when none is called "trainer"; a reference to a container the pod lacks would
+// make the API server refuse the pod.
+TEST(PodManifest, CpuVariablesNameTheContainerTheAgentRunsIn) {
+  JobView j;
+  j.name = "tj";
+  j.ns = "team";
+  j.tmpl = json::parse(R"({"spec": {"containers": [{"name": "main", "image": "img"}, {"name": "sidecar", "image": "busybox"}]}})");
+  json pod = pod_manifest(j, 0, 0);
+  int found = 0;
+  for (const auto& e : pod["spec"]["containers"][0]["env"])
+    if (e["name"] == "LOCKSTEP_CPU_REQUEST" || e["name"] == "LOCKSTEP_CPU_LIMIT") {
+      ++found;
+      EXPECT_EQ(e["valueFrom"]["resourceFieldRef"]["containerName"], "main") << e;
+    }
+  EXPECT_EQ(found, 2);
+  EXPECT_FALSE(pod["spec"]["containers"][1].contains("env"));
 }
 
 // Note [Agent injection]
@@ -141,7 +167,7 @@ TEST(QueueManifest, TheQueueIsTheKueueLabelOnEveryPodAsTheCrdSays) {
 TEST(PodManifest, CarriesTheInPlaceBudgetAndTheRestartPolicy) {
   auto env_of = [](const json& pod) {
     std::map<std::string, std::string> env;
-    for (const auto& e : pod["spec"]["containers"][0]["env"]) env[e["name"]] = e["value"];
+    for (const auto& e : pod["spec"]["containers"][0]["env"]) env[e["name"]] = e.value("value", "");
     return env;
   };
   JobView j;

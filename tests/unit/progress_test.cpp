@@ -107,6 +107,7 @@ TEST(Progress, StatusCarriesItAndAnUnchangedReadingWritesNothing) {
   job.nodes = 1;
   job.status = JobStatus::from_json(j);
   job.status.start_time = format_time(kT0);
+  job.status.conditions.push_back({"Created", "True", "PodsCreated", "pods of attempt 0 created", format_time(kT0)});
   job.status.conditions.push_back({"Running", "True", "AllNodesRunning", "", format_time(kT0)});
   PodView pod;
   pod.name = "tj-0";
