@@ -148,7 +148,17 @@ class Watcher {
   using Handler = std::function<void(const std::string& type, const json& obj)>;
   Watcher(const lockstep::kube::RestConfig& config, std::string path, Handler handler)
       : client_(config), path_(std::move(path)), handler_(std::move(handler)) {
-    list();
+    // Right after its CRD is applied the API server may answer "storage is (re)initializing"
+    // for a few seconds (its watch cache for the new resource): tried again until 30 s.
+    for (auto until = std::chrono::steady_clock::now() + 30s;;) {
+      try {
+        list();
+        break;
+      } catch (const std::exception&) {
+        if (std::chrono::steady_clock::now() >= until) throw;
+        std::this_thread::sleep_for(250ms);
+      }
+    }
     thread_ = std::thread([this] { run(); });
   }
   ~Watcher() {
