@@ -348,6 +348,11 @@ std::vector<Document> load_documents(const std::string& text, const std::string&
       at = eol + 1;
     }
     if (content.empty()) return;
+    if (docs.size() >= YamlLimits::kMaxDocuments)
+      throw InputError(name + ":" + std::to_string(content_line + 1) + ": YAML too complex: more than " +
+                           std::to_string(YamlLimits::kMaxDocuments) +
+                           " documents; a TrainingJob file holds the job and a few objects beside it",
+                       4);
     Document d;
     d.node = YAML::Load(std::string(start_line, '\n') + text.substr(start, end - start));
     const bool null_written = content.rfind("~", 0) == 0 || content.rfind("null", 0) == 0 ||

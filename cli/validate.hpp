@@ -26,6 +26,9 @@ struct YamlLimits {
   static constexpr size_t kMaxBytes = 3 * 1024 * 1024;  // the API server's request body limit
   static constexpr size_t kMaxDepth = 100;              // nesting, aliases expanded
   static constexpr size_t kMaxValues = 100000;          // values, aliases expanded
+  // Documents in one file (Note [YAML documents]): a job and a few objects beside it. Each is
+  // read with its line offset, so the bound keeps a file of many small documents linear.
+  static constexpr size_t kMaxDocuments = 16;
 };
 
 // Reads one YAML document into JSON (quoted scalars stay strings). Throws InputError (exit 4)

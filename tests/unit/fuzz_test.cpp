@@ -69,6 +69,11 @@ std::vector<std::pair<std::string, std::string>> yaml_corpus() {
       {"a line starting with a comma", ", x\n"},
       {"a comma line after a comment, then a job", "# c\n, or locally\n" + job("x", "")},
       {"documents, a comma line in the second", job("x", "") + "---\n, x\n"},
+      {"a hundred thousand small documents", [] {
+         std::string s;
+         for (int i = 0; i < 100000; ++i) s += "---\na: 1\n";
+         return s;
+       }()},
       {"billion laughs", billion_laughs(9, 9)},
       {"billion laughs, wide", billion_laughs(4, 200)},
       {"flow sequences 100k deep", std::string(100000, '[') + std::string(100000, ']')},
@@ -197,6 +202,12 @@ TEST(FuzzYaml, ErrorsNameTheLimit) {
   EXPECT_NE(message("# c\n, or locally\na: 1\n").find("f.yaml:2: YAML syntax error: nothing could be read from here on"),
             std::string::npos)
       << message("# c\n, or locally\na: 1\n");
+  EXPECT_NE(message(std::string("---\na: 1\n") + "---\na: 1\n" + [] {
+              std::string s;
+              for (int i = 0; i < 20; ++i) s += "---\na: 1\n";
+              return s;
+            }()).find("more than " + std::to_string(YamlLimits::kMaxDocuments) + " documents"),
+            std::string::npos);
   // Documents split at their markers keep the file's line numbers.
   EXPECT_NE(message("a: 1\n---\nb: [\n").find("f.yaml:4:"), std::string::npos) << message("a: 1\n---\nb: [\n");
   EXPECT_EQ(message("---\nkind: ConfigMap\n...\n--- # the job\n" + example("fsdp.yaml") + "---\n"), "(no error)");
