@@ -2,6 +2,7 @@
 
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <regex>
 #include <sstream>
@@ -130,28 +131,27 @@ void report_recovery(const std::string& fault, int checkpoint, int at_fault, int
   out << fault << "\t" << checkpoint << "\t" << at_fault << "\t" << resumed << "\t" << seconds << "\n";
 }
 
-double final_loss(const std::string& loss_log) {
+namespace {
+// The loss of the last line of rank 0's loss log whose step `wanted` accepts, or -1.
+double last_loss(const std::string& loss_log, const std::function<bool(long long)>& wanted) {
   std::istringstream in(read_file(loss_log));
   double loss = -1;
   for (std::string line; std::getline(in, line);) {
     std::istringstream f(line);
     long long step;
     double l;
-    if (f >> step >> l) loss = l;
+    if (f >> step >> l && wanted(step)) loss = l;
   }
   return loss;
 }
+}  // namespace
+
+double final_loss(const std::string& loss_log) {
+  return last_loss(loss_log, [](long long) { return true; });
+}
 
 double loss_at(const std::string& loss_log, int step) {
-  std::istringstream in(read_file(loss_log));
-  double loss = -1;
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream f(line);
-    long long s;
-    double l;
-    if (f >> s >> l && s == step) loss = l;
-  }
-  return loss;
+  return last_loss(loss_log, [step](long long s) { return s == step; });
 }
 
 std::string checkpoint_job(const std::string& name, const std::string& dir, int steps, int in_place_restarts,
