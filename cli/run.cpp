@@ -32,8 +32,6 @@ using Clock = std::chrono::steady_clock;
 namespace lockstep::cli {
 namespace {
 
-// Where lockstep-agent and lockstep-trainer are: beside this binary (installed), or in the
-// build tree's agent/ and trainer/ directories.
 // A container's CPU quantity under resources.<which>.cpu in millicores ("500m", "2", "1.5"),
 // rounded up as the downward API rounds; 0 when there is none or it is not one of those forms.
 int cpu_millis(const json& ctr, const char* which) {
@@ -59,6 +57,8 @@ int cpu_millis(const json& ctr, const char* which) {
   return static_cast<int>(std::ceil(cores * 1000.0 - 1e-9));
 }
 
+// Where lockstep-agent and lockstep-trainer are: beside this binary (installed), or in the
+// build tree's agent/ and trainer/ directories.
 std::string tool_path() {
   fs::path self = fs::read_symlink("/proc/self/exe").parent_path();
   std::string path;

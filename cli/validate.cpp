@@ -303,10 +303,6 @@ const json& crd_schema() {
   return schema;
 }
 
-}  // namespace
-
-namespace {
-
 // Note [YAML documents]
 // yaml-cpp 0.7's LoadAll never returns on some malformed input: its parser reports a document
 // without consuming anything (a line that starts with ',' after a comment, found by
@@ -323,12 +319,8 @@ bool document_marker(const std::string& text, size_t at) {
          text[at + 3] == '\r';
 }
 
-struct Document {
-  YAML::Node node;
-};
-
-std::vector<Document> load_documents(const std::string& text, const std::string& name) {
-  std::vector<Document> docs;
+std::vector<YAML::Node> load_documents(const std::string& text, const std::string& name) {
+  std::vector<YAML::Node> docs;
   // The piece [start, end) beginning on line start_line (0-based): a document unless it holds
   // only blank lines, comments and a bare `---`.
   auto read = [&](size_t start, size_t end, size_t start_line) {
@@ -353,16 +345,15 @@ std::vector<Document> load_documents(const std::string& text, const std::string&
                            std::to_string(YamlLimits::kMaxDocuments) +
                            " documents; a TrainingJob file holds the job and a few objects beside it",
                        4);
-    Document d;
-    d.node = YAML::Load(std::string(start_line, '\n') + text.substr(start, end - start));
+    YAML::Node node = YAML::Load(std::string(start_line, '\n') + text.substr(start, end - start));
     const bool null_written = content.rfind("~", 0) == 0 || content.rfind("null", 0) == 0 ||
                               content.rfind("Null", 0) == 0 || content.rfind("NULL", 0) == 0 || content.rfind("!!null", 0) == 0;
-    if ((!d.node || d.node.IsNull()) && !null_written)
+    if ((!node || node.IsNull()) && !null_written)
       throw InputError(name + ":" + std::to_string(content_line + 1) +
                            ": YAML syntax error: nothing could be read from here on (a line that YAML cannot start "
                            "with, such as one beginning with ','?)",
                        4);
-    docs.push_back(std::move(d));
+    docs.push_back(std::move(node));
   };
   size_t start = 0, start_line = 0, line = 0;
   for (size_t at = 0; at < text.size(); ++line) {
@@ -398,17 +389,16 @@ json yaml_to_json_text(const std::string& text, const std::string& name) {
     // A manifest file may hold other objects beside the job (a ConfigMap with the script, as
     // examples/pytorch-script.yaml does): of several documents, the one TrainingJob is read.
     // Note [YAML documents]: not YAML::LoadAll.
-    std::vector<Document> docs = load_documents(text, name);
+    std::vector<YAML::Node> docs = load_documents(text, name);
     std::vector<YAML::Node> jobs;
     std::string kinds;
-    for (const auto& doc : docs) {
-      const YAML::Node& d = doc.node;
+    for (const auto& d : docs) {
       const YAML::Node kind = d.IsMap() ? d["kind"] : YAML::Node();
       const std::string k = kind && kind.IsScalar() ? kind.Scalar() : "?";
       if (k == "TrainingJob") jobs.push_back(d);
       kinds += (kinds.empty() ? "" : ", ") + k;
     }
-    if (docs.size() <= 1) root = docs.empty() ? YAML::Node() : docs[0].node;
+    if (docs.size() <= 1) root = docs.empty() ? YAML::Node() : docs[0];
     else if (jobs.size() == 1) root = jobs[0];
     else if (jobs.empty())
       throw InputError(name + ": holds " + std::to_string(docs.size()) + " YAML documents (" + kinds +

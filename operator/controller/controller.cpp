@@ -82,6 +82,13 @@ std::pair<std::string, std::string> split_key(const std::string& key) {
   return {key.substr(0, slash), key.substr(slash + 1)};
 }
 
+// How long until `due`, rounded up to the next millisecond; 0 when it has passed.
+std::chrono::milliseconds wait_until(std::chrono::steady_clock::time_point due) {
+  auto now = std::chrono::steady_clock::now();
+  if (due <= now) return std::chrono::milliseconds(0);
+  return std::chrono::duration_cast<std::chrono::milliseconds>(due - now) + std::chrono::milliseconds(1);
+}
+
 }  // namespace
 
 bool hold_for_expectations(Expectations& expectations, WorkQueue& queue, const std::string& key) {
@@ -579,18 +586,13 @@ std::chrono::milliseconds Controller::status_write_wait(const std::string& key) 
   std::lock_guard<std::mutex> lock(status_mu_);
   auto it = status_written_at_.find(key);
   if (it == status_written_at_.end()) return std::chrono::milliseconds(0);
-  auto due = it->second + config_.status_batch_period;
-  auto now = std::chrono::steady_clock::now();
-  if (due <= now) return std::chrono::milliseconds(0);
-  return std::chrono::duration_cast<std::chrono::milliseconds>(due - now) + std::chrono::milliseconds(1);
+  return wait_until(it->second + config_.status_batch_period);
 }
 
 std::chrono::milliseconds Controller::first_write_wait(const std::string& key) {
   std::lock_guard<std::mutex> lock(status_mu_);
-  auto now = std::chrono::steady_clock::now();
-  auto due = first_write_put_off_at_.emplace(key, now).first->second + config_.status_batch_period;
-  if (due <= now) return std::chrono::milliseconds(0);
-  return std::chrono::duration_cast<std::chrono::milliseconds>(due - now) + std::chrono::milliseconds(1);
+  return wait_until(first_write_put_off_at_.emplace(key, std::chrono::steady_clock::now()).first->second +
+                    config_.status_batch_period);
 }
 
 void Controller::record_event(const JobView& job, const std::string& type, const std::string& reason,

@@ -10,30 +10,26 @@ namespace {
 
 json job_labels(const JobView& job) { return {{c::kLabelJobName, job.name}}; }
 
-void set_env(json& env, const std::string& name, const std::string& value) {
+// Puts `entry` (a container env entry) in `env`, in place of one of the same name if any.
+void put_env(json& env, json entry) {
+  const std::string& name = entry["name"].get_ref<const std::string&>();
   for (auto& e : env) {
     if (!e.is_object()) continue;
     auto it = e.find("name");  // compared in place: no copy of each name per variable set
     if (it != e.end() && it->is_string() && it->get_ref<const std::string&>() == name) {
-      e = {{"name", name}, {"value", value}};
+      e = std::move(entry);
       return;
     }
   }
-  env.push_back({{"name", name}, {"value", value}});
+  env.push_back(std::move(entry));
 }
+
+void set_env(json& env, const std::string& name, const std::string& value) { put_env(env, {{"name", name}, {"value", value}}); }
 
 // `name` from the resources of the container `container`, in millicores (the downward API).
 void set_env_from_cpu(json& env, const std::string& name, const std::string& container, const char* resource) {
-  json from = {{"resourceFieldRef", {{"containerName", container}, {"resource", resource}, {"divisor", "1m"}}}};
-  for (auto& e : env) {
-    if (!e.is_object()) continue;
-    auto it = e.find("name");
-    if (it != e.end() && it->is_string() && it->get_ref<const std::string&>() == name) {
-      e = {{"name", name}, {"valueFrom", std::move(from)}};
-      return;
-    }
-  }
-  env.push_back({{"name", name}, {"valueFrom", std::move(from)}});
+  put_env(env, {{"name", name},
+                {"valueFrom", {{"resourceFieldRef", {{"containerName", container}, {"resource", resource}, {"divisor", "1m"}}}}}});
 }
 
 // The value under `key` of `obj` moved out when it is of `kind` (an object or an array),

@@ -125,9 +125,8 @@ bool recovery_bench() {
 }
 
 void report_recovery(const std::string& fault, int checkpoint, int at_fault, int resumed, double seconds) {
-  const char* path = std::getenv("LOCKSTEP_RECOVERY_REPORT");
-  if (!path || !*path) return;
-  std::ofstream out(path, std::ios::app);
+  if (!recovery_bench()) return;
+  std::ofstream out(std::getenv("LOCKSTEP_RECOVERY_REPORT"), std::ios::app);
   out << fault << "\t" << checkpoint << "\t" << at_fault << "\t" << resumed << "\t" << seconds << "\n";
 }
 

@@ -490,11 +490,10 @@ TEST_F(LockstepInCluster, FaultsRestartInPlaceThenAsAGangAndResumeFromTheLastChe
   // run was at when the kubelet came back, after its last resume: from there on both runs
   // compute the same steps from the same state, so a difference would show there already.
   // bench/recovery runs it to the end for the wall-time ratio.
-  const bool whole = bench;
   const std::string ref_dir = volumes + "/reference";
   r = cluster_kubectl({"-n", ns, "apply", "-f", "-"}, checkpoint_job("reference", ref_dir, steps, 1, cpu));
   ASSERT_TRUE(r.status.success()) << r.output;
-  if (whole)
+  if (bench)
     ASSERT_TRUE(wait_phase(ns, "reference", "Succeeded", 420s)) << diagnose(ns);
   else
     ASSERT_TRUE(eventually([&] { return last_logged_step(ref_dir + "/loss.txt") >= at_start; }, 420s))
@@ -505,7 +504,7 @@ TEST_F(LockstepInCluster, FaultsRestartInPlaceThenAsAGangAndResumeFromTheLastChe
   std::cerr << std::setprecision(8) << "[cluster] loss at step " << at_start << " after " << expected_restarts + expected_in_place
             << " faults " << faulty << ", uninterrupted " << reference << "\n";
   EXPECT_NEAR(faulty, reference, 1e-5 * reference);
-  if (whole) {
+  if (bench) {
     double faulty_final = final_loss(dir + "/loss.txt"), reference_final = final_loss(ref_dir + "/loss.txt");
     EXPECT_NEAR(faulty_final, reference_final, 1e-5 * reference_final) << "the final losses";
     auto wall = [&](const std::string& name) {
