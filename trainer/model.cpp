@@ -20,7 +20,15 @@ GptConfig GptConfig::preset(const std::string& name) {
     c.vocab_size = 50257;
     return c;
   }
-  throw std::invalid_argument("--model: unknown preset '" + name + "'; valid: tiny, gpt2-124m, mlp");
+  if (name == "gpt2-1558m") {  // GPT-2 XL's shape (bench/trainer/gpu.sh: MFU at 1.5B)
+    c.n_layer = 48;
+    c.n_head = 25;
+    c.n_embd = 1600;
+    c.block_size = 1024;
+    c.vocab_size = 50257;
+    return c;
+  }
+  throw std::invalid_argument("--model: unknown preset '" + name + "'; valid: tiny, gpt2-124m, gpt2-1558m, mlp");
 }
 
 int64_t GptConfig::parameters() const {
@@ -97,7 +105,15 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& idx) {
 }
 
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
-  return F::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+  auto flat = logits.reshape({-1, logits.size(-1)});
+  const auto t = flat.scalar_type();
+  if ((t == torch::kBFloat16 || t == torch::kHalf) && flat.is_cuda())
+    // Note [Step speed]: log-softmax reads the 16-bit logits and writes fp32 in one kernel (its
+    // backward writes the 16-bit gradient), the same arithmetic as an fp32 copy first, without
+    // the copy and its backward over the whole (B*T, V) tensor.
+    return at::nll_loss(at::_log_softmax(flat, -1, /*half_to_float=*/true), targets.reshape({-1}));
+  if (t != torch::kFloat32 && t != torch::kFloat64) flat = flat.to(torch::kFloat32);  // the CPU has no fused path
+  return F::cross_entropy(flat, targets.reshape({-1}));
 }
 
 }  // namespace lockstep::trainer

@@ -18,6 +18,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #endif
 
+#include <ATen/SDPBackend.h>
 #include <ATen/autocast_mode.h>
 #include <c10/core/Event.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -34,13 +35,14 @@
 #include "optim.hpp"
 #include "memory_plan.hpp"
 #include "model.hpp"
+#include "profile.hpp"
 
 namespace lockstep::trainer {
 
 const char* kUsage = R"(usage: lockstep-trainer [flags]
 Trains a GPT-style decoder (or a small MLP) with DDP over the ranks that lockstep-agent (or
 torchrun) started: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT come from the environment.
-  --model NAME          tiny | gpt2-124m | mlp (default tiny)
+  --model NAME          tiny | gpt2-124m | gpt2-1558m | mlp (default tiny)
   --n-layer, --n-head, --n-embd, --seq-len, --vocab-size N   override the preset
   --data SRC            synthetic (default) or a file of uint16 token ids (nanoGPT .bin)
   --examples N          synthetic examples per epoch (default 65536)
@@ -74,6 +76,16 @@ torchrun) started: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT come from the e
                         LOCKSTEP_CHECKPOINT_RESUME_FROM); without it another job's checkpoints
                         are never used
   --dump-params FILE    save the final parameters (torch::save) for comparison
+Speed (each measured by bench/trainer/gpu.sh against the way it replaced):
+  --vocab-multiple N    pad the vocabulary (embedding and head) to a multiple of N; padded
+                        ids never occur in the data (default 1: no padding; 64 for tensor cores)
+  --attention A         auto | flash | cudnn | efficient | math: the attention kernels allowed
+                        (default auto: PyTorch's choice); the one used is printed at start
+  --ddp-at-one-rank     keep DDP's buckets and all-reduce at world size 1 (default: none there)
+  --sync-every-step     read the loss and make the next batch inside the step (the old loop)
+  --loss-on-fp32-logits copy the bf16 logits to fp32 before the loss (the old loss)
+  --profile-step N      profile step N with Kineto and print where its time went
+  --profile-out FILE    with --profile-step: the step's trace (Chrome trace format) here
 )";
 
 namespace {
@@ -148,6 +160,36 @@ class Reporter {
   sockaddr_un addr_{};
 };
 
+// --attention: which kernels scaled_dot_product_attention may use; "auto" leaves PyTorch's own
+// choice (every backend allowed, its priority order).
+void allow_attention(const std::string& a) {
+  if (a == "auto") return;
+  auto& ctx = at::globalContext();
+  ctx.setSDPUseFlash(a == "flash");
+  ctx.setSDPUseMemEfficient(a == "efficient");
+  ctx.setSDPUseMath(a == "math");
+  ctx.setSDPUseCuDNN(a == "cudnn");
+}
+
+// The kernel scaled_dot_product_attention picks for the model's causal attention, asked of
+// PyTorch with tensors of the model's shape and dtype (one sequence) on the training device.
+std::string attention_backend(const GptConfig& gc, const torch::Device& device, bool bf16) {
+  auto q = torch::zeros({1, gc.n_head, gc.block_size, gc.n_embd / gc.n_head},
+                        torch::TensorOptions().device(device).dtype(bf16 ? torch::kBFloat16 : torch::kFloat32));
+  try {
+    switch (static_cast<at::SDPBackend>(at::_fused_sdp_choice(q, q, q, {}, 0.0, /*is_causal=*/true))) {
+      case at::SDPBackend::math: return "math (unfused)";
+      case at::SDPBackend::flash_attention: return "flash";
+      case at::SDPBackend::efficient_attention: return "efficient (memory-efficient)";
+      case at::SDPBackend::cudnn_attention: return "cudnn";
+      case at::SDPBackend::overrideable: return "overrideable";
+      default: return "none available";
+    }
+  } catch (const c10::Error& e) {
+    return std::string("none available: ") + e.what_without_backtrace();
+  }
+}
+
 double lr_at(const Options& o, int64_t step) {
   if (step < o.warmup_steps) return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
   double progress = static_cast<double>(step - o.warmup_steps) / std::max<int64_t>(1, o.steps - o.warmup_steps);
@@ -212,10 +254,22 @@ Options parse_options(const std::vector<std::string>& args) {
     else if (a == "--checkpoint-keep") o.checkpoint_keep = integer(a, value(), 0);
     else if (a == "--resume-from") o.resume_from = value();
     else if (a == "--exit-after-step") o.exit_after_step = integer(a, value(), 1);
+    else if (a == "--vocab-multiple") o.vocab_multiple = integer(a, value(), 1);
+    else if (a == "--attention") o.attention = value();
+    else if (a == "--ddp-at-one-rank") o.ddp_at_one_rank = true;
+    else if (a == "--sync-every-step") o.sync_every_step = true;
+    else if (a == "--loss-on-fp32-logits") o.loss_on_fp32_logits = true;
+    else if (a == "--profile-step") o.profile_step = integer(a, value(), 1);
+    else if (a == "--profile-out") o.profile_out = value();
     else throw std::invalid_argument("unknown flag '" + args[i] + "' (see --help)");
   }
   if (o.strategy != "DDP" && o.strategy != "FSDP" && o.strategy != "Auto")
     throw std::invalid_argument("--strategy (or LOCKSTEP_STRATEGY): expected DDP, FSDP or Auto, got '" + o.strategy + "'");
+  if (o.attention != "auto" && o.attention != "flash" && o.attention != "cudnn" && o.attention != "efficient" &&
+      o.attention != "math")
+    throw std::invalid_argument("--attention: expected auto, flash, cudnn, efficient or math, got '" + o.attention + "'");
+  if (!o.profile_out.empty() && o.profile_step == 0)
+    throw std::invalid_argument("--profile-out: needs --profile-step N (the step to profile)");
   return o;
 }
 
@@ -226,6 +280,7 @@ int run(const Options& o) {
   if (o.strategy == "FSDP" && o.model == "mlp")
     throw std::invalid_argument("--strategy FSDP shards transformer blocks; use --strategy DDP for --model mlp");
 
+  allow_attention(o.attention);
   // 1. The model: plain code, no parallelism in it.
   torch::manual_seed(o.seed);
   std::shared_ptr<torch::nn::Module> module;
@@ -237,6 +292,9 @@ int run(const Options& o) {
   if (o.n_embd > 0) gc.n_embd = o.n_embd;
   if (o.seq_len > 0) gc.block_size = o.seq_len;
   if (o.vocab_size > 0) gc.vocab_size = o.vocab_size;
+  // Padded ids never occur in the data: it is made with the real vocabulary (Note [Step speed]).
+  const int64_t data_vocab = gc.vocab_size;
+  gc.vocab_size = (gc.vocab_size + o.vocab_multiple - 1) / o.vocab_multiple * o.vocab_multiple;
   if (gc.n_embd % gc.n_head != 0)
     throw std::invalid_argument("--n-embd " + std::to_string(gc.n_embd) + " must be a multiple of --n-head " +
                                 std::to_string(gc.n_head));
@@ -262,8 +320,8 @@ int run(const Options& o) {
   for (const auto& p : module->parameters()) n_params += p.numel();
 
   // 2. The data.
-  std::unique_ptr<Dataset> data = o.data == "synthetic" ? make_synthetic(gc.vocab_size, gc.block_size, o.examples, o.seed)
-                                                        : make_token_file(o.data, gc.vocab_size, gc.block_size);
+  std::unique_ptr<Dataset> data = o.data == "synthetic" ? make_synthetic(data_vocab, gc.block_size, o.examples, o.seed)
+                                                        : make_token_file(o.data, data_vocab, gc.block_size);
   DistributedSampler sampler(data->size(), o.batch_size * o.grad_accum, dist.rank, dist.world, o.seed);
 
   // 3. Parallelism, applied from outside the model: FSDP or DDP; Auto decides from the
@@ -293,7 +351,7 @@ int run(const Options& o) {
   std::unique_ptr<Ddp> ddp;
   if (use_fsdp) {
     fsdp = std::make_unique<Fsdp>(gpt_model, dist.pg);
-  } else if (dist.pg) {
+  } else if (dist.pg && (dist.world > 1 || o.ddp_at_one_rank)) {  // one rank: nothing to average
     ddp = std::make_unique<Ddp>(*module, dist.pg, o.bucket_mb << 20, std::min<int64_t>(1, o.bucket_mb) << 20, o.overlap);
     ddp->broadcast_parameters();
   }
@@ -304,8 +362,17 @@ int run(const Options& o) {
               << (ddp ? ", " + std::to_string(ddp->buckets()) + " bucket(s)" +
                             (o.overlap ? " overlapped with backward" : " after backward")
                       : "")
+              << (!ddp && !use_fsdp && dist.world == 1 ? " (one rank: no gradient all-reduce)" : "")
               << ", global batch " << o.batch_size * o.grad_accum * dist.world << " x " << gc.block_size << " tokens"
+              << (gc.vocab_size != data_vocab ? ", vocabulary " + std::to_string(data_vocab) + " padded to " + std::to_string(gc.vocab_size) : "")
               << std::endl;
+  if (gpt_model) {
+    const std::string attention = attention_backend(gc, device, bf16);
+    if (attention.rfind("none available", 0) == 0)
+      throw std::invalid_argument("--attention " + o.attention + ": no attention kernel allowed by it runs this model on " +
+                                  device.str() + " (" + attention + "); valid: auto, flash, cudnn, efficient, math");
+    if (chief) std::cout << "lockstep-trainer: attention " << attention << " (--attention " << o.attention << ")" << std::endl;
+  }
   if (chief)  // what the step times below are measured with (the GPU tests check it)
     std::cout << "lockstep-trainer: step phases timed with " << (device.is_cuda() ? "CUDA events" : "the host clock")
               << std::endl;
@@ -333,28 +400,57 @@ int run(const Options& o) {
   // Model FLOPs per token, the count MFU divides (docs/trainer.md, as PaLM's appendix B and
   // nanoGPT's estimate_mfu): 6 x the parameters less the position table (a lookup, no matmul;
   // the tied head counts the token table once) plus attention's 12 x layers x context x width.
+  // Padding rows (--vocab-multiple) are no useful work and are not counted.
+  const int64_t padding = (gc.vocab_size - data_vocab) * gc.n_embd;
   const double flops_per_token =
-      gpt_model ? 6.0 * static_cast<double>(n_params - gc.block_size * gc.n_embd) +
+      gpt_model ? 6.0 * static_cast<double>(n_params - padding - gc.block_size * gc.n_embd) +
                       12.0 * static_cast<double>(gc.n_layer * gc.block_size * gc.n_embd)
                 : 6.0 * static_cast<double>(n_params);
   double first_loss = 0;
   std::vector<double> step_times;
   double comm_total = 0, exposed_total = 0;
 
+  // Note [Step speed]: the next step's batches are made on the host and copied (pinned, without
+  // blocking) while the device still runs this step, and the loss is summed on the device and
+  // read once the step is over, so nothing inside the step waits for the device.
+  using Batch = std::pair<torch::Tensor, torch::Tensor>;
+  auto load_batches = [&](int64_t step) {
+    std::vector<Batch> batches;
+    auto idx = sampler.indices(step);
+    for (int micro = 0; micro < o.grad_accum; ++micro) {
+      std::vector<int64_t> part(idx.begin() + micro * o.batch_size, idx.begin() + (micro + 1) * o.batch_size);
+      auto [x, y] = make_batch(*data, part);
+      if (device.is_cuda() && !o.sync_every_step) {
+        x = x.pin_memory();
+        y = y.pin_memory();
+      }
+      const bool async = device.is_cuda() && !o.sync_every_step;
+      batches.emplace_back(x.to(device, /*non_blocking=*/async), y.to(device, /*non_blocking=*/async));
+    }
+    return batches;
+  };
+  std::vector<Batch> next;
+  if (!o.sync_every_step && start < o.steps) next = load_batches(start);
+  std::chrono::steady_clock::time_point window_start;  // the timed window: steady state, by the host's clock
+
   StepTimer timer(device);
   for (int64_t step = start; step < o.steps; ++step) {
+    if (step == start + 3) window_start = std::chrono::steady_clock::now();
+    std::unique_ptr<StepProfile> profile;
+    if (step + 1 == o.profile_step) {
+      profile = std::make_unique<StepProfile>(device);
+      profile->start();
+    }
     timer.mark(0);
     double lr = lr_at(o, step);
     for (auto& group : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
     opt.zero_grad();
-    auto idx = sampler.indices(step);
+    std::vector<Batch> batches = o.sync_every_step ? load_batches(step) : std::move(next);
     double loss_sum = 0;
+    torch::Tensor loss_on_device;
     if (fsdp) fsdp->begin_step();
     for (int micro = 0; micro < o.grad_accum; ++micro) {
-      std::vector<int64_t> part(idx.begin() + micro * o.batch_size, idx.begin() + (micro + 1) * o.batch_size);
-      auto [x, y] = make_batch(*data, part);
-      x = x.to(device);
-      y = y.to(device);
+      const auto& [x, y] = batches[static_cast<size_t>(micro)];
       torch::Tensor logits;
       if (bf16) {  // autocast: matmuls in bf16, reductions and the loss in fp32
         at::autocast::set_autocast_enabled(at::kCUDA, true);
@@ -365,14 +461,16 @@ int run(const Options& o) {
       } else {
         logits = forward(x);
       }
-      auto loss = lm_loss(logits.to(torch::kFloat32), y) / static_cast<double>(o.grad_accum);
+      auto loss = lm_loss(o.loss_on_fp32_logits ? logits.to(torch::kFloat32) : logits, y) /
+                  static_cast<double>(o.grad_accum);
       bool last = micro == o.grad_accum - 1;
       if (ddp) {
         ddp->set_sync(last);
         if (last) ddp->begin_backward();
       }
       loss.backward();
-      loss_sum += loss.item<double>();
+      if (o.sync_every_step) loss_sum += loss.item<double>();
+      else loss_on_device = loss_on_device.defined() ? loss_on_device + loss.detach() : loss.detach();
     }
     timer.mark(1);
     CommStats comm;
@@ -385,7 +483,10 @@ int run(const Options& o) {
     }
     opt.step();
     timer.mark(3);
+    if (!o.sync_every_step && step + 1 < o.steps) next = load_batches(step + 1);  // while the device works
     const double step_s = timer.seconds(0, 3);  // on a GPU: waits for the step to finish there
+    if (loss_on_device.defined()) loss_sum = loss_on_device.item<double>();
+    if (profile) profile->finish(step_s, o.profile_out, std::cout);
     if (device.is_cuda()) {  // the collectives' own time on the GPU, where host clocks see none
       if (ddp) ddp->device_figures(comm);
       if (fsdp) fsdp->device_figures(comm);
@@ -428,13 +529,16 @@ int run(const Options& o) {
                 << (step_s > 0 ? 100 * comm.comm_s / step_s : 0) << "% (exposed "
                 << (step_s > 0 ? 100 * waited_s / step_s : 0) << "%)" << std::defaultfloat << std::endl;
   }
+  const double window_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
   if (chief)
     std::cout << std::setprecision(4) << "lockstep-trainer: done; loss at step 1 " << first_loss << ", uniform baseline "
               << data->uniform_loss() << std::endl;
   if (!o.stats_file.empty() && chief && !step_times.empty()) {
     std::sort(step_times.begin(), step_times.end());
     std::ofstream(o.stats_file) << "steps " << step_times.size() << "\nstep_s_median " << step_times[step_times.size() / 2]
-                                << "\ncomm_s " << comm_total << "\nexposed_s " << exposed_total << "\n";
+                                << "\ncomm_s " << comm_total << "\nexposed_s " << exposed_total
+                                // wall time per step over the same steps, host clock: what a user waits
+                                << "\nwall_s_per_step " << window_s / static_cast<double>(step_times.size()) << "\n";
   }
   if (!o.dump_params.empty()) {
     std::vector<torch::Tensor> params;

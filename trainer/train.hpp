@@ -9,7 +9,7 @@
 namespace lockstep::trainer {
 
 struct Options {
-  std::string model = "tiny";        // tiny | gpt2-124m | mlp
+  std::string model = "tiny";        // tiny | gpt2-124m | gpt2-1558m | mlp
   int64_t n_layer = -1, n_head = -1, n_embd = -1, seq_len = -1, vocab_size = -1;  // -1: the preset's
   std::string data = "synthetic";    // synthetic | path to a uint16 .bin token file
   int64_t examples = 1 << 16;        // synthetic examples per epoch
@@ -40,6 +40,14 @@ struct Options {
   std::string precision = "bf16";    // bf16 autocast on CUDA; CPU runs fp32 regardless
   std::string stats_file;            // rank 0: median step time and comm totals (bench)
   std::string device = "auto";       // auto | cpu | cuda | cuda:N
+  // Speed (Note [Step speed]; bench/trainer/gpu.sh measures each against the old way)
+  int64_t vocab_multiple = 1;        // the embedding and head padded to a multiple of this
+  std::string attention = "auto";    // auto | flash | cudnn | efficient | math
+  bool ddp_at_one_rank = false;      // DDP's buckets and all-reduce even at world size 1
+  bool sync_every_step = false;      // the old loop: loss read and batch made inside the step
+  bool loss_on_fp32_logits = false;  // the old loss: an fp32 copy of the bf16 logits first
+  int64_t profile_step = 0;          // profile this step (1-based; 0: none), Note [Step profile]
+  std::string profile_out;           // its Chrome trace here
 };
 
 // Parses argv; throws std::invalid_argument naming the flag and what is valid.

@@ -1,21 +1,29 @@
 #!/usr/bin/env python3
 """lockstep-trainer against the same GPT in PyTorch eager, on the same GPU, in one script.
 
-Issue #5's GPU benchmark: `gpt2-124m` with bf16 autocast, tokens/s and MFU (model FLOPs per
-second against the GPU's dense bf16 peak) of
+Issue #27's GPU benchmark. Both sides do the same work and are timed the same way:
 
-  * lockstep-trainer (LibTorch, C++): one rank with a real NCCL process group, so its step
-    includes DDP's bucketed all-reduces, fused AdamW and gradient clipping;
-  * the same model (the same layers, initialisation, loss and optimizer settings) written in
-    Python and run by PyTorch eager, with torch.optim.AdamW as PyTorch picks it by default
-    (foreach) and with fused=True; the better of the two is the baseline.
+  * the same model: the same layers, initialisation, vocabulary (padded to --vocab-multiple
+    on both), bf16 autocast, the same loss (log-softmax reading the bf16 logits into fp32,
+    unless --loss-on-fp32-logits), gradient clipping and AdamW settings;
+  * the same data path: windows of one token file (uint16, nanoGPT's .bin) made here; the
+    trainer reads it with --data, eager with numpy; each batch is copied to the GPU from
+    pinned memory without blocking, the next one made while the GPU runs the step;
+  * the same clock: the host's wall time over the steady-state steps (after 3 untimed ones),
+    each step ending when the GPU has finished it (the trainer's `wall_s_per_step`). The
+    trainer's own per-step CUDA-event figure is printed beside it.
 
-Rounds alternate between the two (trainer, eager, trainer, ...) and each figure is the median
-over rounds of the median steady-state step time. Run it through bench/trainer/gpu.sh, which
-builds the trainer against the installed CUDA PyTorch first. `--device cpu --model tiny` runs
-the whole script without a GPU (no MFU then: no peak to compare with), to check the script.
+Trainer configurations (--configs) are rows of flags, each adding one lever to the one
+before, from the trainer as it was (--sync-every-step --loss-on-fp32-logits
+--ddp-at-one-rank, no padding) to all levers; the eager baselines are torch.optim.AdamW
+default (foreach) and fused=True at the same settings. Rounds alternate between all of them,
+and every round is printed. FLOPs are counted two ways: ours (6 x (parameters - position
+table - padding) + 12 x layers x context x width; docs/trainer.md) and llm.c's
+(6 x parameters + 6 x layers x width x context, its parameters counting the padded vocabulary
+and the position table). `--device cpu --model tiny` runs the whole script without a GPU.
 """
 import argparse
+import array
 import math
 import os
 import statistics
@@ -37,7 +45,20 @@ PEAKS = [("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("GH200", 989.4), ("H200", 9
 PRESETS = {  # as trainer/model.cpp GptConfig::preset
     "tiny": dict(n_layer=2, n_head=2, n_embd=64, block_size=64, vocab_size=256),
     "gpt2-124m": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50257),
+    "gpt2-1558m": dict(n_layer=48, n_head=25, n_embd=1600, block_size=1024, vocab_size=50257),
 }
+
+# One lever at a time, each row adding one to the row before (Note [Step speed] in
+# trainer/train.cpp). "as before" is the trainer of the first GPU run (2026-11-22).
+LEVERS = [
+    ("as before", ["--sync-every-step", "--loss-on-fp32-logits", "--ddp-at-one-rank"], 1),
+    ("+ vocabulary padded", ["--sync-every-step", "--loss-on-fp32-logits", "--ddp-at-one-rank"], 64),
+    ("+ loss on bf16 logits", ["--sync-every-step", "--ddp-at-one-rank"], 64),
+    ("+ no DDP at one rank", ["--sync-every-step"], 64),
+    ("+ no sync, prefetch", [], 64),
+    ("+ attention cudnn", ["--attention", "cudnn"], 64),
+    ("+ attention flash", ["--attention", "flash"], 64),
+]
 
 
 class Block(nn.Module):
@@ -82,59 +103,109 @@ class Gpt(nn.Module):
         return self.ln_f(x) @ self.wte.weight.t()
 
 
-def flops_per_token(c, n_params):
-    """6 x (parameters - position table) + attention's 12 x layers x context x width (PaLM's
-    count, appendix B; nanoGPT's estimate_mfu): the position embedding is a lookup, the tied
-    embedding counts once, as the output projection. The trainer's step datagrams report the
-    same count (`flops`, trainer/train.cpp), which the dashboard's MFU divides: docs/trainer.md."""
-    return 6 * (n_params - c["block_size"] * c["n_embd"]) + 12 * c["n_layer"] * c["block_size"] * c["n_embd"]
+def padded(c, multiple):
+    c = dict(c)
+    c["vocab_size"] = (c["vocab_size"] + multiple - 1) // multiple * multiple
+    return c
 
 
-def eager_round(c, args, device, fused):
+def parameters(c):
+    """Exact parameter count of the model above (tied head counted once)."""
+    L, C, V, T = c["n_layer"], c["n_embd"], c["vocab_size"], c["block_size"]
+    return V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+
+
+def flops_ours(c, vocab):
+    """6 x (parameters - position table - padding rows) + 12 x L x T x C per token (PaLM's
+    appendix B, nanoGPT's estimate_mfu; the trainer's `flops`, docs/trainer.md)."""
+    L, C, T = c["n_layer"], c["n_embd"], c["block_size"]
+    useful = parameters(c) - T * C - (c["vocab_size"] - vocab) * C
+    return 6 * useful + 12 * L * T * C
+
+
+def flops_llmc(c):
+    """llm.c's count (train_gpt2.cu): 6 x N + 6 x L x C x T per token, N its num_parameters,
+    which holds the padded vocabulary and the position table; causal attention counted half."""
+    L, C, T = c["n_layer"], c["n_embd"], c["block_size"]
+    return 6 * parameters(c) + 6 * L * C * T
+
+
+def make_token_file(path, vocab, tokens, seed=0):
+    ids = torch.randint(0, vocab, (tokens,), generator=torch.Generator().manual_seed(seed))
+    with open(path, "wb") as f:
+        array.array("H", ids.tolist()).tofile(f)  # little-endian uint16 on x86-64, nanoGPT's .bin
+
+
+def read_token_file(path):
+    with open(path, "rb") as f:
+        return torch.frombuffer(bytearray(f.read()), dtype=torch.int16).to(torch.int64) & 0xFFFF
+
+
+def lm_loss(logits, y, fp32_copy):
+    flat = logits.reshape(-1, logits.size(-1))
+    if fp32_copy or flat.device.type != "cuda":
+        return F.cross_entropy(flat.float(), y.reshape(-1))
+    # log-softmax reading bf16 into fp32 in one kernel, as the trainer's lm_loss (outside autocast)
+    return F.nll_loss(F.log_softmax(flat, -1, dtype=torch.float32), y.reshape(-1))
+
+
+def eager_round(c, args, device, fused, tokens_path):
     torch.manual_seed(1337)
     model = Gpt(c).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1, fused=True if fused else None)
-    bf16 = device.type == "cuda"
-    g = torch.Generator().manual_seed(0)
-    times = []
+    cuda = device.type == "cuda"
+    data = read_token_file(tokens_path)
+    T, B = c["block_size"], args.batch_size
+    windows = (len(data) - 1) // (T + 1)
+
+    def batch(step):  # windows of T + 1 tokens, as the trainer's token file reader
+        ids = [(b + step * B) % windows for b in range(B)]
+        rows = torch.stack([data[i * (T + 1):(i + 1) * (T + 1)] for i in ids])
+        if cuda:
+            rows = rows.pin_memory()
+        rows = rows.to(device, non_blocking=cuda)
+        return rows[:, :-1], rows[:, 1:]
+
+    nxt = batch(0)
+    start = 0.0
     for step in range(args.steps):
-        x = torch.randint(0, c["vocab_size"], (args.batch_size, c["block_size"]), generator=g)
-        y = torch.roll(x, -1, 1)
-        t0 = time.perf_counter()
-        x, y = x.to(device), y.to(device)
+        if step == 3:
+            start = time.perf_counter()
+        x, y = nxt
         opt.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
             logits = model(x)
-        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1))
+        loss = lm_loss(logits, y, args.loss_on_fp32_logits)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        loss.item()  # a training loop reads its loss each step, as the trainer does
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        if step >= 3:
-            times.append(time.perf_counter() - t0)
-    n_params = sum(p.numel() for p in model.parameters())
+        if step + 1 < args.steps:
+            nxt = batch(step + 1)  # while the GPU runs this step
+        loss.item()  # the step's end: the GPU has finished it, and the loss is read, as the trainer does
+    per_step = (time.perf_counter() - start) / (args.steps - 3)
     del model, opt
-    if device.type == "cuda":
+    if cuda:
         torch.cuda.empty_cache()
-    return statistics.median(times), n_params
+    return per_step
 
 
-def trainer_round(args, device):
+def trainer_round(args, device, flags, multiple, tokens_path, extra_out=None):
     with tempfile.TemporaryDirectory() as tmp:
         stats = os.path.join(tmp, "stats")
         cmd = [args.trainer, "--model", args.model, "--device", device.type, "--steps", str(args.steps),
-               "--batch-size", str(args.batch_size), "--log-every", str(max(1, args.steps // 4)),
-               "--stats-file", stats, "--lr", "1e-4", "--warmup-steps", "0"]
+               "--batch-size", str(args.batch_size), "--log-every", str(max(1, args.steps // 2)),
+               "--stats-file", stats, "--lr", "1e-4", "--warmup-steps", "0", "--data", tokens_path,
+               "--vocab-multiple", str(multiple)] + flags
         if device.type == "cuda":
             cmd += ["--backend", "nccl", "--precision", "bf16"]
         env = dict(os.environ, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
         r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if extra_out is not None:
+            extra_out.append(" ".join(cmd) + "\n" + r.stdout)
         if r.returncode != 0:
-            sys.exit(f"lockstep-trainer failed ({r.returncode}):\n{r.stdout}")
+            return None, None, r.stdout
         values = dict(line.split() for line in open(stats) if line.strip())
-        return float(values["step_s_median"]), r.stdout
+        return float(values["wall_s_per_step"]), float(values["step_s_median"]), r.stdout
 
 
 def main():
@@ -142,10 +213,16 @@ def main():
     ap.add_argument("--trainer", required=True, help="the lockstep-trainer binary")
     ap.add_argument("--model", default="gpt2-124m", choices=sorted(PRESETS))
     ap.add_argument("--batch-size", type=int, default=16, help="sequences per step (default 16)")
-    ap.add_argument("--steps", type=int, default=40, help="steps per round; the first 3 are not timed")
+    ap.add_argument("--steps", type=int, default=30, help="steps per round; the first 3 are not timed")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--peak-tflops", type=float, default=0, help="dense bf16 peak (default: from the GPU's name)")
+    ap.add_argument("--levers", default="all",
+                    help="'all' (every row of LEVERS), 'best' (the last row only) or comma-separated row numbers")
+    ap.add_argument("--no-eager", action="store_true", help="the trainer alone (MFU only, e.g. at 1.5B)")
+    ap.add_argument("--vocab-multiple", type=int, default=64, help="eager's vocabulary padding (default 64)")
+    ap.add_argument("--loss-on-fp32-logits", action="store_true", help="eager: the fp32 copy of the logits first")
+    ap.add_argument("--log", help="append every trainer command and its output here")
     args = ap.parse_args()
     if args.steps < 8:
         ap.error("--steps must be at least 8 (3 warm-up steps are not timed)")
@@ -153,39 +230,74 @@ def main():
         print("SKIPPED: no GPU: torch.cuda.is_available() is false (run with --device cpu to check the script)")
         return 0
     device = torch.device(args.device)
-    c = PRESETS[args.model]
+    base = PRESETS[args.model]
+    if args.levers == "all":
+        rows = LEVERS
+    elif args.levers == "best":
+        rows = [LEVERS[-1]]
+    else:
+        rows = [LEVERS[int(i)] for i in args.levers.split(",")]
     name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
     peak = (args.peak_tflops or next((p for k, p in PEAKS if k in name), 0.0)) if device.type == "cuda" else 0.0
-    tokens = args.batch_size * c["block_size"]
-    print(f"bench/trainer gpu: {args.model}, batch {args.batch_size} x {c['block_size']} tokens, "
+    tokens = args.batch_size * base["block_size"]
+    print(f"bench/trainer gpu: {args.model}, batch {args.batch_size} x {base['block_size']} tokens, "
           f"{'bf16 autocast' if device.type == 'cuda' else 'fp32'}, {name}"
           + (f" (dense bf16 peak {peak:.0f} TFLOP/s)" if peak else " (no known peak: MFU not computed)")
-          + f", torch {torch.__version__}, {args.rounds} rounds x {args.steps} steps", flush=True)
-    runs = {"lockstep-trainer": [], "eager, AdamW default (foreach)": [], "eager, AdamW fused": []}
-    n_params = 0
-    for r in range(args.rounds):
-        step_s, out = trainer_round(args, device)
-        runs["lockstep-trainer"].append(step_s)
-        if r == 0:
-            print("  " + "\n  ".join(l for l in out.splitlines() if l.startswith("lockstep-trainer:")), flush=True)
-        for key, fused in (("eager, AdamW default (foreach)", False), ("eager, AdamW fused", True)):
-            s, n_params = eager_round(c, args, device, fused)
-            runs[key].append(s)
-        print(f"  round {r + 1}: " + ", ".join(f"{k} {v[-1] * 1e3:.1f} ms/step" for k, v in runs.items()), flush=True)
-    fpt = flops_per_token(c, n_params)
-    print(f"\nresults (medians of {args.rounds} rounds; {n_params / 1e6:.1f}M parameters, {fpt / 1e9:.3f} GFLOP per token)")
+          + f", torch {torch.__version__}, {args.rounds} rounds x {args.steps} steps (3 untimed)", flush=True)
+    log = [] if args.log else None
+    runs = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tokens_path = os.path.join(tmp, "tokens.bin")
+        make_token_file(tokens_path, base["vocab_size"], (args.batch_size * args.steps + 1) * (base["block_size"] + 1))
+        for r in range(args.rounds):
+            line = []
+            for label, flags, multiple in rows:
+                key = f"trainer, {label}"
+                wall, event, out = trainer_round(args, device, flags, multiple, tokens_path, log)
+                if wall is None:
+                    print(f"  {key}: FAILED\n" + "\n".join("    " + l for l in out.splitlines()[-15:]), flush=True)
+                    continue
+                runs.setdefault(key, (multiple, []))[1].append(wall)
+                line.append(f"{key} {wall * 1e3:.1f} ms (events {event * 1e3:.1f})")
+                if r == 0:
+                    print("  " + "\n  ".join(l for l in out.splitlines() if l.startswith("lockstep-trainer:")), flush=True)
+            if not args.no_eager:
+                for label, fused in (("eager, AdamW foreach", False), ("eager, AdamW fused", True)):
+                    s = eager_round(padded(base, args.vocab_multiple), args, device, fused, tokens_path)
+                    runs.setdefault(label, (args.vocab_multiple, []))[1].append(s)
+                    line.append(f"{label} {s * 1e3:.1f} ms")
+            print(f"  round {r + 1}: " + ", ".join(line), flush=True)
+    if log is not None:
+        with open(args.log, "a") as f:
+            f.write("\n\n".join(log) + "\n")
+    print(f"\nresults (medians of {args.rounds} rounds, wall time per step; FLOPs per token: ours "
+          f"{flops_ours(padded(base, 1), base['vocab_size']) / 1e9:.3f} G, llm.c's "
+          f"{flops_llmc(padded(base, args.vocab_multiple)) / 1e9:.3f} G at vocabulary {padded(base, args.vocab_multiple)['vocab_size']})")
     rate = {}
-    for k, v in runs.items():
+    for k, (multiple, v) in runs.items():
         s = statistics.median(v)
         rate[k] = tokens / s
-        mfu = f", MFU {100 * rate[k] * fpt / (peak * 1e12):.1f}%" if peak else ""
-        print(f"  {k:32s} {s * 1e3:8.2f} ms/step  {rate[k]:10.0f} tok/s{mfu}")
-    best = max(("eager, AdamW default (foreach)", "eager, AdamW fused"), key=lambda k: rate[k])
-    ratio = rate["lockstep-trainer"] / rate[best]
-    print(f"  tokens/s, lockstep-trainer / best eager ({best}): {ratio:.3f} (target >= 1.0: {'met' if ratio >= 1 else 'NOT met'})")
-    if peak:
-        mfu = 100 * rate["lockstep-trainer"] * fpt / (peak * 1e12)
-        print(f"  lockstep-trainer MFU: {mfu:.1f}% (target >= 40%: {'met' if mfu >= 40 else 'NOT met'})")
+        c = padded(base, multiple)
+        mfu = ""
+        if peak:
+            ours = 100 * rate[k] * flops_ours(c, base["vocab_size"]) / (peak * 1e12)
+            llmc = 100 * rate[k] * flops_llmc(c) / (peak * 1e12)
+            mfu = f", MFU {ours:.1f}% (llm.c's count: {llmc:.1f}%)"
+        print(f"  {k:40s} {s * 1e3:8.2f} ms/step  {rate[k]:10.0f} tok/s{mfu}")
+    trainer_keys = [k for k in rate if k.startswith("trainer")]
+    eager_keys = [k for k in rate if k.startswith("eager")]
+    if trainer_keys:
+        best_t = max(trainer_keys, key=lambda k: rate[k])
+        print(f"  best trainer row: {best_t}")
+        if eager_keys:
+            best_e = max(eager_keys, key=lambda k: rate[k])
+            ratio = rate[best_t] / rate[best_e]
+            print(f"  tokens/s, {best_t} / best eager ({best_e}): {ratio:.3f} "
+                  f"(target >= 1.2: {'met' if ratio >= 1.2 else 'NOT met'})")
+        if peak:
+            mfu = 100 * rate[best_t] * flops_ours(padded(base, runs[best_t][0]), base["vocab_size"]) / (peak * 1e12)
+            target = 45 if args.model == "gpt2-1558m" else 30
+            print(f"  {best_t} MFU: {mfu:.1f}% (target >= {target}%: {'met' if mfu >= target else 'NOT met'})")
     return 0
 
 

@@ -172,7 +172,63 @@ TEST(Trainer, BadFlagsNameTheFlag) {
   EXPECT_NE(r.output.find("--steps"), std::string::npos) << r.output;
   r = lockstep::run_capture({trainer_bin(), "--model", "gpt5"});
   EXPECT_EQ(r.status.shell_code(), 64);
-  EXPECT_NE(r.output.find("valid: tiny, gpt2-124m, mlp"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("valid: tiny, gpt2-124m, gpt2-1558m, mlp"), std::string::npos) << r.output;
+  r = lockstep::run_capture({trainer_bin(), "--attention", "fast"});
+  EXPECT_EQ(r.status.shell_code(), 64);
+  EXPECT_NE(r.output.find("--attention: expected auto, flash, cudnn, efficient or math, got 'fast'"), std::string::npos)
+      << r.output;
+  r = lockstep::run_capture({trainer_bin(), "--profile-out", "/tmp/x.json"});
+  EXPECT_EQ(r.status.shell_code(), 64);
+  EXPECT_NE(r.output.find("--profile-out: needs --profile-step"), std::string::npos) << r.output;
+  r = lockstep::run_capture({trainer_bin(), "--vocab-multiple", "0"});
+  EXPECT_EQ(r.status.shell_code(), 64);
+  EXPECT_NE(r.output.find("--vocab-multiple"), std::string::npos) << r.output;
+}
+
+// Note [Step speed]: the new step (batches made ahead, the loss read after the step, no DDP at
+// one rank) computes exactly what the old one did, on the CPU to the bit; a padded vocabulary
+// trains on the real one (padded ids never occur).
+TEST(Trainer, TheFasterStepComputesTheSame) {
+  std::string dir = temp_dir("speed");
+  std::vector<std::string> common = {"--steps", "12", "--seed", "5", "--vocab-size", "250", "--backend", "gloo",
+                                     "--warmup-steps", "0", "--batch-size", "4"};
+  int code;
+  auto old_step = common;
+  old_step.insert(old_step.end(), {"--sync-every-step", "--loss-on-fp32-logits", "--ddp-at-one-rank", "--loss-log",
+                                   dir + "/old.loss", "--dump-params", dir + "/old.pt"});
+  std::string out_old = train(1, old_step, &code);
+  ASSERT_EQ(code, 0) << out_old;
+  EXPECT_NE(out_old.find("bucket(s) overlapped with backward"), std::string::npos) << out_old;
+  auto new_step = common;
+  new_step.insert(new_step.end(), {"--loss-log", dir + "/new.loss", "--dump-params", dir + "/new.pt"});
+  std::string out_new = train(1, new_step, &code);
+  ASSERT_EQ(code, 0) << out_new;
+  EXPECT_NE(out_new.find("(one rank: no gradient all-reduce)"), std::string::npos) << out_new;
+  EXPECT_EQ(lockstep::test::read_file(dir + "/new.loss"), lockstep::test::read_file(dir + "/old.loss"));
+  EXPECT_EQ(max_abs_diff(dir + "/old.pt", dir + "/new.pt"), 0.0);
+
+  auto pad = common;
+  pad.insert(pad.end(), {"--vocab-multiple", "64", "--lr", "3e-3", "--steps", "60", "--loss-log", dir + "/pad.loss",
+                         "--dump-params", dir + "/pad.pt"});
+  std::string out_pad = train(1, pad, &code);
+  ASSERT_EQ(code, 0) << out_pad;
+  EXPECT_NE(out_pad.find("vocabulary 250 padded to 256"), std::string::npos) << out_pad;
+  EXPECT_NE(out_pad.find("uniform baseline 5.521"), std::string::npos) << "ln(250): the data's own vocabulary\n" << out_pad;
+  EXPECT_EQ(load(dir + "/pad.pt")[0].size(0), 256) << "the token table has the padded rows";
+  EXPECT_LT(last_loss(dir + "/pad.loss"), std::log(250.0) - 0.5) << out_pad;
+}
+
+// Note [Step profile]: one step under Kineto, summed by kind, and its trace saved.
+TEST(Trainer, ProfilesOneStep) {
+  std::string dir = temp_dir("profile");
+  int code;
+  std::string out = train(1, {"--steps", "4", "--profile-step", "3", "--profile-out", dir + "/trace.json"}, &code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("profile of one step (Note [Step profile]): step "), std::string::npos) << out;
+  EXPECT_NE(out.find("by kind:"), std::string::npos) << out;
+  EXPECT_NE(out.find("matrix products"), std::string::npos) << out;
+  EXPECT_NE(out.find("aten::mm"), std::string::npos) << out;
+  EXPECT_NE(lockstep::test::read_file(dir + "/trace.json").find("traceEvents"), std::string::npos);
 }
 
 // FSDP (ZeRO-3) on 2 and 4 ranks against one process on the same global batch of 8.
@@ -382,8 +438,9 @@ TEST(TrainerGpu, Gpt2PresetTrainsInBf16) {
   std::string dir = temp_dir("gpu-gpt2");
   lockstep::test::DatagramSink sink(dir + "/metrics.sock");
   const auto start = std::chrono::steady_clock::now();
+  // --ddp-at-one-rank: DDP's buckets and NCCL all-reduce at one rank, whose device time is checked
   auto r = lockstep::run_capture({trainer_bin(), "--device", "cuda", "--model", "gpt2-124m", "--backend", "nccl",
-                                  "--steps", "8", "--batch-size", "8", "--log-every", "4"},
+                                  "--steps", "8", "--batch-size", "8", "--log-every", "4", "--ddp-at-one-rank"},
                                  {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"},
                                   {"LOCKSTEP_METRICS_SOCKET", dir + "/metrics.sock"}},
                                  300s);
@@ -414,6 +471,41 @@ TEST(TrainerGpu, Gpt2PresetTrainsInBf16) {
   const double rate = std::stod(steps.back().at("tokens")) / std::stod(steps.back().at("step_s"));
   EXPECT_NEAR(std::stod(m[2]), rate, 0.01 * rate + 1) << out;
   EXPECT_LT(std::stod(m[1]), 11.5) << "loss after 8 steps should be below ln(50257) = 10.8 plus noise\n" << out;
+}
+
+// Note [Step speed] on the GPU: the bf16-logit loss, the batches made ahead and no DDP at one
+// rank train as the old step did (bf16, so within rounding, not to the bit), and one step's
+// profile names its GPU kernels (Note [Step profile]).
+TEST(TrainerGpu, TheFasterStepTrainsTheSameAndProfilesItsKernels) {
+  REQUIRE_GPU();
+  std::string dir = temp_dir("gpu-speed");
+  std::vector<std::string> common = {"--backend", "nccl", "--precision", "bf16", "--steps", "20", "--seed", "9",
+                                     "--batch-size", "8", "--n-layer", "4", "--n-embd", "256", "--n-head", "4",
+                                     "--seq-len", "256", "--vocab-size", "5000", "--warmup-steps", "0"};
+  int code;
+  auto old_step = common;
+  old_step.insert(old_step.end(), {"--sync-every-step", "--loss-on-fp32-logits", "--ddp-at-one-rank", "--loss-log",
+                                   dir + "/old.loss"});
+  std::string out_old = train(1, old_step, &code, "cuda");
+  ASSERT_EQ(code, 0) << out_old;
+  auto new_step = common;
+  new_step.insert(new_step.end(), {"--vocab-multiple", "1", "--loss-log", dir + "/new.loss", "--profile-step", "5",
+                                   "--profile-out", dir + "/trace.json"});
+  std::string out_new = train(1, new_step, &code, "cuda");
+  ASSERT_EQ(code, 0) << out_new;
+  std::ifstream a(dir + "/old.loss"), b(dir + "/new.loss");
+  double sa, la, sb, lb;
+  int n = 0;
+  while (a >> sa >> la && b >> sb >> lb) {
+    EXPECT_EQ(sa, sb);
+    EXPECT_NEAR(la, lb, 5e-3 * la) << "step " << sa;
+    ++n;
+  }
+  EXPECT_EQ(n, 20);
+  EXPECT_NE(out_new.find("GPU kernels"), std::string::npos) << out_new;
+  EXPECT_NE(out_new.find("matrix products"), std::string::npos) << out_new;
+  EXPECT_NE(out_new.find("lockstep-trainer: attention "), std::string::npos) << out_new;
+  EXPECT_NE(lockstep::test::read_file(dir + "/trace.json").find("traceEvents"), std::string::npos);
 }
 
 // Every collective the trainer issues itself (the checkpoint barriers, the last all-reduce)
