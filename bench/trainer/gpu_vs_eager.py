@@ -149,7 +149,52 @@ def lm_loss(logits, y, fp32_copy):
     return F.nll_loss(F.log_softmax(flat, -1, dtype=torch.float32), y.reshape(-1))
 
 
-def eager_round(c, args, device, fused, tokens_path):
+def kind_of(n):
+    """The kind of a kernel or operator name: trainer/profile.cpp's StepProfile::kind_of."""
+    has = lambda *parts: any(p in n for p in parts)
+    if has("nccl", "Nccl"): return "communication"
+    if has("Adam", "adam"): return "optimizer"
+    if has("Memcpy", "Memset", "memcpy", "aten::copy_", "aten::to"): return "copies"
+    if has("flash", "fmha", "sdpa", "attention", "Attention"): return "attention"
+    if has("gemm", "nvjet", "xmma", "cutlass", "aten::mm", "aten::addmm", "aten::bmm"): return "matrix products"
+    if has("SoftMax", "softmax", "nll_loss", "cross_entropy"): return "loss (vocabulary)"
+    if has("layer_norm", "LayerNorm", "GammaBeta"): return "LayerNorm"
+    if has("Gelu", "gelu"): return "GELU"
+    if has("elementwise", "reduce", "multi_tensor_apply", "aten::"): return "other elementwise"
+    return "other"
+
+
+def print_profile(prof, step_s, out=sys.stdout):
+    """Eager's step, summed as the trainer's --profile-step summary (Note [Step profile])."""
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    by_kind, by_name, spans = {}, {}, []
+    for e in kernels:
+        d = e.time_range.elapsed_us() * 1e-6
+        by_kind[kind_of(e.name)] = by_kind.get(kind_of(e.name), 0) + d
+        t, n = by_name.get(e.name, (0, 0))
+        by_name[e.name] = (t + d, n + 1)
+        spans.append((e.time_range.start, e.time_range.end))
+    spans.sort()
+    busy, cur = 0.0, None
+    for b, e in spans:
+        if cur is None or b > cur[1]:
+            if cur: busy += (cur[1] - cur[0]) * 1e-6
+            cur = [b, e]
+        else:
+            cur[1] = max(cur[1], e)
+    if cur: busy += (cur[1] - cur[0]) * 1e-6
+    total = sum(by_kind.values())
+    pct = lambda x: f"{100 * x / step_s:.1f}%"
+    print(f"eager: profile of one step: step {step_s * 1e3:.2f} ms, GPU kernels {total * 1e3:.2f} ms in {len(spans)} events, "
+          f"device busy {busy * 1e3:.2f} ms ({pct(busy)}), idle {max(0, step_s - busy) * 1e3:.2f} ms\n  by kind:", file=out)
+    for k, t in sorted(by_kind.items(), key=lambda kv: -kv[1]):
+        print(f"    {k:20s}{t * 1e3:9.2f} ms {pct(t):>7s}", file=out)
+    print("  top 15 by time:", file=out)
+    for name, (t, n) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:15]:
+        print(f"    {t * 1e3:9.2f} ms {pct(t):>7s}  x{n:<4d} {name[:90]}  [{kind_of(name)}]", file=out)
+
+
+def eager_round(c, args, device, fused, tokens_path, profile_step=0):
     torch.manual_seed(1337)
     model = Gpt(c).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1, fused=True if fused else None)
@@ -168,9 +213,15 @@ def eager_round(c, args, device, fused, tokens_path):
 
     nxt = batch(0)
     start = 0.0
+    prof = None
     for step in range(args.steps):
         if step == 3:
             start = time.perf_counter()
+        if step + 1 == profile_step:
+            torch.cuda.synchronize()
+            prof = torch.autograd.profiler.profile(use_device="cuda")
+            prof.__enter__()
+            t0 = time.perf_counter()
         x, y = nxt
         opt.zero_grad(set_to_none=True)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
@@ -182,6 +233,11 @@ def eager_round(c, args, device, fused, tokens_path):
         if step + 1 < args.steps:
             nxt = batch(step + 1)  # while the GPU runs this step
         loss.item()  # the step's end: the GPU has finished it, and the loss is read, as the trainer does
+        if prof is not None:
+            step_s = time.perf_counter() - t0
+            prof.__exit__(None, None, None)
+            print_profile(prof, step_s)
+            prof = None
     per_step = (time.perf_counter() - start) / (args.steps - 3)
     del model, opt
     if cuda:
@@ -223,6 +279,10 @@ def main():
     ap.add_argument("--vocab-multiple", type=int, default=64, help="eager's vocabulary padding (default 64)")
     ap.add_argument("--loss-on-fp32-logits", action="store_true", help="eager: the fp32 copy of the logits first")
     ap.add_argument("--log", help="append every trainer command and its output here")
+    ap.add_argument("--eager", default="both", choices=["both", "fused", "foreach"], help="eager baselines to run")
+    ap.add_argument("--profile", type=int, default=0, metavar="STEP",
+                    help="after the rounds, profile step STEP of the best trainer row and of fused eager")
+    ap.add_argument("--profile-out", help="with --profile: the trainer's Chrome trace here")
     args = ap.parse_args()
     if args.steps < 8:
         ap.error("--steps must be at least 8 (3 warm-up steps are not timed)")
@@ -263,10 +323,30 @@ def main():
                     print("  " + "\n  ".join(l for l in out.splitlines() if l.startswith("lockstep-trainer:")), flush=True)
             if not args.no_eager:
                 for label, fused in (("eager, AdamW foreach", False), ("eager, AdamW fused", True)):
+                    if args.eager != "both" and (args.eager == "fused") != fused:
+                        continue
                     s = eager_round(padded(base, args.vocab_multiple), args, device, fused, tokens_path)
                     runs.setdefault(label, (args.vocab_multiple, []))[1].append(s)
                     line.append(f"{label} {s * 1e3:.1f} ms")
             print(f"  round {r + 1}: " + ", ".join(line), flush=True)
+        if args.profile and runs:
+            best_t = max((k for k in runs if k.startswith("trainer")), key=lambda k: statistics.median(runs[k][1]) ** -1,
+                         default=None)
+            if best_t is not None:
+                label, flags, multiple = next(r for r in rows if f"trainer, {r[0]}" == best_t)
+                flags = flags + ["--profile-step", str(args.profile)] + (["--profile-out", args.profile_out] if args.profile_out else [])
+                print(f"\nprofile, {best_t}:", flush=True)
+                _, _, out = trainer_round(args, device, flags, multiple, tokens_path, log)
+                in_profile = False
+                for l in out.splitlines():
+                    in_profile = in_profile or "profile of one step" in l
+                    if in_profile and (l.startswith("  ") or "profile" in l):
+                        print(l)
+                    elif in_profile and l.startswith("step "):
+                        in_profile = False
+            if not args.no_eager and device.type == "cuda":
+                print("\nprofile, eager, AdamW fused:", flush=True)
+                eager_round(padded(base, args.vocab_multiple), args, device, True, tokens_path, profile_step=args.profile)
     if log is not None:
         with open(args.log, "a") as f:
             f.write("\n\n".join(log) + "\n")

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include "dashboard_queries.hpp"
@@ -99,19 +100,42 @@ TEST(AgentGpu, GpuSeriesDuringTrainingReachPrometheusAndTheDashboard) {
   ps.new_process_group = true;
   auto prom = Process::spawn(ps);
 
-  // Scrape the agent while it trains: the busiest reading of each series.
+  // Scrape the agent while it trains: the busiest reading of each series; and, once training
+  // is under way, each series against nvidia-smi's reading of the same moment.
   double util = -1, mem = -1, power = -1, temp = -1;
-  int steps_seen = 0;
+  int steps_seen = 0, compared = 0;
   for (int i = 0; i < 40; ++i) {
     std::this_thread::sleep_for(1s);
     std::string m = http_get("http://127.0.0.1:" + std::to_string(metrics_port) + "/metrics");
-    util = std::max(util, gpu_series(m, "lockstep_gpu_utilization_ratio"));
-    mem = std::max(mem, gpu_series(m, "lockstep_gpu_memory_used_bytes"));
-    power = std::max(power, gpu_series(m, "lockstep_gpu_power_watts"));
-    temp = std::max(temp, gpu_series(m, "lockstep_gpu_temperature_celsius"));
+    std::string smi = lockstep::run_capture({"nvidia-smi", "-i", "0", "--query-gpu=utilization.gpu,memory.used,power.draw,temperature.gpu",
+                                             "--format=csv,noheader,nounits"}, {}, 10s).output;
+    const double u = gpu_series(m, "lockstep_gpu_utilization_ratio"), b = gpu_series(m, "lockstep_gpu_memory_used_bytes"),
+                 w = gpu_series(m, "lockstep_gpu_power_watts"), c = gpu_series(m, "lockstep_gpu_temperature_celsius");
+    util = std::max(util, u);
+    mem = std::max(mem, b);
+    power = std::max(power, w);
+    temp = std::max(temp, c);
     if (m.find("lockstep_steps_total{") != std::string::npos) ++steps_seen;
-    if (steps_seen > 20 && util > 0.5) break;
+    double su, smib, sw, sc;
+    char c1, c2, c3;
+    std::istringstream row(smi);
+    if (steps_seen > 5 && compared < 3 && (row >> su >> c1 >> smib >> c2 >> sw >> c3 >> sc)) {
+      // The agent's series are NVML's (agent/nvml.hpp); nvidia-smi reads NVML too, a moment
+      // apart: memory, steady while training, to 2%; temperature to 3 C; power, which moves
+      // within a step, to 30%; utilization, a ratio over each tool's own window, to 0.25.
+      SCOPED_TRACE("nvidia-smi: " + smi);
+      EXPECT_NEAR(b / (1 << 20), smib, 0.02 * smib + 64) << "memory used, MiB";
+      EXPECT_NEAR(c, sc, 3.0) << "temperature, C";
+      EXPECT_NEAR(w, sw, 0.3 * sw) << "power, W";
+      EXPECT_NEAR(u, su / 100, 0.25) << "utilization";
+      std::cout << "agent vs nvidia-smi: utilization " << u << " vs " << su / 100 << ", memory " << b / (1 << 20)
+                << " vs " << smib << " MiB, power " << w << " vs " << sw << " W, temperature " << c << " vs " << sc
+                << " C" << std::endl;
+      ++compared;
+    }
+    if (steps_seen > 20 && util > 0.5 && compared >= 3) break;
   }
+  EXPECT_EQ(compared, 3) << "nvidia-smi answered: the series were compared three times";
   RecordProperty("max_utilization", std::to_string(util));
   RecordProperty("max_memory_bytes", std::to_string(mem));
   RecordProperty("max_power_watts", std::to_string(power));
