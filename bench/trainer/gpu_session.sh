@@ -91,4 +91,5 @@ for p in "${phases[@]}"; do
     *) echo "unknown phase '$p' (build levers profile tiers big batch)"; exit 64 ;;
   esac
 done
+[[ -f /tmp/trainer-step.json ]] && gzip -c /tmp/trainer-step.json > "$out/trainer-step.json.gz"
 log "done: logs in $out"
