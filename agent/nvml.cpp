@@ -133,6 +133,10 @@ struct GpuMonitor::Api {
   using Device = void*;
   struct Utilization { unsigned int gpu, memory; };
   struct Memory { unsigned long long total, free, used; };
+  // nvmlMemory_v2_t: `used` without the memory the driver reserves (about 600 MiB on an H200,
+  // which the v1 call counts as used), as nvidia-smi reports it. version: the struct's size
+  // with 2 in the top byte (NVML_STRUCT_VERSION(Memory, 2)).
+  struct MemoryV2 { unsigned int version; unsigned long long total, reserved, free, used; };
   void* lib = nullptr;
   int (*init)() = nullptr;
   int (*shutdown)() = nullptr;
@@ -140,6 +144,7 @@ struct GpuMonitor::Api {
   int (*handle)(unsigned int, Device*) = nullptr;
   int (*utilization)(Device, Utilization*) = nullptr;
   int (*memory)(Device, Memory*) = nullptr;
+  int (*memory_v2)(Device, MemoryV2*) = nullptr;  // drivers since R510; else `memory`
   int (*power)(Device, unsigned int*) = nullptr;        // milliwatts
   int (*temperature)(Device, int, unsigned int*) = nullptr;  // sensor 0: the GPU die
 
@@ -163,6 +168,7 @@ GpuMonitor::GpuMonitor(Metrics& metrics, const Config& cfg, std::chrono::millise
             api_->sym(api_->utilization, "nvmlDeviceGetUtilizationRates") &&
             api_->sym(api_->memory, "nvmlDeviceGetMemoryInfo") && api_->sym(api_->power, "nvmlDeviceGetPowerUsage") &&
             api_->sym(api_->temperature, "nvmlDeviceGetTemperature");
+  api_->sym(api_->memory_v2, "nvmlDeviceGetMemoryInfo_v2");
   unsigned int n = 0;
   if (!ok || api_->init() != 0 || api_->count(&n) != 0 || n == 0) {
     LOCKSTEP_LOG(Info, "agent", "NVML found but no usable GPU: GPU series are absent");
@@ -229,8 +235,11 @@ void GpuMonitor::poll_once() {
     labels["rank"] = i < cfg_.nproc_per_node ? std::to_string(cfg_.node_rank * cfg_.nproc_per_node + i) : "";
     Api::Utilization u{};
     if (api_->utilization(dev, &u) == 0) util_->Add(labels).Set(u.gpu / 100.0);
+    Api::MemoryV2 m2{};
+    m2.version = static_cast<unsigned int>(sizeof(Api::MemoryV2)) | (2u << 24);
     Api::Memory m{};
-    if (api_->memory(dev, &m) == 0) mem_->Add(labels).Set(static_cast<double>(m.used));
+    if (api_->memory_v2 && api_->memory_v2(dev, &m2) == 0) mem_->Add(labels).Set(static_cast<double>(m2.used));
+    else if (api_->memory(dev, &m) == 0) mem_->Add(labels).Set(static_cast<double>(m.used));
     unsigned int mw = 0;
     if (api_->power(dev, &mw) == 0) power_->Add(labels).Set(mw / 1000.0);
     unsigned int c = 0;

@@ -105,14 +105,11 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& idx) {
 }
 
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
+  // 16-bit logits are copied to fp32 first: PyTorch 2.11's fused half-to-float log-softmax
+  // takes fp16 only ("conversion is supported for Half type only" for bf16, seen on an H200),
+  // so a loss without that copy needs a kernel of its own (Note [Step speed]).
   auto flat = logits.reshape({-1, logits.size(-1)});
-  const auto t = flat.scalar_type();
-  if ((t == torch::kBFloat16 || t == torch::kHalf) && flat.is_cuda())
-    // Note [Step speed]: log-softmax reads the 16-bit logits and writes fp32 in one kernel (its
-    // backward writes the 16-bit gradient), the same arithmetic as an fp32 copy first, without
-    // the copy and its backward over the whole (B*T, V) tensor.
-    return at::nll_loss(at::_log_softmax(flat, -1, /*half_to_float=*/true), targets.reshape({-1}));
-  if (t != torch::kFloat32 && t != torch::kFloat64) flat = flat.to(torch::kFloat32);  // the CPU has no fused path
+  if (flat.scalar_type() != torch::kFloat32 && flat.scalar_type() != torch::kFloat64) flat = flat.to(torch::kFloat32);
   return F::cross_entropy(flat, targets.reshape({-1}));
 }
 

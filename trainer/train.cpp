@@ -83,7 +83,6 @@ Speed (each measured by bench/trainer/gpu.sh against the way it replaced):
                         (default auto: PyTorch's choice); the one used is printed at start
   --ddp-at-one-rank     keep DDP's buckets and all-reduce at world size 1 (default: none there)
   --sync-every-step     read the loss and make the next batch inside the step (the old loop)
-  --loss-on-fp32-logits copy the bf16 logits to fp32 before the loss (the old loss)
   --profile-step N      profile step N with Kineto and print where its time went
   --profile-out FILE    with --profile-step: the step's trace (Chrome trace format) here
 )";
@@ -258,7 +257,6 @@ Options parse_options(const std::vector<std::string>& args) {
     else if (a == "--attention") o.attention = value();
     else if (a == "--ddp-at-one-rank") o.ddp_at_one_rank = true;
     else if (a == "--sync-every-step") o.sync_every_step = true;
-    else if (a == "--loss-on-fp32-logits") o.loss_on_fp32_logits = true;
     else if (a == "--profile-step") o.profile_step = integer(a, value(), 1);
     else if (a == "--profile-out") o.profile_out = value();
     else throw std::invalid_argument("unknown flag '" + args[i] + "' (see --help)");
@@ -461,8 +459,7 @@ int run(const Options& o) {
       } else {
         logits = forward(x);
       }
-      auto loss = lm_loss(o.loss_on_fp32_logits ? logits.to(torch::kFloat32) : logits, y) /
-                  static_cast<double>(o.grad_accum);
+      auto loss = lm_loss(logits, y) / static_cast<double>(o.grad_accum);
       bool last = micro == o.grad_accum - 1;
       if (ddp) {
         ddp->set_sync(last);

@@ -45,7 +45,6 @@ struct Options {
   std::string attention = "auto";    // auto | flash | cudnn | efficient | math
   bool ddp_at_one_rank = false;      // DDP's buckets and all-reduce even at world size 1
   bool sync_every_step = false;      // the old loop: loss read and batch made inside the step
-  bool loss_on_fp32_logits = false;  // the old loss: an fp32 copy of the bf16 logits first
   int64_t profile_step = 0;          // profile this step (1-based; 0: none), Note [Step profile]
   std::string profile_out;           // its Chrome trace here
 };

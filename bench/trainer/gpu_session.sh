@@ -82,12 +82,12 @@ phase() {  # name, seconds, command...: runs it with a limit, its output to $out
 for p in "${phases[@]}"; do
   case $p in
     build) phase build 240 "$ROOT/scripts/test-gpu.sh" -N ;;
-    levers) phase levers 200 "${bench[@]}" --rounds 2 --steps 25 --log "$out/levers-trainer.txt" ;;
-    profile) phase profile 60 "${bench[@]}" --rounds 1 --steps 14 --levers best --eager fused --profile 10 \
+    levers) phase levers 170 "${bench[@]}" --rounds 2 --steps 22 --log "$out/levers-trainer.txt" ;;
+    profile) phase profile 60 "${bench[@]}" --rounds 1 --steps 14 --levers 3 --eager fused --profile 10 \
                --profile-out /tmp/trainer-step.json ;;
-    tiers) phase tiers 240 ctest --test-dir "$build" --output-on-failure -j1 ;;
-    big) phase big 120 "${bench[@]}" --model gpt2-1558m --no-eager --levers best --rounds 1 --steps 10 --batch-size 8 ;;
-    batch) phase batch 120 bash -c "for b in 32 64; do ${bench[*]} --levers best --eager fused --rounds 1 --steps 16 --batch-size \$b; done" ;;
+    tiers) phase tiers 200 ctest --test-dir "$build" --output-on-failure -j1 ;;
+    big) phase big 120 "${bench[@]}" --model gpt2-1558m --no-eager --levers 3 --rounds 1 --steps 10 --batch-size 8 ;;
+    batch) phase batch 80 bash -c "for b in 32 64; do ${bench[*]} --levers 3 --eager fused --rounds 1 --steps 16 --batch-size \$b; done" ;;
     *) echo "unknown phase '$p' (build levers profile tiers big batch)"; exit 64 ;;
   esac
 done

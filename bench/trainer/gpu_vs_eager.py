@@ -4,8 +4,8 @@
 Issue #27's GPU benchmark. Both sides do the same work and are timed the same way:
 
   * the same model: the same layers, initialisation, vocabulary (padded to --vocab-multiple
-    on both), bf16 autocast, the same loss (log-softmax reading the bf16 logits into fp32,
-    unless --loss-on-fp32-logits), gradient clipping and AdamW settings;
+    on both), bf16 autocast, the same loss (cross-entropy of the logits copied to fp32),
+    gradient clipping and AdamW settings;
   * the same data path: windows of one token file (uint16, nanoGPT's .bin) made here; the
     trainer reads it with --data, eager with numpy; each batch is copied to the GPU from
     pinned memory without blocking, the next one made while the GPU runs the step;
@@ -14,8 +14,7 @@ Issue #27's GPU benchmark. Both sides do the same work and are timed the same wa
     trainer's own per-step CUDA-event figure is printed beside it.
 
 Trainer configurations (--configs) are rows of flags, each adding one lever to the one
-before, from the trainer as it was (--sync-every-step --loss-on-fp32-logits
---ddp-at-one-rank, no padding) to all levers; the eager baselines are torch.optim.AdamW
+before, from the trainer as it was (--sync-every-step --ddp-at-one-rank, no padding) to all levers; the eager baselines are torch.optim.AdamW
 default (foreach) and fused=True at the same settings. Rounds alternate between all of them,
 and every round is printed. FLOPs are counted two ways: ours (6 x (parameters - position
 table - padding) + 12 x layers x context x width; docs/trainer.md) and llm.c's
@@ -51,9 +50,8 @@ PRESETS = {  # as trainer/model.cpp GptConfig::preset
 # One lever at a time, each row adding one to the row before (Note [Step speed] in
 # trainer/train.cpp). "as before" is the trainer of the first GPU run (2026-11-22).
 LEVERS = [
-    ("as before", ["--sync-every-step", "--loss-on-fp32-logits", "--ddp-at-one-rank"], 1),
-    ("+ vocabulary padded", ["--sync-every-step", "--loss-on-fp32-logits", "--ddp-at-one-rank"], 64),
-    ("+ loss on bf16 logits", ["--sync-every-step", "--ddp-at-one-rank"], 64),
+    ("as before", ["--sync-every-step", "--ddp-at-one-rank"], 1),
+    ("+ vocabulary padded", ["--sync-every-step", "--ddp-at-one-rank"], 64),
     ("+ no DDP at one rank", ["--sync-every-step"], 64),
     ("+ no sync, prefetch", [], 64),
     ("+ attention cudnn", ["--attention", "cudnn"], 64),
@@ -141,12 +139,9 @@ def read_token_file(path):
         return torch.frombuffer(bytearray(f.read()), dtype=torch.int16).to(torch.int64) & 0xFFFF
 
 
-def lm_loss(logits, y, fp32_copy):
-    flat = logits.reshape(-1, logits.size(-1))
-    if fp32_copy or flat.device.type != "cuda":
-        return F.cross_entropy(flat.float(), y.reshape(-1))
-    # log-softmax reading bf16 into fp32 in one kernel, as the trainer's lm_loss (outside autocast)
-    return F.nll_loss(F.log_softmax(flat, -1, dtype=torch.float32), y.reshape(-1))
+def lm_loss(logits, y):
+    """As the trainer's lm_loss: the bf16 logits copied to fp32, then cross-entropy."""
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1))
 
 
 def kind_of(n):
@@ -226,7 +221,7 @@ def eager_round(c, args, device, fused, tokens_path, profile_step=0):
         opt.zero_grad(set_to_none=True)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
             logits = model(x)
-        loss = lm_loss(logits, y, args.loss_on_fp32_logits)
+        loss = lm_loss(logits, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -277,7 +272,6 @@ def main():
                     help="'all' (every row of LEVERS), 'best' (the last row only) or comma-separated row numbers")
     ap.add_argument("--no-eager", action="store_true", help="the trainer alone (MFU only, e.g. at 1.5B)")
     ap.add_argument("--vocab-multiple", type=int, default=64, help="eager's vocabulary padding (default 64)")
-    ap.add_argument("--loss-on-fp32-logits", action="store_true", help="eager: the fp32 copy of the logits first")
     ap.add_argument("--log", help="append every trainer command and its output here")
     ap.add_argument("--eager", default="both", choices=["both", "fused", "foreach"], help="eager baselines to run")
     ap.add_argument("--profile", type=int, default=0, metavar="STEP",

@@ -194,7 +194,7 @@ TEST(Trainer, TheFasterStepComputesTheSame) {
                                      "--warmup-steps", "0", "--batch-size", "4"};
   int code;
   auto old_step = common;
-  old_step.insert(old_step.end(), {"--sync-every-step", "--loss-on-fp32-logits", "--ddp-at-one-rank", "--loss-log",
+  old_step.insert(old_step.end(), {"--sync-every-step", "--ddp-at-one-rank", "--loss-log",
                                    dir + "/old.loss", "--dump-params", dir + "/old.pt"});
   std::string out_old = train(1, old_step, &code);
   ASSERT_EQ(code, 0) << out_old;
@@ -484,7 +484,7 @@ TEST(TrainerGpu, TheFasterStepTrainsTheSameAndProfilesItsKernels) {
                                      "--seq-len", "256", "--vocab-size", "5000", "--warmup-steps", "0"};
   int code;
   auto old_step = common;
-  old_step.insert(old_step.end(), {"--sync-every-step", "--loss-on-fp32-logits", "--ddp-at-one-rank", "--loss-log",
+  old_step.insert(old_step.end(), {"--sync-every-step", "--ddp-at-one-rank", "--loss-log",
                                    dir + "/old.loss"});
   std::string out_old = train(1, old_step, &code, "cuda");
   ASSERT_EQ(code, 0) << out_old;
