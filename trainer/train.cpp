@@ -159,6 +159,27 @@ class Reporter {
   sockaddr_un addr_{};
 };
 
+// Note [Step speed]
+// What the step does for speed, each measured on an H200 by bench/trainer/gpu.sh against the
+// way it replaced (bench/trainer/RESULTS.md, 2026-11-27, gpt2-124m, batch 16 x 1024, bf16):
+//   * --vocab-multiple 64 pads the token table and tied head from 50,257 to 50,304 rows, a
+//     multiple of the tensor cores' tile: 83.5 -> 59.0 ms a step. Padded ids never occur
+//     in the data, which is made with the real vocabulary, so the loss and uniform baseline
+//     are the real vocabulary's; MFU does not count the padding rows.
+//   * At one rank there is nothing to average, so there is no DDP (no bucket copies, no
+//     all-reduce): 59.0 -> 55.4 ms. --ddp-at-one-rank keeps it (the GPU tier checks NCCL's
+//     figures that way).
+//   * Nothing inside the step waits for the GPU: the loss is summed on the device and read
+//     once the step's end event is reached, and the next step's batches are made on the host,
+//     pinned and copied without blocking while the device still runs this step:
+//     55.4 -> 53.7 ms. --sync-every-step restores the old loop (loss.item() per micro-step,
+//     the batch made and copied inside the step).
+//   * Attention: PyTorch's choice for this shape on Hopper is cuDNN's (53.6 ms); flash is
+//     slower (55.1 ms). --attention restricts the choice; the start line says what was chosen.
+// Not done, and why: the loss on bf16 logits without their fp32 copy (PyTorch 2.11's fused
+// half-to-float log-softmax takes fp16 only; 6.5 ms of the step is the vocabulary softmax
+// in fp32, a fused kernel's work), and a CUDA graph of the step (next).
+
 // --attention: which kernels scaled_dot_product_attention may use; "auto" leaves PyTorch's own
 // choice (every backend allowed, its priority order).
 void allow_attention(const std::string& a) {

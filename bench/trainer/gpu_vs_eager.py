@@ -161,7 +161,7 @@ def kind_of(n):
 
 def print_profile(prof, step_s, out=sys.stdout):
     """Eager's step, summed as the trainer's --profile-step summary (Note [Step profile])."""
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]  # torch.profiler's
     by_kind, by_name, spans = {}, {}, []
     for e in kernels:
         d = e.time_range.elapsed_us() * 1e-6
@@ -214,7 +214,8 @@ def eager_round(c, args, device, fused, tokens_path, profile_step=0):
             start = time.perf_counter()
         if step + 1 == profile_step:
             torch.cuda.synchronize()
-            prof = torch.autograd.profiler.profile(use_device="cuda")
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                      torch.profiler.ProfilerActivity.CUDA])
             prof.__enter__()
             t0 = time.perf_counter()
         x, y = nxt

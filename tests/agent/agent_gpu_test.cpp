@@ -87,8 +87,10 @@ TEST(AgentGpu, GpuSeriesDuringTrainingReachPrometheusAndTheDashboard) {
   std::string dir = temp_dir("series");
   const int metrics_port = lockstep::free_loopback_port();
   auto agent = start_agent(dir + "/agent.log", metrics_port,
-                           {trainer, "--device", "cuda", "--model", "gpt2-124m", "--batch-size", "16", "--steps", "400",
-                            "--log-every", "50"});
+                           // Steps enough to outlast the test on any GPU (it stops the agent at the end): on an
+                           // H200, 400 steps ended before the dashboard's instant queries (2026-11-27)
+                           {trainer, "--device", "cuda", "--model", "gpt2-124m", "--batch-size", "16", "--steps",
+                            "100000", "--log-every", "50"});
   const int prom_port = lockstep::free_loopback_port();
   std::ofstream(dir + "/prometheus.yml")
       << "global: {scrape_interval: 1s, evaluation_interval: 1s}\nscrape_configs:\n"
