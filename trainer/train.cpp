@@ -292,100 +292,124 @@ Options parse_options(const std::vector<std::string>& args) {
   return o;
 }
 
-int run(const Options& o) {
-  const torch::Device device = choose_device(o.device);
-  Dist dist = init_distributed(o.backend, device);
-  const bool chief = dist.rank == 0;
-  if (o.strategy == "FSDP" && o.model == "mlp")
-    throw std::invalid_argument("--strategy FSDP shards transformer blocks; use --strategy DDP for --model mlp");
+namespace {
 
-  allow_attention(o.attention);
-  // 1. The model: plain code, no parallelism in it.
-  torch::manual_seed(o.seed);
+// 1. The model: plain code, no parallelism in it.
+struct Model {
+  GptConfig gc;
+  int64_t data_vocab = 0;  // the data's vocabulary; gc.vocab_size may be padded (--vocab-multiple)
   std::shared_ptr<torch::nn::Module> module;
-  Gpt gpt_model{nullptr};
+  Gpt gpt{nullptr};  // null for the mlp
   std::function<torch::Tensor(const torch::Tensor&)> forward;
-  GptConfig gc = GptConfig::preset(o.model == "mlp" ? "tiny" : o.model);
+  int64_t n_params = 0;
+};
+
+Model build_model(const Options& o, const torch::Device& device) {
+  Model m;
+  torch::manual_seed(o.seed);
+  GptConfig& gc = m.gc;
+  gc = GptConfig::preset(o.model == "mlp" ? "tiny" : o.model);
   if (o.n_layer > 0) gc.n_layer = o.n_layer;
   if (o.n_head > 0) gc.n_head = o.n_head;
   if (o.n_embd > 0) gc.n_embd = o.n_embd;
   if (o.seq_len > 0) gc.block_size = o.seq_len;
   if (o.vocab_size > 0) gc.vocab_size = o.vocab_size;
   // Padded ids never occur in the data: it is made with the real vocabulary (Note [Step speed]).
-  const int64_t data_vocab = gc.vocab_size;
+  m.data_vocab = gc.vocab_size;
   gc.vocab_size = (gc.vocab_size + o.vocab_multiple - 1) / o.vocab_multiple * o.vocab_multiple;
   if (gc.n_embd % gc.n_head != 0)
     throw std::invalid_argument("--n-embd " + std::to_string(gc.n_embd) + " must be a multiple of --n-head " +
                                 std::to_string(gc.n_head));
   if (o.model == "mlp") {
     Mlp mlp(gc.vocab_size, gc.n_embd);
-    module = mlp.ptr();
-    forward = [mlp](const torch::Tensor& x) mutable { return mlp->forward(x); };
+    m.module = mlp.ptr();
+    m.forward = [mlp](const torch::Tensor& x) mutable { return mlp->forward(x); };
   } else {
     Gpt gpt(gc);
-    gpt_model = gpt;
-    module = gpt.ptr();
-    forward = [gpt](const torch::Tensor& x) mutable { return gpt->forward(x); };
+    m.gpt = gpt;
+    m.module = gpt.ptr();
+    m.forward = [gpt](const torch::Tensor& x) mutable { return gpt->forward(x); };
   }
-  module->to(device);
-  if (o.activation_checkpointing && gpt_model && o.strategy != "FSDP")  // FSDP always recomputes
-    gpt_model->run_block = [g = gpt_model.get()](size_t i, const torch::Tensor& x) {  // no self-owning cycle
+  m.module->to(device);
+  if (o.activation_checkpointing && m.gpt && o.strategy != "FSDP")  // FSDP always recomputes
+    m.gpt->run_block = [g = m.gpt.get()](size_t i, const torch::Tensor& x) {  // no self-owning cycle
       return CheckpointedBlock::apply(x, g->blocks[i]->as<Block>());
     };
-  const bool bf16 = device.is_cuda() && o.precision == "bf16";
-  if (o.precision != "bf16" && o.precision != "fp32")
-    throw std::invalid_argument("--precision: expected bf16 or fp32, got '" + o.precision + "'");
-  int64_t n_params = 0;
-  for (const auto& p : module->parameters()) n_params += p.numel();
+  for (const auto& p : m.module->parameters()) m.n_params += p.numel();
+  return m;
+}
 
-  // 2. The data.
-  std::unique_ptr<Dataset> data = o.data == "synthetic" ? make_synthetic(data_vocab, gc.block_size, o.examples, o.seed)
-                                                        : make_token_file(o.data, data_vocab, gc.block_size);
-  DistributedSampler sampler(data->size(), o.batch_size * o.grad_accum, dist.rank, dist.world, o.seed);
+// Model FLOPs per token, the count MFU divides (docs/trainer.md, as PaLM's appendix B and
+// nanoGPT's estimate_mfu): 6 x the parameters less the position table (a lookup, no matmul;
+// the tied head counts the token table once) plus attention's 12 x layers x context x width.
+// Padding rows (--vocab-multiple) are no useful work and are not counted.
+double flops_per_token(const Model& m) {
+  const GptConfig& gc = m.gc;
+  if (!m.gpt) return 6.0 * static_cast<double>(m.n_params);
+  const int64_t padding = (gc.vocab_size - m.data_vocab) * gc.n_embd;
+  return 6.0 * static_cast<double>(m.n_params - padding - gc.block_size * gc.n_embd) +
+         12.0 * static_cast<double>(gc.n_layer * gc.block_size * gc.n_embd);
+}
 
-  // 3. Parallelism, applied from outside the model: FSDP or DDP; Auto decides from the
-  // memory plan (memory_plan.hpp) whether DDP's full replicas fit each rank.
-  bool want_fsdp = o.strategy == "FSDP";
-  std::string auto_why;
-  if (o.strategy == "Auto" && o.model != "mlp") {
-    double memory = o.memory_per_rank_gb > 0 ? o.memory_per_rank_gb * 1e9 : 0;
-#ifdef LOCKSTEP_WITH_CUDA
-    if (memory == 0 && device.is_cuda()) memory = static_cast<double>(at::cuda::getDeviceProperties(device.index())->totalGlobalMem);
-#endif
-    if (memory == 0) {  // CPU: this machine's memory, shared by the ranks on it
-      int local = 1;
-      if (const char* l = std::getenv("LOCAL_WORLD_SIZE")) local = std::max(1, std::atoi(l));
-      memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE)) / local;
-    }
-    plan::TransformerShape shape{static_cast<double>(gc.n_layer), static_cast<double>(gc.n_embd),
-                                 static_cast<double>(gc.n_head), static_cast<double>(gc.block_size),
-                                 static_cast<double>(o.batch_size)};
-    auto choice = plan::choose(static_cast<double>(n_params), dist.world,
-                               plan::activation_bytes(shape, false, device.is_cuda() ? 2 : 4), memory);
-    want_fsdp = choice.fsdp && dist.world > 1;
-    auto_why = choice.why;
-  }
-  const bool use_fsdp = want_fsdp && dist.pg;
+// 3. Parallelism, applied from outside the model: FSDP or DDP, or at one rank neither.
+struct Parallelism {
   std::unique_ptr<Fsdp> fsdp;
   std::unique_ptr<Ddp> ddp;
-  if (use_fsdp) {
-    fsdp = std::make_unique<Fsdp>(gpt_model, dist.pg);
-  } else if (dist.pg && (dist.world > 1 || o.ddp_at_one_rank)) {  // one rank: nothing to average
-    ddp = std::make_unique<Ddp>(*module, dist.pg, o.bucket_mb << 20, std::min<int64_t>(1, o.bucket_mb) << 20, o.overlap);
-    ddp->broadcast_parameters();
+  std::string auto_why;  // why Auto chose, for the start line
+};
+
+// Auto: FSDP when DDP's full replicas do not fit a rank's memory (memory_plan.hpp).
+bool auto_wants_fsdp(const Options& o, const Model& m, const Dist& dist, const torch::Device& device, std::string* why) {
+  double memory = o.memory_per_rank_gb > 0 ? o.memory_per_rank_gb * 1e9 : 0;
+#ifdef LOCKSTEP_WITH_CUDA
+  if (memory == 0 && device.is_cuda()) memory = static_cast<double>(at::cuda::getDeviceProperties(device.index())->totalGlobalMem);
+#endif
+  if (memory == 0) {  // CPU: this machine's memory, shared by the ranks on it
+    int local = 1;
+    if (const char* l = std::getenv("LOCAL_WORLD_SIZE")) local = std::max(1, std::atoi(l));
+    memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE)) / local;
   }
+  const GptConfig& gc = m.gc;
+  plan::TransformerShape shape{static_cast<double>(gc.n_layer), static_cast<double>(gc.n_embd),
+                               static_cast<double>(gc.n_head), static_cast<double>(gc.block_size),
+                               static_cast<double>(o.batch_size)};
+  auto choice = plan::choose(static_cast<double>(m.n_params), dist.world,
+                             plan::activation_bytes(shape, false, device.is_cuda() ? 2 : 4), memory);
+  *why = choice.why;
+  return choice.fsdp && dist.world > 1;
+}
+
+Parallelism apply_parallelism(const Options& o, Model& m, const Dist& dist, const torch::Device& device) {
+  Parallelism p;
+  bool want_fsdp = o.strategy == "FSDP";
+  if (o.strategy == "Auto" && o.model != "mlp") want_fsdp = auto_wants_fsdp(o, m, dist, device, &p.auto_why);
+  if (want_fsdp && dist.pg) {
+    p.fsdp = std::make_unique<Fsdp>(m.gpt, dist.pg);
+  } else if (dist.pg && (dist.world > 1 || o.ddp_at_one_rank)) {  // one rank: nothing to average
+    p.ddp = std::make_unique<Ddp>(*m.module, dist.pg, o.bucket_mb << 20, std::min<int64_t>(1, o.bucket_mb) << 20, o.overlap);
+    p.ddp->broadcast_parameters();
+  }
+  return p;
+}
+
+void print_start(const Options& o, const Model& m, const Parallelism& p, const Dist& dist, const torch::Device& device,
+                 bool bf16) {
+  const bool chief = dist.rank == 0;
+  const GptConfig& gc = m.gc;
   if (chief)
-    std::cout << "lockstep-trainer: " << o.model << " (" << n_params << " parameters), " << dist.world << " rank(s), "
-              << "backend " << dist.backend << ", strategy " << (use_fsdp ? "FSDP" : "DDP")
-              << (auto_why.empty() ? "" : " (Auto, " + auto_why + ")")
-              << (ddp ? ", " + std::to_string(ddp->buckets()) + " bucket(s)" +
-                            (o.overlap ? " overlapped with backward" : " after backward")
-                      : "")
-              << (!ddp && !use_fsdp && dist.world == 1 ? " (one rank: no gradient all-reduce)" : "")
+    std::cout << "lockstep-trainer: " << o.model << " (" << m.n_params << " parameters), " << dist.world << " rank(s), "
+              << "backend " << dist.backend << ", strategy " << (p.fsdp ? "FSDP" : "DDP")
+              << (p.auto_why.empty() ? "" : " (Auto, " + p.auto_why + ")")
+              << (p.ddp ? ", " + std::to_string(p.ddp->buckets()) + " bucket(s)" +
+                              (o.overlap ? " overlapped with backward" : " after backward")
+                        : "")
+              << (!p.ddp && !p.fsdp && dist.world == 1 ? " (one rank: no gradient all-reduce)" : "")
               << ", global batch " << o.batch_size * o.grad_accum * dist.world << " x " << gc.block_size << " tokens"
-              << (gc.vocab_size != data_vocab ? ", vocabulary " + std::to_string(data_vocab) + " padded to " + std::to_string(gc.vocab_size) : "")
+              << (gc.vocab_size != m.data_vocab
+                      ? ", vocabulary " + std::to_string(m.data_vocab) + " padded to " + std::to_string(gc.vocab_size)
+                      : "")
               << std::endl;
-  if (gpt_model) {
+  if (m.gpt) {
     const std::string attention = attention_backend(gc, device, bf16);
     if (attention.rfind("none available", 0) == 0)
       throw std::invalid_argument("--attention " + o.attention + ": no attention kernel allowed by it runs this model on " +
@@ -395,17 +419,223 @@ int run(const Options& o) {
   if (chief)  // what the step times below are measured with (the GPU tests check it)
     std::cout << "lockstep-trainer: step phases timed with " << (device.is_cuda() ? "CUDA events" : "the host clock")
               << std::endl;
+}
 
+// A step's inputs, (x, y) per micro-step, already on the device. Note [Step speed]: the next
+// step's are made on the host and copied (pinned, without blocking) while the device still runs
+// this step, unless --sync-every-step.
+using Batch = std::pair<torch::Tensor, torch::Tensor>;
+
+class BatchLoader {
+ public:
+  BatchLoader(const Options& o, const Dataset& data, const DistributedSampler& sampler, const torch::Device& device)
+      : o_(o), data_(data), sampler_(sampler), device_(device) {}
+  std::vector<Batch> load(int64_t step) const {
+    std::vector<Batch> batches;
+    auto idx = sampler_.indices(step);
+    const bool async = device_.is_cuda() && !o_.sync_every_step;
+    for (int micro = 0; micro < o_.grad_accum; ++micro) {
+      std::vector<int64_t> part(idx.begin() + micro * o_.batch_size, idx.begin() + (micro + 1) * o_.batch_size);
+      auto [x, y] = make_batch(data_, part);
+      if (async) {
+        x = x.pin_memory();
+        y = y.pin_memory();
+      }
+      batches.emplace_back(x.to(device_, /*non_blocking=*/async), y.to(device_, /*non_blocking=*/async));
+    }
+    return batches;
+  }
+
+ private:
+  const Options& o_;
+  const Dataset& data_;
+  const DistributedSampler& sampler_;
+  torch::Device device_;
+};
+
+// 4. One optimizer step: forward and backward of each micro-step, the gradients' communication,
+// clipping and AdamW, timed on the device's clock.
+struct StepResult {
+  double step_s = 0, waited_s = 0, loss = 0;
+  CommStats comm;
+};
+
+class Stepper {
+ public:
+  Stepper(const Options& o, Model& m, Parallelism& p, FusedAdamW& opt, const torch::Device& device, bool bf16)
+      : o_(o), m_(m), p_(p), opt_(opt), device_(device), bf16_(bf16), timer_(device) {}
+
+  // `prefetch` runs once the step is queued on the device and before waiting for it.
+  StepResult run(int64_t step, const std::vector<Batch>& batches, const std::function<void()>& prefetch) {
+    timer_.mark(0);
+    const double lr = lr_at(o_, step);
+    for (auto& group : opt_.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    opt_.zero_grad();
+    StepResult r;
+    torch::Tensor loss_on_device;  // summed on the device, read after the step (Note [Step speed])
+    if (p_.fsdp) p_.fsdp->begin_step();
+    for (int micro = 0; micro < o_.grad_accum; ++micro) {
+      const auto& [x, y] = batches[static_cast<size_t>(micro)];
+      auto loss = lm_loss(forward(x), y) / static_cast<double>(o_.grad_accum);
+      const bool last = micro == o_.grad_accum - 1;
+      if (p_.ddp) {
+        p_.ddp->set_sync(last);
+        if (last) p_.ddp->begin_backward();
+      }
+      loss.backward();
+      if (o_.sync_every_step) r.loss += loss.item<double>();
+      else loss_on_device = loss_on_device.defined() ? loss_on_device + loss.detach() : loss.detach();
+    }
+    timer_.mark(1);
+    if (p_.ddp) r.comm = p_.ddp->finish_step();
+    if (p_.fsdp) r.comm = p_.fsdp->finish_step();
+    timer_.mark(2);
+    if (o_.clip > 0) {
+      if (p_.fsdp) p_.fsdp->clip_grad_norm(o_.clip);
+      else clip_grad_norm(m_.module->parameters(), o_.clip);
+    }
+    opt_.step();
+    timer_.mark(3);
+    if (prefetch) prefetch();
+    r.step_s = timer_.seconds(0, 3);  // on a GPU: waits for the step to finish there
+    if (loss_on_device.defined()) r.loss = loss_on_device.item<double>();
+    if (device_.is_cuda()) {  // the collectives' own time on the GPU, where host clocks see none
+      if (p_.ddp) p_.ddp->device_figures(r.comm);
+      if (p_.fsdp) p_.fsdp->device_figures(r.comm);
+    }
+    // Exposed communication, on the device's clock (Note [Communication figures]): DDP waits
+    // after backward; FSDP inside forward and backward, which it measures itself.
+    r.waited_s = timer_.seconds(1, 2);
+    if (p_.ddp) r.comm.ops["allreduce"].exposed_s = r.comm.exposed_s = r.waited_s;
+    if (p_.fsdp) r.waited_s = r.comm.exposed_s;
+    return r;
+  }
+
+ private:
+  torch::Tensor forward(const torch::Tensor& x) {
+    if (!bf16_) return m_.forward(x);
+    // autocast: matmuls in bf16, reductions in fp32; the logits' fp32 copy is lm_loss's
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    auto logits = m_.forward(x);
+    at::autocast::set_autocast_enabled(at::kCUDA, false);
+    at::autocast::clear_cache();
+    return logits;
+  }
+
+  const Options& o_;
+  Model& m_;
+  Parallelism& p_;
+  FusedAdamW& opt_;
+  torch::Device device_;
+  bool bf16_;
+  StepTimer timer_;
+};
+
+// The step's datagram to the agent (docs/metrics.md, "The step report").
+std::string step_report(const Options& o, int64_t step, const StepResult& r, double tokens, double flops) {
+  namespace key = contract::report;  // the names the agent parses
+  std::ostringstream line;
+  line << key::kStep << '=' << step + 1 << ' ' << key::kStepSeconds << '=' << r.step_s << ' ' << key::kComputeSeconds << '='
+       << std::max(0.0, r.step_s - r.waited_s) << ' ' << key::kCommSeconds << '=' << r.comm.comm_s << ' '
+       << key::kExposedCommSeconds << '=' << r.waited_s;
+  for (const auto& [op, s] : r.comm.ops)  // per collective kind: comm_s.<op>, comm_bytes.<op>, exposed_comm_s.<op>
+    line << ' ' << key::kCommSeconds << '.' << op << '=' << s.comm_s << ' ' << key::kCommBytes << '.' << op << '='
+         << s.bytes << ' ' << key::kExposedCommSeconds << '.' << op << '=' << s.exposed_s;
+  line << ' ' << key::kTotalSteps << '=' << o.steps << ' ' << key::kTokens << '=' << tokens << ' ' << key::kFlops << '='
+       << flops << ' ' << key::kLoss << '=' << r.loss;
+  return line.str();
+}
+
+void print_progress(const Options& o, int64_t step, const StepResult& r, double tokens_all_ranks) {
+  std::cout << "step " << std::setw(5) << step + 1 << "/" << o.steps << "  loss " << std::fixed << std::setprecision(4)
+            << r.loss << "  " << std::setprecision(0) << tokens_all_ranks / r.step_s << " tok/s  " << std::setprecision(1)
+            << r.step_s * 1000 << " ms/step  comm " << std::setprecision(0)
+            << (r.step_s > 0 ? 100 * r.comm.comm_s / r.step_s : 0) << "% (exposed "
+            << (r.step_s > 0 ? 100 * r.waited_s / r.step_s : 0) << "%)" << std::defaultfloat << std::endl;
+}
+
+// What the run measured over its steady-state steps (from the fourth on), for --stats-file.
+struct RunStats {
+  std::vector<double> step_times;
+  double comm = 0, exposed = 0;
+  std::chrono::steady_clock::time_point window_start;  // the host's clock at the first of them
+
+  void add(const StepResult& r) {
+    step_times.push_back(r.step_s);
+    comm += r.comm.comm_s;
+    exposed += r.waited_s;
+  }
+  void write(const std::string& path) {
+    if (step_times.empty()) return;
+    const double window_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
+    std::sort(step_times.begin(), step_times.end());
+    std::ofstream(path) << "steps " << step_times.size() << "\nstep_s_median " << step_times[step_times.size() / 2]
+                        << "\ncomm_s " << comm << "\nexposed_s " << exposed
+                        // wall time per step over the same steps, host clock: what a user waits
+                        << "\nwall_s_per_step " << window_s / static_cast<double>(step_times.size()) << "\n";
+  }
+};
+
+// 6. After the last step: parameters for comparison, FSDP's memory, the collective order.
+void finish_run(const Options& o, const Model& m, Parallelism& p, FusedAdamW& opt, const Dist& dist) {
+  const bool chief = dist.rank == 0;
+  if (!o.dump_params.empty()) {
+    std::vector<torch::Tensor> params;
+    if (p.fsdp) {
+      for (const auto& t : p.fsdp->full_parameters()) params.push_back(t.cpu());  // a collective: every rank takes part
+    } else {
+      for (const auto& t : m.module->parameters()) params.push_back(t.detach().cpu());
+    }
+    if (chief) torch::save(params, o.dump_params);
+  }
+  if (p.fsdp) {
+    auto mem = p.fsdp->memory(opt);
+    double ideal = 16.0 * static_cast<double>(m.n_params) / dist.world;
+    double padded_ideal = 16.0 * static_cast<double>(mem.padded_numel) / dist.world;
+    std::ostringstream report;
+    report << "rank " << dist.rank << " FSDP bytes: parameters " << mem.params << ", gradients " << mem.grads
+           << ", optimizer " << mem.optimizer << ", total " << mem.params + mem.grads + mem.optimizer
+           << "; 16 x params / N = " << ideal << " (" << padded_ideal << " with padding)";
+    if (chief) std::cout << "lockstep-trainer: " << report.str() << std::endl;
+    if (!o.memory_report.empty())
+      std::ofstream(o.memory_report + ".rank-" + std::to_string(dist.rank))
+          << mem.params + mem.grads + mem.optimizer << " " << ideal << " " << padded_ideal << "\n";
+  }
+  if (!o.collective_log.empty() && (p.ddp || p.fsdp)) {
+    std::ofstream out(o.collective_log + ".rank-" + std::to_string(dist.rank));
+    for (const auto& l : p.ddp ? p.ddp->collective_log() : p.fsdp->collective_log()) out << l << "\n";
+  }
+}
+
+}  // namespace
+
+int run(const Options& o) {
+  const torch::Device device = choose_device(o.device);
+  Dist dist = init_distributed(o.backend, device);
+  const bool chief = dist.rank == 0;
+  if (o.strategy == "FSDP" && o.model == "mlp")
+    throw std::invalid_argument("--strategy FSDP shards transformer blocks; use --strategy DDP for --model mlp");
+  if (o.precision != "bf16" && o.precision != "fp32")
+    throw std::invalid_argument("--precision: expected bf16 or fp32, got '" + o.precision + "'");
+  const bool bf16 = device.is_cuda() && o.precision == "bf16";
+  allow_attention(o.attention);
+
+  Model m = build_model(o, device);  // 1. the model
+  // 2. The data.
+  std::unique_ptr<Dataset> data = o.data == "synthetic"
+                                       ? make_synthetic(m.data_vocab, m.gc.block_size, o.examples, o.seed)
+                                       : make_token_file(o.data, m.data_vocab, m.gc.block_size);
+  DistributedSampler sampler(data->size(), o.batch_size * o.grad_accum, dist.rank, dist.world, o.seed);
+  Parallelism p = apply_parallelism(o, m, dist, device);  // 3. parallelism
+  print_start(o, m, p, dist, device, bf16);
   // 4. The optimizer.
-  FusedAdamW opt(fsdp ? fsdp->shards() : module->parameters(),
-                          torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
-  Reporter reporter;
-  std::ofstream loss_log;
-  if (!o.loss_log.empty() && chief) loss_log.open(o.loss_log);
+  FusedAdamW opt(p.fsdp ? p.fsdp->shards() : m.module->parameters(),
+                 torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
   // 5. Resume from the latest checkpoint, if there is one.
-  CheckpointTarget ckpt{o.checkpoint_dir, dist.rank, dist.world, use_fsdp ? "FSDP" : "DDP", use_fsdp, o.checkpoint_keep,
-                        o.job_uid, o.resume_from, o.attempt};
-  auto ckpt_tensors = [&] { return fsdp ? fsdp->shards() : module->parameters(); };
+  CheckpointTarget ckpt{o.checkpoint_dir, dist.rank, dist.world, p.fsdp ? "FSDP" : "DDP", p.fsdp != nullptr,
+                        o.checkpoint_keep, o.job_uid, o.resume_from, o.attempt};
+  auto ckpt_tensors = [&] { return p.fsdp ? p.fsdp->shards() : m.module->parameters(); };
   int64_t start = 0;
   if (!o.checkpoint_dir.empty()) {
     prepare_checkpoint_dir(ckpt, dist);  // Note [Shared checkpoint directory]
@@ -415,123 +645,35 @@ int run(const Options& o) {
       if (chief) std::cout << "lockstep-trainer: resumed from " << o.checkpoint_dir << " at step " << start << std::endl;
     }
   }
-  const double tokens_per_step = static_cast<double>(o.batch_size * o.grad_accum * gc.block_size);
-  // Model FLOPs per token, the count MFU divides (docs/trainer.md, as PaLM's appendix B and
-  // nanoGPT's estimate_mfu): 6 x the parameters less the position table (a lookup, no matmul;
-  // the tied head counts the token table once) plus attention's 12 x layers x context x width.
-  // Padding rows (--vocab-multiple) are no useful work and are not counted.
-  const int64_t padding = (gc.vocab_size - data_vocab) * gc.n_embd;
-  const double flops_per_token =
-      gpt_model ? 6.0 * static_cast<double>(n_params - padding - gc.block_size * gc.n_embd) +
-                      12.0 * static_cast<double>(gc.n_layer * gc.block_size * gc.n_embd)
-                : 6.0 * static_cast<double>(n_params);
+
+  // The loop.
+  const double tokens = static_cast<double>(o.batch_size * o.grad_accum * m.gc.block_size);
+  const double flops = flops_per_token(m) * tokens;
+  Reporter reporter;
+  std::ofstream loss_log;
+  if (!o.loss_log.empty() && chief) loss_log.open(o.loss_log);
+  BatchLoader loader(o, *data, sampler, device);
+  Stepper stepper(o, m, p, opt, device, bf16);
+  RunStats stats;
   double first_loss = 0;
-  std::vector<double> step_times;
-  double comm_total = 0, exposed_total = 0;
-
-  // Note [Step speed]: the next step's batches are made on the host and copied (pinned, without
-  // blocking) while the device still runs this step, and the loss is summed on the device and
-  // read once the step is over, so nothing inside the step waits for the device.
-  using Batch = std::pair<torch::Tensor, torch::Tensor>;
-  auto load_batches = [&](int64_t step) {
-    std::vector<Batch> batches;
-    auto idx = sampler.indices(step);
-    for (int micro = 0; micro < o.grad_accum; ++micro) {
-      std::vector<int64_t> part(idx.begin() + micro * o.batch_size, idx.begin() + (micro + 1) * o.batch_size);
-      auto [x, y] = make_batch(*data, part);
-      if (device.is_cuda() && !o.sync_every_step) {
-        x = x.pin_memory();
-        y = y.pin_memory();
-      }
-      const bool async = device.is_cuda() && !o.sync_every_step;
-      batches.emplace_back(x.to(device, /*non_blocking=*/async), y.to(device, /*non_blocking=*/async));
-    }
-    return batches;
-  };
   std::vector<Batch> next;
-  if (!o.sync_every_step && start < o.steps) next = load_batches(start);
-  std::chrono::steady_clock::time_point window_start;  // the timed window: steady state, by the host's clock
-
-  StepTimer timer(device);
+  if (!o.sync_every_step && start < o.steps) next = loader.load(start);
   for (int64_t step = start; step < o.steps; ++step) {
-    if (step == start + 3) window_start = std::chrono::steady_clock::now();
+    if (step == start + 3) stats.window_start = std::chrono::steady_clock::now();
     std::unique_ptr<StepProfile> profile;
     if (step + 1 == o.profile_step) {
       profile = std::make_unique<StepProfile>(device);
       profile->start();
     }
-    timer.mark(0);
-    double lr = lr_at(o, step);
-    for (auto& group : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-    opt.zero_grad();
-    std::vector<Batch> batches = o.sync_every_step ? load_batches(step) : std::move(next);
-    double loss_sum = 0;
-    torch::Tensor loss_on_device;
-    if (fsdp) fsdp->begin_step();
-    for (int micro = 0; micro < o.grad_accum; ++micro) {
-      const auto& [x, y] = batches[static_cast<size_t>(micro)];
-      torch::Tensor logits;
-      if (bf16) {  // autocast: matmuls in bf16, reductions and the loss in fp32
-        at::autocast::set_autocast_enabled(at::kCUDA, true);
-        at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-        logits = forward(x);
-        at::autocast::set_autocast_enabled(at::kCUDA, false);
-        at::autocast::clear_cache();
-      } else {
-        logits = forward(x);
-      }
-      auto loss = lm_loss(logits, y) / static_cast<double>(o.grad_accum);
-      bool last = micro == o.grad_accum - 1;
-      if (ddp) {
-        ddp->set_sync(last);
-        if (last) ddp->begin_backward();
-      }
-      loss.backward();
-      if (o.sync_every_step) loss_sum += loss.item<double>();
-      else loss_on_device = loss_on_device.defined() ? loss_on_device + loss.detach() : loss.detach();
-    }
-    timer.mark(1);
-    CommStats comm;
-    if (ddp) comm = ddp->finish_step();
-    if (fsdp) comm = fsdp->finish_step();
-    timer.mark(2);
-    if (o.clip > 0) {
-      if (fsdp) fsdp->clip_grad_norm(o.clip);
-      else clip_grad_norm(module->parameters(), o.clip);
-    }
-    opt.step();
-    timer.mark(3);
-    if (!o.sync_every_step && step + 1 < o.steps) next = load_batches(step + 1);  // while the device works
-    const double step_s = timer.seconds(0, 3);  // on a GPU: waits for the step to finish there
-    if (loss_on_device.defined()) loss_sum = loss_on_device.item<double>();
-    if (profile) profile->finish(step_s, o.profile_out, std::cout);
-    if (device.is_cuda()) {  // the collectives' own time on the GPU, where host clocks see none
-      if (ddp) ddp->device_figures(comm);
-      if (fsdp) fsdp->device_figures(comm);
-    }
-    // Exposed communication, on the device's clock (Note [Communication figures]): DDP waits
-    // after backward; FSDP inside forward and backward, which it measures itself.
-    double waited_s = timer.seconds(1, 2);
-    if (ddp) comm.ops["allreduce"].exposed_s = comm.exposed_s = waited_s;
-    if (fsdp) waited_s = comm.exposed_s;
-    if (step == start) first_loss = loss_sum;
-    if (step - start >= 3) {  // steady state, for --stats-file
-      step_times.push_back(step_s);
-      comm_total += comm.comm_s;
-      exposed_total += waited_s;
-    }
-    namespace key = contract::report;  // the names the agent parses (docs/metrics.md, "The step report")
-    std::ostringstream line;
-    line << key::kStep << '=' << step + 1 << ' ' << key::kStepSeconds << '=' << step_s << ' ' << key::kComputeSeconds << '='
-         << std::max(0.0, step_s - waited_s) << ' ' << key::kCommSeconds << '=' << comm.comm_s << ' '
-         << key::kExposedCommSeconds << '=' << waited_s;
-    for (const auto& [op, s] : comm.ops)  // per collective kind: comm_s.<op>, comm_bytes.<op>, exposed_comm_s.<op>
-      line << ' ' << key::kCommSeconds << '.' << op << '=' << s.comm_s << ' ' << key::kCommBytes << '.' << op << '='
-           << s.bytes << ' ' << key::kExposedCommSeconds << '.' << op << '=' << s.exposed_s;
-    line << ' ' << key::kTotalSteps << '=' << o.steps << ' ' << key::kTokens << '=' << tokens_per_step << ' ' << key::kFlops
-         << '=' << flops_per_token * tokens_per_step << ' ' << key::kLoss << '=' << loss_sum;
-    reporter.send(line.str());
-    if (loss_log.is_open()) loss_log << step + 1 << " " << std::setprecision(8) << loss_sum << std::endl;
+    std::vector<Batch> batches = o.sync_every_step ? loader.load(step) : std::move(next);
+    StepResult r = stepper.run(step, batches, [&] {
+      if (!o.sync_every_step && step + 1 < o.steps) next = loader.load(step + 1);  // while the device works
+    });
+    if (profile) profile->finish(r.step_s, o.profile_out, std::cout);
+    if (step == start) first_loss = r.loss;
+    if (step - start >= 3) stats.add(r);
+    reporter.send(step_report(o, step, r, tokens, flops));
+    if (loss_log.is_open()) loss_log << step + 1 << " " << std::setprecision(8) << r.loss << std::endl;
     // The last step is always saved as well: a gang rerun after the end (decide.hpp, Note
     // [Partly succeeded]) then resumes there and repeats nothing.
     if (!o.checkpoint_dir.empty() && o.checkpoint_every > 0 &&
@@ -540,50 +682,13 @@ int run(const Options& o) {
       if (chief) std::cout << "lockstep-trainer: checkpoint at step " << step + 1 << " in " << o.checkpoint_dir << std::endl;
     }
     if (o.exit_after_step > 0 && step + 1 == o.exit_after_step) std::_Exit(137);  // tests: a crash
-    if (chief && ((step + 1) % o.log_every == 0 || step + 1 == o.steps))
-      std::cout << "step " << std::setw(5) << step + 1 << "/" << o.steps << "  loss " << std::fixed << std::setprecision(4)
-                << loss_sum << "  " << std::setprecision(0) << tokens_per_step * dist.world / step_s << " tok/s  "
-                << std::setprecision(1) << step_s * 1000 << " ms/step  comm " << std::setprecision(0)
-                << (step_s > 0 ? 100 * comm.comm_s / step_s : 0) << "% (exposed "
-                << (step_s > 0 ? 100 * waited_s / step_s : 0) << "%)" << std::defaultfloat << std::endl;
+    if (chief && ((step + 1) % o.log_every == 0 || step + 1 == o.steps)) print_progress(o, step, r, tokens * dist.world);
   }
-  const double window_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
   if (chief)
     std::cout << std::setprecision(4) << "lockstep-trainer: done; loss at step 1 " << first_loss << ", uniform baseline "
               << data->uniform_loss() << std::endl;
-  if (!o.stats_file.empty() && chief && !step_times.empty()) {
-    std::sort(step_times.begin(), step_times.end());
-    std::ofstream(o.stats_file) << "steps " << step_times.size() << "\nstep_s_median " << step_times[step_times.size() / 2]
-                                << "\ncomm_s " << comm_total << "\nexposed_s " << exposed_total
-                                // wall time per step over the same steps, host clock: what a user waits
-                                << "\nwall_s_per_step " << window_s / static_cast<double>(step_times.size()) << "\n";
-  }
-  if (!o.dump_params.empty()) {
-    std::vector<torch::Tensor> params;
-    if (fsdp) {
-      for (const auto& p : fsdp->full_parameters()) params.push_back(p.cpu());  // a collective: every rank takes part
-    } else {
-      for (const auto& p : module->parameters()) params.push_back(p.detach().cpu());
-    }
-    if (chief) torch::save(params, o.dump_params);
-  }
-  if (fsdp) {
-    auto m = fsdp->memory(opt);
-    double ideal = 16.0 * static_cast<double>(n_params) / dist.world;
-    double padded_ideal = 16.0 * static_cast<double>(m.padded_numel) / dist.world;
-    std::ostringstream report;
-    report << "rank " << dist.rank << " FSDP bytes: parameters " << m.params << ", gradients " << m.grads
-           << ", optimizer " << m.optimizer << ", total " << m.params + m.grads + m.optimizer << "; 16 x params / N = "
-           << ideal << " (" << padded_ideal << " with padding)";
-    if (chief) std::cout << "lockstep-trainer: " << report.str() << std::endl;
-    if (!o.memory_report.empty())
-      std::ofstream(o.memory_report + ".rank-" + std::to_string(dist.rank))
-          << m.params + m.grads + m.optimizer << " " << ideal << " " << padded_ideal << "\n";
-  }
-  if (!o.collective_log.empty() && (ddp || fsdp)) {
-    std::ofstream out(o.collective_log + ".rank-" + std::to_string(dist.rank));
-    for (const auto& l : ddp ? ddp->collective_log() : fsdp->collective_log()) out << l << "\n";
-  }
+  if (!o.stats_file.empty() && chief) stats.write(o.stats_file);
+  finish_run(o, m, p, opt, dist);
   barrier(dist);  // leave together, so rank 0's store outlives everyone's last use
   return 0;
 }
