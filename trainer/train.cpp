@@ -577,6 +577,17 @@ struct RunStats {
   }
 };
 
+// 5. The step to start at: the latest checkpoint's, or 0.
+int64_t resume(const Options& o, const CheckpointTarget& ckpt, std::vector<torch::Tensor> tensors, FusedAdamW& opt,
+               const Dist& dist) {
+  if (o.checkpoint_dir.empty()) return 0;
+  prepare_checkpoint_dir(ckpt, dist);  // Note [Shared checkpoint directory]
+  auto step = load_checkpoint(ckpt, tensors, opt, dist);
+  if (!step) return 0;
+  if (dist.rank == 0) std::cout << "lockstep-trainer: resumed from " << o.checkpoint_dir << " at step " << *step << std::endl;
+  return *step;
+}
+
 // 6. After the last step: parameters for comparison, FSDP's memory, the collective order.
 void finish_run(const Options& o, const Model& m, Parallelism& p, FusedAdamW& opt, const Dist& dist) {
   const bool chief = dist.rank == 0;
@@ -636,15 +647,7 @@ int run(const Options& o) {
   CheckpointTarget ckpt{o.checkpoint_dir, dist.rank, dist.world, p.fsdp ? "FSDP" : "DDP", p.fsdp != nullptr,
                         o.checkpoint_keep, o.job_uid, o.resume_from, o.attempt};
   auto ckpt_tensors = [&] { return p.fsdp ? p.fsdp->shards() : m.module->parameters(); };
-  int64_t start = 0;
-  if (!o.checkpoint_dir.empty()) {
-    prepare_checkpoint_dir(ckpt, dist);  // Note [Shared checkpoint directory]
-    auto tensors = ckpt_tensors();
-    if (auto s = load_checkpoint(ckpt, tensors, opt, dist)) {
-      start = *s;
-      if (chief) std::cout << "lockstep-trainer: resumed from " << o.checkpoint_dir << " at step " << start << std::endl;
-    }
-  }
+  const int64_t start = resume(o, ckpt, ckpt_tensors(), opt, dist);
 
   // The loop.
   const double tokens = static_cast<double>(o.batch_size * o.grad_accum * m.gc.block_size);
