@@ -419,75 +419,105 @@ std::string Controller::attempt_secret(const JobView& job, int attempt, const st
   return lockstep::random_hex(32);  // a new attempt (or none readable: Note [Barrier secret])
 }
 
+// What a decision asks for, carried out in its order: the job's children, its pods created and
+// deleted, its status written (Note [Batched status writes]), its events, the job deleted.
+// `ok` turns false when anything failed and the reconcile should be retried.
 void Controller::execute(const JobView& job, const std::string& resource_version, const Decision& d,
                          const std::string& key, const std::vector<reconcile::PodView>& pods, bool& ok) {
   const std::string& ns = job.ns;
-  auto fail = [&](const std::string& what, const kube::Response& r) {
-    LOCKSTEP_LOG(Warn, "reconcile", key << ": " << what << ": " << r.message());
-    ok = false;
-  };
+  create_children(job, d, key, ok);
+  if (!d.create_pods.empty()) create_pods(job, d, key, pods, ok);
+  delete_pods(job, d, key, ok);
+  const bool status_written = write_status(job, resource_version, d, key, ok);
+  // A decision's events describe its status: recorded once that is written, else the retry
+  // that recomputes the decision would record them a second time.
+  if (status_written)
+    for (const auto& e : d.events) record_event(job, e.type, e.reason, e.message);
+  if (d.delete_job) {
+    auto r = client_.remove(res::kTrainingJobs.path(ns, job.name), {{"propagationPolicy", "Background"}}, &kube::kDiscardBody);
+    if (r.ok()) LOCKSTEP_LOG(Info, "reconcile", key << ": deleted after ttlSecondsAfterFinished");
+    else if (!r.not_found()) failed(key, "delete TrainingJob", r, ok);
+  }
+}
+
+
+void Controller::failed(const std::string& key, const std::string& what, const kube::Response& r, bool& ok) {
+  LOCKSTEP_LOG(Warn, "reconcile", key << ": " << what << ": " << r.message());
+  ok = false;
+}
+
+// The Service, the NetworkPolicy (or its removal) and the PodGroup.
+void Controller::create_children(const JobView& job, const Decision& d, const std::string& key, bool& ok) {
+  const std::string& ns = job.ns;
   if (d.create_service) {
     auto r = client_.create(res::kServices.path(ns), reconcile::service_manifest(job), &kube::kDiscardBody);
-    if (!r.ok() && !r.conflict()) fail("create Service", r);
+    if (!r.ok() && !r.conflict()) failed(key, "create Service", r, ok);
   }
   if (d.create_network_policy) {
     auto r = client_.create(res::kNetworkPolicies.path(ns), reconcile::network_policy_manifest(job, config_.isolation),
                             &kube::kDiscardBody);
-    if (!r.ok() && !r.conflict()) fail("create NetworkPolicy", r);
+    if (!r.ok() && !r.conflict()) failed(key, "create NetworkPolicy", r, ok);
   }
   if (!d.delete_network_policy_uid.empty()) {
     auto r = client_.remove(res::kNetworkPolicies.path(ns, job.name),
                             {{"propagationPolicy", "Background"}, {"preconditions", {{"uid", d.delete_network_policy_uid}}}},
                             &kube::kDiscardBody);
     if (r.ok()) LOCKSTEP_LOG(Info, "reconcile", key << ": deleted NetworkPolicy (spec.isolation None)");
-    else if (!r.not_found() && !r.conflict()) fail("delete NetworkPolicy", r);
+    else if (!r.not_found() && !r.conflict()) failed(key, "delete NetworkPolicy", r, ok);
   }
   if (d.create_podgroup) {
     auto r = client_.create(res::kPodGroups.path(ns), reconcile::podgroup_manifest(job), &kube::kDiscardBody);
-    if (!r.ok() && !r.conflict()) fail("create PodGroup", r);
+    if (!r.ok() && !r.conflict()) failed(key, "create PodGroup", r, ok);
   }
-  // Pods of a gang are created together, in batches that grow (Note [Slow start]).
-  if (!d.create_pods.empty()) {
-    const std::string secret = attempt_secret(job, d.status.restarts, pods);
-    int created = 0, attempted = 0;
-    std::vector<std::string> failed_creates;
-    for (int size : slow_start_batches(static_cast<int>(d.create_pods.size()), config_.create_parallelism,
-                                       config_.max_creates_per_pass)) {
-      std::vector<json> batch;
-      std::vector<std::string> names;
-      for (int i = attempted; i < attempted + size; ++i) {
-        names.push_back(reconcile::pod_name(job, d.create_pods[i]));
-        batch.push_back(reconcile::pod_manifest(job, d.create_pods[i], d.status.restarts, config_.agent, secret, d.avoid_nodes));
-        expectations_.expect_create(key, names.back());
-      }
-      attempted += size;
-      auto results = client_.create_all(res::kPods.path(ns), batch, &kube::kDiscardBody);
-      bool refused = false;
-      for (size_t i = 0; i < results.size(); ++i) {
-        const auto& r = results[i];
-        if (r.ok()) {
-          ++created;
-          continue;
-        }
-        expectations_.observed_create(key, names[i]);  // no event will come for a failed create
-        if (r.conflict()) continue;
-        refused = true;
-        fail("create pod " + names[i], r);
-        if (!r.refused) failed_creates.push_back(names[i] + ": " + r.message());
-      }
-      if (refused) break;  // the rest wait for the retry, which starts again from 1
+}
+
+// Pods of a gang are created together, in batches that grow (Note [Slow start]).
+void Controller::create_pods(const JobView& job, const Decision& d, const std::string& key,
+                             const std::vector<reconcile::PodView>& pods, bool& ok) {
+  const std::string& ns = job.ns;
+  const std::string secret = attempt_secret(job, d.status.restarts, pods);
+  int created = 0, attempted = 0;
+  std::vector<std::string> failed_creates;
+  for (int size : slow_start_batches(static_cast<int>(d.create_pods.size()), config_.create_parallelism,
+                                     config_.max_creates_per_pass)) {
+    std::vector<json> batch;
+    std::vector<std::string> names;
+    for (int i = attempted; i < attempted + size; ++i) {
+      names.push_back(reconcile::pod_name(job, d.create_pods[i]));
+      batch.push_back(reconcile::pod_manifest(job, d.create_pods[i], d.status.restarts, config_.agent, secret, d.avoid_nodes));
+      expectations_.expect_create(key, names.back());
     }
-    metrics_.pods_created.Increment(created);
-    if (!failed_creates.empty())  // the user sees why in `kubectl describe tj`
-      record_event(job, "Warning", "FailedCreatePod", "cannot create " + failed_creates.front() +
-                   (failed_creates.size() > 1 ? " (and " + std::to_string(failed_creates.size() - 1) + " more)" : ""));
-    if (created) LOCKSTEP_LOG(Debug, "reconcile", key << ": created " << created << " pod(s)"
-                                   << (attempted < static_cast<int>(d.create_pods.size())
-                                           ? ", " + std::to_string(d.create_pods.size() - attempted) + " left for the next pass"
-                                           : std::string()));
+    attempted += size;
+    auto results = client_.create_all(res::kPods.path(ns), batch, &kube::kDiscardBody);
+    bool refused = false;
+    for (size_t i = 0; i < results.size(); ++i) {
+      const auto& r = results[i];
+      if (r.ok()) {
+        ++created;
+        continue;
+      }
+      expectations_.observed_create(key, names[i]);  // no event will come for a failed create
+      if (r.conflict()) continue;
+      refused = true;
+      failed(key, "create pod " + names[i], r, ok);
+      if (!r.refused) failed_creates.push_back(names[i] + ": " + r.message());
+    }
+    if (refused) break;  // the rest wait for the retry, which starts again from 1
   }
-  // And deleted together, as many in flight: a gang restart deletes every pod of the attempt,
-  // and one at a time it took a reconcile 8 round trips (bench/operator/bench_scale.cpp's storm).
+  metrics_.pods_created.Increment(created);
+  if (!failed_creates.empty())  // the user sees why in `kubectl describe tj`
+    record_event(job, "Warning", "FailedCreatePod", "cannot create " + failed_creates.front() +
+                 (failed_creates.size() > 1 ? " (and " + std::to_string(failed_creates.size() - 1) + " more)" : ""));
+  if (created) LOCKSTEP_LOG(Debug, "reconcile", key << ": created " << created << " pod(s)"
+                                 << (attempted < static_cast<int>(d.create_pods.size())
+                                         ? ", " + std::to_string(d.create_pods.size() - attempted) + " left for the next pass"
+                                         : std::string()));
+}
+
+// And deleted together, as many in flight: a gang restart deletes every pod of the attempt,
+// and one at a time it took a reconcile 8 round trips (bench/operator/bench_scale.cpp's storm).
+void Controller::delete_pods(const JobView& job, const Decision& d, const std::string& key, bool& ok) {
+  const std::string& ns = job.ns;
   for (size_t start = 0; start < d.delete_pods.size(); start += static_cast<size_t>(config_.create_parallelism)) {
     std::vector<std::string> batch, paths;
     std::vector<json> options;
@@ -512,9 +542,16 @@ void Controller::execute(const JobView& job, const std::string& resource_version
       expectations_.observed_delete(key, batch[i]);
       if (results[i].conflict())
         LOCKSTEP_LOG(Debug, "reconcile", key << ": pod " << batch[i] << " was replaced before its delete; the new one stays");
-      else if (!results[i].not_found()) fail("delete pod " + batch[i], results[i]);
+      else if (!results[i].not_found()) failed(key, "delete pod " + batch[i], results[i], ok);
     }
   }
+}
+
+// The decision's status, now or, when only counts changed, batched (Note [Batched status writes]).
+// True when it is written or unchanged: the decision's events may then be recorded.
+bool Controller::write_status(const JobView& job, const std::string& resource_version, const Decision& d,
+                              const std::string& key, bool& ok) {
+  const std::string& ns = job.ns;
   // Note [Batched status writes]
   // Pods of a gang start, get ready and finish within moments of each other, and each step
   // changes the job's node counts: written one by one, that was a status write (and its watch
@@ -555,7 +592,7 @@ void Controller::execute(const JobView& job, const std::string& resource_version
         LOCKSTEP_LOG(Debug, "reconcile", key << ": the job changed since version " << resource_version << "; retrying");
         ok = false;
       } else {
-        fail("update status", r);
+        failed(key, "update status", r, ok);
       }
     } else {
       status_written = true;
@@ -571,15 +608,7 @@ void Controller::execute(const JobView& job, const std::string& resource_version
       LOCKSTEP_LOG(Info, "reconcile", key << ": phase " << (job.status.phase.empty() ? "(new)" : job.status.phase)
                                           << " -> " << d.status.phase);
   }
-  // A decision's events describe its status: recorded once that is written, else the retry
-  // that recomputes the decision would record them a second time.
-  if (status_written)
-    for (const auto& e : d.events) record_event(job, e.type, e.reason, e.message);
-  if (d.delete_job) {
-    auto r = client_.remove(res::kTrainingJobs.path(ns, job.name), {{"propagationPolicy", "Background"}}, &kube::kDiscardBody);
-    if (r.ok()) LOCKSTEP_LOG(Info, "reconcile", key << ": deleted after ttlSecondsAfterFinished");
-    else if (!r.not_found()) fail("delete TrainingJob", r);
-  }
+  return status_written;
 }
 
 std::chrono::milliseconds Controller::status_write_wait(const std::string& key) {

@@ -81,6 +81,14 @@ class Controller {
   bool reconcile(const std::string& key);  // false: retry with backoff
   void execute(const reconcile::JobView& job, const std::string& resource_version, const reconcile::Decision& d,
                const std::string& key, const std::vector<reconcile::PodView>& pods, bool& ok);
+  // execute()'s steps; each sets `ok` false on a failure worth a retry (logged by failed()).
+  void create_children(const reconcile::JobView& job, const reconcile::Decision& d, const std::string& key, bool& ok);
+  void create_pods(const reconcile::JobView& job, const reconcile::Decision& d, const std::string& key,
+                   const std::vector<reconcile::PodView>& pods, bool& ok);
+  void delete_pods(const reconcile::JobView& job, const reconcile::Decision& d, const std::string& key, bool& ok);
+  bool write_status(const reconcile::JobView& job, const std::string& resource_version, const reconcile::Decision& d,
+                    const std::string& key, bool& ok);
+  void failed(const std::string& key, const std::string& what, const kube::Response& r, bool& ok);
   // Note [Barrier secret] in reconcile/manifests.hpp: gang attempt `attempt`'s secret.
   std::string attempt_secret(const reconcile::JobView& job, int attempt, const std::vector<reconcile::PodView>& pods);
   void record_event(const reconcile::JobView& job, const std::string& type, const std::string& reason,
