@@ -314,6 +314,128 @@ Verdict decide(const Failure& cause, int generation, int budget, const std::stri
   return v;
 }
 
+// ---- Note [Barrier state] ----
+
+BarrierState::BarrierState(int nnodes, int max_restarts, std::string restart_policy, Clock::time_point now,
+                           Clock::duration rendezvous_timeout, Clock::duration stop_limit)
+    : n_(nnodes),
+      max_restarts_(max_restarts),
+      policy_(std::move(restart_policy)),
+      stop_limit_(stop_limit),
+      members_(static_cast<size_t>(nnodes), false),
+      done_(static_cast<size_t>(nnodes), false),
+      stopped_(static_cast<size_t>(nnodes), false),
+      deadline_(now + rendezvous_timeout) {}
+
+std::string BarrierState::join(int node, Out& out) {
+  if (members_[static_cast<size_t>(node)])
+    return "node " + std::to_string(node) + " has already joined (two pods with one node rank?)";
+  if (phase_ != Phase::Gathering) return "the job has already started without it";
+  members_[static_cast<size_t>(node)] = true;
+  if (std::count(members_.begin(), members_.end(), true) == n_) {
+    phase_ = Phase::Running;
+    if (n_ > 1) out.info("all " + std::to_string(n_) + " agents joined; starting generation 0");
+    out.broadcast.push_back({"START", {{"gen", "0"}}});
+  }
+  return "";
+}
+
+void BarrierState::message(int node, const Message& m, long long at_ms, Clock::time_point now, Out& out) {
+  if (m.get_int("gen", -1) != gen_) return;  // about an older generation: ignore
+  auto report = [&] {  // a member's report, as the server saw it (Note [Barrier trust])
+    auto f = failure_of(m);
+    if (!f || !reported_.insert(node).second) return;
+    f->node = node;
+    f->at_ms = at_ms;
+    reports_.push_back(*f);
+  };
+  const auto i = static_cast<size_t>(node);
+  if (m.verb == "FAILED") {
+    report();
+    if (phase_ == Phase::Running) begin_stop("node " + std::to_string(node) + " reports a failure", now, out);
+  } else if (m.verb == "STOPPED") {
+    report();
+    if (phase_ == Phase::Stopping) stopped_[i] = true;
+    maybe_decide(out);
+  } else if (m.verb == "DONE") {
+    done_[i] = true;
+    if (phase_ == Phase::Stopping) {
+      stopped_[i] = true;
+      maybe_decide(out);
+    } else if (phase_ == Phase::Running && std::count(done_.begin(), done_.end(), true) == n_) {
+      finish(0, "all " + std::to_string(n_) + " node(s) finished", std::nullopt, out);
+    }
+  }
+}
+
+void BarrierState::lost(int node, const std::string& verdict, Out& out) {
+  if (phase_ == Phase::Finished || node < 0) return;
+  if (done_[static_cast<size_t>(node)] && phase_ == Phase::Running) return;  // it finished, then left: fine
+  if (phase_ == Phase::Gathering) return;                                   // it may come back before the start
+  finish(contract::kExitRendezvous,
+         !verdict.empty() ? verdict
+                          : "the agent of node " + std::to_string(node) +
+                                " is gone (its pod deleted, its node lost or the agent killed)",
+         std::nullopt, out);
+}
+
+void BarrierState::tick(Clock::time_point now, Out& out) {
+  if (now <= deadline_ || (phase_ != Phase::Gathering && phase_ != Phase::Stopping)) return;
+  std::vector<int> missing;
+  for (int i = 0; i < n_; ++i)
+    if (phase_ == Phase::Gathering ? !members_[static_cast<size_t>(i)] : !stopped_[static_cast<size_t>(i)])
+      missing.push_back(i);
+  finish(contract::kExitRendezvous,
+         phase_ == Phase::Gathering
+             ? "the agents of node(s) " + node_list(missing) + " did not join within the rendezvous timeout"
+             : "node(s) " + node_list(missing) + " did not stop their workers in time",
+         std::nullopt, out);
+}
+
+void BarrierState::finish(int code, const std::string& why, const std::optional<Failure>& cause, Out& out) {
+  Message m = failure_message("EXIT", gen_, cause);
+  m.fields["exit"] = std::to_string(code);
+  m.fields["why"] = why;
+  // Note [Silent peer]: the generation ends because that member went silent.
+  if (code == contract::kExitRendezvous && silent_node_ >= 0) m.fields["silent"] = std::to_string(silent_node_);
+  out.broadcast.push_back(std::move(m));
+  phase_ = Phase::Finished;
+  if (code == 0 && n_ > 1) out.info("generation " + std::to_string(gen_) + " ends for every node: " + why);
+  else if (code != 0)
+    out.warn("generation " + std::to_string(gen_) + " ends for every node: " + why + " (exit " + std::to_string(code) + ")");
+}
+
+void BarrierState::begin_stop(const std::string& why, Clock::time_point now, Out& out) {
+  phase_ = Phase::Stopping;
+  for (size_t i = 0; i < stopped_.size(); ++i) stopped_[i] = done_[i] && !members_[i];
+  deadline_ = now + stop_limit_;
+  out.info("generation " + std::to_string(gen_) + ": " + why + "; every node stops its workers");
+  out.broadcast.push_back({"STOP", {{"gen", std::to_string(gen_)}}});
+}
+
+void BarrierState::maybe_decide(Out& out) {
+  if (phase_ != Phase::Stopping || std::count(stopped_.begin(), stopped_.end(), true) < n_) return;
+  auto cause = pick_cause(reports_);
+  if (!cause) {  // every node finished while stopping: nothing failed after all
+    finish(0, "all " + std::to_string(n_) + " node(s) finished", std::nullopt, out);
+    return;
+  }
+  Verdict v = decide(*cause, gen_, max_restarts_, policy_);
+  if (!v.restart) {
+    finish(v.exit_code, v.why, cause, out);
+    return;
+  }
+  ++gen_;
+  reports_.clear();
+  reported_.clear();
+  std::fill(done_.begin(), done_.end(), false);
+  phase_ = Phase::Running;
+  Message m = failure_message("START", gen_, cause);
+  m.fields["why"] = v.why;
+  out.warn("every node has stopped; starting generation " + std::to_string(gen_) + ": " + v.why);
+  out.broadcast.push_back(std::move(m));
+}
+
 // ---- server ----
 
 BarrierServer::BarrierServer(const Config& cfg, const std::string& address, int port) : cfg_(cfg) {
@@ -429,18 +551,14 @@ std::string peer_name(const sockaddr_in& a) {
 }  // namespace
 
 void BarrierServer::loop() {
-  enum class Phase { Gathering, Running, Stopping, Finished };
   std::vector<std::unique_ptr<Conn>> conns;
   const int n = cfg_.nnodes;
   std::vector<Conn*> node_conn(n, nullptr);
-  std::vector<bool> done(n, false), stopped(n, false);
-  std::vector<Failure> reports;
-  std::set<int> reported;
-  Phase phase = Phase::Gathering;
-  int gen = 0;
-  auto deadline = Clock::now() + cfg_.rendezvous_timeout;
   // Stopping takes the grace period and at most 10 s of SIGKILL (Supervisor::stop_group).
   const auto stop_limit = cfg_.grace_period + std::chrono::seconds(30);
+  // Note [Barrier state]: the protocol's decisions; this loop does the I/O.
+  BarrierState state(n, cfg_.max_restarts, cfg_.restart_policy, Clock::now(), cfg_.rendezvous_timeout, stop_limit);
+  using Phase = BarrierState::Phase;
   RefusalLog refusals;
   // Note [Heartbeats]
   const auto interval = cfg_.heartbeat_interval();
@@ -454,7 +572,6 @@ void BarrierServer::loop() {
 
   // `verdict`: what the generation's end says of this member, if it ends it ("" for a plain
   // loss).
-  int silent_node = -1;  // Note [Silent peer]: the first member lost to silence, not to a closed connection
   auto drop = [&](Conn& c, const std::string& why, const std::string& verdict = "") {
     if (c.dead) return;
     c.dead = true;
@@ -462,6 +579,7 @@ void BarrierServer::loop() {
       LOCKSTEP_LOG(Warn, "barrier", "closing node " << c.node << "'s connection: " << why);
       if (node_conn[c.node] == &c) {
         node_conn[c.node] = nullptr;
+        state.left(c.node);
         lost_nodes.emplace_back(c.node, verdict);
       }
     } else if (!c.closing) {
@@ -503,64 +621,13 @@ void BarrierServer::loop() {
     for (Conn* c : node_conn)
       if (c) queue(*c, m);
   };
-  auto finish = [&](int code, const std::string& why, const std::optional<Failure>& cause) {
-    Message m = failure_message("EXIT", gen, cause);
-    m.fields["exit"] = std::to_string(code);
-    m.fields["why"] = why;
-    // Note [Silent peer]: the generation ends because that member went silent.
-    if (code == contract::kExitRendezvous && silent_node >= 0) m.fields["silent"] = std::to_string(silent_node);
-    broadcast(m);
-    phase = Phase::Finished;
-    if (code == 0 && n > 1) LOCKSTEP_LOG(Info, "barrier", "generation " << gen << " ends for every node: " << why);
-    else if (code != 0) LOCKSTEP_LOG(Warn, "barrier", "generation " << gen << " ends for every node: " << why << " (exit " << code << ")");
-  };
-  auto begin_stop = [&](const std::string& why) {
-    phase = Phase::Stopping;
-    std::fill(stopped.begin(), stopped.end(), false);
-    for (int i = 0; i < n; ++i) stopped[i] = done[i] && !node_conn[i];
-    deadline = Clock::now() + stop_limit;
-    LOCKSTEP_LOG(Info, "barrier", "generation " << gen << ": " << why << "; every node stops its workers");
-    broadcast({"STOP", {{"gen", std::to_string(gen)}}});
-  };
-  auto maybe_decide = [&] {
-    if (phase != Phase::Stopping || std::count(stopped.begin(), stopped.end(), true) < n) return;
-    auto cause = pick_cause(reports);
-    if (!cause) {  // every node finished while stopping: nothing failed after all
-      finish(0, "all " + std::to_string(n) + " node(s) finished", std::nullopt);
-      return;
+  // What the state machine asks for: its lines logged, its messages sent to every member.
+  auto apply = [&](const BarrierState::Out& out) {
+    for (const auto& [warn, line] : out.log) {
+      if (warn) LOCKSTEP_LOG(Warn, "barrier", line);
+      else LOCKSTEP_LOG(Info, "barrier", line);
     }
-    Verdict v = decide(*cause, gen, cfg_.max_restarts, cfg_.restart_policy);
-    if (!v.restart) {
-      finish(v.exit_code, v.why, cause);
-      return;
-    }
-    ++gen;
-    reports.clear();
-    reported.clear();
-    std::fill(done.begin(), done.end(), false);
-    phase = Phase::Running;
-    Message m = failure_message("START", gen, cause);
-    m.fields["why"] = v.why;
-    LOCKSTEP_LOG(Warn, "barrier", "every node has stopped; starting generation " << gen << ": " << v.why);
-    broadcast(m);
-  };
-  auto lost = [&](int node, const std::string& verdict) {
-    if (phase == Phase::Finished || node < 0) return;
-    if (done[node] && phase == Phase::Running) return;  // it finished, then left: fine
-    if (phase == Phase::Gathering) return;            // it may come back before the start
-    finish(contract::kExitRendezvous,
-           !verdict.empty() ? verdict
-                            : "the agent of node " + std::to_string(node) +
-                                  " is gone (its pod deleted, its node lost or the agent killed)",
-           std::nullopt);
-  };
-  // A member's report, as the server saw it (Note [Barrier trust]).
-  auto report = [&](const Conn& c, const Message& m) {
-    auto f = failure_of(m);
-    if (!f || !reported.insert(c.node).second) return;
-    f->node = c.node;
-    f->at_ms = unix_ms();
-    reports.push_back(*f);
+    for (const auto& m : out.broadcast) broadcast(m);
   };
   auto hello = [&](Conn& c, const Message& m) {
     const int node = m.get_int("node");
@@ -581,9 +648,8 @@ void BarrierServer::loop() {
       return;
     }
     // A member from here on: it may be told more.
-    std::string refusal;
-    if (node_conn[node]) refusal = "node " + std::to_string(node) + " has already joined (two pods with one node rank?)";
-    else if (phase != Phase::Gathering) refusal = "the job has already started without it";
+    BarrierState::Out out;
+    const std::string refusal = state.join(node, out);
     if (!refusal.empty()) {
       LOCKSTEP_LOG(Warn, "barrier", "refusing the agent of node " << node << " at " << c.peer << ": " << refusal);
       refuse(c, "refused by node 0's agent: " + refusal);
@@ -592,12 +658,7 @@ void BarrierServer::loop() {
     c.node = node;
     c.heard = Clock::now();
     node_conn[node] = &c;
-    int joined = static_cast<int>(std::count_if(node_conn.begin(), node_conn.end(), [](Conn* p) { return p != nullptr; }));
-    if (joined == n) {
-      phase = Phase::Running;
-      if (n > 1) LOCKSTEP_LOG(Info, "barrier", "all " << n << " agents joined; starting generation 0");
-      broadcast({"START", {{"gen", "0"}}});
-    }
+    apply(out);  // START, when it was the last to join
   };
   auto handle = [&](Conn& c, const Message& m) {
     if (c.node < 0) {  // the first line must be a HELLO
@@ -605,24 +666,9 @@ void BarrierServer::loop() {
       else drop(c, "it sent " + log_escape(m.verb, 16) + " before HELLO");
       return;
     }
-    const int g = m.get_int("gen", -1);
-    if (g != gen) return;  // about an older generation: ignore
-    if (m.verb == "FAILED") {
-      report(c, m);
-      if (phase == Phase::Running) begin_stop("node " + std::to_string(c.node) + " reports a failure");
-    } else if (m.verb == "STOPPED") {
-      report(c, m);
-      if (phase == Phase::Stopping) stopped[c.node] = true;
-      maybe_decide();
-    } else if (m.verb == "DONE") {
-      done[c.node] = true;
-      if (phase == Phase::Stopping) {
-        stopped[c.node] = true;
-        maybe_decide();
-      } else if (phase == Phase::Running && std::count(done.begin(), done.end(), true) == n) {
-        finish(0, "all " + std::to_string(n) + " node(s) finished", std::nullopt);
-      }
-    }
+    BarrierState::Out out;
+    state.message(c.node, m, unix_ms(), Clock::now(), out);
+    apply(out);
   };
   // Note [Heartbeats]: a member's ALIVE, which carries nothing the server keeps. True when
   // `line` is one (handled: the member may be closed for its size).
@@ -750,7 +796,7 @@ void BarrierServer::loop() {
     // than the peer timeout: the members have given this server up. Before anything is read or
     // accepted, it closes every connection and its listener without a word, and serves no more.
     const auto woke = Clock::now();
-    if (checks && !leaving && phase != Phase::Finished && woke - last_round > cfg_.peer_timeout) {
+    if (checks && !leaving && state.phase() != Phase::Finished && woke - last_round > cfg_.peer_timeout) {
       const std::string why = "the restart barrier's server was silent itself for " + seconds_text(woke - last_round) +
                               " (" + timeout_text + "): this process or its node was frozen, and its members have given "
                               "it up";
@@ -774,7 +820,7 @@ void BarrierServer::loop() {
     // Node 0's agent leaves last: after the verdict, until every member has read it and
     // closed its side (or 2 s). Closing first, with a member's last line unread, would reset
     // the connection, and a verdict still in flight could be lost.
-    if (leaving && (phase != Phase::Finished || Clock::now() > leave_by ||
+    if (leaving && (state.phase() != Phase::Finished || Clock::now() > leave_by ||
                     std::none_of(node_conn.begin(), node_conn.end(), [](Conn* p) { return p != nullptr; })))
       break;
     // conns may grow below: index by the poll set's own size.
@@ -798,11 +844,11 @@ void BarrierServer::loop() {
         else drop(*c, "no HELLO within " + std::to_string(kHelloTimeout.count()) + " s");
       }
     // Note [Heartbeats]: a member silent for the peer timeout is lost, as if it had closed.
-    if (checks && phase != Phase::Finished)
+    if (checks && state.phase() != Phase::Finished)
       for (auto& c : conns)
         if (c->node >= 0 && !c->dead && node_conn[c->node] == c.get() && t - c->heard > cfg_.peer_timeout) {
           const std::string silence = "said nothing for " + seconds_text(t - c->heard) + " (" + timeout_text + ")";
-          if (silent_node < 0) silent_node = c->node;
+          state.silent(c->node);
           drop(*c, "it " + silence,
                "node " + std::to_string(c->node) + "'s agent (" + c->peer + ") " + silence +
                    "; treating it as lost (its node frozen, powered off or cut off)");
@@ -817,6 +863,7 @@ void BarrierServer::loop() {
       Conn& c = **it;
       if (c.node >= 0 && node_conn[c.node] == &c) {
         node_conn[c.node] = nullptr;
+        state.left(c.node);
         lost_nodes.emplace_back(c.node, "");
       }
       ::close(c.fd);
@@ -825,19 +872,14 @@ void BarrierServer::loop() {
     while (!lost_nodes.empty()) {  // lost() may close more members (their queues overflowing)
       auto [node, verdict] = lost_nodes.back();
       lost_nodes.pop_back();
-      lost(node, verdict);
+      BarrierState::Out out;
+      state.lost(node, verdict, out);
+      apply(out);
     }
     refusals.roll();
-    if (Clock::now() > deadline && (phase == Phase::Gathering || phase == Phase::Stopping)) {
-      std::vector<int> missing;
-      for (int i = 0; i < n; ++i)
-        if (phase == Phase::Gathering ? !node_conn[i] : !stopped[i]) missing.push_back(i);
-      finish(contract::kExitRendezvous,
-             phase == Phase::Gathering
-                 ? "the agents of node(s) " + node_list(missing) + " did not join within the rendezvous timeout"
-                 : "node(s) " + node_list(missing) + " did not stop their workers in time",
-             std::nullopt);
-    }
+    BarrierState::Out out;
+    state.tick(Clock::now(), out);  // the rendezvous or the stop out of time
+    apply(out);
   }
   for (auto& c : conns) ::close(c->fd);
 }

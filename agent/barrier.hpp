@@ -128,6 +128,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -208,6 +209,64 @@ struct Verdict {
   std::string why;  // for logs, the termination message and the metrics' info
 };
 Verdict decide(const Failure& cause, int generation, int budget, const std::string& policy);
+
+// Note [Barrier state]
+// The server's generation protocol of Note [Restart barrier], as a state machine with no
+// sockets, threads or clock of its own (the time is given to it), like decide(): BarrierServer's
+// loop does the I/O (accepting, reading within Note [Barrier trust]'s bounds, heartbeats) and
+// tells it what happened; it answers with the messages to broadcast to every member and the
+// lines to log. Unit tested on its own (barrier_state_test).
+class BarrierState {
+ public:
+  using Clock = std::chrono::steady_clock;
+  enum class Phase { Gathering, Running, Stopping, Finished };
+  struct Out {
+    std::vector<Message> broadcast;  // to every member, in order
+    std::vector<std::pair<bool, std::string>> log;  // (warning?, line)
+    void info(std::string s) { log.emplace_back(false, std::move(s)); }
+    void warn(std::string s) { log.emplace_back(true, std::move(s)); }
+  };
+  // `rendezvous_timeout` from `now` for every member to join; `stop_limit` for every member to
+  // stop its workers once a generation is being stopped.
+  BarrierState(int nnodes, int max_restarts, std::string restart_policy, Clock::time_point now,
+               Clock::duration rendezvous_timeout, Clock::duration stop_limit);
+
+  // A HELLO that proved itself: "" (a member from now on) or why it is refused.
+  std::string join(int node, Out& out);
+  // Its connection is gone (closed, or dropped for its conduct): no longer a member. The
+  // decision about it comes with lost(), once the round's reading is over.
+  void left(int node) { members_[static_cast<size_t>(node)] = false; }
+  // Note [Silent peer]: the member went silent; the first such one is named in the EXIT.
+  void silent(int node) {
+    if (silent_node_ < 0) silent_node_ = node;
+  }
+  // A member's FAILED, STOPPED or DONE (others, and other generations', are ignored); `at_ms`
+  // stamps a failure report (Note [Barrier trust]: the server's time, not the member's).
+  void message(int node, const Message& m, long long at_ms, Clock::time_point now, Out& out);
+  // A member lost (`verdict`: what the generation's end says of it; "" for a plain loss).
+  void lost(int node, const std::string& verdict, Out& out);
+  // The rendezvous or the stop ran out of time.
+  void tick(Clock::time_point now, Out& out);
+
+  Phase phase() const { return phase_; }
+  int generation() const { return gen_; }
+  bool member(int node) const { return members_[static_cast<size_t>(node)]; }
+
+ private:
+  void finish(int code, const std::string& why, const std::optional<Failure>& cause, Out& out);
+  void begin_stop(const std::string& why, Clock::time_point now, Out& out);
+  void maybe_decide(Out& out);
+
+  int n_, max_restarts_;
+  std::string policy_;
+  Clock::duration stop_limit_;
+  Phase phase_ = Phase::Gathering;
+  int gen_ = 0, silent_node_ = -1;
+  std::vector<bool> members_, done_, stopped_;
+  std::vector<Failure> reports_;
+  std::set<int> reported_;
+  Clock::time_point deadline_;
+};
 
 // Node 0's agent's server. Runs its own thread; the destructor stops it.
 class BarrierServer {
