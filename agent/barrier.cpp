@@ -548,31 +548,168 @@ std::string peer_name(const sockaddr_in& a) {
   return std::string(ip) + ":" + std::to_string(ntohs(a.sin_port));
 }
 
-}  // namespace
+// BarrierServer's thread: the I/O of the restart barrier (accepting, reading every peer within
+// Note [Barrier trust]'s bounds, writing without blocking, heartbeats, freezes), with the
+// protocol's decisions left to BarrierState (Note [Barrier state]).
+class ServerLoop {
+ public:
+  ServerLoop(const Config& cfg, int& listen_fd, const int* wake, std::mutex& mu, std::string& fenced)
+      : cfg_(cfg),
+        listen_fd_(listen_fd),
+        wake_(wake),
+        mu_(mu),
+        fenced_(fenced),
+        n(cfg.nnodes),
+        node_conn(static_cast<size_t>(cfg.nnodes), nullptr),
+        // Stopping takes the grace period and at most 10 s of SIGKILL (Supervisor::stop_group).
+        state(cfg.nnodes, cfg.max_restarts, cfg.restart_policy, Clock::now(), cfg.rendezvous_timeout,
+              cfg.grace_period + std::chrono::seconds(30)),
+        interval(cfg.heartbeat_interval()),
+        checks(cfg.peer_checks()),
+        timeout_text("more than " + cfg.peer_timeout_from + ", " + setting_text(cfg.peer_timeout)),
+        next_alive(Clock::now() + interval) {}
 
-void BarrierServer::loop() {
-  std::vector<std::unique_ptr<Conn>> conns;
-  const int n = cfg_.nnodes;
-  std::vector<Conn*> node_conn(n, nullptr);
-  // Stopping takes the grace period and at most 10 s of SIGKILL (Supervisor::stop_group).
-  const auto stop_limit = cfg_.grace_period + std::chrono::seconds(30);
-  // Note [Barrier state]: the protocol's decisions; this loop does the I/O.
-  BarrierState state(n, cfg_.max_restarts, cfg_.restart_policy, Clock::now(), cfg_.rendezvous_timeout, stop_limit);
+  void run() {
+    while (true) {
+      poll_round();
+      if (frozen()) return;
+      last_round = Clock::now();
+      if (fds[0].revents && !leaving) {  // BarrierServer's destructor: time to leave
+        char c;
+        while (::read(wake_[0], &c, 1) > 0) {}
+        leaving = true;
+        leave_by = Clock::now() + std::chrono::seconds(2);
+      }
+      // Node 0's agent leaves last: after the verdict, until every member has read it and
+      // closed its side (or 2 s). Closing first, with a member's last line unread, would reset
+      // the connection, and a verdict still in flight could be lost.
+      if (leaving && (state.phase() != Phase::Finished || Clock::now() > leave_by ||
+                      std::none_of(node_conn.begin(), node_conn.end(), [](Conn* p) { return p != nullptr; })))
+        break;
+      serve();
+      check_deadlines();
+      close_dead();
+      BarrierState::Out out;
+      state.tick(Clock::now(), out);  // the rendezvous or the stop out of time
+      apply(out);
+    }
+    for (auto& c : conns) ::close(c->fd);
+  }
+
+ private:
+  // Waits (at most 200 ms) for the wake pipe, the listener and every connection that may be
+  // read or written.
+  void poll_round() {
+    const auto now = Clock::now();
+    // Note [Heartbeats]: each member's read budget refills at kMemberReadRate; one that has
+    // spent it is not read (nor polled for input) until it has some again.
+    const double refill = std::chrono::duration<double>(now - last_refill).count() * kMemberReadRate;
+    last_refill = now;
+    fds.clear();
+    fds.push_back({leaving ? -1 : wake_[0], POLLIN, 0});
+    fds.push_back({now >= listen_again ? listen_fd_ : -1, POLLIN, 0});
+    for (auto& c : conns) {
+      if (c->node >= 0) c->budget = std::min(static_cast<double>(kMemberReadBurst), c->budget + refill);
+      const bool throttled = c->node >= 0 && c->budget < 1;
+      fds.push_back({throttled && c->out.empty() ? -1 : c->fd,
+                     static_cast<short>((c->closing || throttled ? 0 : POLLIN) | (c->out.empty() ? 0 : POLLOUT)), 0});
+    }
+    int timeout = now >= listen_again ? 200 : static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(listen_again - now).count()) + 1;
+    ::poll(fds.data(), fds.size(), std::min(timeout, 200));
+  }
+
+  // Note [Heartbeats]: a round this late means this thread was frozen (or starved) longer
+  // than the peer timeout: the members have given this server up. Before anything is read or
+  // accepted, it closes every connection and its listener without a word, and serves no more.
+  bool frozen() {
+    const auto woke = Clock::now();
+    if (!checks || leaving || state.phase() == Phase::Finished || woke - last_round <= cfg_.peer_timeout) return false;
+    const std::string why = "the restart barrier's server was silent itself for " + seconds_text(woke - last_round) +
+                            " (" + timeout_text + "): this process or its node was frozen, and its members have given "
+                            "it up";
+    LOCKSTEP_LOG(Warn, "barrier", why << "; it closes every connection and serves no more");
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      fenced_ = why;
+    }
+    for (auto& c : conns) ::close(c->fd);
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+    return true;
+  }
+
+  // What the poll found: output flushed, input read and handled, new connections accepted.
+  void serve() {
+    // conns may grow below: index by the poll set's own size.
+    const size_t polled = fds.size() - 2;
+    for (size_t i = 0; i < polled; ++i) {
+      Conn& c = *conns[i];
+      short ev = fds[i + 2].revents;
+      if (!ev || c.dead) continue;
+      if (ev & POLLOUT) flush(c);
+      if (ev & (POLLIN | POLLHUP | POLLERR)) {
+        if (c.closing && (ev & (POLLHUP | POLLERR))) c.dead = true;
+        else receive(c);
+      }
+    }
+    if (fds[1].revents & POLLIN) accept_new();
+  }
+
+  // A HELLO within kHelloTimeout of the accept (a refusal delivered by then too); a member's
+  // silence (Note [Heartbeats]); our own ALIVE.
+  void check_deadlines() {
+    const auto t = Clock::now();
+    for (auto& c : conns)
+      if (c->node < 0 && !c->dead && t - c->since > kHelloTimeout) {
+        if (c->closing) c->dead = true;
+        else drop(*c, "no HELLO within " + std::to_string(kHelloTimeout.count()) + " s");
+      }
+    // Note [Heartbeats]: a member silent for the peer timeout is lost, as if it had closed.
+    if (checks && state.phase() != Phase::Finished)
+      for (auto& c : conns)
+        if (c->node >= 0 && !c->dead && node_conn[c->node] == c.get() && t - c->heard > cfg_.peer_timeout) {
+          const std::string silence = "said nothing for " + seconds_text(t - c->heard) + " (" + timeout_text + ")";
+          state.silent(c->node);
+          drop(*c, "it " + silence,
+               "node " + std::to_string(c->node) + "'s agent (" + c->peer + ") " + silence +
+                   "; treating it as lost (its node frozen, powered off or cut off)");
+        }
+    if (t >= next_alive) {
+      next_alive = t + interval;
+      broadcast({"ALIVE", {}});
+    }
+  }
+
+  // Closes what is done with; a member's loss may end the generation.
+  void close_dead() {
+    for (auto it = conns.begin(); it != conns.end();) {
+      if (!(*it)->dead) { ++it; continue; }
+      Conn& c = **it;
+      if (c.node >= 0 && node_conn[c.node] == &c) {
+        node_conn[c.node] = nullptr;
+        state.left(c.node);
+        lost_nodes.emplace_back(c.node, "");
+      }
+      ::close(c.fd);
+      it = conns.erase(it);
+    }
+    while (!lost_nodes.empty()) {  // lost() may close more members (their queues overflowing)
+      auto [node, verdict] = lost_nodes.back();
+      lost_nodes.pop_back();
+      BarrierState::Out out;
+      state.lost(node, verdict, out);
+      apply(out);
+    }
+    refusals.roll();
+  }
+
+
+ private:
   using Phase = BarrierState::Phase;
-  RefusalLog refusals;
-  // Note [Heartbeats]
-  const auto interval = cfg_.heartbeat_interval();
-  const bool checks = cfg_.peer_checks();
-  const std::string timeout_text =
-      "more than " + cfg_.peer_timeout_from + ", " + setting_text(cfg_.peer_timeout);
-  Clock::time_point listen_again{}, next_alive = Clock::now() + interval;
-  // Members whose connection closed this round, with what the verdict says of each ("": the
-  // connection ended).
-  std::vector<std::pair<int, std::string>> lost_nodes;
 
   // `verdict`: what the generation's end says of this member, if it ends it ("" for a plain
   // loss).
-  auto drop = [&](Conn& c, const std::string& why, const std::string& verdict = "") {
+  void drop(Conn& c, const std::string& why, const std::string& verdict = "") {
     if (c.dead) return;
     c.dead = true;
     if (c.node >= 0) {
@@ -585,8 +722,8 @@ void BarrierServer::loop() {
     } else if (!c.closing) {
       refusals.note("closing a connection from " + c.peer + " that has not joined: " + why);
     }
-  };
-  auto flush = [&](Conn& c) {
+  }
+  void flush(Conn& c) {
     while (!c.out.empty() && !c.dead) {
       ssize_t k = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       if (k > 0) { c.out.erase(0, static_cast<size_t>(k)); continue; }
@@ -602,8 +739,8 @@ void BarrierServer::loop() {
       ::shutdown(c.fd, SHUT_WR);
       c.dead = true;
     }
-  };
-  auto queue = [&](Conn& c, const Message& m) {
+  }
+  void queue(Conn& c, const Message& m) {
     if (c.dead) return;
     c.out += encode(m) + "\n";
     if (c.out.size() > kMaxQueuedBytes) {
@@ -611,25 +748,25 @@ void BarrierServer::loop() {
       return;
     }
     flush(c);
-  };
-  auto refuse = [&](Conn& c, const std::string& text) {
+  }
+  void refuse(Conn& c, const std::string& text) {
     queue(c, {"EXIT", {{"exit", std::to_string(contract::kExitRendezvous)}, {"why", text}}});
     c.closing = true;
     flush(c);
-  };
-  auto broadcast = [&](const Message& m) {
+  }
+  void broadcast(const Message& m) {
     for (Conn* c : node_conn)
       if (c) queue(*c, m);
-  };
+  }
   // What the state machine asks for: its lines logged, its messages sent to every member.
-  auto apply = [&](const BarrierState::Out& out) {
+  void apply(const BarrierState::Out& out) {
     for (const auto& [warn, line] : out.log) {
       if (warn) LOCKSTEP_LOG(Warn, "barrier", line);
       else LOCKSTEP_LOG(Info, "barrier", line);
     }
     for (const auto& m : out.broadcast) broadcast(m);
-  };
-  auto hello = [&](Conn& c, const Message& m) {
+  }
+  void hello(Conn& c, const Message& m) {
     const int node = m.get_int("node");
     const int attempt = m.get_int("attempt");
     // Which check failed goes to node 0's log only, never to the peer.
@@ -659,8 +796,8 @@ void BarrierServer::loop() {
     c.heard = Clock::now();
     node_conn[node] = &c;
     apply(out);  // START, when it was the last to join
-  };
-  auto handle = [&](Conn& c, const Message& m) {
+  }
+  void handle(Conn& c, const Message& m) {
     if (c.node < 0) {  // the first line must be a HELLO
       if (m.verb == "HELLO") hello(c, m);
       else drop(c, "it sent " + log_escape(m.verb, 16) + " before HELLO");
@@ -669,21 +806,21 @@ void BarrierServer::loop() {
     BarrierState::Out out;
     state.message(c.node, m, unix_ms(), Clock::now(), out);
     apply(out);
-  };
+  }
   // Note [Heartbeats]: a member's ALIVE, which carries nothing the server keeps. True when
   // `line` is one (handled: the member may be closed for its size).
-  auto heartbeat = [&](Conn& c, const char* line, size_t len) {
+  bool heartbeat(Conn& c, const char* line, size_t len) {
     static constexpr char kAlive[] = "ALIVE";
-    const size_t n = sizeof kAlive - 1;
-    if (c.node < 0 || len < n || std::memcmp(line, kAlive, n) != 0 || (len > n && line[n] != ' ')) return false;
+    const size_t k = sizeof kAlive - 1;
+    if (c.node < 0 || len < k || std::memcmp(line, kAlive, k) != 0 || (len > k && line[k] != ' ')) return false;
     if (len > kMaxHeartbeatBytes)
       drop(c, "a heartbeat of " + std::to_string(len) + " bytes (at most " + std::to_string(kMaxHeartbeatBytes) + ")");
     return true;
-  };
+  }
   // Reads what `c` sent (at most 64 KiB a round, so no peer starves the others, and no more of a
   // member than its budget, Note [Heartbeats]) and handles each complete line, within the
   // bounds of Note [Barrier trust].
-  auto receive = [&](Conn& c) {
+  void receive(Conn& c) {
     char buf[4096];
     for (size_t round = 0; round < 16 && !c.dead && !c.closing; ++round) {
       size_t want = sizeof buf;
@@ -723,18 +860,18 @@ void BarrierServer::loop() {
       else if (c.in.size() > kMaxLineBytes)
         drop(c, "a line longer than " + std::to_string(kMaxLineBytes) + " bytes");
     }
-  };
-  auto unjoined = [&] {
-    return std::count_if(conns.begin(), conns.end(), [](const auto& c) { return c->node < 0 && !c->dead; });
-  };
-  auto drop_oldest_unjoined = [&](const std::string& why) {
+  }
+  long unjoined() {
+    return static_cast<long>(std::count_if(conns.begin(), conns.end(), [](const auto& c) { return c->node < 0 && !c->dead; }));
+  }
+  void drop_oldest_unjoined(const std::string& why) {
     for (auto& c : conns)  // accepted in order: the first is the oldest
       if (c->node < 0 && !c->dead) {
         c->closing ? void(c->dead = true) : drop(*c, why);
         return;
       }
-  };
-  auto accept_new = [&] {
+  }
+  void accept_new() {
     for (int k = 0; k < 64; ++k) {
       sockaddr_in a{};
       socklen_t len = sizeof a;
@@ -770,119 +907,35 @@ void BarrierServer::loop() {
       conns.push_back(std::move(c));
       queue(ref, {"CHALLENGE", {{"nonce", ref.nonce}}});
     }
-  };
+  }
 
+
+  const Config& cfg_;
+  int& listen_fd_;
+  const int* wake_;
+  std::mutex& mu_;
+  std::string& fenced_;  // under mu_
+  std::vector<std::unique_ptr<Conn>> conns;
+  const int n;
+  std::vector<Conn*> node_conn;
+  BarrierState state;  // Note [Barrier state]: the protocol's decisions; this loop does the I/O
+  RefusalLog refusals;
+  // Note [Heartbeats]
+  const std::chrono::milliseconds interval;
+  const bool checks;
+  const std::string timeout_text;
+  Clock::time_point listen_again{}, next_alive;
+  // Members whose connection closed this round, with what the verdict says of each ("": the
+  // connection ended).
+  std::vector<std::pair<int, std::string>> lost_nodes;
   std::vector<pollfd> fds;
   bool leaving = false;
   Clock::time_point leave_by{}, last_round = Clock::now(), last_refill = Clock::now();
-  while (true) {
-    const auto now = Clock::now();
-    // Note [Heartbeats]: each member's read budget refills at kMemberReadRate; one that has
-    // spent it is not read (nor polled for input) until it has some again.
-    const double refill = std::chrono::duration<double>(now - last_refill).count() * kMemberReadRate;
-    last_refill = now;
-    fds.clear();
-    fds.push_back({leaving ? -1 : wake_[0], POLLIN, 0});
-    fds.push_back({now >= listen_again ? listen_fd_ : -1, POLLIN, 0});
-    for (auto& c : conns) {
-      if (c->node >= 0) c->budget = std::min(static_cast<double>(kMemberReadBurst), c->budget + refill);
-      const bool throttled = c->node >= 0 && c->budget < 1;
-      fds.push_back({throttled && c->out.empty() ? -1 : c->fd,
-                     static_cast<short>((c->closing || throttled ? 0 : POLLIN) | (c->out.empty() ? 0 : POLLOUT)), 0});
-    }
-    int timeout = now >= listen_again ? 200 : static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(listen_again - now).count()) + 1;
-    ::poll(fds.data(), fds.size(), std::min(timeout, 200));
-    // Note [Heartbeats]: a round this late means this thread was frozen (or starved) longer
-    // than the peer timeout: the members have given this server up. Before anything is read or
-    // accepted, it closes every connection and its listener without a word, and serves no more.
-    const auto woke = Clock::now();
-    if (checks && !leaving && state.phase() != Phase::Finished && woke - last_round > cfg_.peer_timeout) {
-      const std::string why = "the restart barrier's server was silent itself for " + seconds_text(woke - last_round) +
-                              " (" + timeout_text + "): this process or its node was frozen, and its members have given "
-                              "it up";
-      LOCKSTEP_LOG(Warn, "barrier", why << "; it closes every connection and serves no more");
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        fenced_ = why;
-      }
-      for (auto& c : conns) ::close(c->fd);
-      ::close(listen_fd_);
-      listen_fd_ = -1;
-      return;
-    }
-    last_round = woke;
-    if (fds[0].revents && !leaving) {
-      char c;
-      while (::read(wake_[0], &c, 1) > 0) {}
-      leaving = true;
-      leave_by = Clock::now() + std::chrono::seconds(2);
-    }
-    // Node 0's agent leaves last: after the verdict, until every member has read it and
-    // closed its side (or 2 s). Closing first, with a member's last line unread, would reset
-    // the connection, and a verdict still in flight could be lost.
-    if (leaving && (state.phase() != Phase::Finished || Clock::now() > leave_by ||
-                    std::none_of(node_conn.begin(), node_conn.end(), [](Conn* p) { return p != nullptr; })))
-      break;
-    // conns may grow below: index by the poll set's own size.
-    const size_t polled = fds.size() - 2;
-    for (size_t i = 0; i < polled; ++i) {
-      Conn& c = *conns[i];
-      short ev = fds[i + 2].revents;
-      if (!ev || c.dead) continue;
-      if (ev & POLLOUT) flush(c);
-      if (ev & (POLLIN | POLLHUP | POLLERR)) {
-        if (c.closing && (ev & (POLLHUP | POLLERR))) c.dead = true;
-        else receive(c);
-      }
-    }
-    if (fds[1].revents & POLLIN) accept_new();
-    // Deadlines: a HELLO within kHelloTimeout of the accept; a refusal delivered by then too.
-    const auto t = Clock::now();
-    for (auto& c : conns)
-      if (c->node < 0 && !c->dead && t - c->since > kHelloTimeout) {
-        if (c->closing) c->dead = true;
-        else drop(*c, "no HELLO within " + std::to_string(kHelloTimeout.count()) + " s");
-      }
-    // Note [Heartbeats]: a member silent for the peer timeout is lost, as if it had closed.
-    if (checks && state.phase() != Phase::Finished)
-      for (auto& c : conns)
-        if (c->node >= 0 && !c->dead && node_conn[c->node] == c.get() && t - c->heard > cfg_.peer_timeout) {
-          const std::string silence = "said nothing for " + seconds_text(t - c->heard) + " (" + timeout_text + ")";
-          state.silent(c->node);
-          drop(*c, "it " + silence,
-               "node " + std::to_string(c->node) + "'s agent (" + c->peer + ") " + silence +
-                   "; treating it as lost (its node frozen, powered off or cut off)");
-        }
-    if (t >= next_alive) {
-      next_alive = t + interval;
-      broadcast({"ALIVE", {}});
-    }
-    // Close what is done with; a member's loss may end the generation.
-    for (auto it = conns.begin(); it != conns.end();) {
-      if (!(*it)->dead) { ++it; continue; }
-      Conn& c = **it;
-      if (c.node >= 0 && node_conn[c.node] == &c) {
-        node_conn[c.node] = nullptr;
-        state.left(c.node);
-        lost_nodes.emplace_back(c.node, "");
-      }
-      ::close(c.fd);
-      it = conns.erase(it);
-    }
-    while (!lost_nodes.empty()) {  // lost() may close more members (their queues overflowing)
-      auto [node, verdict] = lost_nodes.back();
-      lost_nodes.pop_back();
-      BarrierState::Out out;
-      state.lost(node, verdict, out);
-      apply(out);
-    }
-    refusals.roll();
-    BarrierState::Out out;
-    state.tick(Clock::now(), out);  // the rendezvous or the stop out of time
-    apply(out);
-  }
-  for (auto& c : conns) ::close(c->fd);
-}
+};
+
+}  // namespace
+
+void BarrierServer::loop() { ServerLoop(cfg_, listen_fd_, wake_, mu_, fenced_).run(); }
 
 // ---- client ----
 
