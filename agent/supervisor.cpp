@@ -667,134 +667,157 @@ int Supervisor::run() {
   for (int gen = 0;;) {
     if (metrics_) metrics_->reset_progress(gen);
     start_group(gen);
-    std::optional<Failure> mine;  // this agent's first failure in this generation
-    const Worker* culprit = nullptr;
-    int done = 0;
-    // Watch the workers and the barrier until this generation ends here.
-    while (true) {
-      pump_output();
-      if (int sig = wait_for_event(std::chrono::milliseconds(20))) {
-        LOCKSTEP_LOG(Info, "agent", strsignal(sig) << ": stopping the workers (grace period "
-                                                   << cfg_.grace_period.count() / 1000.0 << " s)");
-        stop_group();
-        return finish(128 + sig, std::string("stopped by ") + strsignal(sig), nullptr);
-      }
-      // Note [Heartbeats]: a thawed agent acts on nothing it reads or sees after the freeze.
-      barrier.tick();
-      if (std::string why = own_silence(barrier); !why.empty()) {
-        barrier.close();  // node 0's agent learns at once, if it is still there
-        LOCKSTEP_LOG(Error, "agent", why << "; stopping the workers");
-        stop_group();
-        return finish(contract::kExitRendezvous, why, nullptr);
-      }
-      for (auto& w : workers_) {
-        if (w.exited) continue;
-        if (auto st = w.process.try_wait()) {
-          w.exited = true;
-          w.status = *st;
-          if (metrics_) metrics_->set_worker_up(w.local_rank, false);
-          if (st->success()) ++done;
-          // Of the workers found dead at once, one that is not a peer's consequence (a lost
-          // collective: contract::kExitCollective) is the cause.
-          else if (!culprit || (contract::exit_code_is_consequence(culprit->status.shell_code()) &&
-                                !contract::exit_code_is_consequence(st->shell_code())))
-            culprit = &w;
-        }
-      }
-      if (culprit) {
-        pump_output();  // the culprit has exited: its last words are in the pipe now
-        mine = Failure{cfg_.node_rank, culprit->rank, culprit->status.shell_code(), "WorkerFailed", unix_ms(),
-                       "rank " + std::to_string(culprit->rank) + " (pid " + std::to_string(culprit->process.pid()) +
-                           ") " + culprit->status.describe(), ""};
-        for (const auto& l : culprit->tail) mine->tail += l + "\n";
-        LOCKSTEP_LOG(Error, "agent", mine->what << " first; stopping the other workers");
-        barrier.send(failure_message("FAILED", gen, mine));
-        break;
-      }
-      if (done == cfg_.nproc_per_node) break;
-      reap_orphans();
-      std::string stuck = check_stall();
-      if (!stuck.empty()) {
-        metrics_->count_stall();
-        mine = Failure{cfg_.node_rank, std::atoi(stuck.c_str()), contract::kExitStall, "Stall", unix_ms(),
-                       "stall detected on rank(s) " + stuck, ""};
-        barrier.send(failure_message("FAILED", gen, mine));
-        break;
-      }
-      auto m = next_message(barrier, std::chrono::milliseconds(0), gen);
-      if (m && m->verb == "STOP" && m->get_int("gen") == gen) {
-        LOCKSTEP_LOG(Info, "agent", "another node failed: stopping this node's workers for the restart barrier");
-        break;
-      }
-      if (m && m->verb == "EXIT") {
-        stop_group();
-        note_silent_peer(*m);
-        return finish(verdict_code(*m), verdict_why(*m), nullptr);
-      }
-      if (std::string why = server_gone(barrier); !why.empty()) {  // lost, or silent (Note [Heartbeats])
-        LOCKSTEP_LOG(Error, "agent", why << "; stopping the workers");
-        stop_group();
-        return finish(contract::kExitRendezvous, why, nullptr);
+    Generation g = watch_generation(gen, barrier);
+    if (g.exit) return *g.exit;
+    if (auto code = await_verdict(gen, barrier, g)) return *code;
+  }
+}
+
+// Watches the workers and the barrier until generation `gen` ends on this node: every worker
+// finished, one failed or stalled (reported to the barrier), another node failed (STOP), or
+// the agent itself must exit (`exit`: a signal, the barrier's EXIT, the barrier lost).
+Supervisor::Generation Supervisor::watch_generation(int gen, BarrierClient& barrier) {
+  Generation r;
+  auto& mine = r.mine;
+  auto& culprit = r.culprit;
+  auto& done = r.done;
+  // Watch the workers and the barrier until this generation ends here.
+  while (true) {
+    pump_output();
+    if (int sig = wait_for_event(std::chrono::milliseconds(20))) {
+      LOCKSTEP_LOG(Info, "agent", strsignal(sig) << ": stopping the workers (grace period "
+                                                 << cfg_.grace_period.count() / 1000.0 << " s)");
+      stop_group();
+      r.exit = finish(128 + sig, std::string("stopped by ") + strsignal(sig), nullptr);
+      return r;
+    }
+    // Note [Heartbeats]: a thawed agent acts on nothing it reads or sees after the freeze.
+    barrier.tick();
+    if (std::string why = own_silence(barrier); !why.empty()) {
+      barrier.close();  // node 0's agent learns at once, if it is still there
+      LOCKSTEP_LOG(Error, "agent", why << "; stopping the workers");
+      stop_group();
+      r.exit = finish(contract::kExitRendezvous, why, nullptr);
+      return r;
+    }
+    for (auto& w : workers_) {
+      if (w.exited) continue;
+      if (auto st = w.process.try_wait()) {
+        w.exited = true;
+        w.status = *st;
+        if (metrics_) metrics_->set_worker_up(w.local_rank, false);
+        if (st->success()) ++done;
+        // Of the workers found dead at once, one that is not a peer's consequence (a lost
+        // collective: contract::kExitCollective) is the cause.
+        else if (!culprit || (contract::exit_code_is_consequence(culprit->status.shell_code()) &&
+                              !contract::exit_code_is_consequence(st->shell_code())))
+          culprit = &w;
       }
     }
-    const bool finished = !mine && done == cfg_.nproc_per_node;
-    stop_group();  // collects output; for a finished node, everyone has exited already
-    barrier.send(failure_message(finished ? "DONE" : "STOPPED", gen, mine));
-    const std::string all_finished = "all " + std::to_string(cfg_.nproc_per_node) + " worker(s) finished";
-    // Wait for the barrier's verdict: the next generation, or the end. A finished node may
-    // wait as long as its peers train; a stopped one only as long as stopping can take.
-    const auto deadline = std::chrono::steady_clock::now() + cfg_.grace_period + std::chrono::seconds(60);
-    while (true) {
-      if (int sig = wait_for_event(std::chrono::milliseconds(0))) {
-        LOCKSTEP_LOG(Info, "agent", strsignal(sig) << " while waiting at the restart barrier");
-        return finish(128 + sig, std::string("stopped by ") + strsignal(sig), nullptr);
-      }
-      auto m = next_message(barrier, std::chrono::milliseconds(50), gen);
-      reap_orphans();
-      // Note [Heartbeats]: a thawed agent never starts workers again; a finished one has none
-      // to stop and leaves as finished, as when the barrier is lost.
-      if (std::string why = own_silence(barrier); !why.empty()) {
-        barrier.close();
-        if (finished) return finish(0, all_finished + "; " + why, nullptr);
-        return finish(contract::kExitRendezvous, why, nullptr);
-      }
-      if (m && m->verb == "EXIT") {
-        note_silent_peer(*m);
-        int code = verdict_code(*m);
-        auto cause = failure_of(*m);
-        if (code == 0) return finish(0, all_finished, nullptr);
-        if (mine && mine->reason == "Stall") linger_after_stall();
-        const bool here = cause && cause->node == cfg_.node_rank;
-        if (here && culprit) return finish(code, verdict_why(*m), culprit);
-        // The cause ran on another node: quote its last words as that node's agent sent them,
-        // so whichever pod the operator reads first tells the user what went wrong.
-        return finish(code, verdict_why(*m), nullptr, cause ? std::optional<Failure>(cause) : std::nullopt);
-      }
-      // Lost or silent (Note [Heartbeats]), before a START or STOP that came with the end is
-      // acted on.
-      if (std::string why = server_gone(barrier); !why.empty()) {
-        if (finished) {
-          LOCKSTEP_LOG(Warn, "agent", why << "; this node's workers all finished, so it leaves without the barrier's verdict");
-          return finish(0, all_finished + "; " + why, nullptr);
-        }
-        return finish(contract::kExitRendezvous, why, nullptr);
-      }
-      if (m && m->verb == "STOP" && m->get_int("gen") == gen) {  // after DONE: a peer failed
-        barrier.send(failure_message("STOPPED", gen, std::nullopt));
-        continue;
-      }
-      if (m && m->verb == "START" && m->get_int("gen") == gen + 1) {
-        gen += 1;
-        auto cause = failure_of(*m);
-        LOCKSTEP_LOG(Warn, "agent", "restart barrier: " << verdict_why(*m) << "; starting generation " << gen
-                                                        << " (TORCHELASTIC_RESTART_COUNT=" << cfg_.restart_attempt + gen << ")");
-        if (metrics_) metrics_->count_in_place_restart(cause ? cause->reason : "WorkerFailed", cause ? cause->rank : -1,
-                                                       cause ? cause->code : 0, gen, verdict_why(*m));
-        break;
-      }
-      if (!finished && std::chrono::steady_clock::now() > deadline)
-        return finish(contract::kExitRendezvous, "the restart barrier gave no verdict in time (a node could not stop its workers?)", nullptr);
+    if (culprit) {
+      pump_output();  // the culprit has exited: its last words are in the pipe now
+      mine = Failure{cfg_.node_rank, culprit->rank, culprit->status.shell_code(), "WorkerFailed", unix_ms(),
+                     "rank " + std::to_string(culprit->rank) + " (pid " + std::to_string(culprit->process.pid()) +
+                         ") " + culprit->status.describe(), ""};
+      for (const auto& l : culprit->tail) mine->tail += l + "\n";
+      LOCKSTEP_LOG(Error, "agent", mine->what << " first; stopping the other workers");
+      barrier.send(failure_message("FAILED", gen, mine));
+      break;
     }
+    if (done == cfg_.nproc_per_node) break;
+    reap_orphans();
+    std::string stuck = check_stall();
+    if (!stuck.empty()) {
+      metrics_->count_stall();
+      mine = Failure{cfg_.node_rank, std::atoi(stuck.c_str()), contract::kExitStall, "Stall", unix_ms(),
+                     "stall detected on rank(s) " + stuck, ""};
+      barrier.send(failure_message("FAILED", gen, mine));
+      break;
+    }
+    auto m = next_message(barrier, std::chrono::milliseconds(0), gen);
+    if (m && m->verb == "STOP" && m->get_int("gen") == gen) {
+      LOCKSTEP_LOG(Info, "agent", "another node failed: stopping this node's workers for the restart barrier");
+      break;
+    }
+    if (m && m->verb == "EXIT") {
+      stop_group();
+      note_silent_peer(*m);
+      r.exit = finish(verdict_code(*m), verdict_why(*m), nullptr);
+      return r;
+    }
+    if (std::string why = server_gone(barrier); !why.empty()) {  // lost, or silent (Note [Heartbeats])
+      LOCKSTEP_LOG(Error, "agent", why << "; stopping the workers");
+      stop_group();
+      r.exit = finish(contract::kExitRendezvous, why, nullptr);
+      return r;
+    }
+  }
+  return r;
+}
+
+// After generation `gen` ended here: stops the workers, tells the barrier (DONE or STOPPED) and
+// waits for its verdict. nullopt with `gen` advanced: the next generation starts; else the
+// agent's exit code.
+std::optional<int> Supervisor::await_verdict(int& gen, BarrierClient& barrier, const Generation& g) {
+  const auto& mine = g.mine;
+  const Worker* culprit = g.culprit;
+  const bool finished = !mine && g.done == cfg_.nproc_per_node;
+  stop_group();  // collects output; for a finished node, everyone has exited already
+  barrier.send(failure_message(finished ? "DONE" : "STOPPED", gen, mine));
+  const std::string all_finished = "all " + std::to_string(cfg_.nproc_per_node) + " worker(s) finished";
+  // Wait for the barrier's verdict: the next generation, or the end. A finished node may
+  // wait as long as its peers train; a stopped one only as long as stopping can take.
+  const auto deadline = std::chrono::steady_clock::now() + cfg_.grace_period + std::chrono::seconds(60);
+  while (true) {
+    if (int sig = wait_for_event(std::chrono::milliseconds(0))) {
+      LOCKSTEP_LOG(Info, "agent", strsignal(sig) << " while waiting at the restart barrier");
+      return finish(128 + sig, std::string("stopped by ") + strsignal(sig), nullptr);
+    }
+    auto m = next_message(barrier, std::chrono::milliseconds(50), gen);
+    reap_orphans();
+    // Note [Heartbeats]: a thawed agent never starts workers again; a finished one has none
+    // to stop and leaves as finished, as when the barrier is lost.
+    if (std::string why = own_silence(barrier); !why.empty()) {
+      barrier.close();
+      if (finished) return finish(0, all_finished + "; " + why, nullptr);
+      return finish(contract::kExitRendezvous, why, nullptr);
+    }
+    if (m && m->verb == "EXIT") {
+      note_silent_peer(*m);
+      int code = verdict_code(*m);
+      auto cause = failure_of(*m);
+      if (code == 0) return finish(0, all_finished, nullptr);
+      if (mine && mine->reason == "Stall") linger_after_stall();
+      const bool here = cause && cause->node == cfg_.node_rank;
+      if (here && culprit) return finish(code, verdict_why(*m), culprit);
+      // The cause ran on another node: quote its last words as that node's agent sent them,
+      // so whichever pod the operator reads first tells the user what went wrong.
+      return finish(code, verdict_why(*m), nullptr, cause ? std::optional<Failure>(cause) : std::nullopt);
+    }
+    // Lost or silent (Note [Heartbeats]), before a START or STOP that came with the end is
+    // acted on.
+    if (std::string why = server_gone(barrier); !why.empty()) {
+      if (finished) {
+        LOCKSTEP_LOG(Warn, "agent", why << "; this node's workers all finished, so it leaves without the barrier's verdict");
+        return finish(0, all_finished + "; " + why, nullptr);
+      }
+      return finish(contract::kExitRendezvous, why, nullptr);
+    }
+    if (m && m->verb == "STOP" && m->get_int("gen") == gen) {  // after DONE: a peer failed
+      barrier.send(failure_message("STOPPED", gen, std::nullopt));
+      continue;
+    }
+    if (m && m->verb == "START" && m->get_int("gen") == gen + 1) {
+      gen += 1;
+      auto cause = failure_of(*m);
+      LOCKSTEP_LOG(Warn, "agent", "restart barrier: " << verdict_why(*m) << "; starting generation " << gen
+                                                      << " (TORCHELASTIC_RESTART_COUNT=" << cfg_.restart_attempt + gen << ")");
+      if (metrics_) metrics_->count_in_place_restart(cause ? cause->reason : "WorkerFailed", cause ? cause->rank : -1,
+                                                     cause ? cause->code : 0, gen, verdict_why(*m));
+      return std::nullopt;
+    }
+    if (!finished && std::chrono::steady_clock::now() > deadline)
+      return finish(contract::kExitRendezvous, "the restart barrier gave no verdict in time (a node could not stop its workers?)", nullptr);
   }
 }
 

@@ -53,6 +53,15 @@ class Supervisor {
     bool exited = false;
     ExitStatus status;
   };
+  // One generation on this node (run()): how it ended here.
+  struct Generation {
+    std::optional<int> exit;      // the agent exits with this code
+    std::optional<Failure> mine;  // this agent's first failure in it
+    const Worker* culprit = nullptr;
+    int done = 0;                 // workers that finished
+  };
+  Generation watch_generation(int gen, BarrierClient& barrier);
+  std::optional<int> await_verdict(int& gen, BarrierClient& barrier, const Generation& g);
   bool wait_for_master();
   int join_barrier(BarrierClient& barrier, const std::string& host, int port);
   // Note [Heartbeats]: ticks the barrier's client, if there is one (in loops that may outlast
