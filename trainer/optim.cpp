@@ -51,11 +51,24 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
     }
     if (params.empty()) continue;
     at::_foreach_add_(steps, 1);
-    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, o.lr(),
-                      std::get<0>(o.betas()), std::get<1>(o.betas()), o.weight_decay(), o.eps(),
-                      /*amsgrad=*/false, /*maximize=*/false);
+    if (lr_tensor_.defined())
+      at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr_tensor_,
+                        std::get<0>(o.betas()), std::get<1>(o.betas()), o.weight_decay(), o.eps(),
+                        /*amsgrad=*/false, /*maximize=*/false);
+    else
+      at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, o.lr(),
+                        std::get<0>(o.betas()), std::get<1>(o.betas()), o.weight_decay(), o.eps(),
+                        /*amsgrad=*/false, /*maximize=*/false);
   }
   return loss;
+}
+
+void FusedAdamW::sync_step_counts() {
+  for (auto& [key, tensor] : step_tensors_) {
+    auto it = state_.find(key);
+    if (it != state_.end() && tensor.defined())
+      static_cast<torch::optim::AdamWParamState&>(*it->second).step(static_cast<int64_t>(tensor.item<double>()));
+  }
 }
 
 void FusedAdamW::load(torch::serialize::InputArchive& archive) {

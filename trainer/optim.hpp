@@ -20,8 +20,16 @@ class FusedAdamW : public torch::optim::AdamW {
   using torch::optim::AdamW::AdamW;
   torch::Tensor step(LossClosure closure = nullptr) override;
   void load(torch::serialize::InputArchive& archive) override;
+  // From now on the learning rate is read from `lr` (a one-element float tensor on the
+  // parameters' device) instead of the groups' options, so that a captured step (a CUDA graph,
+  // Note [CUDA graph step]) sees each replay's value.
+  void use_lr_tensor(torch::Tensor lr) { lr_tensor_ = std::move(lr); }
+  // The step counts in AdamWParamState (what save() writes) from the device's counts, which a
+  // replayed graph advances without this object seeing it. A host synchronisation.
+  void sync_step_counts();
 
  private:
+  torch::Tensor lr_tensor_;
   // Each parameter's step count as the device tensor the kernel reads, kept in step with
   // AdamWParamState::step(); made from it when missing (first step, or after load()).
   std::unordered_map<void*, torch::Tensor> step_tensors_;

@@ -16,6 +16,9 @@
 
 #ifdef LOCKSTEP_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
 #endif
 
 #include <ATen/SDPBackend.h>
@@ -83,6 +86,8 @@ Speed (each measured by bench/trainer/gpu.sh against the way it replaced):
                         (default auto: PyTorch's choice); the one used is printed at start
   --ddp-at-one-rank     keep DDP's buckets and all-reduce at world size 1 (default: none there)
   --sync-every-step     read the loss and make the next batch inside the step (the old loop)
+  --cuda-graph          capture the whole step as a CUDA graph after 3 steps and replay it
+                        (one rank without DDP or FSDP, --grad-accum 1, on a GPU)
   --profile-step N      profile step N with Kineto and print where its time went
   --profile-out FILE    with --profile-step: the step's trace (Chrome trace format) here
 )";
@@ -279,6 +284,7 @@ Options parse_options(const std::vector<std::string>& args) {
     else if (a == "--ddp-at-one-rank") o.ddp_at_one_rank = true;
     else if (a == "--sync-every-step") o.sync_every_step = true;
     else if (a == "--profile-step") o.profile_step = integer(a, value(), 1);
+    else if (a == "--cuda-graph") o.cuda_graph = true;
     else if (a == "--profile-out") o.profile_out = value();
     else throw std::invalid_argument("unknown flag '" + args[i] + "' (see --help)");
   }
@@ -460,13 +466,42 @@ struct StepResult {
   CommStats comm;
 };
 
+// Note [CUDA graph step]
+// With --cuda-graph the whole step (forward, loss, backward, clipping, AdamW) is captured once
+// as a CUDA graph and replayed every step after, so the GPU runs it without waiting on the
+// host to launch some 900 kernels one by one. The steps run on a side stream (a capture needs
+// one, and its warm-up steps must run there too, so cuBLAS's workspaces exist before it); the
+// first 3 are ordinary steps, the 4th is captured and replayed. What changes between steps
+// is copied into the graph's own tensors before each replay: the batch, into fixed input
+// tensors, and the learning rate, into a device tensor AdamW reads (FusedAdamW::use_lr_tensor).
+// Gradients are created by the captured backward (they are cleared once, before the capture)
+// and rewritten by each replay; autocast's weight-cast cache is off while capturing. AdamW's
+// step counts advance on the device; FusedAdamW::sync_step_counts brings them to its saved
+// state before a checkpoint. Only where nothing else must happen inside the step: one rank
+// without DDP or FSDP, one micro-step.
 class Stepper {
  public:
   Stepper(const Options& o, Model& m, Parallelism& p, FusedAdamW& opt, const torch::Device& device, bool bf16)
-      : o_(o), m_(m), p_(p), opt_(opt), device_(device), bf16_(bf16), timer_(device) {}
+      : o_(o), m_(m), p_(p), opt_(opt), device_(device), bf16_(bf16), timer_(device) {
+    if (!o.cuda_graph) return;
+    if (!device.is_cuda() || p.ddp || p.fsdp || o.grad_accum != 1 || o.sync_every_step)
+      throw std::invalid_argument(
+          "--cuda-graph: needs a GPU, one rank without DDP or FSDP, --grad-accum 1 and no --sync-every-step");
+#ifdef LOCKSTEP_WITH_CUDA
+    graph_ = std::make_unique<Graph>(device);
+#endif
+  }
 
   // `prefetch` runs once the step is queued on the device and before waiting for it.
   StepResult run(int64_t step, const std::vector<Batch>& batches, const std::function<void()>& prefetch) {
+#ifdef LOCKSTEP_WITH_CUDA
+    if (graph_) return run_graphed(step, batches, prefetch);
+#endif
+    return run_eager(step, batches, prefetch);
+  }
+
+ private:
+  StepResult run_eager(int64_t step, const std::vector<Batch>& batches, const std::function<void()>& prefetch) {
     timer_.mark(0);
     const double lr = lr_at(o_, step);
     for (auto& group : opt_.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
@@ -511,7 +546,67 @@ class Stepper {
     return r;
   }
 
- private:
+#ifdef LOCKSTEP_WITH_CUDA
+  struct Graph {
+    explicit Graph(const torch::Device& d)
+        : stream(c10::cuda::getStreamFromPool(false, d.index())), main(c10::cuda::getCurrentCUDAStream(d.index())) {}
+    c10::cuda::CUDAStream stream, main;
+    at::cuda::CUDAGraph graph;
+    bool captured = false;
+    int eager_steps = 0;
+    torch::Tensor x, y, loss, lr;
+  };
+
+  // Note [CUDA graph step]
+  StepResult run_graphed(int64_t step, const std::vector<Batch>& batches, const std::function<void()>& prefetch) {
+    Graph& g = *graph_;
+    {  // the side stream starts after what the main stream has queued (the first batch's copy)
+      c10::cuda::CUDAEvent queued;
+      queued.record(g.main);
+      queued.block(g.stream);
+    }
+    c10::cuda::CUDAStreamGuard on_side(g.stream);
+    if (!g.captured && g.eager_steps < 3) {
+      ++g.eager_steps;
+      return run_eager(step, batches, prefetch);
+    }
+    const auto& [x, y] = batches.front();
+    StepResult r;
+    const double lr = lr_at(o_, step);
+    if (!g.captured) {
+      g.x = x.clone();
+      g.y = y.clone();
+      g.lr = torch::full({}, lr, torch::TensorOptions().device(device_).dtype(torch::kFloat32));
+      opt_.use_lr_tensor(g.lr);
+      opt_.zero_grad();  // the captured backward creates the gradients in the graph's memory
+      const bool cache = at::autocast::is_autocast_cache_enabled();
+      at::autocast::set_autocast_cache_enabled(false);
+      g.graph.capture_begin();
+      auto loss = lm_loss(forward(g.x), g.y);
+      loss.backward();
+      if (o_.clip > 0) clip_grad_norm(m_.module->parameters(), o_.clip);
+      opt_.step();
+      g.loss = loss.detach();
+      g.graph.capture_end();
+      at::autocast::set_autocast_cache_enabled(cache);
+      g.captured = true;
+    }
+    timer_.mark(0);
+    g.x.copy_(x, /*non_blocking=*/true);
+    g.y.copy_(y, /*non_blocking=*/true);
+    g.lr.fill_(lr);
+    g.graph.replay();
+    timer_.mark(1);
+    timer_.mark(2);
+    timer_.mark(3);
+    if (prefetch) prefetch();
+    r.step_s = timer_.seconds(0, 3);
+    r.loss = g.loss.item<double>();
+    return r;
+  }
+  std::unique_ptr<Graph> graph_;
+#endif
+
   torch::Tensor forward(const torch::Tensor& x) {
     if (!bf16_) return m_.forward(x);
     // autocast: matmuls in bf16, reductions in fp32; the logits' fp32 copy is lm_loss's
@@ -681,6 +776,7 @@ int run(const Options& o) {
     // [Partly succeeded]) then resumes there and repeats nothing.
     if (!o.checkpoint_dir.empty() && o.checkpoint_every > 0 &&
         ((step + 1) % o.checkpoint_every == 0 || step + 1 == o.steps)) {
+      if (o.cuda_graph) opt.sync_step_counts();  // Note [CUDA graph step]
       save_checkpoint(ckpt, step + 1, ckpt_tensors(), opt, dist);
       if (chief) std::cout << "lockstep-trainer: checkpoint at step " << step + 1 << " in " << o.checkpoint_dir << std::endl;
     }

@@ -45,6 +45,7 @@ struct Options {
   std::string attention = "auto";    // auto | flash | cudnn | efficient | math
   bool ddp_at_one_rank = false;      // DDP's buckets and all-reduce even at world size 1
   bool sync_every_step = false;      // the old loop: loss read and batch made inside the step
+  bool cuda_graph = false;           // capture the step as a CUDA graph (Note [CUDA graph step])
   int64_t profile_step = 0;          // profile this step (1-based; 0: none), Note [Step profile]
   std::string profile_out;           // its Chrome trace here
 };

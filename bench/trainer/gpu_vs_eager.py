@@ -56,6 +56,7 @@ LEVERS = [
     ("+ no sync, prefetch", [], 64),
     ("+ attention cudnn", ["--attention", "cudnn"], 64),
     ("+ attention flash", ["--attention", "flash"], 64),
+    ("+ CUDA graph", ["--cuda-graph"], 64),  # Note [CUDA graph step]; after the auto-attention row
 ]
 
 
