@@ -12,18 +12,12 @@ namespace lockstep::trainer {
 GptConfig GptConfig::preset(const std::string& name) {
   GptConfig c;
   if (name == "tiny") return c;  // 2 layers, 2 heads, width 64, context 64, vocabulary 256
-  if (name == "gpt2-124m") {
-    c.n_layer = 12;
-    c.n_head = 12;
-    c.n_embd = 768;
-    c.block_size = 1024;
-    c.vocab_size = 50257;
-    return c;
-  }
-  if (name == "gpt2-1558m") {  // GPT-2 XL's shape (bench/trainer/gpu.sh: MFU at 1.5B)
-    c.n_layer = 48;
-    c.n_head = 25;
-    c.n_embd = 1600;
+  // GPT-2 small and GPT-2 XL (bench/trainer/gpu.sh: MFU at 1.5B): context 1024, GPT-2's vocabulary.
+  if (name == "gpt2-124m" || name == "gpt2-1558m") {
+    const bool xl = name == "gpt2-1558m";
+    c.n_layer = xl ? 48 : 12;
+    c.n_head = xl ? 25 : 12;
+    c.n_embd = xl ? 1600 : 768;
     c.block_size = 1024;
     c.vocab_size = 50257;
     return c;
