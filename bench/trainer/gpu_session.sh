@@ -10,7 +10,8 @@
 #   big      the gpt2-1558m shape on one GPU, the trainer alone (MFU)
 #   batch    the best row against fused eager at batch 32 and 64
 # Without apt, the build's packages come from .deps/ (Debian packages, unpacked with dpkg -x,
-# mended by .deps/fixup.sh) and Prometheus from .deps/prometheus.xz, when there. Logs go to
+# mended by bench/trainer/deps_fixup.sh) and Prometheus from .deps/prometheus.xz, when there
+# (bench/trainer/gpu_deps.sh makes .deps/). Logs go to
 # $OUT (the device tool's folder) or $LOCKSTEP_CACHE/gpu-session; each phase has a time limit
 # and a failed phase does not stop the next.
 set -uo pipefail
@@ -28,7 +29,7 @@ if [[ -d $ROOT/.deps ]] && ! dpkg -s prometheus-cpp-dev >/dev/null 2>&1; then
   export LOCKSTEP_DEPS_PREFIX=/tmp/lockstep-deps
   mkdir -p "$LOCKSTEP_DEPS_PREFIX"
   for f in "$ROOT"/.deps/*.deb; do dpkg -x "$f" "$LOCKSTEP_DEPS_PREFIX"; done
-  sh "$ROOT/.deps/fixup.sh" "$LOCKSTEP_DEPS_PREFIX"
+  sh "$ROOT/bench/trainer/deps_fixup.sh" "$LOCKSTEP_DEPS_PREFIX"
   export LD_LIBRARY_PATH="$LOCKSTEP_DEPS_PREFIX/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   log "packages from .deps unpacked in $LOCKSTEP_DEPS_PREFIX"
 fi
