@@ -326,8 +326,8 @@ def main():
                     line.append(f"{label} {s * 1e3:.1f} ms")
             print(f"  round {r + 1}: " + ", ".join(line), flush=True)
         if args.profile and runs:
-            best_t = max((k for k in runs if k.startswith("trainer")), key=lambda k: statistics.median(runs[k][1]) ** -1,
-                         default=None)
+            best_t = min((k for k in runs if k.startswith("trainer")), key=lambda k: statistics.median(runs[k][1]),
+                         default=None)  # the fastest row
             if best_t is not None:
                 label, flags, multiple = next(r for r in rows if f"trainer, {r[0]}" == best_t)
                 flags = flags + ["--profile-step", str(args.profile)] + (["--profile-out", args.profile_out] if args.profile_out else [])
