@@ -164,9 +164,17 @@ std::string find_python_probe_dir(const std::string& given, const std::string& g
   return "";
 }
 
-Config load_config(const std::map<std::string, std::string>& env, const std::vector<std::string>& args,
-                   const std::string& self_exe) {
-  Config cfg;
+namespace {
+
+// What the environment and the flags set that load_config settles after both are read.
+struct Unsettled {
+  std::string probe_dir, probe_dir_from;  // the Python probe's directory, and what gave it
+  bool first_step_set = false;            // a first-step timeout given, rather than the default
+};
+
+// The pod's environment (the operator starts `lockstep-agent -- COMMAND` with no flags, so a
+// pod's env is how a job sets anything), torchrun's PET_ names after ours.
+void read_env(const std::map<std::string, std::string>& env, Config& cfg, Unsettled& u) {
   std::string v, from;
   cfg.nnodes = env_int(env, {c::kNnodes, c::kPetNnodes}, 1, 1, 100000);
   cfg.node_rank = env_int(env, {c::kNodeRank, c::kPetNodeRank}, 0, 0, 100000);
@@ -186,10 +194,8 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
       cfg.peer_timeout = env_duration(env, name, cfg.peer_timeout);
       cfg.peer_timeout_from = name;
     }
-  // Durations also from the environment: the operator starts `lockstep-agent -- COMMAND` with
-  // no flags, so a pod's env is how a job changes them.
   cfg.stall_timeout = env_duration(env, c::kStallTimeout, cfg.stall_timeout);
-  bool first_step_set = env.count(c::kFirstStepTimeout) && !env.at(c::kFirstStepTimeout).empty();
+  u.first_step_set = env.count(c::kFirstStepTimeout) && !env.at(c::kFirstStepTimeout).empty();
   cfg.first_step_timeout = env_duration(env, c::kFirstStepTimeout, cfg.first_step_timeout);
   cfg.metrics_linger = env_duration(env, c::kMetricsLinger, cfg.metrics_linger);
   if (lookup(env, {c::kPythonProbe}, v, from)) {
@@ -197,68 +203,76 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
       throw ConfigError("LOCKSTEP_PYTHON_PROBE must be 1 (the Python probe on, the default) or 0 (off), got '" + v + "'");
     cfg.python_probe = v == "1";
   }
-  std::string probe_dir, probe_dir_from;
   if (lookup(env, {c::kPythonProbeDir}, v, from)) {
-    probe_dir = v;
-    probe_dir_from = from;
+    u.probe_dir = v;
+    u.probe_dir_from = from;
   }
   if (lookup(env, {c::kMasterAddr, c::kPetMasterAddr}, v, from)) cfg.master_addr = v;
   if (lookup(env, {c::kJobName}, v, from)) cfg.job_name = v;
   if (lookup(env, {c::kJobNamespace}, v, from)) cfg.job_namespace = v;
   if (lookup(env, {c::kJobUid}, v, from) || lookup(env, {c::kJobName}, v, from)) cfg.run_id = v;
+}
 
-  std::vector<char*> argv;
-  std::string prog = "lockstep-agent";
-  argv.push_back(prog.data());
+// One flag at argv[i] (and its value), over what the environment set. False: not a flag of ours.
+bool read_flag(int argc, char** argv, int& i, Config& cfg, Unsettled& u, bool& peer_timeout_flag_seen) {
+  using namespace lockstep::flags;
+  std::string v, a = argv[i];
+  if (a == "--no-metrics") cfg.metrics = false;
+  else if (a == "--no-python-probe") cfg.python_probe = false;
+  else if (match(argc, argv, i, "--python-probe-dir", v)) {
+    if (v.empty()) throw FlagError("--python-probe-dir needs a directory");
+    u.probe_dir = v;
+    u.probe_dir_from = "--python-probe-dir";
+  }
+  else if (match(argc, argv, i, "--nnodes", v)) cfg.nnodes = to_int("--nnodes", v, 1, 100000);
+  else if (match(argc, argv, i, "--node-rank", v)) cfg.node_rank = to_int("--node-rank", v, 0, 100000);
+  else if (match(argc, argv, i, "--nproc-per-node", v)) cfg.nproc_per_node = to_int("--nproc-per-node", v, 1, 1024);
+  else if (match(argc, argv, i, "--master-addr", v)) cfg.master_addr = v;
+  else if (match(argc, argv, i, "--master-port", v)) cfg.master_port = to_int("--master-port", v, 1, 65535);
+  else if (match(argc, argv, i, "--max-restarts", v)) cfg.max_restarts = to_int("--max-restarts", v, 0, 1000);
+  else if (match(argc, argv, i, "--restart-policy", v)) cfg.restart_policy = v;
+  else if (match(argc, argv, i, "--agent-port", v)) cfg.agent_port = to_int("--agent-port", v, 1, 65535);
+  else if (match(argc, argv, i, "--run-id", v)) cfg.run_id = v;
+  else if (match(argc, argv, i, "--peer-timeout", v) || match(argc, argv, i, "--barrier-timeout", v)) {
+    // Once --peer-timeout is seen, the older name no longer wins.
+    const std::string flag = a.rfind("--peer-timeout", 0) == 0 ? "--peer-timeout" : "--barrier-timeout";
+    if (flag == "--peer-timeout" || !peer_timeout_flag_seen) {
+      cfg.peer_timeout = to_duration(flag, v);
+      cfg.peer_timeout_from = flag;
+    }
+    if (flag == "--peer-timeout") peer_timeout_flag_seen = true;
+  }
+  else if (match(argc, argv, i, "--metrics-port", v)) cfg.metrics_port = to_int("--metrics-port", v, 0, 65535);
+  else if (match(argc, argv, i, "--metrics-address", v)) cfg.metrics_address = v;
+  else if (match(argc, argv, i, "--stall-timeout", v)) cfg.stall_timeout = to_duration("--stall-timeout", v);
+  else if (match(argc, argv, i, "--first-step-timeout", v)) {
+    cfg.first_step_timeout = to_duration("--first-step-timeout", v);
+    u.first_step_set = true;
+  }
+  else if (match(argc, argv, i, "--metrics-linger", v)) cfg.metrics_linger = to_duration("--metrics-linger", v);
+  else if (match(argc, argv, i, "--rendezvous-timeout", v)) cfg.rendezvous_timeout = to_duration("--rendezvous-timeout", v);
+  else if (match(argc, argv, i, "--grace-period", v)) cfg.grace_period = to_duration("--grace-period", v);
+  else if (match(argc, argv, i, "--log-dir", v)) cfg.log_dir = v;
+  else if (match(argc, argv, i, "--step-log", v)) cfg.step_log_dir = v;
+  else return false;
+  return true;
+}
+
+// The flags before '--', and the worker command after it.
+void read_args(const std::vector<std::string>& args, Config& cfg, Unsettled& u) {
   std::vector<std::string> copy = args;
   size_t dashdash = copy.size();
   for (size_t i = 0; i < copy.size(); ++i)
     if (copy[i] == "--") { dashdash = i; break; }
+  std::string prog = "lockstep-agent";
+  std::vector<char*> argv{prog.data()};
   for (size_t i = 0; i < dashdash; ++i) argv.push_back(copy[i].data());
   int argc = static_cast<int>(argv.size());
-  std::string peer_timeout_flag;  // set once --peer-timeout is seen: the older name no longer wins
+  bool peer_timeout_flag_seen = false;
   try {
-    for (int i = 1; i < argc; ++i) {
-      std::string a = argv[i];
-      using namespace lockstep::flags;
-      if (a == "--no-metrics") cfg.metrics = false;
-      else if (a == "--no-python-probe") cfg.python_probe = false;
-      else if (match(argc, argv.data(), i, "--python-probe-dir", v)) {
-        if (v.empty()) throw FlagError("--python-probe-dir needs a directory");
-        probe_dir = v;
-        probe_dir_from = "--python-probe-dir";
-      }
-      else if (match(argc, argv.data(), i, "--nnodes", v)) cfg.nnodes = to_int("--nnodes", v, 1, 100000);
-      else if (match(argc, argv.data(), i, "--node-rank", v)) cfg.node_rank = to_int("--node-rank", v, 0, 100000);
-      else if (match(argc, argv.data(), i, "--nproc-per-node", v)) cfg.nproc_per_node = to_int("--nproc-per-node", v, 1, 1024);
-      else if (match(argc, argv.data(), i, "--master-addr", v)) cfg.master_addr = v;
-      else if (match(argc, argv.data(), i, "--master-port", v)) cfg.master_port = to_int("--master-port", v, 1, 65535);
-      else if (match(argc, argv.data(), i, "--max-restarts", v)) cfg.max_restarts = to_int("--max-restarts", v, 0, 1000);
-      else if (match(argc, argv.data(), i, "--restart-policy", v)) cfg.restart_policy = v;
-      else if (match(argc, argv.data(), i, "--agent-port", v)) cfg.agent_port = to_int("--agent-port", v, 1, 65535);
-      else if (match(argc, argv.data(), i, "--run-id", v)) cfg.run_id = v;
-      else if (match(argc, argv.data(), i, "--peer-timeout", v) || match(argc, argv.data(), i, "--barrier-timeout", v)) {
-        const std::string flag = a.rfind("--peer-timeout", 0) == 0 ? "--peer-timeout" : "--barrier-timeout";
-        if (flag == "--peer-timeout" || peer_timeout_flag.empty()) {
-          cfg.peer_timeout = to_duration(flag, v);
-          cfg.peer_timeout_from = flag;
-        }
-        if (flag == "--peer-timeout") peer_timeout_flag = flag;
-      }
-      else if (match(argc, argv.data(), i, "--metrics-port", v)) cfg.metrics_port = to_int("--metrics-port", v, 0, 65535);
-      else if (match(argc, argv.data(), i, "--metrics-address", v)) cfg.metrics_address = v;
-      else if (match(argc, argv.data(), i, "--stall-timeout", v)) cfg.stall_timeout = to_duration("--stall-timeout", v);
-      else if (match(argc, argv.data(), i, "--first-step-timeout", v)) {
-        cfg.first_step_timeout = to_duration("--first-step-timeout", v);
-        first_step_set = true;
-      }
-      else if (match(argc, argv.data(), i, "--metrics-linger", v)) cfg.metrics_linger = to_duration("--metrics-linger", v);
-      else if (match(argc, argv.data(), i, "--rendezvous-timeout", v)) cfg.rendezvous_timeout = to_duration("--rendezvous-timeout", v);
-      else if (match(argc, argv.data(), i, "--grace-period", v)) cfg.grace_period = to_duration("--grace-period", v);
-      else if (match(argc, argv.data(), i, "--log-dir", v)) cfg.log_dir = v;
-      else if (match(argc, argv.data(), i, "--step-log", v)) cfg.step_log_dir = v;
-      else throw FlagError("unknown flag '" + a + "' (see --help)");
-    }
+    for (int i = 1; i < argc; ++i)
+      if (!read_flag(argc, argv.data(), i, cfg, u, peer_timeout_flag_seen))
+        throw flags::FlagError("unknown flag '" + std::string(argv[i]) + "' (see --help)");
   } catch (const flags::FlagError& e) {
     throw ConfigError(e.what());
   }
@@ -267,7 +281,11 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
     if (cmd.empty()) throw ConfigError("nothing after '--': give the worker command, e.g. -- python train.py");
     cfg.command = cmd;
   }
-  if (!first_step_set) {
+}
+
+// What needs both sources, and the checks across fields.
+void settle(Config& cfg, const Unsettled& u, const std::string& self_exe) {
+  if (!u.first_step_set) {
     const std::string& exe = cfg.command.front();
     std::string base = exe.substr(exe.find_last_of('/') == std::string::npos ? 0 : exe.find_last_of('/') + 1);
     if (base != "lockstep-trainer") cfg.first_step_timeout = std::chrono::milliseconds(0);
@@ -285,7 +303,7 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
                       std::to_string(cfg.metrics_linger.count() / 1000) + "s");
   if (!cfg.metrics) cfg.metrics_port = 0;  // --no-metrics: never an HTTP endpoint
   if (cfg.python_probe)  // Note [Python probe]; when off, a directory given is not even looked at
-    cfg.python_probe_dir = find_python_probe_dir(probe_dir, probe_dir_from, self_exe, &cfg.python_probe_note);
+    cfg.python_probe_dir = find_python_probe_dir(u.probe_dir, u.probe_dir_from, self_exe, &cfg.python_probe_note);
   else
     cfg.python_probe_note = "off (LOCKSTEP_PYTHON_PROBE=0 or --no-python-probe)";
   if (cfg.peer_timeout.count() != 0 && cfg.peer_timeout < kMinPeerTimeout)
@@ -293,6 +311,17 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
                       std::to_string(kMinPeerTimeout.count()) + "s (the agents heartbeat every second; a shorter "
                       "silence is no lost node), got " + std::to_string(cfg.peer_timeout.count()) + "ms");
   if (cfg.master_addr.empty()) throw ConfigError("the master address (LOCKSTEP_MASTER_ADDR or --master-addr) is empty");
+}
+
+}  // namespace
+
+Config load_config(const std::map<std::string, std::string>& env, const std::vector<std::string>& args,
+                   const std::string& self_exe) {
+  Config cfg;
+  Unsettled u;
+  read_env(env, cfg, u);
+  read_args(args, cfg, u);
+  settle(cfg, u, self_exe);
   return cfg;
 }
 

@@ -45,112 +45,32 @@ int bind_datagram_socket(const std::string& path) {
 
 }  // namespace
 
+// The per-rank families every rank has a series of from the start.
+struct Metrics::RankFamilies {
+  Family<Histogram>& step_duration;
+  Family<Counter>&steps, &malformed;
+  Family<Gauge>&step, &last_step_ts, &worker_up;
+};
+
 Metrics::Metrics(const Config& cfg, const std::string& socket_dir)
     : cfg_(cfg), dir_(socket_dir), registry_(std::make_shared<Registry>()) {
   base_ = {{"trainingjob", cfg.job_name.empty() ? "local" : cfg.job_name},
            {"namespace", cfg.job_namespace.empty() ? "default" : cfg.job_namespace},
            {"node_rank", std::to_string(cfg.node_rank)}};
-  auto& step_family = BuildHistogram().Name("lockstep_step_duration_seconds").Help("Training step time").Register(*registry_);
-  // Note [Measured series only]: compute, exposed communication, tokens, FLOPs, loss and the
-  // planned total exist for a rank only once a report of it carries them, so a program that
-  // does not measure one (a Python script without DDP, one that never reports its loss) has no
-  // such series, never a zero that reads as a measurement.
-  auto& compute = BuildCounter().Name("lockstep_compute_seconds_total").Help("Seconds of computation").Register(*registry_);
-  auto& exposed = BuildCounter()
-                      .Name("lockstep_comm_exposed_seconds_total")
-                      .Help("Communication seconds not hidden behind computation")
-                      .Register(*registry_);
-  auto& steps = BuildCounter().Name("lockstep_steps_total").Help("Training steps completed").Register(*registry_);
-  auto& tokens = BuildCounter().Name("lockstep_tokens_total").Help("Tokens processed").Register(*registry_);
-  auto& flops = BuildCounter().Name("lockstep_flops_total").Help("Floating-point operations done").Register(*registry_);
-  auto& loss = BuildGauge().Name("lockstep_loss").Help("Training loss of the last step").Register(*registry_);
-  auto& step = BuildGauge().Name("lockstep_step").Help("Step number of the last step report").Register(*registry_);
-  auto& total_steps = BuildGauge()
-                          .Name("lockstep_total_steps")
-                          .Help("Steps the run plans in all (total_steps of the step report)")
-                          .Register(*registry_);
-  auto& last = BuildGauge()
-                   .Name("lockstep_last_step_timestamp_seconds")
-                   .Help("Unix time of the last step report")
-                   .Register(*registry_);
-  auto& up = BuildGauge().Name("lockstep_worker_up").Help("1 while the worker process runs").Register(*registry_);
-  auto& malformed = BuildCounter()
-                        .Name("lockstep_metrics_malformed_total")
-                        .Help("Step reports that could not be parsed (ignored)")
-                        .Register(*registry_);
-  comm_seconds_ = &BuildCounter()
-                       .Name("lockstep_comm_seconds_total")
-                       .Help("Seconds in collective communication, by op")
-                       .Register(*registry_);
-  comm_bytes_ = &BuildCounter()
-                     .Name("lockstep_comm_bytes_total")
-                     .Help("Bytes moved by collective communication, by op")
-                     .Register(*registry_);
-  comm_exposed_by_op_ = &BuildCounter()
-                            .Name("lockstep_comm_op_exposed_seconds_total")
-                            .Help("Communication seconds not hidden behind computation, by op")
-                            .Register(*registry_);
-  restarts_ = &BuildCounter()
-                   .Name("lockstep_worker_restarts_total")
-                   .Help("Restarts of this agent's workers, in place (the whole job's, through the restart barrier)")
-                   .Register(*registry_)
-                   .Add(base_);
-  {
-    auto kind = base_;
-    kind["kind"] = "in_place";
-    in_place_ = &BuildCounter()
-                     .Name("lockstep_restarts_total")
-                     .Help("Restarts of the job by kind: in_place from the agents (this gang attempt), gang from the operator")
-                     .Register(*registry_)
-                     .Add(kind);
-    last_restart_ts_family_ = &BuildGauge()
-                                   .Name("lockstep_last_restart_timestamp_seconds")
-                                   .Help("Unix time of the last in-place restart (absent until the first)")
-                                   .Register(*registry_);
-    last_restart_info_ = &BuildGauge()
-                              .Name("lockstep_last_restart_info")
-                              .Help("The last in-place restart's cause: reason, rank and exit code as labels (value 1)")
-                              .Register(*registry_);
-  }
-  stalls_ = &BuildCounter()
-                 .Name("lockstep_stalls_total")
-                 .Help("Stalls detected: no step reported within the stall timeout")
-                 .Register(*registry_)
-                 .Add(base_);
-  BuildGauge()
-      .Name("lockstep_restart_attempt")
-      .Help("The operator's gang restart attempt this pod belongs to (LOCKSTEP_RESTART_ATTEMPT; 0: the first run)")
-      .Register(*registry_)
-      .Add(base_)
-      .Set(cfg.restart_attempt);
-  compute_family_ = &compute;
-  exposed_family_ = &exposed;
-  tokens_family_ = &tokens;
-  flops_family_ = &flops;
-  loss_family_ = &loss;
-  total_steps_family_ = &total_steps;
-  const Histogram::BucketBoundaries buckets{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+  RankFamilies families{
+      BuildHistogram().Name("lockstep_step_duration_seconds").Help("Training step time").Register(*registry_),
+      BuildCounter().Name("lockstep_steps_total").Help("Training steps completed").Register(*registry_),
+      BuildCounter()
+          .Name("lockstep_metrics_malformed_total")
+          .Help("Step reports that could not be parsed (ignored)")
+          .Register(*registry_),
+      BuildGauge().Name("lockstep_step").Help("Step number of the last step report").Register(*registry_),
+      BuildGauge().Name("lockstep_last_step_timestamp_seconds").Help("Unix time of the last step report").Register(*registry_),
+      BuildGauge().Name("lockstep_worker_up").Help("1 while the worker process runs").Register(*registry_)};
+  register_measured_families();
+  register_job_series();
   ranks_.resize(cfg.nproc_per_node);
-  for (int i = 0; i < cfg.nproc_per_node; ++i) {
-    Rank& r = ranks_[i];
-    r.labels = base_;
-    r.labels["rank"] = std::to_string(cfg.node_rank * cfg.nproc_per_node + i);
-    r.progress.rank = cfg.node_rank * cfg.nproc_per_node + i;
-    r.step_duration = &step_family.Add(r.labels, buckets);
-    r.steps = &steps.Add(r.labels);
-    r.malformed = &malformed.Add(r.labels);
-    r.step = &step.Add(r.labels);
-    r.last_step_ts = &last.Add(r.labels);
-    r.worker_up = &up.Add(r.labels);
-    r.fd = bind_datagram_socket(socket_path(i));
-    if (!cfg.step_log_dir.empty()) {
-      std::error_code ec;
-      std::filesystem::create_directories(cfg.step_log_dir, ec);
-      const std::string path = cfg.step_log_dir + "/rank-" + std::to_string(r.progress.rank) + ".jsonl";
-      r.step_log.open(path, std::ios::app);
-      if (!r.step_log) throw std::runtime_error("cannot append to the step log " + path + " (--step-log)");
-    }
-  }
+  for (int i = 0; i < cfg.nproc_per_node; ++i) add_rank(i, families);
   if (!cfg.step_log_dir.empty()) {
     const std::string path = cfg.step_log_dir + "/node-" + std::to_string(cfg.node_rank) + ".events.jsonl";
     event_log_.open(path, std::ios::app);
@@ -168,6 +88,96 @@ Metrics::Metrics(const Config& cfg, const std::string& socket_dir)
     exposer_->RegisterCollectable(registry_);
   }
   receiver_ = std::thread([this] { receive_loop(); });
+}
+
+// Note [Measured series only]: compute, exposed communication, tokens, FLOPs, loss and the
+// planned total exist for a rank only once a report of it carries them, so a program that
+// does not measure one (a Python script without DDP, one that never reports its loss) has no
+// such series, never a zero that reads as a measurement. Likewise the per-op communication
+// series, for the ops a report names.
+void Metrics::register_measured_families() {
+  compute_family_ = &BuildCounter().Name("lockstep_compute_seconds_total").Help("Seconds of computation").Register(*registry_);
+  exposed_family_ = &BuildCounter()
+                         .Name("lockstep_comm_exposed_seconds_total")
+                         .Help("Communication seconds not hidden behind computation")
+                         .Register(*registry_);
+  tokens_family_ = &BuildCounter().Name("lockstep_tokens_total").Help("Tokens processed").Register(*registry_);
+  flops_family_ = &BuildCounter().Name("lockstep_flops_total").Help("Floating-point operations done").Register(*registry_);
+  loss_family_ = &BuildGauge().Name("lockstep_loss").Help("Training loss of the last step").Register(*registry_);
+  total_steps_family_ = &BuildGauge()
+                             .Name("lockstep_total_steps")
+                             .Help("Steps the run plans in all (total_steps of the step report)")
+                             .Register(*registry_);
+  comm_seconds_ = &BuildCounter()
+                       .Name("lockstep_comm_seconds_total")
+                       .Help("Seconds in collective communication, by op")
+                       .Register(*registry_);
+  comm_bytes_ = &BuildCounter()
+                     .Name("lockstep_comm_bytes_total")
+                     .Help("Bytes moved by collective communication, by op")
+                     .Register(*registry_);
+  comm_exposed_by_op_ = &BuildCounter()
+                            .Name("lockstep_comm_op_exposed_seconds_total")
+                            .Help("Communication seconds not hidden behind computation, by op")
+                            .Register(*registry_);
+}
+
+// The agent's own series: restarts, stalls, the gang attempt.
+void Metrics::register_job_series() {
+  restarts_ = &BuildCounter()
+                   .Name("lockstep_worker_restarts_total")
+                   .Help("Restarts of this agent's workers, in place (the whole job's, through the restart barrier)")
+                   .Register(*registry_)
+                   .Add(base_);
+  auto kind = base_;
+  kind["kind"] = "in_place";
+  in_place_ = &BuildCounter()
+                   .Name("lockstep_restarts_total")
+                   .Help("Restarts of the job by kind: in_place from the agents (this gang attempt), gang from the operator")
+                   .Register(*registry_)
+                   .Add(kind);
+  last_restart_ts_family_ = &BuildGauge()
+                                 .Name("lockstep_last_restart_timestamp_seconds")
+                                 .Help("Unix time of the last in-place restart (absent until the first)")
+                                 .Register(*registry_);
+  last_restart_info_ = &BuildGauge()
+                            .Name("lockstep_last_restart_info")
+                            .Help("The last in-place restart's cause: reason, rank and exit code as labels (value 1)")
+                            .Register(*registry_);
+  stalls_ = &BuildCounter()
+                 .Name("lockstep_stalls_total")
+                 .Help("Stalls detected: no step reported within the stall timeout")
+                 .Register(*registry_)
+                 .Add(base_);
+  BuildGauge()
+      .Name("lockstep_restart_attempt")
+      .Help("The operator's gang restart attempt this pod belongs to (LOCKSTEP_RESTART_ATTEMPT; 0: the first run)")
+      .Register(*registry_)
+      .Add(base_)
+      .Set(cfg_.restart_attempt);
+}
+
+// Local rank i: its series, its report socket, its step log.
+void Metrics::add_rank(int i, RankFamilies& families) {
+  static const Histogram::BucketBoundaries buckets{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+  Rank& r = ranks_[i];
+  r.labels = base_;
+  r.labels["rank"] = std::to_string(cfg_.node_rank * cfg_.nproc_per_node + i);
+  r.progress.rank = cfg_.node_rank * cfg_.nproc_per_node + i;
+  r.step_duration = &families.step_duration.Add(r.labels, buckets);
+  r.steps = &families.steps.Add(r.labels);
+  r.malformed = &families.malformed.Add(r.labels);
+  r.step = &families.step.Add(r.labels);
+  r.last_step_ts = &families.last_step_ts.Add(r.labels);
+  r.worker_up = &families.worker_up.Add(r.labels);
+  r.fd = bind_datagram_socket(socket_path(i));
+  if (!cfg_.step_log_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(cfg_.step_log_dir, ec);
+    const std::string path = cfg_.step_log_dir + "/rank-" + std::to_string(r.progress.rank) + ".jsonl";
+    r.step_log.open(path, std::ios::app);
+    if (!r.step_log) throw std::runtime_error("cannot append to the step log " + path + " (--step-log)");
+  }
 }
 
 Metrics::~Metrics() {

@@ -74,6 +74,10 @@ class Metrics {
     int fd = -1;
     std::ofstream step_log;  // open when cfg.step_log_dir is set
   };
+  struct RankFamilies;
+  void register_measured_families();
+  void register_job_series();
+  void add_rank(int local_rank, RankFamilies& families);
   void log_step(Rank& r, const StepReport& s);
   std::ofstream event_log_;  // DIR/node-N.events.jsonl, open when cfg.step_log_dir is set
   void receive_loop();

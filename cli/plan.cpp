@@ -3,6 +3,7 @@
 #include <cmath>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "memory_plan.hpp"
@@ -65,13 +66,16 @@ std::string gb(double bytes) {
   return o.str();
 }
 
-}  // namespace
-
-int plan_command(const std::vector<std::string>& args) {
+// What `lockstep plan` was asked: its flags, and what a job file adds to them.
+struct PlanRequest {
   std::string model = "gpt2-124m", file;
   bool model_given = false;
   double params = 0, gpus = 8, memory_gb = 80, seq = -1, micro = 1;
   bool checkpointing = false;
+};
+
+// The flags into `req`; an exit code where the command ends here (--help: 0, a bad flag: 2).
+std::optional<int> parse_plan_flags(const std::vector<std::string>& args, PlanRequest& req) {
   try {
     for (size_t i = 0; i < args.size(); ++i) {
       auto next = [&]() -> std::string {
@@ -83,64 +87,60 @@ int plan_command(const std::vector<std::string>& args) {
         std::cout << kPlanUsage;
         return 0;
       }
-      if (a == "--model") { model = next(); model_given = true; }
-      else if (a == "--params") params = parse_count(a, next());
-      else if (a == "--file") file = next();
-      else if (a == "--gpus") gpus = parse_whole(a, next(), "GPUs");
-      else if (a == "--gpu-memory-gb") memory_gb = parse_gb(a, next());
-      else if (a == "--seq-len") seq = parse_whole(a, next(), "tokens");
-      else if (a == "--micro-batch") micro = parse_whole(a, next(), "sequences per GPU");
-      else if (a == "--activation-checkpointing") checkpointing = true;
+      if (a == "--model") { req.model = next(); req.model_given = true; }
+      else if (a == "--params") req.params = parse_count(a, next());
+      else if (a == "--file") req.file = next();
+      else if (a == "--gpus") req.gpus = parse_whole(a, next(), "GPUs");
+      else if (a == "--gpu-memory-gb") req.memory_gb = parse_gb(a, next());
+      else if (a == "--seq-len") req.seq = parse_whole(a, next(), "tokens");
+      else if (a == "--micro-batch") req.micro = parse_whole(a, next(), "sequences per GPU");
+      else if (a == "--activation-checkpointing") req.checkpointing = true;
       else throw std::invalid_argument("unknown flag '" + a + "' (see lockstep plan --help)");
     }
   } catch (const std::invalid_argument& e) {
     std::cerr << "lockstep plan: " << e.what() << "\n";
     return 2;
   }
-  // The model's shape: a preset, or a TrainingJob's --model and size flags.
-  if (!file.empty()) {
-    auto job = load_yaml_file(file);
-    auto errors = validate_trainingjob(job);
-    if (!errors.empty()) {
-      for (const auto& e : errors) std::cerr << file << ": " << e << "\n";
-      return 1;
-    }
-    const auto& spec = job["spec"];
-    gpus = spec.value("nodes", 1) * spec.value("procsPerNode", 1);
-    std::vector<std::string> trainer_args;
-    for (const auto& a : spec.value("trainer", nlohmann::json::object()).value("args", nlohmann::json::array()))
-      if (a.is_string()) trainer_args.push_back(a.get<std::string>());
-    // --model=X and --model X alike (the trainer's parser takes both).
-    if (auto m = arg_value(trainer_args, "--model")) model = *m;
-    if (auto b = arg_value(trainer_args, "--batch-size")) {
-      try {
-        micro = parse_whole("spec.trainer.args --batch-size", *b, "sequences per GPU");
-      } catch (const std::invalid_argument& e) {
-        std::cerr << file << ": " << e.what() << "\n";
-        return 1;
-      }
+  return std::nullopt;
+}
+
+// A TrainingJob's GPU count, --model and --batch-size into `req`; false (the errors printed)
+// where the file is no valid TrainingJob.
+bool read_job_file(PlanRequest& req) {
+  auto job = load_yaml_file(req.file);
+  auto errors = validate_trainingjob(job);
+  if (!errors.empty()) {
+    for (const auto& e : errors) std::cerr << req.file << ": " << e << "\n";
+    return false;
+  }
+  const auto& spec = job["spec"];
+  req.gpus = spec.value("nodes", 1) * spec.value("procsPerNode", 1);
+  std::vector<std::string> trainer_args;
+  for (const auto& a : spec.value("trainer", nlohmann::json::object()).value("args", nlohmann::json::array()))
+    if (a.is_string()) trainer_args.push_back(a.get<std::string>());
+  // --model=X and --model X alike (the trainer's parser takes both).
+  if (auto m = arg_value(trainer_args, "--model")) req.model = *m;
+  if (auto b = arg_value(trainer_args, "--batch-size")) {
+    try {
+      req.micro = parse_whole("spec.trainer.args --batch-size", *b, "sequences per GPU");
+    } catch (const std::invalid_argument& e) {
+      std::cerr << req.file << ": " << e.what() << "\n";
+      return false;
     }
   }
-  plan::TransformerShape shape;
-  double vocab = 50257;
-  if (params > 0 && !model_given && file.empty()) model = "custom";  // a bare count: model states only
-  if (model == "custom") {}
-  else if (model == "gpt2-124m") shape = {12, 768, 12, 1024, micro};
-  else if (model == "tiny") { shape = {2, 64, 2, 64, micro}; vocab = 256; }
-  else if (params == 0) {
-    std::cerr << "lockstep plan: unknown --model '" << model << "'; valid: tiny, gpt2-124m, or give --params\n";
-    return 2;
-  }
-  if (seq > 0) shape.seq = seq;
-  if (params == 0) params = plan::gpt_parameters(shape.layers, shape.width, vocab, shape.seq);
-  const int n = static_cast<int>(gpus);
-  const double act = shape.layers > 0 ? plan::activation_bytes(shape, checkpointing) : 0;
+  return true;
+}
+
+// The table: each strategy's per-GPU memory, and the choice.
+void print_plan(const PlanRequest& req, const std::string& model, const plan::TransformerShape& shape, double params) {
+  const int n = static_cast<int>(req.gpus);
+  const double act = shape.layers > 0 ? plan::activation_bytes(shape, req.checkpointing) : 0;
   std::cout << std::fixed << std::setprecision(1) << "model: " << (shape.layers > 0 ? model : "custom") << ", "
-            << params / 1e6 << "M parameters; " << n << " GPUs x " << memory_gb << " GB; mixed-precision Adam (16 bytes/parameter)\n";
+            << params / 1e6 << "M parameters; " << n << " GPUs x " << req.memory_gb << " GB; mixed-precision Adam (16 bytes/parameter)\n";
   if (shape.layers > 0)
     std::cout << "activations per GPU: " << gb(act) << " (sequence " << static_cast<long>(shape.seq) << ", micro-batch "
               << static_cast<long>(shape.micro_batch)
-              << (checkpointing ? ", activation checkpointing" : "") << ")\n";
+              << (req.checkpointing ? ", activation checkpointing" : "") << ")\n";
   std::cout << "\n" << std::left << std::setw(16) << "strategy" << std::right << std::setw(12) << "parameters"
             << std::setw(12) << "gradients" << std::setw(12) << "optimizer" << std::setw(14) << "model states"
             << std::setw(14) << "+ activations" << "\n";
@@ -154,8 +154,31 @@ int plan_command(const std::vector<std::string>& args) {
               << gb(st.grads) << std::setw(12) << gb(st.optimizer) << std::setw(14) << gb(st.total()) << std::setw(14)
               << gb(st.total() + act) << "\n";
   }
-  auto choice = plan::choose(params, n, act, memory_gb * 1e9);
+  auto choice = plan::choose(params, n, act, req.memory_gb * 1e9);
   std::cout << "\nrecommended: " << choice.why << "\n";
+}
+
+}  // namespace
+
+int plan_command(const std::vector<std::string>& args) {
+  PlanRequest req;
+  if (auto code = parse_plan_flags(args, req)) return *code;
+  // The model's shape: a preset, or a TrainingJob's --model and size flags.
+  if (!req.file.empty() && !read_job_file(req)) return 1;
+  plan::TransformerShape shape;
+  double vocab = 50257;
+  std::string model = req.model;
+  if (req.params > 0 && !req.model_given && req.file.empty()) model = "custom";  // a bare count: model states only
+  if (model == "custom") {}
+  else if (model == "gpt2-124m") shape = {12, 768, 12, 1024, req.micro};
+  else if (model == "tiny") { shape = {2, 64, 2, 64, req.micro}; vocab = 256; }
+  else if (req.params == 0) {
+    std::cerr << "lockstep plan: unknown --model '" << model << "'; valid: tiny, gpt2-124m, or give --params\n";
+    return 2;
+  }
+  if (req.seq > 0) shape.seq = req.seq;
+  double params = req.params > 0 ? req.params : plan::gpt_parameters(shape.layers, shape.width, vocab, shape.seq);
+  print_plan(req, model, shape, params);
   return 0;
 }
 

@@ -134,7 +134,14 @@ size_t invalid_utf8_at(const std::string& s) {
   return std::string::npos;
 }
 
-std::string show(const json& v) { return v.is_string() ? "\"" + v.get<std::string>() + "\"" : v.dump(); }
+std::string show(const json& v) {
+  if (!v.is_string()) return v.dump();
+  const auto& s = v.get_ref<const std::string&>();
+  std::string out;
+  out.reserve(s.size() + 2);
+  out.append(1, '"').append(s).append(1, '"');
+  return out;
+}
 
 std::string type_of(const json& v) {
   if (v.is_object()) return "object";
@@ -213,16 +220,10 @@ void apply_defaults(const json& schema, json& value) {
   }
 }
 
-void check(const json& schema, const json& v, const std::string& path, std::vector<std::string>& errors) {
-  const std::string where = path.empty() ? "<root>" : path;
-  if (schema.contains("type")) {
-    std::string want = schema["type"], got = type_of(v);
-    bool ok = want == got || (want == "number" && got == "integer");
-    if (!ok) {
-      errors.push_back(where + ": Invalid value: " + show(v) + ": " + where + " in body must be of type " + want + ": \"" + got + "\"");
-      return;
-    }
-  }
+void check(const json& schema, const json& v, const std::string& path, std::vector<std::string>& errors);
+
+// The schema's bounds on a scalar: enum, minimum and maximum, lengths and pattern.
+void check_scalar(const json& schema, const json& v, const std::string& where, std::vector<std::string>& errors) {
   if (schema.contains("enum")) {
     bool found = false;
     std::string list;
@@ -250,28 +251,28 @@ void check(const json& schema, const json& v, const std::string& path, std::vect
     if (schema.contains("pattern") && !too_long && !std::regex_search(s, std::regex(schema["pattern"].get<std::string>())))
       errors.push_back(where + ": Invalid value: " + show(v) + ": " + where + " in body should match '" + schema["pattern"].get<std::string>() + "'");
   }
-  if (v.is_array()) {
-    if (schema.contains("minItems") && v.size() < schema["minItems"].get<size_t>())
-      errors.push_back(where + ": Invalid value: " + std::to_string(v.size()) + ": " + where + " in body should have at least " + schema["minItems"].dump() + " items");
-    if (schema.contains("items"))
-      for (size_t i = 0; i < v.size(); ++i) check(schema["items"], v[i], path + "[" + std::to_string(i) + "]", errors);
+}
+
+// An object's required, known and unknown fields, each checked against its own schema.
+void check_fields(const json& schema, const json& v, const std::string& path, std::vector<std::string>& errors) {
+  const bool open = schema.value("x-kubernetes-preserve-unknown-fields", false);
+  const json props = schema.value("properties", json::object());
+  for (const auto& r : schema.value("required", json::array())) {
+    std::string name = r;
+    if (!v.contains(name)) errors.push_back((path.empty() ? "" : path + ".") + name + ": Required value");
   }
-  if (v.is_object() && path == "metadata") return;  // ObjectMeta: the API server's own rules
-  if (v.is_object()) {
-    const bool open = schema.value("x-kubernetes-preserve-unknown-fields", false);
-    const json props = schema.value("properties", json::object());
-    for (const auto& r : schema.value("required", json::array())) {
-      std::string name = r;
-      if (!v.contains(name)) errors.push_back((path.empty() ? "" : path + ".") + name + ": Required value");
-    }
-    for (const auto& [name, sub] : v.items()) {
-      std::string child = path.empty() ? name : path + "." + name;
-      if (props.contains(name)) check(props[name], sub, child, errors);
-      else if (schema.contains("additionalProperties")) check(schema["additionalProperties"], sub, child, errors);
-      else if (!open && !(path.empty() && (name == "apiVersion" || name == "kind" || name == "metadata")))
-        errors.push_back("unknown field \"" + child + "\"");
-    }
+  for (const auto& [name, sub] : v.items()) {
+    std::string child = path.empty() ? name : path + "." + name;
+    if (props.contains(name)) check(props[name], sub, child, errors);
+    else if (schema.contains("additionalProperties")) check(schema["additionalProperties"], sub, child, errors);
+    else if (!open && !(path.empty() && (name == "apiVersion" || name == "kind" || name == "metadata")))
+      errors.push_back("unknown field \"" + child + "\"");
   }
+}
+
+// The schema's CEL rules (x-kubernetes-validations), each one lockstep validate knows.
+void check_rules(const json& schema, const json& v, const std::string& path, std::vector<std::string>& errors) {
+  const std::string where = path.empty() ? "<root>" : path;
   for (const auto& rule : schema.value("x-kubernetes-validations", json::array())) {
     std::string text = rule["rule"], message = rule.value("message", "failed rule: " + text);
     auto it = cel_rules().find(text);
@@ -293,6 +294,28 @@ void check(const json& schema, const json& v, const std::string& path, std::vect
       errors.push_back(field + ": Invalid value: \"object\": " + message);
     }
   }
+}
+
+void check(const json& schema, const json& v, const std::string& path, std::vector<std::string>& errors) {
+  const std::string where = path.empty() ? "<root>" : path;
+  if (schema.contains("type")) {
+    std::string want = schema["type"], got = type_of(v);
+    bool ok = want == got || (want == "number" && got == "integer");
+    if (!ok) {
+      errors.push_back(where + ": Invalid value: " + show(v) + ": " + where + " in body must be of type " + want + ": \"" + got + "\"");
+      return;
+    }
+  }
+  check_scalar(schema, v, where, errors);
+  if (v.is_array()) {
+    if (schema.contains("minItems") && v.size() < schema["minItems"].get<size_t>())
+      errors.push_back(where + ": Invalid value: " + std::to_string(v.size()) + ": " + where + " in body should have at least " + schema["minItems"].dump() + " items");
+    if (schema.contains("items"))
+      for (size_t i = 0; i < v.size(); ++i) check(schema["items"], v[i], path + "[" + std::to_string(i) + "]", errors);
+  }
+  if (v.is_object() && path == "metadata") return;  // ObjectMeta: the API server's own rules
+  if (v.is_object()) check_fields(schema, v, path, errors);
+  check_rules(schema, v, path, errors);
 }
 
 const json& crd_schema() {

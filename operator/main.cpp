@@ -5,8 +5,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <iostream>
+#include <map>
+#include <memory>
 #include <regex>
 #include <thread>
 
@@ -162,45 +165,18 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // Fewer malloc arenas: with one per busy thread, freed JSON lingers in each (bench/operator).
-  mallopt(M_ARENA_MAX, 2);
-  mallopt(M_MMAP_THRESHOLD, 64 * 1024);   // big response bodies go straight back to the OS
-  mallopt(M_TRIM_THRESHOLD, 256 * 1024);
-  Options opt;
-  try {
-    opt = parse(argc, argv);
-  } catch (const lockstep::flags::FlagError& e) {
-    std::cerr << "lockstep-operator: " << e.what() << "\n";
-    return 2;
-  }
-  // Stop signals are taken on this thread with sigwait, so shutdown runs as normal code.
+// Stop signals are taken on the main thread with sigwait, so shutdown runs as normal code.
+sigset_t block_stop_signals() {
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  return stop_signals;
+}
 
-  lockstep::kube::RestConfig config;
-  try {
-    config = lockstep::kube::RestConfig::load(opt.kubeconfig, opt.context);
-  } catch (const lockstep::kube::ConfigError& e) {
-    std::cerr << "lockstep-operator: " << e.what() << "\n";
-    return 2;
-  }
-  config.qps = opt.qps;
-  config.burst = opt.burst;
-  if (opt.lease_namespace.empty()) opt.lease_namespace = config.default_namespace;
-  LOCKSTEP_LOG(Info, "operator", "lockstep-operator " << LOCKSTEP_VERSION << " against " << config.server
-                                                      << (opt.watch_namespace.empty() ? " (all namespaces)" : " (namespace " + opt.watch_namespace + ")"));
-
-  lockstep::op::Metrics metrics;
-  lockstep::kube::Client client(config);
-  client.set_observer([&metrics](const std::string& verb, int code) { metrics.observe_request(verb, code); });
-
+lockstep::controller::Config controller_config(const Options& opt) {
   lockstep::controller::Config cc;
   cc.workers = opt.workers;
   cc.create_parallelism = opt.create_parallelism;
@@ -225,50 +201,52 @@ int main(int argc, char** argv) {
                                      << (opt.operator_namespace.empty() ? "no operator namespace (--operator-namespace, $POD_NAMESPACE unset: status.progress cannot be read where the policy is enforced)"
                                                                         : "namespace " + opt.operator_namespace + " (the operator's)")
                                      << (opt.monitoring_namespace.empty() ? "" : " and namespace " + opt.monitoring_namespace + " (monitoring)"));
-  lockstep::controller::Controller controller(client, cc, metrics);
+  return cc;
+}
 
+// /healthz, /readyz and /metrics, or none with --http-port 0. Throws where it cannot listen.
+std::unique_ptr<lockstep::op::HttpServer> serve_http(const Options& opt, lockstep::controller::Controller& controller,
+                                                     lockstep::op::Metrics& metrics, const std::atomic<bool>& stopping,
+                                                     const std::atomic<bool>& leading) {
+  if (opt.http_port == 0) return nullptr;
+  using lockstep::op::HttpAnswer;
+  std::map<std::string, lockstep::op::HttpHandler> routes{
+      {"/metrics", [&] {
+         controller.refresh_metrics();
+         return HttpAnswer{200, metrics.render(), "text/plain; version=0.0.4"};
+       }},
+      {"/healthz", [] { return HttpAnswer{200, "ok"}; }},
+      {"/readyz", [&] {
+         // Ready when the caches are synced, or while waiting as a standby replica.
+         bool ready = !stopping && (controller.synced() || !leading);
+         return HttpAnswer{ready ? 200 : 503, ready ? "ok" : "not ready"};
+       }},
+  };
+  auto server = std::make_unique<lockstep::op::HttpServer>(opt.http_address, opt.http_port, std::move(routes));
+  LOCKSTEP_LOG(Info, "operator", "serving /healthz, /readyz and /metrics on " << server->url());
+  return server;
+}
+
+// What the operator runs and shares between its main thread (signals, shutdown) and the thread
+// that leads (elects, syncs the caches, starts the workers, watches the Lease).
+struct Running {
+  const Options& opt;
+  lockstep::op::Metrics& metrics;
+  lockstep::controller::Controller& controller;
+  lockstep::kube::LeaderElector& elector;
   std::atomic<bool> stopping{false}, leading{false};
   std::atomic<int> exit_code{0};
 
-  std::unique_ptr<lockstep::op::HttpServer> server;
-  if (opt.http_port > 0) {
-    using lockstep::op::HttpAnswer;
-    std::map<std::string, lockstep::op::HttpHandler> routes{
-        {"/metrics", [&] {
-           controller.refresh_metrics();
-           return HttpAnswer{200, metrics.render(), "text/plain; version=0.0.4"};
-         }},
-        {"/healthz", [] { return HttpAnswer{200, "ok"}; }},
-        {"/readyz", [&] {
-           // Ready when the caches are synced, or while waiting as a standby replica.
-           bool ready = !stopping && (controller.synced() || !leading);
-           return HttpAnswer{ready ? 200 : 503, ready ? "ok" : "not ready"};
-         }},
-    };
-    try {
-      server = std::make_unique<lockstep::op::HttpServer>(opt.http_address, opt.http_port, std::move(routes));
-      LOCKSTEP_LOG(Info, "operator", "serving /healthz, /readyz and /metrics on " << server->url());
-    } catch (const std::exception& e) {
-      std::cerr << "lockstep-operator: " << e.what() << "\n";
-      return 2;
-    }
-  }
-
-  // Note [Fenced writes]: the Lease has a client of its own, each request bounded by the renew
-  // deadline; the controller's client writes only while leading() holds.
-  lockstep::kube::RestConfig lease_config = config;
-  lease_config.request_timeout = opt.renew_deadline;
-  lockstep::kube::Client lease_client(lease_config);
-  lease_client.set_observer([&metrics](const std::string& verb, int code) { metrics.observe_request(verb, code); });
-  lockstep::kube::LeaderElector elector(lease_client, {opt.lease_namespace, opt.lease_name, opt.identity,
-                                                       opt.lease_duration, opt.renew_deadline, opt.retry_period});
-  if (opt.leader_elect) client.set_write_gate([&elector] { return elector.leading(); });
-  auto lost = [&] {  // another replica may already lead: stop at once
+  // Fatal: a stop signal to ourselves, so main shuts down as for any other.
+  void fail() {
     exit_code = 1;
-    metrics.leader.Set(0);
     ::kill(::getpid(), SIGTERM);
-  };
-  std::thread runner([&] {
+  }
+  void lost() {  // another replica may already lead: stop at once
+    metrics.leader.Set(0);
+    fail();
+  }
+  void lead() {
     if (opt.leader_elect && !elector.acquire(stopping)) return;  // renewals run from here on
     leading = true;
     metrics.leader.Set(1);
@@ -277,25 +255,75 @@ int main(int argc, char** argv) {
       if (stopping) return;
       if (opt.leader_elect && !elector.leading()) return lost();
       LOCKSTEP_LOG(Error, "operator", "caches did not sync within 120 s");
-      exit_code = 1;
-      ::kill(::getpid(), SIGTERM);
-      return;
+      return fail();
     }
     LOCKSTEP_LOG(Info, "operator", "caches synced; starting " << opt.workers << " workers");
     controller.start_workers();
     if (opt.leader_elect && !elector.wait_while_leading(stopping)) lost();
-  });
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Fewer malloc arenas: with one per busy thread, freed JSON lingers in each (bench/operator).
+  mallopt(M_ARENA_MAX, 2);
+  mallopt(M_MMAP_THRESHOLD, 64 * 1024);   // big response bodies go straight back to the OS
+  mallopt(M_TRIM_THRESHOLD, 256 * 1024);
+  Options opt;
+  lockstep::kube::RestConfig config;
+  try {
+    opt = parse(argc, argv);
+    config = lockstep::kube::RestConfig::load(opt.kubeconfig, opt.context);
+  } catch (const lockstep::flags::FlagError& e) {
+    std::cerr << "lockstep-operator: " << e.what() << "\n";
+    return 2;
+  } catch (const lockstep::kube::ConfigError& e) {
+    std::cerr << "lockstep-operator: " << e.what() << "\n";
+    return 2;
+  }
+  sigset_t stop_signals = block_stop_signals();
+  config.qps = opt.qps;
+  config.burst = opt.burst;
+  if (opt.lease_namespace.empty()) opt.lease_namespace = config.default_namespace;
+  LOCKSTEP_LOG(Info, "operator", "lockstep-operator " << LOCKSTEP_VERSION << " against " << config.server
+                                                      << (opt.watch_namespace.empty() ? " (all namespaces)" : " (namespace " + opt.watch_namespace + ")"));
+
+  lockstep::op::Metrics metrics;
+  auto observe = [&metrics](const std::string& verb, int code) { metrics.observe_request(verb, code); };
+  lockstep::kube::Client client(config);
+  client.set_observer(observe);
+  lockstep::controller::Controller controller(client, controller_config(opt), metrics);
+
+  // Note [Fenced writes]: the Lease has a client of its own, each request bounded by the renew
+  // deadline; the controller's client writes only while leading() holds.
+  lockstep::kube::RestConfig lease_config = config;
+  lease_config.request_timeout = opt.renew_deadline;
+  lockstep::kube::Client lease_client(lease_config);
+  lease_client.set_observer(observe);
+  lockstep::kube::LeaderElector elector(lease_client, {opt.lease_namespace, opt.lease_name, opt.identity,
+                                                       opt.lease_duration, opt.renew_deadline, opt.retry_period});
+  Running run{opt, metrics, controller, elector};
+  std::unique_ptr<lockstep::op::HttpServer> server;
+  try {
+    server = serve_http(opt, controller, metrics, run.stopping, run.leading);
+  } catch (const std::exception& e) {
+    std::cerr << "lockstep-operator: " << e.what() << "\n";
+    return 2;
+  }
+  if (opt.leader_elect) client.set_write_gate([&elector] { return elector.leading(); });
+  std::thread runner([&run] { run.lead(); });
 
   int sig = 0;
   sigwait(&stop_signals, &sig);
-  LOCKSTEP_LOG(Info, "operator", (exit_code ? "stopping after a fatal error" : std::string("received ") + strsignal(sig) + ", shutting down"));
-  stopping = true;
+  LOCKSTEP_LOG(Info, "operator", (run.exit_code ? "stopping after a fatal error" : std::string("received ") + strsignal(sig) + ", shutting down"));
+  run.stopping = true;
   controller.stop();  // in-flight reconciles finish; no new ones start
   runner.join();
   elector.stop_renewing();
-  if (opt.leader_elect && leading && exit_code == 0) elector.release();
+  if (opt.leader_elect && run.leading && run.exit_code == 0) elector.release();
   server.reset();
   LOCKSTEP_LOG(Info, "operator", "stopped");
   std::fflush(nullptr);
-  ::_exit(exit_code);  // watch streams may still be open; nothing else is left to flush
+  ::_exit(run.exit_code);  // watch streams may still be open; nothing else is left to flush
 }

@@ -468,6 +468,12 @@ void Interrupt::detach() {
 Transport::Transport(const std::string& server, const TlsConfig& tls, std::chrono::milliseconds timeout,
                      std::string user_agent)
     : timeout_(timeout), user_agent_(std::move(user_agent)) {
+  parse_server(server);
+  if (tls_) make_tls_context(tls);
+}
+
+// scheme://host[:port][/prefix] into tls_, host_, port_, host_header_ and prefix_.
+void Transport::parse_server(const std::string& server) {
   auto bad = [&server](const std::string& why) {
     return std::invalid_argument("server '" + server + "': " + why + "; expected https://HOST[:PORT][/PATH]");
   };
@@ -512,8 +518,37 @@ Transport::Transport(const std::string& server, const TlsConfig& tls, std::chron
   if (host_.empty()) throw bad("no host");
   unsigned char addr[sizeof(in6_addr)];
   host_is_ip_ = inet_pton(AF_INET, host_.c_str(), addr) == 1 || inet_pton(AF_INET6, host_.c_str(), addr) == 1;
-  if (!tls_) return;
+}
 
+namespace {
+
+// The client certificate (with any chain after it) and key of `tls` into ctx; "" or what is wrong.
+std::string use_client_certificate(SSL_CTX* ctx, const TlsConfig& tls) {
+  BIO* mem = BIO_new_mem_buf(tls.cert_pem.data(), static_cast<int>(tls.cert_pem.size()));
+  X509* leaf = PEM_read_bio_X509(mem, nullptr, nullptr, nullptr);
+  if (!leaf) {
+    BIO_free(mem);
+    return "client-certificate is not a PEM certificate";
+  }
+  int used = SSL_CTX_use_certificate(ctx, leaf);
+  X509_free(leaf);
+  while (X509* extra = PEM_read_bio_X509(mem, nullptr, nullptr, nullptr)) SSL_CTX_add0_chain_cert(ctx, extra);
+  BIO_free(mem);
+  ERR_clear_error();
+  if (used != 1) return "client-certificate cannot be used";
+  mem = BIO_new_mem_buf(tls.key_pem.data(), static_cast<int>(tls.key_pem.size()));
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(mem, nullptr, nullptr, nullptr);
+  BIO_free(mem);
+  if (!key) return "client-key is not a PEM private key";
+  used = SSL_CTX_use_PrivateKey(ctx, key);
+  EVP_PKEY_free(key);
+  if (used != 1 || SSL_CTX_check_private_key(ctx) != 1) return "client-key does not match client-certificate";
+  return "";
+}
+
+}  // namespace
+
+void Transport::make_tls_context(const TlsConfig& tls) {
   ctx_ = SSL_CTX_new(TLS_client_method());
   if (!ctx_) throw std::runtime_error("cannot create a TLS context: " + openssl_errors());
   auto fail = [this](const std::string& what) {
@@ -542,27 +577,8 @@ Transport::Transport(const std::string& server, const TlsConfig& tls, std::chron
       throw fail("cannot load the system's CA certificates");
     }
   }
-  if (!tls.cert_pem.empty()) {
-    BIO* mem = BIO_new_mem_buf(tls.cert_pem.data(), static_cast<int>(tls.cert_pem.size()));
-    X509* leaf = PEM_read_bio_X509(mem, nullptr, nullptr, nullptr);
-    if (!leaf) {
-      BIO_free(mem);
-      throw fail("client-certificate is not a PEM certificate");
-    }
-    int used = SSL_CTX_use_certificate(ctx_, leaf);
-    X509_free(leaf);
-    while (X509* extra = PEM_read_bio_X509(mem, nullptr, nullptr, nullptr)) SSL_CTX_add0_chain_cert(ctx_, extra);
-    BIO_free(mem);
-    ERR_clear_error();
-    if (used != 1) throw fail("client-certificate cannot be used");
-    mem = BIO_new_mem_buf(tls.key_pem.data(), static_cast<int>(tls.key_pem.size()));
-    EVP_PKEY* key = PEM_read_bio_PrivateKey(mem, nullptr, nullptr, nullptr);
-    BIO_free(mem);
-    if (!key) throw fail("client-key is not a PEM private key");
-    used = SSL_CTX_use_PrivateKey(ctx_, key);
-    EVP_PKEY_free(key);
-    if (used != 1 || SSL_CTX_check_private_key(ctx_) != 1) throw fail("client-key does not match client-certificate");
-  }
+  if (!tls.cert_pem.empty())
+    if (std::string problem = use_client_certificate(ctx_, tls); !problem.empty()) throw fail(problem);
 }
 
 Transport::~Transport() {

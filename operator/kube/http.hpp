@@ -103,6 +103,8 @@ class Transport {
  private:
   // A new connection; with `interrupt`, its socket is attached to it from the start (and
   // detached again on failure), so an interrupt ends a connect or handshake too.
+  void parse_server(const std::string& server);
+  void make_tls_context(const TlsConfig& tls);
   std::unique_ptr<Connection> dial(std::chrono::milliseconds timeout, std::string& error, Interrupt* interrupt = nullptr);
   std::unique_ptr<Connection> acquire(bool& reused, std::string& error);
   void release(std::unique_ptr<Connection> c);

@@ -153,15 +153,10 @@ static void prefer_other_nodes(json& spec, const std::vector<std::string>& nodes
                                                                              {"values", nodes}}})}}}});
 }
 
-// Built from one copy of the template, its parts moved rather than copied into the pod: a
-// gang's pods are built together, and copies of the template were most of the cost
-// (bench/operator).
-json pod_manifest(const JobView& job, int index, int attempt, const AgentInjection& agent,
-                  const std::string& barrier_secret, const std::vector<std::string>& avoid_nodes) {
-  json tmpl = job.tmpl.parsed();
-  json md = take(tmpl, "metadata", json::value_t::object);
-  json spec = take(tmpl, "spec", json::value_t::object);
+namespace {
 
+// The pod's metadata: the template's labels and annotations, with the job's labels over them.
+json pod_metadata(const JobView& job, int index, int attempt, json md) {
   json labels = take(md, "labels", json::value_t::object);
   labels[c::kLabelJobName] = job.name;
   labels[c::kLabelNodeRank] = std::to_string(index);
@@ -174,39 +169,22 @@ json pod_manifest(const JobView& job, int index, int attempt, const AgentInjecti
   meta["labels"] = std::move(labels);
   meta["ownerReferences"] = json::array({owner_reference(job)});
   if (md.contains("annotations")) meta["annotations"] = std::move(md["annotations"]);
+  return meta;
+}
 
-  spec["hostname"] = pod_name(job, index);
-  spec["subdomain"] = job.name;
-  spec["restartPolicy"] = "Never";
-  // Neither the agent nor the trainer talks to the API server: no token unless the template
-  // asks for one (docs/trainingjob.md, "Pod security").
-  if (!spec.contains("automountServiceAccountToken")) spec["automountServiceAccountToken"] = false;
-  if (!job.scheduler_name.empty()) spec["schedulerName"] = job.scheduler_name;
-  if (!job.priority_class_name.empty()) spec["priorityClassName"] = job.priority_class_name;
-  if (job.one_pod_per_node) keep_off_each_others_nodes(spec, job);
-  if (!avoid_nodes.empty()) prefer_other_nodes(spec, avoid_nodes);
-
+// The trainer container of the spec: the one named so, else the first (a default one if none).
+json& trainer_container(json& spec) {
   json& containers = spec["containers"];
   if (!containers.is_array() || containers.empty())
     containers = json::array({{{"name", c::kTrainerContainer}, {"image", "lockstep/trainer:latest"}}});
-  size_t trainer = 0;
-  for (size_t i = 0; i < containers.size(); ++i)
-    if (containers[i].value("name", "") == c::kTrainerContainer) { trainer = i; break; }
-  json& ctr = containers[trainer];
+  for (auto& ctr : containers)
+    if (ctr.value("name", "") == c::kTrainerContainer) return ctr;
+  return containers[0];
+}
 
-  // The agent launches the trainer command nproc times: lockstep-agent -- COMMAND ARGS...,
-  // from the injected bundle unless injection is off (Note [Agent injection]).
-  json cmd = json::array({agent.image.empty() ? std::string("lockstep-agent")
-                                              : std::string(c::kAgentMountPath) + "/lockstep-agent",
-                          "--"});
-  for (const auto& a : job.command) cmd.push_back(a);
-  for (const auto& a : job.args) cmd.push_back(a);
-  ctr["command"] = cmd;
-  ctr.erase("args");
-  // A failed container's last log lines become its termination message, which the operator
-  // quotes in the job's condition (describe_failure), unless the template chose otherwise.
-  if (!ctr.contains("terminationMessagePolicy")) ctr["terminationMessagePolicy"] = "FallbackToLogsOnError";
-
+// The trainer container's environment: the template's, with the job's contract over it
+// (docs/trainingjob.md, common/include/lockstep/contract.hpp), torchrun's PET_ names too.
+void set_trainer_env(json& ctr, const JobView& job, int index, int attempt, const std::string& barrier_secret) {
   json env = take(ctr, "env", json::value_t::array);
   const std::string n = std::to_string(job.nodes), rank = std::to_string(index),
                     nproc = std::to_string(job.procs_per_node), addr = master_addr(job),
@@ -245,7 +223,24 @@ json pod_manifest(const JobView& job, int index, int attempt, const AgentInjecti
   set_env(env, c::kPetMasterAddr, addr);
   set_env(env, c::kPetMasterPort, port);
   ctr["env"] = std::move(env);
+}
 
+// The trainer container: the agent launches the trainer command nproc times
+// (lockstep-agent -- COMMAND ARGS..., from the injected bundle unless injection is off: Note
+// [Agent injection]), with the contract's environment and the ports every pod may serve.
+void make_trainer(json& spec, json& ctr, const JobView& job, int index, int attempt, const AgentInjection& agent,
+                  const std::string& barrier_secret) {
+  json cmd = json::array({agent.image.empty() ? std::string("lockstep-agent")
+                                              : std::string(c::kAgentMountPath) + "/lockstep-agent",
+                          "--"});
+  for (const auto& a : job.command) cmd.push_back(a);
+  for (const auto& a : job.args) cmd.push_back(a);
+  ctr["command"] = cmd;
+  ctr.erase("args");
+  // A failed container's last log lines become its termination message, which the operator
+  // quotes in the job's condition (describe_failure), unless the template chose otherwise.
+  if (!ctr.contains("terminationMessagePolicy")) ctr["terminationMessagePolicy"] = "FallbackToLogsOnError";
+  set_trainer_env(ctr, job, index, attempt, barrier_secret);
   // The ports every pod may serve (Note [Job ports]), unless the template lists them already.
   json ports = take(ctr, "ports", json::value_t::array);
   add_port(ports, "metrics", job.metrics_port);
@@ -253,6 +248,30 @@ json pod_manifest(const JobView& job, int index, int attempt, const AgentInjecti
   add_port(ports, "barrier", barrier_port(job));
   ctr["ports"] = std::move(ports);
   if (!agent.image.empty()) inject_agent(spec, ctr, agent);
+}
+
+}  // namespace
+
+// Built from one copy of the template, its parts moved rather than copied into the pod: a
+// gang's pods are built together, and copies of the template were most of the cost
+// (bench/operator).
+json pod_manifest(const JobView& job, int index, int attempt, const AgentInjection& agent,
+                  const std::string& barrier_secret, const std::vector<std::string>& avoid_nodes) {
+  json tmpl = job.tmpl.parsed();
+  json spec = take(tmpl, "spec", json::value_t::object);
+  json meta = pod_metadata(job, index, attempt, take(tmpl, "metadata", json::value_t::object));
+
+  spec["hostname"] = pod_name(job, index);
+  spec["subdomain"] = job.name;
+  spec["restartPolicy"] = "Never";
+  // Neither the agent nor the trainer talks to the API server: no token unless the template
+  // asks for one (docs/trainingjob.md, "Pod security").
+  if (!spec.contains("automountServiceAccountToken")) spec["automountServiceAccountToken"] = false;
+  if (!job.scheduler_name.empty()) spec["schedulerName"] = job.scheduler_name;
+  if (!job.priority_class_name.empty()) spec["priorityClassName"] = job.priority_class_name;
+  if (job.one_pod_per_node) keep_off_each_others_nodes(spec, job);
+  if (!avoid_nodes.empty()) prefer_other_nodes(spec, avoid_nodes);
+  make_trainer(spec, trainer_container(spec), job, index, attempt, agent, barrier_secret);
 
   json pod = json::object();
   pod["apiVersion"] = "v1";
