@@ -9,7 +9,7 @@ dir="$ROOT/.deps"
 mkdir -p "$dir"
 packages=(prometheus-cpp-dev libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprometheus-cpp-push1.0
           civetweb libcivetweb1 libcivetweb-dev libgtest-dev libgmock-dev nlohmann-json3-dev libgloo-dev
-          libxxhash-dev zlib1g-dev libssl-dev)
+          libxxhash-dev zlib1g-dev libssl-dev libsimdjson-dev libsimdjson14)
 (cd "$dir" && apt-get download "${packages[@]}")
 [[ -x $PROMETHEUS_BIN/prometheus ]] || die "no Prometheus in $PROMETHEUS_BIN: run scripts/setup.sh first"
 xz -T2 -6 -c "$PROMETHEUS_BIN/prometheus" > "$dir/prometheus.xz"

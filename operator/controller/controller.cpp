@@ -24,38 +24,15 @@ using reconcile::ChildRef;
 using reconcile::JobRecord;
 using reconcile::PodRecord;
 
-// What the informers never parse (Note [Pruned parsing]): managedFields everywhere; the spec
-// (but a pod's node and tolerations) and annotations of children and the status of Services
-// and PodGroups (the controller reads none of them); a TrainingJob's last-applied annotation
-// (a second copy of its spec); all of a node but its name, Ready condition and taints.
+// What the informers never parse (Note [Pruned parsing]): managedFields everywhere; the spec,
+// annotations and status of Services, NetworkPolicies and PodGroups (the controller reads none
+// of them); a TrainingJob's last-applied annotation (a second copy of its spec); all of a node
+// but its name, Ready condition and taints. Pods are read from their text (Note [Pod text]).
 }  // namespace
 
-kube::Prune child_prune(bool pods) {
-  kube::Prune p{{{"metadata", "managedFields"}, {"metadata", "annotations"}}};
-  if (!pods) {
-    p.drop.push_back({"spec"});  // of a Service or PodGroup only its metadata is read
-    p.drop.push_back({"status"});
-    return p;
-  }
-  // Of a pod's spec, only the node it is bound to and its tolerations (Note [Lost nodes] in
-  // reconcile/node.hpp).
-  p.drop.push_back({"spec", "*"});
-  p.keep = {{"spec", "nodeName"}, {"spec", "tolerations"}};
-  // Of a pod's status, PodView::from_json reads the phase, reason, podIP, the conditions'
-  // type, status, reason and message, and the containers' names and waiting or terminated
-  // states; the rest, rewritten by the kubelet as the pod runs, is left unbuilt.
-  for (const char* f : {"hostIP", "hostIPs", "podIPs", "startTime", "qosClass", "ephemeralContainerStatuses",
-                        "resourceClaimStatuses"})
-    p.drop.push_back({"status", f});
-  for (const char* f : {"lastProbeTime", "lastTransitionTime", "observedGeneration"})
-    p.drop.push_back({"status", "conditions", "*", f});
-  for (const char* list : {"containerStatuses", "initContainerStatuses"}) {
-    for (const char* f : {"image", "imageID", "containerID", "lastState", "ready", "restartCount", "started",
-                          "volumeMounts", "resources", "allocatedResources", "user"})
-      p.drop.push_back({"status", list, "*", f});
-    p.drop.push_back({"status", list, "*", "state", "running"});
-  }
-  return p;
+kube::Prune child_prune() {
+  // Of a Service, NetworkPolicy or PodGroup only its metadata is read (ChildRef::from_json).
+  return kube::Prune{{{"metadata", "managedFields"}, {"metadata", "annotations"}, {"spec"}, {"status"}}};
 }
 
 namespace {
@@ -74,7 +51,7 @@ const kube::Prune kStatusWritePrune{{{"metadata", "managedFields"}, {"spec"}, {"
 
 // What the Service and PodGroup informers cache: each child's ref, indexed by its job.
 kube::Informer<ChildRef>::Typed child_typed() {
-  return {[](json& obj) { return ChildRef::from_json(obj); }, [](const ChildRef& c) { return c.owner_key(); }, {}};
+  return {[](json& obj) { return ChildRef::from_json(obj); }, [](const ChildRef& c) { return c.owner_key(); }, {}, {}};
 }
 
 std::pair<std::string, std::string> split_key(const std::string& key) {
@@ -106,7 +83,7 @@ kube::InformerBase::Options Controller::child_options(bool pods) const {
   kube::InformerBase::Options o;
   o.ns = config_.watch_namespace;
   o.label_selector = contract::kLabelJobName;
-  o.prune = child_prune(pods);
+  if (!pods) o.prune = child_prune();
   return o;
 }
 
@@ -141,7 +118,7 @@ void Controller::start_informers() {
   // 50 KB templates is 2.5 MB of text, where 500 (the default page) peaked at 140 MB of heap.
   job_opts.page_size = 50;
   jobs_ = std::make_unique<JobInformer>(
-      client_, res::kTrainingJobs, job_opts, JobInformer::Typed{[](json& obj) { return JobRecord::from_json(obj); }, {}, {}},
+      client_, res::kTrainingJobs, job_opts, JobInformer::Typed{[](json& obj) { return JobRecord::from_json(obj); }, {}, {}, {}},
       [this](const JobInformer::Ptr& old, const JobInformer::Ptr& now) {
         const auto& view = (now ? now : old)->view;
         std::string key = view.ns + "/" + view.name;
@@ -150,8 +127,13 @@ void Controller::start_informers() {
       });
   pods_ = std::make_unique<PodInformer>(
       client_, res::kPods, child_options(true),
-      PodInformer::Typed{[](json& obj) { return PodRecord::from_json(obj); },
-                         [](const PodRecord& p) { return p.ref.owner_key(); }, pod_event_from_text},
+      PodInformer::Typed{[](json& obj) {  // unused: pods are read from their text
+                           PodRecord r;
+                           kube::EventHead head;
+                           pod_from_text(obj.dump(), head, r);
+                           return r;
+                         },
+                         [](const PodRecord& p) { return p.ref.owner_key(); }, pod_event_from_text, pod_from_text},
       [this](const PodInformer::Ptr& old, const PodInformer::Ptr& now) {
         if (old && now && *old == *now) return;  // Note [Unchanged children]
         node_index_.update(old.get(), now.get());
@@ -191,7 +173,7 @@ void Controller::start_node_watch() {
   kube::InformerBase::Options o;
   o.prune = kNodePrune;
   nodes_ = std::make_unique<NodeInformer>(
-      client_, res::kNodes, o, NodeInformer::Typed{[](json& obj) { return reconcile::NodeView::from_json(obj); }, {}, {}},
+      client_, res::kNodes, o, NodeInformer::Typed{[](json& obj) { return reconcile::NodeView::from_json(obj); }, {}, {}, {}},
       [this](const NodeInformer::Ptr& old, const NodeInformer::Ptr& now) {
         if (old && now && *old == *now) return;  // a heartbeat, an image pulled: nothing decide() reads
         for (const auto& key : node_index_.jobs_on((now ? now : old)->name)) queue_.add(key);
@@ -643,13 +625,8 @@ void Controller::record_event(const JobView& job, const std::string& type, const
 // due; a reading, one HTTP GET and the parse of its page (0.2 ms of CPU for an agent of 8
 // ranks, docs/operator.md).
 void Controller::poll_progress() {
-  using std::chrono::steady_clock;
   const auto tick = std::min<std::chrono::milliseconds>(config_.progress_period, std::chrono::seconds(1));
-  struct Due {
-    std::string key, pod_uid;
-    int attempt, world;
-  };
-  std::vector<Due> due;
+  std::vector<DueReading> due;
   std::vector<AgentTarget> targets;
   unsigned long scan = 0;
   std::unique_lock<std::mutex> lock(progress_mu_);
@@ -659,82 +636,92 @@ void Controller::poll_progress() {
     lock.unlock();
     due.clear();
     targets.clear();
-    ++scan;
-    auto jobs = jobs_->list();
-    auto now = steady_clock::now();
-    lock.lock();
-    for (const auto& obj : jobs) {
-      const JobView& job = obj->view;
-      if (job.status.phase != "Running") continue;
-      std::string key = job.ns + "/" + job.name;
-      auto it = progress_.find(key);
-      if (it != progress_.end()) {
-        it->second.seen = scan;
-        if (now < it->second.due) continue;
-      }
-      auto pod = pods_->get(job.ns, reconcile::pod_name(job, 0));
-      // Only the job's own rank 0 of its current attempt speaks for it.
-      bool readable = pod && pod->ref.controller_uid == job.uid && !pod->view.ip.empty() &&
-                      pod->view.phase == "Running" && pod->view.attempt == job.status.restarts;
-      if (!readable) {
-        // Looked at again on the job's schedule, so a pod that never gets an IP (KWOK's) costs a
-        // pod lookup per period, not one per scan.
-        if (it == progress_.end())
-          it = progress_.emplace(key, JobProgress("", reconcile::ReadingSchedule(reconcile::kFirstReading,
-                                                                                 config_.progress_period),
-                                                  now)).first;
-        else
-          it->second.due = now + it->second.schedule.after(reconcile::ReadingSchedule::Found::Nothing);
-        it->second.seen = scan;
-        continue;
-      }
-      const PodView& view = pod->view;
-      if (it == progress_.end() || it->second.attempt_pod != view.uid) {
-        // Newly running, or a new attempt's pod: afresh, its first reading soon.
-        it = progress_.insert_or_assign(key, JobProgress(view.uid, reconcile::ReadingSchedule(reconcile::kFirstReading,
-                                                                                              config_.progress_period),
-                                                         now)).first;
-        it->second.seen = scan;
-        continue;
-      }
-      due.push_back({key, view.uid, view.attempt, job.nodes * job.procs_per_node});
-      targets.push_back({view.ip, job.metrics_port});
-    }
-    for (auto it = progress_.begin(); it != progress_.end();)  // jobs no longer running
-      it = it->second.seen == scan ? std::next(it) : progress_.erase(it);
-    lock.unlock();
-
+    find_due_readings(++scan, due, targets);
     auto answers = read_agents(targets, AgentLimits{}, &stopping_);
-    now = steady_clock::now();
-    const auto at = reconcile::Clock::now();
+    take_readings(due, answers);
     lock.lock();
-    for (size_t i = 0; i < due.size(); ++i) {
-      const Due& d = due[i];
-      const auto& body = answers[i].body;
-      if (!body) LOCKSTEP_LOG(Debug, "progress", d.key << ": no reading of rank 0's agent: " << answers[i].error);
-      auto sample = body ? reconcile::parse_progress(*body, 0, at) : std::nullopt;
-      auto in_place = body ? reconcile::parse_in_place(*body, d.attempt) : std::nullopt;
-      auto it = progress_.find(d.key);
-      if (it == progress_.end() || it->second.attempt_pod != d.pod_uid) continue;  // gone meanwhile
-      JobProgress& jp = it->second;
-      bool changed = false;
-      auto found = reconcile::ReadingSchedule::Found::Nothing;
-      if (sample) {
-        if (jp.last && sample->step < jp.last->step) jp.last.reset();  // it went back to a checkpoint
-        bool rate = jp.last && sample->step > jp.last->step && sample->at > jp.last->at;
-        found = rate ? reconcile::ReadingSchedule::Found::Rate : reconcile::ReadingSchedule::Found::Step;
-        auto p = reconcile::progress_between(jp.last, *sample, d.world);
-        changed |= !(jp.progress == p);
-        jp.progress = p;
-        jp.last = sample;
-      }
-      if (in_place && !(jp.in_place == in_place)) {
-        jp.in_place = in_place;
-        changed = true;
-      }
-      jp.due = now + jp.schedule.after(found);
-      if (changed) queue_.add(d.key);
+  }
+}
+
+// Scan `scan`: the running jobs whose rank 0 is due a reading, and where to read it; and the
+// schedule of those that cannot be read yet, or whose attempt's pod is new.
+void Controller::find_due_readings(unsigned long scan, std::vector<DueReading>& due, std::vector<AgentTarget>& targets) {
+  auto jobs = jobs_->list();
+  auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(progress_mu_);
+  for (const auto& obj : jobs) {
+    const JobView& job = obj->view;
+    if (job.status.phase != "Running") continue;
+    std::string key = job.ns + "/" + job.name;
+    auto it = progress_.find(key);
+    if (it != progress_.end()) {
+      it->second.seen = scan;
+      if (now < it->second.due) continue;
     }
+    auto pod = pods_->get(job.ns, reconcile::pod_name(job, 0));
+    // Only the job's own rank 0 of its current attempt speaks for it.
+    bool readable = pod && pod->ref.controller_uid == job.uid && !pod->view.ip.empty() &&
+                    pod->view.phase == "Running" && pod->view.attempt == job.status.restarts;
+    if (!readable) {
+      // Looked at again on the job's schedule, so a pod that never gets an IP (KWOK's) costs a
+      // pod lookup per period, not one per scan.
+      if (it == progress_.end())
+        it = progress_.emplace(key, JobProgress("", reconcile::ReadingSchedule(reconcile::kFirstReading,
+                                                                               config_.progress_period),
+                                                now)).first;
+      else
+        it->second.due = now + it->second.schedule.after(reconcile::ReadingSchedule::Found::Nothing);
+      it->second.seen = scan;
+      continue;
+    }
+    const PodView& view = pod->view;
+    if (it == progress_.end() || it->second.attempt_pod != view.uid) {
+      // Newly running, or a new attempt's pod: afresh, its first reading soon.
+      it = progress_.insert_or_assign(key, JobProgress(view.uid, reconcile::ReadingSchedule(reconcile::kFirstReading,
+                                                                                            config_.progress_period),
+                                                       now)).first;
+      it->second.seen = scan;
+      continue;
+    }
+    due.push_back({key, view.uid, view.attempt, job.nodes * job.procs_per_node});
+    targets.push_back({view.ip, job.metrics_port});
+  }
+  for (auto it = progress_.begin(); it != progress_.end();)  // jobs no longer running
+    it = it->second.seen == scan ? std::next(it) : progress_.erase(it);
+}
+
+// The answers of the agents read, kept beside the reading before; a job is queued only when its
+// reading changed what the reconcile reads.
+void Controller::take_readings(const std::vector<DueReading>& due, const std::vector<AgentAnswer>& answers) {
+  const auto now = std::chrono::steady_clock::now();
+  const auto at = reconcile::Clock::now();
+  std::lock_guard<std::mutex> lock(progress_mu_);
+  for (size_t i = 0; i < due.size(); ++i) {
+    const DueReading& d = due[i];
+    const auto& body = answers[i].body;
+    if (!body) LOCKSTEP_LOG(Debug, "progress", d.key << ": no reading of rank 0's agent: " << answers[i].error);
+    auto sample = body ? reconcile::parse_progress(*body, 0, at) : std::nullopt;
+    auto in_place = body ? reconcile::parse_in_place(*body, d.attempt) : std::nullopt;
+    auto it = progress_.find(d.key);
+    if (it == progress_.end() || it->second.attempt_pod != d.pod_uid) continue;  // gone meanwhile
+    JobProgress& jp = it->second;
+    bool changed = false;
+    auto found = reconcile::ReadingSchedule::Found::Nothing;
+    if (sample) {
+      if (jp.last && sample->step < jp.last->step) jp.last.reset();  // it went back to a checkpoint
+      bool rate = jp.last && sample->step > jp.last->step && sample->at > jp.last->at;
+      found = rate ? reconcile::ReadingSchedule::Found::Rate : reconcile::ReadingSchedule::Found::Step;
+      auto p = reconcile::progress_between(jp.last, *sample, d.world);
+      changed |= !(jp.progress == p);
+      jp.progress = p;
+      jp.last = sample;
+    }
+    if (in_place && !(jp.in_place == in_place)) {
+      jp.in_place = in_place;
+      changed = true;
+    }
+    jp.due = now + jp.schedule.after(found);
+    if (changed) queue_.add(d.key);
   }
 }
 

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "controller/agent_reader.hpp"
 #include "controller/expectations.hpp"
 #include "controller/node_index.hpp"
 #include "controller/work_queue.hpp"
@@ -58,9 +59,9 @@ struct Config {
 // True when the reconcile must wait.
 bool hold_for_expectations(Expectations& expectations, WorkQueue& queue, const std::string& key);
 
-// What the pod (pods true) or Service and PodGroup informers leave unparsed: everything the
-// conversions to PodRecord and ChildRef (reconcile/job.hpp) do not read.
-kube::Prune child_prune(bool pods);
+// What the Service, NetworkPolicy and PodGroup informers leave unparsed: everything the
+// conversion to ChildRef (reconcile/job.hpp) does not read.
+kube::Prune child_prune();
 
 class Controller {
  public:
@@ -99,6 +100,12 @@ class Controller {
   kube::InformerBase::Options child_options(bool pods) const;
   void on_child(const reconcile::ChildRef* old, const reconcile::ChildRef* now);
   void poll_progress();  // the progress thread: Note [Progress]
+  struct DueReading {    // a running job whose rank 0 is due a reading
+    std::string key, pod_uid;
+    int attempt, world;
+  };
+  void find_due_readings(unsigned long scan, std::vector<DueReading>& due, std::vector<AgentTarget>& targets);
+  void take_readings(const std::vector<DueReading>& due, const std::vector<AgentAnswer>& answers);
   // The latest reading of the job's rank 0 agent, into in.progress and in.in_place.
   void read_agent(const std::string& key, reconcile::Observed& in);
   void start_node_watch();  // unless --node-watch=false or RBAC forbids it (Note [Lost nodes])

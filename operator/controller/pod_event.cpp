@@ -6,171 +6,261 @@
 #include <string>
 #include <vector>
 
+#include "kube/json_text.hpp"
 #include "lockstep/contract.hpp"
 
 namespace lockstep::controller {
 namespace {
 
-using kube::JsonValue;
+namespace od = simdjson::ondemand;
+using reconcile::RawPod;
 
-// A path part against a literal: lengths first, no strlen.
-bool is(const std::string& s, std::string_view lit) { return std::string_view(s) == lit; }
+// Note [Pod text], continued: each reader below takes the fields of one object in the order
+// the text has them, and asks for a value only where RawPod keeps it, with the type it keeps:
+// a value of another type, or a field nobody reads, is stepped over. Duplicate keys: the last
+// one wins for a single value, as json::parse keeps the last.
 
-// Fills a RawPod as RawPod::from_json reads a parsed pod, from the values of the event's text:
-// strings only where from_json takes strings, a field's presence where it asks for presence.
-class PodVisitor : public kube::JsonVisitor {
- public:
-  PodVisitor(kube::EventHead& head, reconcile::RawPod& raw) : head_(head), raw_(raw) {}
+// A string value into `out`; a value of another type leaves it as it was.
+void str(od::value& v, std::string& out) {
+  std::string_view s;
+  if (!v.get_string().get(s)) out.assign(s);
+}
 
-  void value(const std::vector<std::string>& path, size_t depth, const JsonValue& v) override {
-    bool str = v.kind == JsonValue::String;
-    if (depth == 1) {
-      if (is(path[0], "type") && str) head_.type.assign(v.text);
-      return;
-    }
-    if (depth < 3 || !is(path[0], "object")) return;
-    const std::string& part = path[1];
-    const std::string& field = path[2];
-    if (is(part, "metadata")) {
-      if (depth == 3) {
-        if (is(field, "deletionTimestamp")) raw_.deleting = true;  // whatever its value, as contains()
-        if (is(field, "deletionGracePeriodSeconds") && v.kind == JsonValue::Number)
-          raw_.deletion_grace = std::strtod(std::string(v.text).c_str(), nullptr);
-        if (!str) return;
-        if (is(field, "deletionTimestamp")) raw_.deletion_timestamp.assign(v.text);
-        if (is(field, "name")) raw_.name.assign(v.text);
-        else if (is(field, "namespace")) raw_.ns.assign(v.text);
-        else if (is(field, "uid")) raw_.uid.assign(v.text);
-        else if (is(field, "resourceVersion")) head_.resource_version.assign(v.text);
-      } else if (depth == 4 && is(field, "labels") && str) {
-        const std::string& label = path[3];
-        if (is(label, contract::kLabelJobName)) raw_.job_label.assign(v.text);
-        else if (is(label, contract::kLabelNodeRank)) raw_.rank_label.assign(v.text);
-        else if (is(label, contract::kLabelRestartAttempt)) raw_.attempt_label.assign(v.text);
-      } else if (depth == 4 && is(field, "finalizers") && is(path[3], "*") && str) {
-        raw_.finalizers.emplace_back(v.text);
-      } else if (is(field, "ownerReferences") && is(path[3], "*")) {
-        if (depth == 4) {
-          raw_.owners.emplace_back();  // an element, of whatever kind
-        } else if (depth == 5 && !raw_.owners.empty()) {
-          auto& o = raw_.owners.back();
-          const std::string& k = path[4];
-          if (is(k, "kind") && str) o.kind.assign(v.text);
-          else if (is(k, "uid") && str) o.uid.assign(v.text);
-          else if (is(k, "controller") && (v.kind == JsonValue::True || v.kind == JsonValue::False))
-            o.controller = v.kind == JsonValue::True;
-        }
-      }
-      return;
-    }
-    if (is(part, "spec")) {
-      if (depth == 3) {
-        if (is(field, "nodeName") && str) raw_.node_name.assign(v.text);
-        if (is(field, "tolerations")) tolerations_are_array_ = v.kind == JsonValue::Array;
-        return;
-      }
-      if (!is(field, "tolerations") || !tolerations_are_array_ || !is(path[3], "*")) return;
-      if (depth == 4) {
-        raw_.tolerations.emplace_back();  // an element, of whatever kind
-      } else if (depth == 5 && !raw_.tolerations.empty()) {
-        auto& t = raw_.tolerations.back();
-        const std::string& k = path[4];
-        if (is(k, "tolerationSeconds")) {
-          if (v.kind == JsonValue::Number) t.seconds = std::strtod(std::string(v.text).c_str(), nullptr);
-        } else if (!str) {
-          return;
-        } else if (is(k, "key")) {
-          t.key.assign(v.text);
-        } else if (is(k, "operator")) {
-          t.op.assign(v.text);
-        } else if (is(k, "value")) {
-          t.value.assign(v.text);
-        } else if (is(k, "effect")) {
-          t.effect.assign(v.text);
-        }
-      }
-      return;
-    }
-    if (!is(part, "status")) return;
-    if (depth == 3) {
-      if (!str) return;
-      if (is(field, "phase")) raw_.phase = std::string(v.text);
-      else if (is(field, "reason")) raw_.reason.assign(v.text);
-      else if (is(field, "podIP")) raw_.pod_ip.assign(v.text);
-      return;
-    }
-    if (!is(path[3], "*")) return;  // conditions and containerStatuses are read as arrays only
-    if (is(field, "conditions")) {
-      if (depth == 4) {
-        raw_.conditions.emplace_back();
-      } else if (depth == 5 && str && !raw_.conditions.empty()) {
-        auto& c = raw_.conditions.back();
-        const std::string& k = path[4];
-        if (is(k, "type")) c.type.assign(v.text);
-        else if (is(k, "status")) c.status.assign(v.text);
-        else if (is(k, "reason")) c.reason.assign(v.text);
-        else if (is(k, "message")) c.message = std::string(v.text);
-      }
-    } else if (is(field, "containerStatuses") || is(field, "initContainerStatuses")) {
-      if (depth == 4) {
-        raw_.containers.emplace_back();
-        raw_.containers.back().init = field[0] == 'i';
-        state_is_object_ = waiting_is_object_ = terminated_is_object_ = false;
-        return;
-      }
-      if (raw_.containers.empty()) return;
-      auto& c = raw_.containers.back();
-      if (depth == 5) {
-        if (is(path[4], "name") && str) c.name.assign(v.text);
-        if (is(path[4], "state")) state_is_object_ = v.kind == JsonValue::Object;
-        return;
-      }
-      if (!is(path[4], "state") || !state_is_object_) return;
-      const std::string& which = path[5];
-      if (depth == 6) {
-        if (is(which, "waiting")) waiting_is_object_ = v.kind == JsonValue::Object;
-        else if (is(which, "terminated")) terminated_is_object_ = v.kind == JsonValue::Object;
-        return;
-      }
-      if (depth != 7) return;
-      const std::string& k = path[6];
-      if (is(which, "waiting") && waiting_is_object_) {
-        c.waiting = true;  // an object with a field
-        if (is(k, "reason") && str) c.waiting_reason.assign(v.text);
-        else if (is(k, "message") && str) c.waiting_message.assign(v.text);
-      } else if (is(which, "terminated") && terminated_is_object_) {
-        c.terminated = true;
-        if (is(k, "exitCode") && v.kind == JsonValue::Number) c.exit_code = to_int(v.text);
-        else if (is(k, "reason") && str) c.terminated_reason.assign(v.text);
-        else if (is(k, "finishedAt") && str) c.finished_at.assign(v.text);
-        else if (is(k, "message") && str) c.terminated_message.assign(v.text);
-      }
-    }
+// A number's value as a double, when the value is a number.
+std::optional<double> num(od::value& v) {
+  double d;
+  if (v.get_double().get(d)) return std::nullopt;
+  return d;
+}
+
+// As nlohmann's get<int>() of a number: an integer cast, a fraction truncated; -1 when not a number.
+int int_of(od::value& v) {
+  od::number_type type;
+  if (v.get_number_type().get(type)) return -1;
+  if (type == od::number_type::signed_integer) {
+    std::int64_t i;
+    if (!v.get_int64().get(i)) return static_cast<int>(i);
   }
+  double d;
+  if (v.get_double().get(d)) return -1;
+  return std::isfinite(d) && std::fabs(d) < 2147483648.0 ? static_cast<int>(d) : -1;
+}
 
- private:
-  // As nlohmann's get<int>() of a number: an integer cast, a fraction truncated.
-  static int to_int(std::string_view text) {
-    long long i;
-    auto r = std::from_chars(text.data(), text.data() + text.size(), i);
-    if (r.ec == std::errc() && r.ptr == text.data() + text.size()) return static_cast<int>(i);
-    double d = std::strtod(std::string(text).c_str(), nullptr);
-    return std::isfinite(d) && std::fabs(d) < 2147483648.0 ? static_cast<int>(d) : -1;
+// Iterates an object's fields, calling f(key, value) for each; false when the text breaks off.
+// A value that is not an object has no fields (true).
+template <class F>
+bool fields(od::value& v, F&& f) {
+  od::object obj;
+  if (v.get_object().get(obj)) return true;
+  for (auto member : obj) {
+    od::field field;
+    if (std::move(member).get(field)) return false;
+    std::string_view key;
+    if (field.unescaped_key().get(key)) return false;
+    if (!f(key, field.value())) return false;
   }
+  return true;
+}
 
-  kube::EventHead& head_;
-  reconcile::RawPod& raw_;
-  bool state_is_object_ = false, waiting_is_object_ = false, terminated_is_object_ = false;
-  bool tolerations_are_array_ = false;  // spec.tolerations, as RawPod::from_json reads only an array
-};
+// Iterates an array's elements, calling f(element) for each; true for a value that is no array.
+template <class F>
+bool elements(od::value& v, F&& f) {
+  od::array arr;
+  if (v.get_array().get(arr)) return true;
+  for (auto item : arr) {
+    od::value element;
+    if (std::move(item).get(element)) return false;
+    if (!f(element)) return false;
+  }
+  return true;
+}
+
+bool read_metadata(od::value& md, RawPod& r, std::string* resource_version) {
+  return fields(md, [&](std::string_view k, od::value& v) {
+    if (k == "name") str(v, r.name);
+    else if (k == "namespace") str(v, r.ns);
+    else if (k == "uid") str(v, r.uid);
+    else if (k == "resourceVersion") { if (resource_version) str(v, *resource_version); }
+    else if (k == "deletionTimestamp") {
+      r.deleting = true;  // whatever its value, as contains()
+      str(v, r.deletion_timestamp);
+    }
+    else if (k == "deletionGracePeriodSeconds") r.deletion_grace = num(v);
+    else if (k == "finalizers") {
+      return elements(v, [&](od::value& f) {
+        std::string s;
+        std::string_view view;
+        if (!f.get_string().get(view)) r.finalizers.emplace_back(view);
+        return true;
+      });
+    }
+    else if (k == "labels") {
+      return fields(v, [&](std::string_view label, od::value& value) {
+        if (label == contract::kLabelJobName) str(value, r.job_label);
+        else if (label == contract::kLabelNodeRank) str(value, r.rank_label);
+        else if (label == contract::kLabelRestartAttempt) str(value, r.attempt_label);
+        return true;
+      });
+    }
+    else if (k == "ownerReferences") {
+      return elements(v, [&](od::value& o) {
+        RawPod::Owner& owner = r.owners.emplace_back();  // an element, of whatever kind
+        return fields(o, [&](std::string_view f, od::value& value) {
+          if (f == "kind") str(value, owner.kind);
+          else if (f == "uid") str(value, owner.uid);
+          else if (f == "controller") { bool b; if (!value.get_bool().get(b)) owner.controller = b; }
+          return true;
+        });
+      });
+    }
+    return true;
+  });
+}
+
+bool read_spec(od::value& spec, RawPod& r) {
+  return fields(spec, [&](std::string_view k, od::value& v) {
+    if (k == "nodeName") str(v, r.node_name);
+    else if (k == "tolerations") {
+      return elements(v, [&](od::value& t) {
+        RawPod::Toleration& tol = r.tolerations.emplace_back();  // an element, of whatever kind
+        return fields(t, [&](std::string_view f, od::value& value) {
+          if (f == "key") str(value, tol.key);
+          else if (f == "operator") str(value, tol.op);
+          else if (f == "value") str(value, tol.value);
+          else if (f == "effect") str(value, tol.effect);
+          else if (f == "tolerationSeconds") tol.seconds = num(value);
+          return true;
+        });
+      });
+    }
+    return true;
+  });
+}
+
+// One container status: its name, and its state's waiting or terminated object (each counted
+// only when it has a field).
+bool read_container(od::value& cs, RawPod::Container& c) {
+  return fields(cs, [&](std::string_view k, od::value& v) {
+    if (k == "name") str(v, c.name);
+    else if (k == "state") {
+      return fields(v, [&](std::string_view which, od::value& state) {
+        if (which == "waiting") {
+          return fields(state, [&](std::string_view f, od::value& value) {
+            c.waiting = true;
+            if (f == "reason") str(value, c.waiting_reason);
+            else if (f == "message") str(value, c.waiting_message);
+            return true;
+          });
+        }
+        if (which == "terminated") {
+          return fields(state, [&](std::string_view f, od::value& value) {
+            c.terminated = true;
+            if (f == "exitCode") c.exit_code = int_of(value);
+            else if (f == "reason") str(value, c.terminated_reason);
+            else if (f == "finishedAt") str(value, c.finished_at);
+            else if (f == "message") str(value, c.terminated_message);
+            return true;
+          });
+        }
+        return true;
+      });
+    }
+    return true;
+  });
+}
+
+bool read_status(od::value& st, RawPod& r, std::vector<RawPod::Container>& init) {
+  return fields(st, [&](std::string_view k, od::value& v) {
+    if (k == "phase") {
+      std::string_view s;
+      if (!v.get_string().get(s)) r.phase = std::string(s);
+    }
+    else if (k == "reason") str(v, r.reason);
+    else if (k == "podIP") str(v, r.pod_ip);
+    else if (k == "conditions") {
+      return elements(v, [&](od::value& c) {
+        RawPod::Condition& cond = r.conditions.emplace_back();
+        return fields(c, [&](std::string_view f, od::value& value) {
+          if (f == "type") str(value, cond.type);
+          else if (f == "status") str(value, cond.status);
+          else if (f == "reason") str(value, cond.reason);
+          else if (f == "message") {
+            std::string_view s;
+            if (!value.get_string().get(s)) cond.message = std::string(s);
+          }
+          return true;
+        });
+      });
+    }
+    else if (k == "containerStatuses" || k == "initContainerStatuses") {
+      auto& to = k == "containerStatuses" ? r.containers : init;
+      bool is_init = k[0] == 'i';
+      return elements(v, [&](od::value& cs) {
+        RawPod::Container& c = to.emplace_back();
+        c.init = is_init;
+        return read_container(cs, c);
+      });
+    }
+    return true;
+  });
+}
+
+// A pod object into `r`; false when the text breaks off or the value is not an object.
+bool read_pod(od::value& pod, RawPod& r, std::string* resource_version) {
+  od::json_type type;
+  if (pod.type().get(type) || type != od::json_type::object) return false;
+  std::vector<RawPod::Container> init;  // initContainerStatuses go after containerStatuses
+  bool ok = fields(pod, [&](std::string_view k, od::value& v) {
+    if (k == "metadata") return read_metadata(v, r, resource_version);
+    if (k == "spec") return read_spec(v, r);
+    if (k == "status") return read_status(v, r, init);
+    return true;
+  });
+  for (auto& c : init) r.containers.push_back(std::move(c));
+  return ok;
+}
 
 }  // namespace
 
-bool pod_event_from_text(std::string_view line, const kube::Prune* prune, kube::EventHead& head,
-                         reconcile::PodRecord& out) {
-  reconcile::RawPod raw;
-  PodVisitor visitor(head, raw);
-  if (!kube::visit_pruned(line, prune, kube::PruneRoot::WatchObject, visitor)) {
+bool raw_pod_from_text(std::string_view object, RawPod& out, std::string* resource_version) {
+  auto& reader = kube::JsonText::for_this_thread();
+  od::document doc;
+  od::value root;
+  if (!reader.iterate(object, doc) || doc.get_value().get(root)) return false;
+  out = RawPod{};
+  return read_pod(root, out, resource_version) && kube::JsonText::finished(doc);
+}
+
+bool pod_from_text(std::string_view object, kube::EventHead& head, reconcile::PodRecord& out) {
+  RawPod raw;
+  if (!raw_pod_from_text(object, raw, &head.resource_version)) return false;
+  head.key = raw.ns + "/" + raw.name;
+  out = reconcile::PodRecord::from_raw(raw);
+  return true;
+}
+
+bool pod_event_from_text(std::string_view line, kube::EventHead& head, reconcile::PodRecord& out) {
+  auto& reader = kube::JsonText::for_this_thread();
+  od::document doc;
+  od::object event;
+  head = kube::EventHead{};
+  RawPod raw;
+  bool ok = reader.iterate(line, doc) && !doc.get_object().get(event);
+  if (ok)
+    for (auto member : event) {
+      od::field field;
+      std::string_view key;
+      if (std::move(member).get(field) || field.unescaped_key().get(key)) {
+        ok = false;
+        break;
+      }
+      if (key == "type") str(field.value(), head.type);
+      else if (key == "object" && !read_pod(field.value(), raw, &head.resource_version)) {
+        ok = false;
+        break;
+      }
+    }
+  if (!ok || !kube::JsonText::finished(doc)) {
     head.type.clear();
     return false;
   }

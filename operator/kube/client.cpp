@@ -156,6 +156,15 @@ std::vector<Response> Client::remove_all(const std::vector<std::string>& paths, 
 Response Client::get(const std::string& path, const Prune* prune, PruneRoot root) {
   return request("GET", path, nullptr, "", prune, root);
 }
+Response Client::get_text(const std::string& path, std::string& text) {
+  limiter_.acquire();
+  const std::string auth = impl_->auth_header(config_);
+  http::Request req{"GET", path, "", "", auth, false};
+  http::Reply reply = impl_->transport.round_trip(req);
+  const bool ok = reply.status >= 200 && reply.status < 300;
+  if (ok) text = std::move(reply.body);
+  return Impl::finish("GET", std::move(reply), ok ? &kDiscardBody : nullptr, PruneRoot::Document, observer_);
+}
 Response Client::create(const std::string& path, const json& body, const Prune* prune) {
   return request("POST", path, &body, "application/json", prune);
 }

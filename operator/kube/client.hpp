@@ -80,6 +80,9 @@ class Client {
   // A prune (Note [Pruned parsing]) leaves subtrees of the answer's object(s) unbuilt;
   // `root` says where they are (a list's items, or the answer itself).
   Response get(const std::string& path, const Prune* prune = nullptr, PruneRoot root = PruneRoot::Document);
+  // A GET whose successful answer is handed back as `text`, unparsed (the body left empty);
+  // an error's Status is parsed as get() parses it.
+  Response get_text(const std::string& path, std::string& text);
   // `prune` (optional) applies to a successful answer; errors are always read whole.
   Response create(const std::string& path, const nlohmann::json& body, const Prune* prune = nullptr);
   Response replace(const std::string& path, const nlohmann::json& body);

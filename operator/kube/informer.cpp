@@ -1,5 +1,7 @@
 #include "kube/informer.hpp"
 
+#include "kube/json_text.hpp"
+
 #include <malloc.h>
 
 #include <random>
@@ -48,7 +50,18 @@ bool InformerBase::list(std::string& resource_version) {
   list_begin();  // each page is converted as it comes: a list never holds every object parsed
   std::string cont;
   do {
-    Response r = client_.get(base + (cont.empty() ? "" : "&continue=" + url_encode(cont)), prune, PruneRoot::ListItems);
+    const std::string page = base + (cont.empty() ? "" : "&continue=" + url_encode(cont));
+    if (reads_text()) {
+      std::string text;
+      Response r = client_.get_text(page, text);
+      if (!r.ok() || !list_page_text(text, cont, resource_version)) {
+        LOCKSTEP_LOG(Warn, "informer", resource_.plural << ": list failed (will retry): "
+                                                        << (r.ok() ? std::string("the answer is not a list") : r.message()));
+        return false;
+      }
+      continue;
+    }
+    Response r = client_.get(page, prune, PruneRoot::ListItems);
     if (!r.ok()) {
       LOCKSTEP_LOG(Warn, "informer", resource_.plural << ": list failed (will retry): " << r.message());
       return false;
@@ -66,6 +79,50 @@ bool InformerBase::list(std::string& resource_version) {
   if (stop_) return false;
   list_end();
   ::malloc_trim(0);  // a large list's parse leaves freed pages behind; give them back
+  return true;
+}
+
+bool InformerBase::list_page_text(const std::string& text, std::string& cont, std::string& resource_version) {
+  namespace od = simdjson::ondemand;
+  // A parser of its own: each item is read with the thread's (JsonText::for_this_thread), and
+  // the items' texts are views into this one's copy of the page.
+  JsonText page;
+  od::document doc;
+  od::object list;
+  if (!page.iterate(text, doc) || doc.get_object().get(list)) return false;
+  std::vector<std::string_view> items;
+  cont.clear();
+  for (auto member : list) {
+    od::field field;
+    std::string_view key;
+    if (std::move(member).get(field) || field.unescaped_key().get(key)) return false;
+    if (key == "metadata") {
+      od::object md;
+      if (field.value().get_object().get(md)) continue;
+      for (auto m : md) {
+        od::field f;
+        std::string_view k, v;
+        if (std::move(m).get(f) || f.unescaped_key().get(k)) return false;
+        if (k == "continue" && !f.value().get_string().get(v)) cont.assign(v);
+        else if (k == "resourceVersion" && !f.value().get_string().get(v)) resource_version.assign(v);
+      }
+    } else if (key == "items") {
+      od::array arr;
+      if (field.value().get_array().get(arr)) return false;
+      for (auto item : arr) {
+        od::value v;
+        od::json_type type;
+        std::string_view raw;
+        if (std::move(item).get(v) || v.type().get(type)) return false;
+        if (type != od::json_type::object) continue;
+        od::object obj;
+        if (v.get_object().get(obj) || obj.raw_json().get(raw)) return false;
+        items.push_back(raw);
+      }
+    }
+  }
+  if (!JsonText::finished(doc)) return false;
+  for (std::string_view item : items) list_item_text(item);
   return true;
 }
 

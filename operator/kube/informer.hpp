@@ -68,6 +68,9 @@ class InformerBase {
   // A list: begin, each item (with kind and apiVersion set), end (replace the cache).
   virtual void list_begin() = 0;
   virtual void list_item(nlohmann::json& obj) = 0;
+  // Instead of list_item, when reads_text(): each item's text, unparsed (Note [Pod text]).
+  virtual bool reads_text() const { return false; }
+  virtual void list_item_text(std::string_view) {}
   virtual void list_end() = 0;
   virtual void upsert(nlohmann::json& obj) = 0;
   virtual void erase(const nlohmann::json& obj) = 0;
@@ -82,6 +85,9 @@ class InformerBase {
  private:
   void run();
   bool list(std::string& resource_version);
+  // One page of a list read as text: its items to list_item_text, its continue token and
+  // resourceVersion into cont and resource_version. False when the text is no list.
+  bool list_page_text(const std::string& text, std::string& cont, std::string& resource_version);
   void backoff(int& failures);
 
   Client& client_;
@@ -102,10 +108,11 @@ class Informer : public InformerBase {
   struct Typed {
     std::function<T(nlohmann::json& obj)> convert;  // the object (pruned) to what is cached
     std::function<std::string(const T&)> index;     // optional secondary key
-    // Optional (Note [Visited parsing]): a watch event's text straight to what is cached and
-    // the event's head, building no document; false when the text is not an event. A list's
-    // objects still go through convert.
-    std::function<bool(std::string_view line, const Prune* prune, EventHead& head, T& out)> from_event;
+    // Optional, together (Note [Pod text] in controller/pod_event.hpp): a watch event's text,
+    // and a list item's, straight to what is cached and the key and version (head), building no
+    // document; false when the text is not an event or object. With them, convert is not used.
+    std::function<bool(std::string_view line, EventHead& head, T& out)> from_event;
+    std::function<bool(std::string_view object, EventHead& head, T& out)> from_text;
   };
 
   Informer(Client& client, Resource resource, Options options, Typed typed, Handler handler)
@@ -143,6 +150,13 @@ class Informer : public InformerBase {
 
  protected:
   void list_begin() override { listed_.clear(); }
+  bool reads_text() const override { return static_cast<bool>(typed_.from_text); }
+  void list_item_text(std::string_view object) override {
+    EventHead head;
+    T value{};
+    if (!typed_.from_text(object, head, value)) return;  // not an object: nothing to cache
+    listed_.emplace_back(std::move(head.key), std::make_shared<const T>(std::move(value)));
+  }
   void list_item(nlohmann::json& obj) override {
     std::string key = object_key(obj);
     listed_.emplace_back(std::move(key), std::make_shared<const T>(typed_.convert(obj)));
@@ -171,7 +185,7 @@ class Informer : public InformerBase {
     if (!typed_.from_event) return InformerBase::watch_line(line, rv, error);
     EventHead head;
     T value{};
-    if (!typed_.from_event(line, prune(), head, value) || head.type.empty()) return true;
+    if (!typed_.from_event(line, head, value) || head.type.empty()) return true;
     if (head.type == "ERROR") {
       error = Client::watch_error(line);
       return false;

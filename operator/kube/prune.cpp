@@ -1,29 +1,29 @@
 #include "kube/prune.hpp"
 
+#include "kube/json_text.hpp"
+
 #include <charconv>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <limits>
+#include <cstdlib>
+#include <string>
 #include <utility>
 
 using json = nlohmann::json;
+namespace od = simdjson::ondemand;
 
 namespace lockstep::kube {
+
+// Note [Pruned parsing], continued: the text is read with simdjson's On-Demand API, which
+// indexes the whole text at once (and checks it is UTF-8) and then reads a value only when
+// asked; a member the rules drop is never asked for, so it is stepped over, not read. What is
+// kept is built as json::parse() builds it (non-negative integers unsigned, others signed, the
+// rest double). As before, a dropped subtree is checked for balanced brackets and strings only.
 namespace {
 
-// Note [Pruned parsing], continued: the parser is our own, not nlohmann's SAX interface,
-// because nlohmann's lexer copies every byte it reads into two buffers (one kept for error
-// messages) and a dropped subtree still went through it; that lexer was the largest single
-// cost of the operator at 10,000 pods. This one reads strings with memchr-style scans,
-// skips a dropped subtree by matching brackets and quotes only, and builds the rest as
-// json::parse() does (non-negative integers unsigned, others signed, the rest double).
-// It accepts exactly RFC 8259 JSON, except that a dropped subtree is only checked for
-// balanced brackets and strings, and string bytes are not checked to be valid UTF-8 (the
-// API server sends nothing else).
-class Parser {
+class Builder {
  public:
-  Parser(std::string_view text, const Prune& prune, PruneRoot root) : p_(text.data()), end_(text.data() + text.size()), prune_(prune) {
+  Builder(const Prune& prune, PruneRoot root) : prune_(prune) {
     switch (root) {
       case PruneRoot::Document: break;
       case PruneRoot::WatchObject: prefix_ = {"object"}; break;
@@ -32,179 +32,188 @@ class Parser {
     for (const auto& rule : prune_.drop) max_depth_ = std::max(max_depth_, prefix_.size() + rule.size());
   }
 
-  bool parse(json& out) {
-    ws();
-    if (!value(out, 0)) return false;
-    ws();
-    return p_ == end_;
+  // The document's root value into `out`; false when the text is not JSON.
+  bool root(od::document& doc, json& out) {
+    bool scalar = false;
+    if (doc.is_scalar().get(scalar)) return false;
+    scalar_root_ = scalar;
+    if (!scalar) {
+      od::value v;
+      if (doc.get_value().get(v)) return false;
+      return value(v, out, 0);
+    }
+    od::json_type type;
+    if (doc.type().get(type)) return false;
+    switch (type) {
+      case od::json_type::string: {
+        std::string_view s;
+        if (doc.get_string().get(s)) return false;
+        out = std::string(s);
+        return true;
+      }
+      case od::json_type::boolean: {
+        bool b = false;
+        if (doc.get_bool().get(b)) return false;
+        out = b;
+        return true;
+      }
+      case od::json_type::null: {
+        bool null = false;
+        if (doc.is_null().get(null) || !null) return false;
+        out = nullptr;
+        return true;
+      }
+      case od::json_type::number: {
+        // The document's own getters, which also refuse what follows a root scalar.
+        od::number_type kind;
+        if (doc.get_number_type().get(kind)) return false;
+        if (kind == od::number_type::floating_point_number) {
+          double d;
+          if (doc.get_double().get(d)) return false;
+          out = d;
+        } else if (kind == od::number_type::unsigned_integer) {
+          std::uint64_t u;
+          if (doc.get_uint64().get(u)) return false;
+          out = u;
+        } else {
+          std::int64_t i;
+          if (doc.get_int64().get(i)) return false;
+          if (i >= 0) out = static_cast<std::uint64_t>(i);  // as json::parse: unsigned when not negative
+          else out = i;
+        }
+        return true;
+      }
+      default: return false;
+    }
   }
-
-  bool visit(JsonVisitor& v) {
-    visitor_ = &v;
-    record_all_ = true;  // the visitor is given every value's full path
-    ws();
-    if (!visit_value(0)) return false;
-    ws();
-    return p_ == end_;
-  }
+  // Whether the root was a scalar (its getter checked that nothing follows it).
+  bool scalar_root() const { return scalar_root_; }
 
  private:
   static constexpr int kMaxNesting = 512;
 
-  void ws() {
-    while (p_ < end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
-  }
-
-  bool value(json& out, int depth) {
-    if (p_ == end_) return false;
-    switch (*p_) {
-      case '{': return object(out, depth);
-      case '[': return array(out, depth);
-      case '"': {
-        std::string s;
-        if (!string(s)) return false;
-        out = std::move(s);
+  bool value(od::value& v, json& out, int depth) {
+    od::json_type type;
+    if (v.type().get(type)) return false;
+    switch (type) {
+      case od::json_type::object: return object(v, out, depth);
+      case od::json_type::array: return array(v, out, depth);
+      case od::json_type::string: {
+        std::string_view s;
+        if (v.get_string().get(s)) return false;
+        out = std::string(s);
         return true;
       }
-      case 't': return literal("true", json(true), out);
-      case 'f': return literal("false", json(false), out);
-      case 'n': return literal("null", json(nullptr), out);
-      default: return number(out);
+      case od::json_type::boolean: {
+        bool b = false;
+        if (v.get_bool().get(b)) return false;
+        out = b;
+        return true;
+      }
+      case od::json_type::null: {
+        if (!v.is_null()) return false;
+        out = nullptr;
+        return true;
+      }
+      case od::json_type::number: {
+        return number(v.raw_json_token(), out);
+      }
     }
+    return false;
   }
 
-  bool literal(const char* word, json v, json& out) {
-    size_t n = std::strlen(word);
-    if (static_cast<size_t>(end_ - p_) < n || std::memcmp(p_, word, n) != 0) return false;
-    p_ += n;
-    out = std::move(v);
+  bool object(od::value& v, json& out, int depth) {
+    if (depth >= kMaxNesting) return false;
+    od::object obj;
+    if (v.get_object().get(obj)) return false;
+    out = json::object();
+    auto& map = out.get_ref<json::object_t&>();
+    for (auto member : obj) {
+      od::field field;
+      std::string_view key;
+      if (std::move(member).get(field) || field.unescaped_key().get(key)) return false;
+      // A dropped member's value is never asked for: the iterator steps over it.
+      if (static_cast<size_t>(depth) < max_depth_ && dropped(depth, key)) continue;
+      set_path(depth, key);
+      if (!value(field.value(), map[std::string(key)], depth + 1)) return false;
+    }
     return true;
   }
 
-  bool object(json& out, int depth) {
-    out = json::object();
-    auto& map = out.get_ref<json::object_t&>();
-    std::string key;
-    return members(depth, key, [&] { return value(map[key], depth + 1); });
-  }
-
-  bool array(json& out, int depth) {
+  bool array(od::value& v, json& out, int depth) {
+    if (depth >= kMaxNesting) return false;
+    od::array arr;
+    if (v.get_array().get(arr)) return false;
     out = json::array();
     auto& vec = out.get_ref<json::array_t&>();
-    return elements(depth, [&] {
-      vec.emplace_back();
-      return value(vec.back(), depth + 1);
-    });
-  }
-
-  // At a '{': each member's key read into `key`; a dropped member skipped, the others handed
-  // to member() with the path set (it reads the value). False on malformed text.
-  template <class Member>
-  bool members(int depth, std::string& key, Member&& member) {
-    if (depth >= kMaxNesting) return false;
-    ++p_;  // {
-    ws();
-    if (p_ < end_ && *p_ == '}') {
-      ++p_;
-      return true;
-    }
-    while (true) {
-      ws();
-      if (p_ == end_ || *p_ != '"' || !string(key)) return false;
-      ws();
-      if (p_ == end_ || *p_ != ':') return false;
-      ++p_;
-      ws();
-      if (static_cast<size_t>(depth) < max_depth_ && dropped(depth, key)) {
-        if (!skip()) return false;
-      } else {
-        set_path(depth, key);
-        if (!member()) return false;
-      }
-      ws();
-      if (p_ == end_) return false;
-      if (*p_ == ',') {
-        ++p_;
-        continue;
-      }
-      if (*p_ == '}') {
-        ++p_;
-        return true;
-      }
-      return false;
-    }
-  }
-
-  // At a '[': element() reads each element, with the path set.
-  template <class Element>
-  bool elements(int depth, Element&& element) {
-    if (depth >= kMaxNesting) return false;
-    ++p_;  // [
-    ws();
-    if (p_ < end_ && *p_ == ']') {
-      ++p_;
-      return true;
-    }
     set_path(depth, "*");
-    while (true) {
-      ws();
-      if (!element()) return false;
-      ws();
-      if (p_ == end_) return false;
-      if (*p_ == ',') {
-        ++p_;
-        continue;
-      }
-      if (*p_ == ']') {
-        ++p_;
-        return true;
-      }
-      return false;
+    for (auto element : arr) {
+      od::value item;
+      if (std::move(element).get(item)) return false;
+      vec.emplace_back();
+      if (!value(item, vec.back(), depth + 1)) return false;
     }
+    return true;
   }
 
-  // Visiting (Note [Visited parsing]): as value(), building nothing; strings and keys are
-  // read into buffers that keep their capacity.
-  bool visit_value(int depth) {
-    if (p_ == end_) return false;
-    auto d = static_cast<size_t>(depth);
-    switch (*p_) {
-      case '{':
-        if (depth >= kMaxNesting) return false;
-        visitor_->value(path_, d, {JsonValue::Object, {}});
-        return members(depth, key_, [&] { return visit_value(depth + 1); });
-      case '[':
-        if (depth >= kMaxNesting) return false;
-        visitor_->value(path_, d, {JsonValue::Array, {}});
-        return elements(depth, [&] { return visit_value(depth + 1); });
-      case '"':
-        if (!string(text_)) return false;
-        visitor_->value(path_, d, {JsonValue::String, text_});
-        return true;
-      case 't': return visit_literal("true", JsonValue::True, d);
-      case 'f': return visit_literal("false", JsonValue::False, d);
-      case 'n': return visit_literal("null", JsonValue::Null, d);
-      default: {
-        const char* start = p_;
-        bool integral, negative;
-        if (!scan_number(integral, negative)) return false;
-        visitor_->value(path_, d, {JsonValue::Number, std::string_view(start, static_cast<size_t>(p_ - start))});
-        return true;
+  // A number's literal as json::parse reads it: an integer unsigned when not negative and
+  // signed otherwise, if it fits; else a double (too small is 0, too large an error).
+  static bool number(std::string_view token, json& out) {
+    while (!token.empty() && (token.back() == ' ' || token.back() == '\n' || token.back() == '\r' || token.back() == '\t'))
+      token.remove_suffix(1);  // raw_json_token() runs up to the next structural character
+    const char* start = token.data();
+    const char* end = start + token.size();
+    if (start == end) return false;
+    // RFC 8259's grammar first, which from_chars is looser than (it takes "01" and "1.").
+    const char* p = start;
+    if (*p == '-') ++p;
+    if (p == end || *p < '0' || *p > '9') return false;
+    if (*p == '0' && p + 1 < end && p[1] >= '0' && p[1] <= '9') return false;
+    while (p < end && *p >= '0' && *p <= '9') ++p;
+    const bool integral = p == end;
+    if (p < end && *p == '.') {
+      ++p;
+      if (p == end || *p < '0' || *p > '9') return false;
+      while (p < end && *p >= '0' && *p <= '9') ++p;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+      ++p;
+      if (p < end && (*p == '+' || *p == '-')) ++p;
+      if (p == end || *p < '0' || *p > '9') return false;
+      while (p < end && *p >= '0' && *p <= '9') ++p;
+    }
+    if (p != end) return false;
+    if (integral) {
+      if (*start == '-') {
+        std::int64_t v;
+        auto r = std::from_chars(start, end, v);
+        if (r.ec == std::errc() && r.ptr == end) {
+          out = v;
+          return true;
+        }
+      } else {
+        std::uint64_t v;
+        auto r = std::from_chars(start, end, v);
+        if (r.ec == std::errc() && r.ptr == end) {
+          out = v;
+          return true;
+        }
       }
     }
-  }
-
-  bool visit_literal(const char* word, JsonValue::Kind kind, size_t depth) {
-    size_t n = std::strlen(word);
-    if (static_cast<size_t>(end_ - p_) < n || std::memcmp(p_, word, n) != 0) return false;
-    p_ += n;
-    visitor_->value(path_, depth, {kind, {}});
+    double d;
+    auto r = std::from_chars(start, end, d);
+    if (r.ptr != end) return false;
+    if (r.ec == std::errc::result_out_of_range) {
+      d = std::strtod(std::string(start, end).c_str(), nullptr);
+      if (!std::isfinite(d)) return false;
+    }
+    out = d;
     return true;
   }
 
   // The key or "*" at nesting `depth` of the path from the root; deeper entries are stale.
   void set_path(int depth, std::string_view key) {
-    if (!record_all_ && static_cast<size_t>(depth) >= max_depth_) return;  // no rule reaches this deep
+    if (static_cast<size_t>(depth) >= max_depth_) return;  // no rule reaches this deep
     if (path_.size() <= static_cast<size_t>(depth)) path_.resize(depth + 1);
     path_[depth].assign(key.data(), key.size());
   }
@@ -237,209 +246,45 @@ class Parser {
     return true;
   }
 
-  static int hex(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  }
-
-  bool hex4(unsigned& v) {
-    if (end_ - p_ < 4) return false;
-    v = 0;
-    for (int i = 0; i < 4; ++i) {
-      int h = hex(p_[i]);
-      if (h < 0) return false;
-      v = v * 16 + static_cast<unsigned>(h);
-    }
-    p_ += 4;
-    return true;
-  }
-
-  static void utf8(unsigned cp, std::string& out) {
-    if (cp < 0x80) {
-      out.push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-      out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-  }
-
-  // At a '"': the string's value into `out`.
-  bool string(std::string& out) {
-    ++p_;
-    out.clear();
-    while (true) {
-      const char* run = p_;
-      while (p_ < end_ && *p_ != '"' && *p_ != '\\' && static_cast<unsigned char>(*p_) >= 0x20) ++p_;
-      out.append(run, p_ - run);
-      if (p_ == end_ || static_cast<unsigned char>(*p_) < 0x20) return false;
-      if (*p_ == '"') {
-        ++p_;
-        return true;
-      }
-      ++p_;  // backslash
-      if (p_ == end_) return false;
-      char e = *p_++;
-      switch (e) {
-        case '"': out.push_back('"'); break;
-        case '\\': out.push_back('\\'); break;
-        case '/': out.push_back('/'); break;
-        case 'b': out.push_back('\b'); break;
-        case 'f': out.push_back('\f'); break;
-        case 'n': out.push_back('\n'); break;
-        case 'r': out.push_back('\r'); break;
-        case 't': out.push_back('\t'); break;
-        case 'u': {
-          unsigned cp;
-          if (!hex4(cp)) return false;
-          if (cp >= 0xD800 && cp <= 0xDBFF) {  // a high surrogate: its low half must follow
-            unsigned lo;
-            if (end_ - p_ < 2 || p_[0] != '\\' || p_[1] != 'u') return false;
-            p_ += 2;
-            if (!hex4(lo) || lo < 0xDC00 || lo > 0xDFFF) return false;
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-            return false;  // a low surrogate alone
-          }
-          utf8(cp, out);
-          break;
-        }
-        default: return false;
-      }
-    }
-  }
-
-  // Past a number's literal, checked as RFC 8259 writes it.
-  bool scan_number(bool& integral, bool& negative) {
-    negative = p_ < end_ && *p_ == '-';
-    if (negative) ++p_;
-    if (p_ == end_ || *p_ < '0' || *p_ > '9') return false;
-    if (*p_ == '0') {
-      ++p_;
-    } else {
-      while (p_ < end_ && *p_ >= '0' && *p_ <= '9') ++p_;
-    }
-    integral = true;
-    if (p_ < end_ && *p_ == '.') {
-      integral = false;
-      ++p_;
-      if (p_ == end_ || *p_ < '0' || *p_ > '9') return false;
-      while (p_ < end_ && *p_ >= '0' && *p_ <= '9') ++p_;
-    }
-    if (p_ < end_ && (*p_ == 'e' || *p_ == 'E')) {
-      integral = false;
-      ++p_;
-      if (p_ < end_ && (*p_ == '+' || *p_ == '-')) ++p_;
-      if (p_ == end_ || *p_ < '0' || *p_ > '9') return false;
-      while (p_ < end_ && *p_ >= '0' && *p_ <= '9') ++p_;
-    }
-    return true;
-  }
-
-  bool number(json& out) {
-    const char* start = p_;
-    bool integral, negative;
-    if (!scan_number(integral, negative)) return false;
-    if (integral) {  // as json::parse: unsigned when not negative, signed otherwise, if it fits
-      if (negative) {
-        std::int64_t v;
-        auto r = std::from_chars(start, p_, v);
-        if (r.ec == std::errc() && r.ptr == p_) {
-          out = v;
-          return true;
-        }
-      } else {
-        std::uint64_t v;
-        auto r = std::from_chars(start, p_, v);
-        if (r.ec == std::errc() && r.ptr == p_) {
-          out = v;
-          return true;
-        }
-      }
-    }
-    double d;
-    auto r = std::from_chars(start, p_, d);
-    if (r.ptr != p_) return false;
-    if (r.ec == std::errc::result_out_of_range) {  // as json::parse: too small is 0, too large an error
-      d = std::strtod(std::string(start, p_).c_str(), nullptr);
-      if (!std::isfinite(d)) return false;
-    }
-    out = d;
-    return true;
-  }
-
-  // Past one value without building it: brackets and strings are matched, nothing else read.
-  bool skip() {
-    int open = 0;
-    while (p_ < end_) {
-      char c = *p_;
-      if (c == '"') {
-        ++p_;
-        while (true) {
-          const void* q = std::memchr(p_, '"', end_ - p_);
-          if (!q) return false;
-          const char* quote = static_cast<const char*>(q);
-          size_t backslashes = 0;
-          for (const char* b = quote; b > p_ && b[-1] == '\\'; --b) ++backslashes;
-          p_ = quote + 1;
-          if (backslashes % 2 == 0) break;
-        }
-        if (open == 0) return true;
-        continue;
-      }
-      if (c == '{' || c == '[') {
-        ++open;
-      } else if (c == '}' || c == ']') {
-        if (open == 0) return true;  // the end of the object holding a scalar value
-        if (--open == 0) {
-          ++p_;
-          return true;
-        }
-      } else if (open == 0 && (c == ',' || c == ' ' || c == '\n' || c == '\r' || c == '\t')) {
-        return true;  // the end of a scalar
-      }
-      ++p_;
-    }
-    return open == 0;
-  }
-
-  const char* p_;
-  const char* end_;
   const Prune& prune_;
   std::vector<std::string> prefix_;
   size_t max_depth_ = 0;           // the deepest path any rule can match
   std::vector<std::string> path_;  // path_[d]: the key (or "*") at nesting d
-  JsonVisitor* visitor_ = nullptr;
-  bool record_all_ = false;        // visiting: path_ is kept at every depth
-  std::string key_, text_;         // visiting: the current key and string value
+  bool scalar_root_ = false;
 };
 
 }  // namespace
 
+bool JsonText::iterate(std::string_view text, simdjson::ondemand::document& doc) {
+  // simdjson reads up to SIMDJSON_PADDING bytes past the text: a copy with room for them,
+  // in a buffer that keeps its capacity.
+  if (padded_.size() < text.size() + simdjson::SIMDJSON_PADDING) padded_.resize(text.size() + simdjson::SIMDJSON_PADDING);
+  std::memcpy(padded_.data(), text.data(), text.size());
+  std::memset(padded_.data() + text.size(), 0, simdjson::SIMDJSON_PADDING);
+  return parser_.iterate(padded_.data(), text.size(), padded_.size()).get(doc) == simdjson::SUCCESS;
+}
+
+bool JsonText::finished(simdjson::ondemand::document& doc) {
+  // Past the root value, nothing but whitespace may follow.
+  const char* at = nullptr;
+  return doc.current_location().get(at) != simdjson::SUCCESS;
+}
+
+JsonText& JsonText::for_this_thread() {
+  static thread_local JsonText text;
+  return text;
+}
+
 json parse_pruned(std::string_view text, const Prune* prune, PruneRoot root) {
   if (!prune || prune->empty()) return json::parse(text, nullptr, false);
   if (prune->all) return json::object();
+  JsonText& reader = JsonText::for_this_thread();
+  od::document doc;
   json out;
-  Parser parser(text, *prune, root);
-  if (!parser.parse(out)) return json(json::value_t::discarded);
+  Builder builder(*prune, root);
+  if (!reader.iterate(text, doc) || !builder.root(doc, out) || (!builder.scalar_root() && !JsonText::finished(doc)))
+    return json(json::value_t::discarded);
   return out;
-}
-
-bool visit_pruned(std::string_view text, const Prune* prune, PruneRoot root, JsonVisitor& visitor) {
-  static const Prune kNone;
-  if (prune && prune->all) return true;
-  Parser parser(text, prune ? *prune : kNone, root);
-  return parser.visit(visitor);
 }
 
 }  // namespace lockstep::kube

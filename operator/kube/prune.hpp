@@ -5,10 +5,11 @@
 // and an informer gets it again with every change. Parsed into nlohmann::json, every field
 // is a map node and most strings a heap block: at 10,000 pods that parse was a large part
 // of the operator's CPU (bench/operator/RESULTS.md). A Prune names the subtrees of an object
-// to skip; parse_pruned() is a SAX parser that builds the document as json::parse() would,
-// except that a skipped subtree is read past and never built. The rules are relative to the
-// object; `root` says where objects sit in the response (a watch event's "object", a list's
-// "items" elements, or the response itself).
+// to skip; parse_pruned() reads the text with simdjson's On-Demand API (kube/json_text.hpp)
+// and builds the document as json::parse() would, except that a skipped subtree is stepped
+// over and never built. The rules are relative to the object; `root` says where objects sit in
+// the response (a watch event's "object", a list's "items" elements, or the response itself).
+// Pods, read most often, are not built at all (Note [Pod text] in controller/pod_event.hpp).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -48,29 +49,5 @@ enum class PruneRoot {
 // not JSON), leaving out every subtree `prune` drops. A null or empty prune parses all;
 // one with `all` set gives an empty object without reading the text.
 nlohmann::json parse_pruned(std::string_view text, const Prune* prune, PruneRoot root);
-
-// Note [Visited parsing]
-// For what is read often and kept small (a pod's watch events, Note [Lean caches]), even the
-// pruned document was most of the cost: a map node per field and a heap block per long
-// string, built to be read once and freed. visit_pruned() reads the text the same way but
-// builds nothing: every value the prune keeps is handed to a visitor with the keys leading
-// to it, which keeps what it wants.
-struct JsonValue {
-  enum Kind { Object, Array, String, Number, True, False, Null } kind;
-  std::string_view text;  // a string's value (unescaped) or a number's literal; else empty
-};
-
-class JsonVisitor {
- public:
-  virtual ~JsonVisitor() = default;
-  // Each value the prune keeps, in document order; an object or array is announced before
-  // what it holds. Its path from the root is path[0 .. depth-1] (keys, "*" for an array's
-  // elements; entries past depth are stale); the root is depth 0. Views last for the call.
-  virtual void value(const std::vector<std::string>& path, size_t depth, const JsonValue& v) = 0;
-};
-
-// Parses `text` as parse_pruned would, calling the visitor for each value kept instead of
-// building a document. False when the text is not JSON (the visitor may have seen a part).
-bool visit_pruned(std::string_view text, const Prune* prune, PruneRoot root, JsonVisitor& visitor);
 
 }  // namespace lockstep::kube

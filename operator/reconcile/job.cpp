@@ -182,71 +182,6 @@ JobView JobView::from_json(const json& obj) {
   return j;
 }
 
-RawPod RawPod::from_json(const json& obj) {
-  RawPod r;
-  const json& md = child(obj, "metadata");
-  r.ns = get_or<std::string>(md, "namespace", "");
-  r.name = get_or<std::string>(md, "name", "");
-  r.uid = get_or<std::string>(md, "uid", "");
-  r.deleting = md.contains("deletionTimestamp");
-  r.deletion_timestamp = get_or<std::string>(md, "deletionTimestamp", "");
-  if (md.contains("deletionGracePeriodSeconds") && md["deletionGracePeriodSeconds"].is_number())
-    r.deletion_grace = md["deletionGracePeriodSeconds"].get<double>();
-  if (md.contains("finalizers") && md["finalizers"].is_array())
-    for (const auto& f : md["finalizers"])
-      if (f.is_string()) r.finalizers.push_back(f.get<std::string>());
-  const json& labels = child(md, "labels");
-  r.job_label = get_or<std::string>(labels, contract::kLabelJobName, "");
-  r.rank_label = get_or<std::string>(labels, contract::kLabelNodeRank, "");
-  r.attempt_label = get_or<std::string>(labels, contract::kLabelRestartAttempt, "");
-  if (md.contains("ownerReferences") && md["ownerReferences"].is_array())
-    for (const auto& o : md["ownerReferences"])
-      r.owners.push_back({get_or<std::string>(o, "kind", ""), get_or<std::string>(o, "uid", ""), get_or(o, "controller", false)});
-  const json& spec = child(obj, "spec");
-  r.node_name = get_or<std::string>(spec, "nodeName", "");
-  if (spec.contains("tolerations") && spec["tolerations"].is_array())
-    for (const auto& t : spec["tolerations"]) {
-      RawPod::Toleration k{get_or<std::string>(t, "key", ""), get_or<std::string>(t, "operator", ""),
-                           get_or<std::string>(t, "value", ""), get_or<std::string>(t, "effect", ""), std::nullopt};
-      if (t.is_object() && t.contains("tolerationSeconds") && t["tolerationSeconds"].is_number())
-        k.seconds = t["tolerationSeconds"].get<double>();
-      r.tolerations.push_back(std::move(k));
-    }
-  const json& st = child(obj, "status");
-  if (st.contains("phase") && st["phase"].is_string()) r.phase = st["phase"].get<std::string>();
-  r.reason = get_or<std::string>(st, "reason", "");
-  r.pod_ip = get_or<std::string>(st, "podIP", "");
-  if (st.contains("conditions") && st["conditions"].is_array())
-    for (const auto& c : st["conditions"]) {
-      RawPod::Condition k{get_or<std::string>(c, "type", ""), get_or<std::string>(c, "status", ""),
-                          get_or<std::string>(c, "reason", ""), std::nullopt};
-      if (c.is_object() && c.contains("message") && c["message"].is_string()) k.message = c["message"].get<std::string>();
-      r.conditions.push_back(std::move(k));
-    }
-  for (const char* list : {"containerStatuses", "initContainerStatuses"}) {
-    if (!st.contains(list) || !st[list].is_array()) continue;
-    for (const auto& cs : st[list]) {
-      RawPod::Container k;
-      k.init = list[0] == 'i';
-      k.name = get_or<std::string>(cs, "name", "");
-      const json& waiting = child(child(cs, "state"), "waiting");
-      k.waiting = !waiting.empty();
-      k.waiting_reason = get_or<std::string>(waiting, "reason", "");
-      k.waiting_message = get_or<std::string>(waiting, "message", "");
-      const json& term = child(child(cs, "state"), "terminated");
-      k.terminated = !term.empty();
-      k.exit_code = get_or(term, "exitCode", -1);
-      k.terminated_reason = get_or<std::string>(term, "reason", "");
-      k.finished_at = get_or<std::string>(term, "finishedAt", "");
-      k.terminated_message = get_or<std::string>(term, "message", "");
-      r.containers.push_back(std::move(k));
-    }
-  }
-  return r;
-}
-
-PodView PodView::from_json(const json& obj) { return from_raw(RawPod::from_json(obj)); }
-
 PodView PodView::from_raw(const RawPod& raw) {
   PodView p;
   p.name = raw.name;
@@ -318,7 +253,24 @@ PodView PodView::from_raw(const RawPod& raw) {
   return p;
 }
 
-ChildRef ChildRef::from_json(const json& obj) { return from_raw(RawPod::from_json(obj)); }
+// A Service's, NetworkPolicy's or PodGroup's metadata (a pod's is read from its text, Note [Pod
+// text] in controller/pod_event.hpp).
+ChildRef ChildRef::from_json(const json& obj) {
+  ChildRef r;
+  const json& md = child(obj, "metadata");
+  r.ns = get_or<std::string>(md, "namespace", "");
+  r.name = get_or<std::string>(md, "name", "");
+  r.uid = get_or<std::string>(md, "uid", "");
+  r.job = get_or<std::string>(child(md, "labels"), contract::kLabelJobName, "");
+  r.deleting = md.contains("deletionTimestamp");
+  if (md.contains("ownerReferences") && md["ownerReferences"].is_array())
+    for (const auto& o : md["ownerReferences"])
+      if (get_or<std::string>(o, "kind", "") == "TrainingJob" && get_or(o, "controller", false)) {
+        r.controller_uid = get_or<std::string>(o, "uid", "");
+        break;
+      }
+  return r;
+}
 
 ChildRef ChildRef::from_raw(const RawPod& raw) {
   ChildRef r;
@@ -334,8 +286,6 @@ ChildRef ChildRef::from_raw(const RawPod& raw) {
     }
   return r;
 }
-
-PodRecord PodRecord::from_json(const json& pod) { return from_raw(RawPod::from_json(pod)); }
 
 PodRecord PodRecord::from_raw(const RawPod& raw) {
   PodRecord r{ChildRef::from_raw(raw), PodView::from_raw(raw)};

@@ -108,9 +108,8 @@ struct JobView {
 // The CRD's maximum for spec.runPolicy.inPlaceRestarts.
 inline constexpr int kMaxInPlaceRestarts = 100;
 
-// What PodRecord reads of a pod, as found in it (Note [Visited parsing] in kube/prune.hpp):
-// filled from a parsed object (from_json) or straight from a watch event's text
-// (controller/pod_event.hpp), then read one way by the from_raw conversions.
+// What PodRecord reads of a pod, as found in it: filled from the pod's text by the one reader
+// of pods (Note [Pod text] in controller/pod_event.hpp), then read by the from_raw conversions.
 struct RawPod {
   std::string ns, name, uid;
   bool deleting = false;  // metadata.deletionTimestamp is present
@@ -145,7 +144,6 @@ struct RawPod {
     std::string terminated_reason, finished_at, terminated_message;
   };
   std::vector<Container> containers;  // containerStatuses, then initContainerStatuses
-  static RawPod from_json(const nlohmann::json& obj);
 };
 
 // A toleration that may let a pod stay on a node with a NoExecute taint (effect NoExecute or
@@ -196,7 +194,6 @@ struct PodView {
   bool tolerations_cut = false;
 
   bool finished() const { return phase == "Succeeded" || phase == "Failed"; }
-  static PodView from_json(const nlohmann::json& obj);
   static PodView from_raw(const RawPod& raw);
   bool operator==(const PodView&) const = default;
 };
@@ -209,8 +206,8 @@ struct ChildRef {  // a pod, Service or PodGroup
   std::string controller_uid;  // of the TrainingJob that controls it; "" if none
   bool deleting = false;
   std::string owner_key() const { return job.empty() ? "" : ns + "/" + job; }  // ns/<job name>
-  static ChildRef from_json(const nlohmann::json& obj);
-  static ChildRef from_raw(const RawPod& raw);  // its metadata's part
+  static ChildRef from_json(const nlohmann::json& obj);  // a Service's, NetworkPolicy's or PodGroup's
+  static ChildRef from_raw(const RawPod& raw);          // a pod's: its metadata's part
   bool operator==(const ChildRef&) const = default;
 };
 
@@ -219,7 +216,6 @@ struct ChildRef {  // a pod, Service or PodGroup
 struct PodRecord {
   ChildRef ref;
   PodView view;
-  static PodRecord from_json(const nlohmann::json& pod);
   static PodRecord from_raw(const RawPod& raw);
   bool operator==(const PodRecord&) const = default;
 };

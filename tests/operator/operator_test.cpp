@@ -1618,7 +1618,7 @@ TEST_F(OperatorTest, AnInformerDestroyedMidWatchEndsItsThreadAtOnce) {
     options.ns = ns_;
     using PodNames = lockstep::kube::Informer<std::string>;
     auto inf = std::make_unique<PodNames>(*client_, res::kPods, options,
-                                          PodNames::Typed{[](nlohmann::json& p) { return lockstep::kube::object_key(p); }, {}, {}},
+                                          PodNames::Typed{[](nlohmann::json& p) { return lockstep::kube::object_key(p); }, {}, {}, {}},
                                           nullptr);
     inf->start();
     ASSERT_TRUE(eventually([&] { return inf->synced(); }, 10s));
@@ -1658,7 +1658,7 @@ TEST_F(OperatorTest, AnInformerReadsEventsOfAnySizeAndNeverParsesWhatItPrunes) {
     s.note = s.note.substr(0, 8) + s.note.substr(s.note.size() > 8 ? s.note.size() - 8 : 0);
     return s;
   };
-  auto pods = std::make_unique<Pods>(*client_, res::kPods, options, Pods::Typed{convert, {}, {}},
+  auto pods = std::make_unique<Pods>(*client_, res::kPods, options, Pods::Typed{convert, {}, {}, {}},
                                      [&](const Pods::Ptr&, const Pods::Ptr& now) {
                                        std::lock_guard<std::mutex> lock(mu);
                                        if (now) seen[now->name] = *now;
@@ -1693,7 +1693,7 @@ TEST_F(OperatorTest, AnInformerReadsEventsOfAnySizeAndNeverParsesWhatItPrunes) {
   }
   // A list is pruned the same way: a fresh informer fills from a list of these two.
   std::map<std::string, Seen> listed;
-  auto again = std::make_unique<Pods>(*client_, res::kPods, options, Pods::Typed{convert, {}, {}},
+  auto again = std::make_unique<Pods>(*client_, res::kPods, options, Pods::Typed{convert, {}, {}, {}},
                                       [&](const Pods::Ptr&, const Pods::Ptr& now) {
                                         std::lock_guard<std::mutex> lock(mu);
                                         if (now) listed[now->name] = *now;

@@ -1,20 +1,115 @@
-// The informers' prunes (controller::child_prune) leave out only what the cached records
-// never read: a pod, Service or PodGroup parsed pruned converts to exactly the record it
-// converts to parsed whole, for pods as kubelets write them in every state decide() reads.
+// The pod informer's one reader of pods (Note [Pod text] in controller/pod_event.hpp), from a
+// list item's text and a watch event's alike, against an independent reading of the parsed
+// pod (reference_raw_pod below), for pods as kubelets write them in every state decide() reads
+// and pods of odd shapes; and the Service and PodGroup informers' prune (controller::child_prune),
+// which leaves out only what ChildRef never reads.
 #include <gtest/gtest.h>
 
 #include "controller/controller.hpp"
 #include "controller/pod_event.hpp"
 #include "kube/prune.hpp"
+#include "lockstep/contract.hpp"
 #include "reconcile/job.hpp"
 
 using lockstep::kube::parse_pruned;
 using lockstep::kube::PruneRoot;
 using lockstep::reconcile::ChildRef;
 using lockstep::reconcile::PodRecord;
+using lockstep::reconcile::RawPod;
 using nlohmann::json;
 
 namespace {
+
+// The reference: what RawPod holds, read from the parsed pod with nlohmann's accessors, as the
+// operator read pods before Note [Pod text]. Strings only where strings, numbers where numbers,
+// a field's presence where presence counts.
+template <class T>
+T get_or(const json& j, const char* key, T fallback) {
+  if (!j.is_object() || !j.contains(key)) return fallback;
+  const json& v = j[key];
+  if constexpr (std::is_same_v<T, std::string>) return v.is_string() ? v.get<std::string>() : fallback;
+  else if constexpr (std::is_same_v<T, bool>) return v.is_boolean() ? v.get<bool>() : fallback;
+  else return v.is_number() ? v.get<T>() : fallback;
+}
+const json& child(const json& j, const char* key) {
+  static const json kEmpty = json::object();
+  return j.is_object() && j.contains(key) && j[key].is_object() ? j[key] : kEmpty;
+}
+
+RawPod reference_raw_pod(const json& obj) {
+  namespace c = lockstep::contract;
+  RawPod r;
+  const json& md = child(obj, "metadata");
+  r.ns = get_or<std::string>(md, "namespace", "");
+  r.name = get_or<std::string>(md, "name", "");
+  r.uid = get_or<std::string>(md, "uid", "");
+  r.deleting = md.contains("deletionTimestamp");
+  r.deletion_timestamp = get_or<std::string>(md, "deletionTimestamp", "");
+  if (md.contains("deletionGracePeriodSeconds") && md["deletionGracePeriodSeconds"].is_number())
+    r.deletion_grace = md["deletionGracePeriodSeconds"].get<double>();
+  if (md.contains("finalizers") && md["finalizers"].is_array())
+    for (const auto& f : md["finalizers"])
+      if (f.is_string()) r.finalizers.push_back(f.get<std::string>());
+  const json& labels = child(md, "labels");
+  r.job_label = get_or<std::string>(labels, c::kLabelJobName, "");
+  r.rank_label = get_or<std::string>(labels, c::kLabelNodeRank, "");
+  r.attempt_label = get_or<std::string>(labels, c::kLabelRestartAttempt, "");
+  if (md.contains("ownerReferences") && md["ownerReferences"].is_array())
+    for (const auto& o : md["ownerReferences"])
+      r.owners.push_back({get_or<std::string>(o, "kind", ""), get_or<std::string>(o, "uid", ""), get_or(o, "controller", false)});
+  const json& spec = child(obj, "spec");
+  r.node_name = get_or<std::string>(spec, "nodeName", "");
+  if (spec.contains("tolerations") && spec["tolerations"].is_array())
+    for (const auto& t : spec["tolerations"]) {
+      RawPod::Toleration k{get_or<std::string>(t, "key", ""), get_or<std::string>(t, "operator", ""),
+                           get_or<std::string>(t, "value", ""), get_or<std::string>(t, "effect", ""), std::nullopt};
+      if (t.is_object() && t.contains("tolerationSeconds") && t["tolerationSeconds"].is_number())
+        k.seconds = t["tolerationSeconds"].get<double>();
+      r.tolerations.push_back(std::move(k));
+    }
+  const json& st = child(obj, "status");
+  if (st.contains("phase") && st["phase"].is_string()) r.phase = st["phase"].get<std::string>();
+  r.reason = get_or<std::string>(st, "reason", "");
+  r.pod_ip = get_or<std::string>(st, "podIP", "");
+  if (st.contains("conditions") && st["conditions"].is_array())
+    for (const auto& cond : st["conditions"]) {
+      RawPod::Condition k{get_or<std::string>(cond, "type", ""), get_or<std::string>(cond, "status", ""),
+                          get_or<std::string>(cond, "reason", ""), std::nullopt};
+      if (cond.is_object() && cond.contains("message") && cond["message"].is_string())
+        k.message = cond["message"].get<std::string>();
+      r.conditions.push_back(std::move(k));
+    }
+  for (const char* list : {"containerStatuses", "initContainerStatuses"}) {
+    if (!st.contains(list) || !st[list].is_array()) continue;
+    for (const auto& cs : st[list]) {
+      RawPod::Container k;
+      k.init = list[0] == 'i';
+      k.name = get_or<std::string>(cs, "name", "");
+      const json& waiting = child(child(cs, "state"), "waiting");
+      k.waiting = !waiting.empty();
+      k.waiting_reason = get_or<std::string>(waiting, "reason", "");
+      k.waiting_message = get_or<std::string>(waiting, "message", "");
+      const json& term = child(child(cs, "state"), "terminated");
+      k.terminated = !term.empty();
+      k.exit_code = term.contains("exitCode") && term["exitCode"].is_number() ? term["exitCode"].get<int>() : -1;
+      k.terminated_reason = get_or<std::string>(term, "reason", "");
+      k.finished_at = get_or<std::string>(term, "finishedAt", "");
+      k.terminated_message = get_or<std::string>(term, "message", "");
+      r.containers.push_back(std::move(k));
+    }
+  }
+  return r;
+}
+
+PodRecord reference(const json& pod) { return PodRecord::from_raw(reference_raw_pod(pod)); }
+
+// The operator's reading of the pod's text, as a list item.
+PodRecord read(const json& pod) {
+  lockstep::kube::EventHead head;
+  PodRecord r;
+  EXPECT_TRUE(lockstep::controller::pod_from_text(pod.dump(), head, r)) << pod.dump();
+  return r;
+}
 
 // A pod as the API server sends it, with the status a kubelet writes.
 json kubelet_pod(const json& status) {
@@ -111,8 +206,7 @@ std::vector<json> statuses() {
 
 }  // namespace
 
-TEST(ChildPrune, APodParsedPrunedConvertsToTheRecordOfTheWholePod) {
-  auto prune = lockstep::controller::child_prune(true);
+TEST(PodText, AListItemGivesTheRecordOfTheWholePodAndItsKeyAndVersion) {
   for (const auto& status : statuses()) {
     for (bool deleting : {false, true}) {
       json whole = kubelet_pod(status);
@@ -120,35 +214,35 @@ TEST(ChildPrune, APodParsedPrunedConvertsToTheRecordOfTheWholePod) {
         whole["metadata"]["deletionTimestamp"] = "2026-11-24T10:10:00Z";
         whole["metadata"]["deletionGracePeriodSeconds"] = 0;
       }
-      std::string text = whole.dump();
-      json pruned = parse_pruned(text, &prune, PruneRoot::Document);
-      ASSERT_TRUE(pruned.is_object());
-      EXPECT_TRUE(PodRecord::from_json(pruned) == PodRecord::from_json(whole)) << text;
-      EXPECT_LT(pruned.dump().size(), text.size());
-      // Of its spec, only the node and the tolerations are read (Note [Lost nodes]).
-      EXPECT_EQ(pruned["spec"], json({{"nodeName", "node-7"}, {"tolerations", whole["spec"]["tolerations"]}}));
-      // The informer still reads its key and version from what is left.
-      EXPECT_EQ(pruned["metadata"]["resourceVersion"], "4711");
-      EXPECT_EQ(pruned["metadata"]["namespace"], "team-a");
-      // And it is read through a watch event or a list the same way.
-      json event = parse_pruned("{\"type\":\"MODIFIED\",\"object\":" + text + "}", &prune, PruneRoot::WatchObject);
-      EXPECT_EQ(event["object"], pruned);
+      lockstep::kube::EventHead head;
+      PodRecord record;
+      ASSERT_TRUE(lockstep::controller::pod_from_text(whole.dump(), head, record)) << whole.dump();
+      EXPECT_TRUE(record == reference(whole)) << whole.dump();
+      EXPECT_EQ(head.key, "team-a/train-1");
+      EXPECT_EQ(head.resource_version, "4711");
+      // Pretty-printed text (a list's items as some servers indent them) reads the same.
+      PodRecord indented;
+      ASSERT_TRUE(lockstep::controller::pod_from_text(whole.dump(2), head, indented));
+      EXPECT_TRUE(indented == record);
     }
   }
-  // A check that can fail: the record does read what the pruned parse keeps.
+  // A check that can fail: the record does read what the text holds.
   json running = kubelet_pod(statuses()[3]);
   json failed = kubelet_pod(statuses()[4]);
-  EXPECT_FALSE(PodRecord::from_json(parse_pruned(running.dump(), &prune, PruneRoot::Document)) ==
-               PodRecord::from_json(parse_pruned(failed.dump(), &prune, PruneRoot::Document)));
-  PodRecord record = PodRecord::from_json(parse_pruned(running.dump(), &prune, PruneRoot::Document));
+  EXPECT_FALSE(read(running) == read(failed));
+  PodRecord record = read(running);
   EXPECT_EQ(record.view.node_name, "node-7");
   ASSERT_EQ(record.view.tolerations.size(), 2u);  // the NoSchedule one cannot tolerate a NoExecute taint
   EXPECT_EQ(record.view.tolerations[0].seconds, 300);
   EXPECT_EQ(record.view.tolerations[1].value, "planned");
+  // Text that is not a pod object is refused, not read as an empty pod.
+  lockstep::kube::EventHead head;
+  for (const char* bad : {"", "[]", "\"pod\"", "{\"metadata\": {\"name\": \"a\"}", "{\"metadata\": {}} trailing"})
+    EXPECT_FALSE(lockstep::controller::pod_from_text(bad, head, record)) << bad;
 }
 
 TEST(ChildPrune, AServiceOrPodGroupKeepsOnlyItsMetadata) {
-  auto prune = lockstep::controller::child_prune(false);
+  auto prune = lockstep::controller::child_prune();
   json pg = kubelet_pod({{"phase", "Running"}, {"running", 8}, {"succeeded", 0}});
   pg["kind"] = "PodGroup";
   pg["spec"] = {{"minMember", 8}};
@@ -160,11 +254,10 @@ TEST(ChildPrune, AServiceOrPodGroupKeepsOnlyItsMetadata) {
   EXPECT_EQ(ChildRef::from_json(pruned).job, "train");
 }
 
-// Note [Visited parsing]: the pod informer reads each watch event's text straight into the
-// record; for every pod above, and for pods of odd shapes, that is the record of the whole
-// pod parsed, with the event's type, key and version.
-TEST(ChildPrune, APodEventReadFromItsTextGivesTheRecordOfTheWholePod) {
-  auto prune = lockstep::controller::child_prune(true);
+// Note [Pod text]: the pod informer reads each watch event's text straight into the record;
+// for every pod above, and for pods of odd shapes, that is the reference's record of the whole
+// pod, with the event's type, key and version.
+TEST(PodText, AWatchEventGivesTheRecordOfTheWholePod) {
   std::vector<json> pods;
   for (const auto& status : statuses()) pods.push_back(kubelet_pod(status));
   json odd = kubelet_pod(statuses()[4]);
@@ -198,37 +291,36 @@ TEST(ChildPrune, APodEventReadFromItsTextGivesTheRecordOfTheWholePod) {
       std::string line = json{{"type", type}, {"object", pod}}.dump();
       lockstep::kube::EventHead head;
       PodRecord record;
-      ASSERT_TRUE(lockstep::controller::pod_event_from_text(line, &prune, head, record)) << line;
+      ASSERT_TRUE(lockstep::controller::pod_event_from_text(line, head, record)) << line;
       EXPECT_EQ(head.type, type);
       EXPECT_EQ(head.key, "team-a/train-1");
       EXPECT_EQ(head.resource_version, "4711");
-      EXPECT_TRUE(record == PodRecord::from_json(pod)) << line;
-      EXPECT_TRUE(record == PodRecord::from_json(parse_pruned(pod.dump(), &prune, PruneRoot::Document))) << line;
+      EXPECT_TRUE(record == reference(pod)) << line;
+      EXPECT_TRUE(record == read(pod)) << line;
     }
   }
   // The shapes above do reach the record: the odd pod is Pending, its owner not a controller.
-  PodRecord odd_record = PodRecord::from_json(odd);
+  PodRecord odd_record = read(odd);
   EXPECT_EQ(odd_record.view.phase, "Pending");
   EXPECT_TRUE(odd_record.ref.deleting);
   EXPECT_EQ(odd_record.ref.controller_uid, "");
   EXPECT_EQ(odd_record.view.exit_code, 3);
   EXPECT_EQ(odd_record.view.unschedulable_message, "no node fits the pod");
-  PodRecord odd_spec_record = PodRecord::from_json(odd_spec);
+  PodRecord odd_spec_record = read(odd_spec);
   ASSERT_EQ(odd_spec_record.view.tolerations.size(), 4u);
   EXPECT_FALSE(odd_spec_record.view.tolerations[0].seconds.has_value());
   EXPECT_EQ(odd_spec_record.view.tolerations[2].seconds, 1000000000000000LL);
   EXPECT_FALSE(odd_spec_record.view.deleted_at_once);
-  PodRecord keyed_record = PodRecord::from_json(keyed);
+  PodRecord keyed_record = read(keyed);
   EXPECT_TRUE(keyed_record.view.tolerations.empty());
   EXPECT_EQ(keyed_record.view.node_name, "");
 
   lockstep::kube::EventHead head;
   PodRecord record;
   EXPECT_TRUE(lockstep::controller::pod_event_from_text(
-      R"({"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"9000"}}})", &prune, head, record));
+      R"({"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"9000"}}})", head, record));
   EXPECT_EQ(head.type, "BOOKMARK");
   EXPECT_EQ(head.resource_version, "9000");
-  EXPECT_FALSE(lockstep::controller::pod_event_from_text(R"({"type":"MODIFIED","object":{"metadata":)", &prune,
-                                                         head, record));
+  EXPECT_FALSE(lockstep::controller::pod_event_from_text(R"({"type":"MODIFIED","object":{"metadata":)", head, record));
   EXPECT_EQ(head.type, "");
 }

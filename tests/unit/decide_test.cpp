@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "lockstep/contract.hpp"
+#include "pod_text.hpp"
 #include "reconcile/decide.hpp"
 #include "reconcile/failure_policy.hpp"
 #include "reconcile/manifests.hpp"
@@ -534,12 +535,12 @@ TEST(PodView, ReadsWhyAPendingPodWaitsAndTheCacheKeepsIt) {
         {"containerStatuses",
          {{{"name", lockstep::contract::kTrainerContainer},
            {"state", {{"waiting", {{"reason", "ErrImagePull"}, {"message", std::string(5000, 'm')}}}}}}}}}}};
-  for (const auto& p : {PodView::from_json(pod), PodRecord::from_json(pod).view}) {
+  for (const auto& p : {lockstep::test::pod_view(pod), lockstep::test::pod_record(pod).view}) {
     EXPECT_EQ(p.unschedulable_message, "0/1 nodes");
     EXPECT_EQ(p.waiting_reason, "ErrImagePull");
     EXPECT_GE(p.waiting_message.size(), 1024u);
   }
-  EXPECT_EQ(PodRecord::from_json(pod).view.waiting_message.size(), 1024u);  // the cache keeps a bounded message
+  EXPECT_EQ(lockstep::test::pod_record(pod).view.waiting_message.size(), 1024u);  // the cache keeps a bounded message
 }
 
 TEST(PodView, ReadsTheTrainerContainersTerminationTimeAndTheCacheKeepsIt) {
@@ -553,7 +554,7 @@ TEST(PodView, ReadsTheTrainerContainersTerminationTimeAndTheCacheKeepsIt) {
            {"state",
             {{"terminated",
               {{"exitCode", 137}, {"reason", "OOMKilled"}, {"finishedAt", "2026-11-22T10:00:05Z"}}}}}}}}}}};
-  for (const auto& p : {PodView::from_json(pod), PodRecord::from_json(pod).view}) {
+  for (const auto& p : {lockstep::test::pod_view(pod), lockstep::test::pod_record(pod).view}) {
     EXPECT_EQ(p.exit_code, 137);
     EXPECT_EQ(p.reason, "OOMKilled");
     ASSERT_TRUE(p.finished_at.has_value());
@@ -589,7 +590,7 @@ TEST(PodView, ReadsRankAttemptDeletionAndFinalizers) {
                           {"finalizers", {"example.com/hold", "example.com/other"}},
                           {"labels", {{lockstep::contract::kLabelNodeRank, "1"}, {lockstep::contract::kLabelRestartAttempt, "2"}}}}},
                         {"status", {{"phase", "Running"}}}};
-  PodView p = PodView::from_json(pod);
+  PodView p = lockstep::test::pod_view(pod);
   EXPECT_EQ(p.index, 1);
   EXPECT_EQ(p.attempt, 2);
   EXPECT_TRUE(p.deleting);

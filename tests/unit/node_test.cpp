@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "controller/node_index.hpp"
+#include "pod_text.hpp"
 #include "reconcile/node.hpp"
 
 using namespace lockstep::reconcile;
@@ -100,7 +101,7 @@ TEST(Tolerations, APodKeepsThoseThatMayTolerateANoExecuteTaint) {
                   {{"key", "c"}, {"operator", "Lt"}, {"value", "1"}},                    // no such operator
                   {{"key", "node.kubernetes.io/unreachable"}, {"operator", "Exists"}, {"effect", "NoExecute"},
                    {"tolerationSeconds", 300}}}}}}};
-  PodView p = PodView::from_json(pod);
+  PodView p = lockstep::test::pod_view(pod);
   EXPECT_EQ(p.node_name, "worker-2");
   ASSERT_EQ(p.tolerations.size(), 3u);
   EXPECT_EQ(p.tolerations[0], (Toleration{"b", false, "1", std::nullopt}));
@@ -108,7 +109,7 @@ TEST(Tolerations, APodKeepsThoseThatMayTolerateANoExecuteTaint) {
   EXPECT_EQ(p.tolerations[2], (Toleration{"node.kubernetes.io/unreachable", true, "", 300}));
   EXPECT_FALSE(p.tolerations_cut);
   for (int i = 0; i < 40; ++i) pod["spec"]["tolerations"].push_back({{"key", "k"}, {"operator", "Exists"}});
-  PodView many = PodView::from_json(pod);
+  PodView many = lockstep::test::pod_view(pod);
   EXPECT_EQ(many.tolerations.size(), kMaxTolerations);
   EXPECT_TRUE(many.tolerations_cut);
 }
