@@ -23,17 +23,24 @@
 # `scripts/setup.sh --bench-operator`: steps 1 to 4, then Kubeflow training-operator's manager
 # built from the Go module proxy (bench/operator/kubeflow/go.mod), the peer bench/operator
 # measures lockstep-operator against; only bench/operator/run.sh asks for it.
+# `scripts/setup.sh --build` is steps 1 and 2 with every package, and `scripts/setup.sh --tools`
+# steps 3 to 7 alone: scripts/test.sh runs the second beside the C++ build (Note [Set-up beside
+# the build] in scripts/test.sh).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
-only_trainer=0   # --trainer or --run: steps 1 and 2 alone
+only_trainer=0      # --trainer or --run: steps 1 and 2 alone, and only the trainer's packages
+build_only=0        # --build: steps 1 and 2 alone
+skip_build_deps=0   # --tools: steps 1 and 2 skipped
 bench_operator=0
 packages="$DEBIAN_PACKAGES $DEBIAN_CLUSTER_PACKAGES"
 case ${1:-} in
   "") ;;
   --run) only_trainer=1; packages=$DEBIAN_RUN_PACKAGES ;;
   --trainer) only_trainer=1; packages=$DEBIAN_TRAINER_PACKAGES ;;
+  --build) build_only=1 ;;
+  --tools) skip_build_deps=1 ;;
   --bench-operator) bench_operator=1 ;;
-  *) die "usage: scripts/setup.sh [--run | --trainer | --bench-operator]" ;;
+  *) die "usage: scripts/setup.sh [--run | --trainer | --build | --tools | --bench-operator]" ;;
 esac
 mkdir -p "$CACHE/downloads"
 # Temporary downloads and unpacks (scratch_dir, fetch_wheel: scripts/common.sh), removed however
@@ -75,78 +82,81 @@ go_build_cached() {
   echo "$stamp" > "$bin/.stamp"
 }
 
-# --- 1. Debian packages -------------------------------------------------------------
-missing=()
-for p in $packages; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  log "Debian packages: installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  # A pinned package is asked for as name=version-glob (scripts/versions.env).
-  requests=()
-  for p in "${missing[@]}"; do
-    pin=$p
-    ((only_trainer)) || for q in $DEBIAN_CLUSTER_PINS; do [[ ${q%%=*} == "$p" ]] && pin=$q; done
-    requests+=("$pin")
+# Steps 1 and 2 (all but --tools).
+if ! ((skip_build_deps)); then
+  # --- 1. Debian packages -------------------------------------------------------------
+  missing=()
+  for p in $packages; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
   done
-  run_with_heartbeat "apt-get update" sudo_if_needed apt-get update -qq
-  run_with_heartbeat "apt-get install" sudo_if_needed apt-get install -y -qq --no-install-recommends "${requests[@]}" >/dev/null
-else
-  log "Debian packages: all installed"
-fi
-if ! ((only_trainer)); then
-  for q in $DEBIAN_CLUSTER_PINS; do
-    have=$(dpkg-query -W -f='${Version}' "${q%%=*}")
-    # shellcheck disable=SC2053 # the pin is a glob
-    [[ $have == ${q#*=} ]] ||
-      die "${q%%=*} $have is installed, but scripts/versions.env pins ${q#*=} (the version the cluster tier is tested with); install that (apt-get install '$q') or change the pin after testing the new one"
-  done
-fi
-
-# --- 2. LibTorch ---------------------------------------------------------------------
-if [[ $(torch_mode) == system ]]; then
-  # A GPU machine: the build uses the installed CUDA PyTorch (scripts/build.sh). CUDA 13's
-  # runtime headers need crt/ and <nv/target>, which its runtime wheel lacks; add them from
-  # the two pinned header wheels unless a toolkit or the installed wheels already have them.
-  read_installed_torch
-  log "LibTorch: the installed PyTorch $TORCH_INSTALLED (CUDA $TORCH_CUDA) in $TORCH_PKG"
-  have() { compgen -G "$TORCH_PKG/../nvidia/*/include/$1" >/dev/null || [[ -e /usr/local/cuda/include/$1 || -e ${CUDA_HOME:-/nonexistent}/include/$1 ]]; }
-  if have crt/host_config.h && have nv/target; then
-    log "CUDA headers: complete beside the installed PyTorch"
-  elif [[ -d $CUDA_HEADERS_DIR/include/crt && -d $CUDA_HEADERS_DIR/include/nv ]]; then
-    log "CUDA headers: crt/ and nv/ cached in $CUDA_HEADERS_DIR"
-  elif [[ $TORCH_CUDA == 13.0* ]]; then
-    fetch_wheel "nvidia-cuda-crt==$CUDA_CRT_VERSION" "$CUDA_CRT_WHEEL" "$CUDA_CRT_WHEEL_SHA256"
-    fetch_wheel "nvidia-cuda-cccl==$CUDA_CCCL_VERSION" "$CUDA_CCCL_WHEEL" "$CUDA_CCCL_WHEEL_SHA256"
-    scratch_dir tmp
-    unzip -q "$CACHE/downloads/$CUDA_CRT_WHEEL" 'nvidia/cu13/include/*' -d "$tmp"
-    unzip -q "$CACHE/downloads/$CUDA_CCCL_WHEEL" 'nvidia/cu13/include/*' -d "$tmp"
-    rm -rf "$CUDA_HEADERS_DIR"; mkdir -p "$CUDA_HEADERS_DIR"; mv "$tmp/nvidia/cu13/include" "$CUDA_HEADERS_DIR/include"
-    log "CUDA headers: crt/ and nv/ ready in $CUDA_HEADERS_DIR"
+  if ((${#missing[@]})); then
+    log "Debian packages: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    # A pinned package is asked for as name=version-glob (scripts/versions.env).
+    requests=()
+    for p in "${missing[@]}"; do
+      pin=$p
+      ((only_trainer)) || for q in $DEBIAN_CLUSTER_PINS; do [[ ${q%%=*} == "$p" ]] && pin=$q; done
+      requests+=("$pin")
+    done
+    run_with_heartbeat "apt-get update" sudo_if_needed apt-get update -qq
+    run_with_heartbeat "apt-get install" sudo_if_needed apt-get install -y -qq --no-install-recommends "${requests[@]}" >/dev/null
   else
-    die "the installed PyTorch uses CUDA $TORCH_CUDA, and its CUDA headers lack crt/host_config.h or nv/target; install the CUDA $TORCH_CUDA toolkit headers (CUDA_HOME), or build the CPU way with LOCKSTEP_TORCH=wheel"
+    log "Debian packages: all installed"
   fi
-elif [[ -f "$LIBTORCH_DIR/.complete" ]]; then
-  log "LibTorch $TORCH_VERSION: cached in $LIBTORCH_DIR"
-else
-  fetch_wheel "torch==$TORCH_VERSION" "$TORCH_WHEEL" "$TORCH_WHEEL_SHA256"
-  fetch_wheel "nvidia-cuda-runtime==$CUDART_VERSION" "$CUDART_WHEEL" "$CUDART_WHEEL_SHA256"
-  fetch_wheel "nvidia-cuda-cupti==$CUPTI_VERSION" "$CUPTI_WHEEL" "$CUPTI_WHEEL_SHA256"
-  wheel="$CACHE/downloads/$TORCH_WHEEL"
-  log "LibTorch $TORCH_VERSION: unpacking headers and CPU libraries"
-  scratch_dir tmp
-  # CUDA libraries are left out on purpose: a GPU machine builds against its own PyTorch.
-  unzip -q "$wheel" 'torch/include/*' 'torch/share/cmake/*' 'torch/lib/libc10.so' 'torch/lib/libtorch.so' \
-    'torch/lib/libtorch_cpu.so' 'torch/lib/libtorch_global_deps.so' 'torch/lib/libgomp.so*' 'torch/lib/libshm.so' -d "$tmp"
-  unzip -q -j "$CACHE/downloads/$CUDART_WHEEL" 'nvidia/cu13/lib/libcudart.so.13' -d "$tmp/torch/lib"
-  unzip -q -j "$CACHE/downloads/$CUPTI_WHEEL" 'nvidia/cu13/lib/libcupti.so.13' -d "$tmp/torch/lib"
-  echo "$TORCH_VERSION $TORCH_WHEEL_SHA256" > "$tmp/torch/.complete"
-  rm -rf "$LIBTORCH_DIR"; mv "$tmp/torch" "$LIBTORCH_DIR"
-  log "LibTorch $TORCH_VERSION: ready in $LIBTORCH_DIR"
+  if ! ((only_trainer)); then
+    for q in $DEBIAN_CLUSTER_PINS; do
+      have=$(dpkg-query -W -f='${Version}' "${q%%=*}")
+      # shellcheck disable=SC2053 # the pin is a glob
+      [[ $have == ${q#*=} ]] ||
+        die "${q%%=*} $have is installed, but scripts/versions.env pins ${q#*=} (the version the cluster tier is tested with); install that (apt-get install '$q') or change the pin after testing the new one"
+    done
+  fi
+
+  # --- 2. LibTorch ---------------------------------------------------------------------
+  if [[ $(torch_mode) == system ]]; then
+    # A GPU machine: the build uses the installed CUDA PyTorch (scripts/build.sh). CUDA 13's
+    # runtime headers need crt/ and <nv/target>, which its runtime wheel lacks; add them from
+    # the two pinned header wheels unless a toolkit or the installed wheels already have them.
+    read_installed_torch
+    log "LibTorch: the installed PyTorch $TORCH_INSTALLED (CUDA $TORCH_CUDA) in $TORCH_PKG"
+    have() { compgen -G "$TORCH_PKG/../nvidia/*/include/$1" >/dev/null || [[ -e /usr/local/cuda/include/$1 || -e ${CUDA_HOME:-/nonexistent}/include/$1 ]]; }
+    if have crt/host_config.h && have nv/target; then
+      log "CUDA headers: complete beside the installed PyTorch"
+    elif [[ -d $CUDA_HEADERS_DIR/include/crt && -d $CUDA_HEADERS_DIR/include/nv ]]; then
+      log "CUDA headers: crt/ and nv/ cached in $CUDA_HEADERS_DIR"
+    elif [[ $TORCH_CUDA == 13.0* ]]; then
+      fetch_wheel "nvidia-cuda-crt==$CUDA_CRT_VERSION" "$CUDA_CRT_WHEEL" "$CUDA_CRT_WHEEL_SHA256"
+      fetch_wheel "nvidia-cuda-cccl==$CUDA_CCCL_VERSION" "$CUDA_CCCL_WHEEL" "$CUDA_CCCL_WHEEL_SHA256"
+      scratch_dir tmp
+      unzip -q "$CACHE/downloads/$CUDA_CRT_WHEEL" 'nvidia/cu13/include/*' -d "$tmp"
+      unzip -q "$CACHE/downloads/$CUDA_CCCL_WHEEL" 'nvidia/cu13/include/*' -d "$tmp"
+      rm -rf "$CUDA_HEADERS_DIR"; mkdir -p "$CUDA_HEADERS_DIR"; mv "$tmp/nvidia/cu13/include" "$CUDA_HEADERS_DIR/include"
+      log "CUDA headers: crt/ and nv/ ready in $CUDA_HEADERS_DIR"
+    else
+      die "the installed PyTorch uses CUDA $TORCH_CUDA, and its CUDA headers lack crt/host_config.h or nv/target; install the CUDA $TORCH_CUDA toolkit headers (CUDA_HOME), or build the CPU way with LOCKSTEP_TORCH=wheel"
+    fi
+  elif [[ -f "$LIBTORCH_DIR/.complete" ]]; then
+    log "LibTorch $TORCH_VERSION: cached in $LIBTORCH_DIR"
+  else
+    fetch_wheel "torch==$TORCH_VERSION" "$TORCH_WHEEL" "$TORCH_WHEEL_SHA256"
+    fetch_wheel "nvidia-cuda-runtime==$CUDART_VERSION" "$CUDART_WHEEL" "$CUDART_WHEEL_SHA256"
+    fetch_wheel "nvidia-cuda-cupti==$CUPTI_VERSION" "$CUPTI_WHEEL" "$CUPTI_WHEEL_SHA256"
+    wheel="$CACHE/downloads/$TORCH_WHEEL"
+    log "LibTorch $TORCH_VERSION: unpacking headers and CPU libraries"
+    scratch_dir tmp
+    # CUDA libraries are left out on purpose: a GPU machine builds against its own PyTorch.
+    unzip -q "$wheel" 'torch/include/*' 'torch/share/cmake/*' 'torch/lib/libc10.so' 'torch/lib/libtorch.so' \
+      'torch/lib/libtorch_cpu.so' 'torch/lib/libtorch_global_deps.so' 'torch/lib/libgomp.so*' 'torch/lib/libshm.so' -d "$tmp"
+    unzip -q -j "$CACHE/downloads/$CUDART_WHEEL" 'nvidia/cu13/lib/libcudart.so.13' -d "$tmp/torch/lib"
+    unzip -q -j "$CACHE/downloads/$CUPTI_WHEEL" 'nvidia/cu13/lib/libcupti.so.13' -d "$tmp/torch/lib"
+    echo "$TORCH_VERSION $TORCH_WHEEL_SHA256" > "$tmp/torch/.complete"
+    rm -rf "$LIBTORCH_DIR"; mv "$tmp/torch" "$LIBTORCH_DIR"
+    log "LibTorch $TORCH_VERSION: ready in $LIBTORCH_DIR"
+  fi
 fi
 
-if ((only_trainer)); then log "set-up for ${1#--} complete (cache: $CACHE)"; exit 0; fi
+if ((only_trainer || build_only)); then log "set-up for ${1#--} complete (cache: $CACHE)"; exit 0; fi
 
 # --- 3. etcd and kube-apiserver --------------------------------------------------------
 # The version the Kubernetes binaries report (the control plane's, the node's, the gang scheduler's).

@@ -6,26 +6,38 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 start=$SECONDS
-"$ROOT/scripts/setup.sh"
-# While the C++ build keeps both cores busy, the root file systems that are mostly downloads and
-# unpacking are made beside it, once (cached after): the Debian bullseye root bundle_test runs
-# the agent's bundle in (glibc older than ours) and the images' Debian bases (debootstrap).
-# Their output goes to a log, shown if they fail; the steps after the build find them cached,
-# or make them then and say why. Ctrl-C stops them too (their caches are renamed into place
-# only when complete).
+# Note [Set-up beside the build]
+# What the C++ build needs (Debian packages, LibTorch: `setup.sh --build`) comes first; the rest
+# of the set-up (`setup.sh --tools`: the Go builds of the control plane, the cluster and KWOK,
+# kubectl and helm; minutes on a fresh machine, cached after) then runs beside the build, its Go
+# builds under nice so that the build keeps the cores it can use and the Go builds take the rest
+# (the build's links and its longest files leave one core idle for minutes; the Go builds' module
+# downloads leave both). Beside them too, the root file systems that are mostly downloads and
+# unpacking, once (cached after): the CPU-only Python torch the `pytorch` image holds, the Debian
+# bullseye root bundle_test runs the agent's bundle in (glibc older than ours) and the images'
+# Debian bases (debootstrap); their output goes to a log, shown if they fail, and the steps after
+# the build find them cached, or make them then and say why. The set-up's output shows among the
+# build's. Ctrl-C stops all of it (the caches are renamed into place only when complete).
+"$ROOT/scripts/setup.sh" --build
 roots_log="$CACHE/test-roots.log"
-# In a session of its own (setsid): Ctrl-C reaches it through the trap, which stops all of it.
-setsid bash -c '"$0/scripts/old-glibc-root.sh" > /dev/null && "$0/scripts/images.sh" bases' "$ROOT" > "$roots_log" 2>&1 &
+# Each in a session of its own (setsid): Ctrl-C reaches them through the trap, which stops them.
+setsid bash -c '"$0/scripts/setup.sh" --tools' "$ROOT" &
+tools=$!
+setsid bash -c '"$0/scripts/python-torch.sh" > /dev/null && "$0/scripts/old-glibc-root.sh" > /dev/null && "$0/scripts/images.sh" bases' \
+  "$ROOT" > "$roots_log" 2>&1 &
 roots=$!
-trap 'kill -- -$roots 2>/dev/null; echo; log "interrupted"; exit 130' INT TERM
-log "root file systems: made in the background while the build runs (log: $roots_log)"
+# However this script ends before they do (a failed build, Ctrl-C), they are stopped.
+trap 'kill -- -$tools -$roots 2>/dev/null || true' EXIT
+trap 'echo; log "interrupted"; exit 130' INT TERM
+log "set-up: the Go tools are built beside the C++ build; the root file systems too (log: $roots_log)"
 "$ROOT/scripts/build.sh"
 if wait $roots; then log "root file systems: ready"
 else log "root file systems: the background run failed (its log follows); made again below"; cat "$roots_log" >&2; fi
-trap - INT TERM
 # The container images of this build (cached: seconds when nothing changed); built_images_test
 # checks them, and says why when they could not be built.
 "$ROOT/scripts/images.sh" build || log "images: not built (see above); built_images_test will fail with the reason"
+wait $tools || die "set-up failed (its output is above)"
+trap - INT TERM EXIT
 # The Debian bullseye root (glibc older than ours) bundle_test runs the agent's bundle in
 # (cached: made once, about 2 minutes); without it bundle_test fails and says why.
 if old_glibc_root=$("$ROOT/scripts/old-glibc-root.sh"); then export LOCKSTEP_OLD_GLIBC_ROOT=$old_glibc_root
