@@ -616,7 +616,9 @@ TEST(ProbeTorch, SlowAndFastStepsAndADdpLivingToExitEachReportTheirOwnCommunicat
       EXPECT_LE(c, bwd + 0.001) << "step " << k + 1 << ": " << r;
       EXPECT_GT(c, 0) << r;
       EXPECT_LE(e, c) << r;
-      if (k > 0 && (k + 1) % 3 == 0) EXPECT_GE(r["step_s"].get<double>(), 0.3) << "a slow step: " << r;
+      if (k > 0 && (k + 1) % 3 == 0) {
+        EXPECT_GE(r["step_s"].get<double>(), 0.3) << "a slow step: " << r;
+      }
     }
   }
 }

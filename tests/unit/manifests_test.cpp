@@ -37,11 +37,12 @@ TEST(PodManifest, RunsTheAgentInTheTrainerContainerAndKeepsUserEnv) {
     env[e["name"]] = e.value("value", "");
     nnodes_entries += e["name"] == "LOCKSTEP_NNODES";
     // Note [Worker threads]: the container's own CPU request and limit, from the downward API.
-    if (e["name"] == "LOCKSTEP_CPU_REQUEST" || e["name"] == "LOCKSTEP_CPU_LIMIT")
+    if (e["name"] == "LOCKSTEP_CPU_REQUEST" || e["name"] == "LOCKSTEP_CPU_LIMIT") {
       EXPECT_EQ(e["valueFrom"]["resourceFieldRef"],
                 json({{"containerName", "trainer"}, {"resource", e["name"] == "LOCKSTEP_CPU_REQUEST" ? "requests.cpu" : "limits.cpu"},
                       {"divisor", "1m"}}))
           << e;
+    }
   }
   EXPECT_TRUE(env.count("LOCKSTEP_CPU_REQUEST") && env.count("LOCKSTEP_CPU_LIMIT"));
   EXPECT_EQ(env["MY_VAR"], "1");
