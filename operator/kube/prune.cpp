@@ -256,12 +256,21 @@ class Builder {
 }  // namespace
 
 bool JsonText::iterate(std::string_view text, simdjson::ondemand::document& doc) {
-  // simdjson reads up to SIMDJSON_PADDING bytes past the text: a copy with room for them,
-  // in a buffer that keeps its capacity.
-  if (padded_.size() < text.size() + simdjson::SIMDJSON_PADDING) padded_.resize(text.size() + simdjson::SIMDJSON_PADDING);
-  std::memcpy(padded_.data(), text.data(), text.size());
-  std::memset(padded_.data() + text.size(), 0, simdjson::SIMDJSON_PADDING);
-  return parser_.iterate(padded_.data(), text.size(), padded_.size()).get(doc) == simdjson::SUCCESS;
+  release();
+  const bool large = text.size() > kKept;
+  if (large) large_parser_ = std::make_unique<simdjson::ondemand::parser>();
+  auto& parser = large ? *large_parser_ : parser_;
+  auto& padded = large ? large_padded_ : padded_;
+  // simdjson reads up to SIMDJSON_PADDING bytes past the text: a copy with room for them.
+  if (padded.size() < text.size() + simdjson::SIMDJSON_PADDING) padded.resize(text.size() + simdjson::SIMDJSON_PADDING);
+  std::memcpy(padded.data(), text.data(), text.size());
+  std::memset(padded.data() + text.size(), 0, simdjson::SIMDJSON_PADDING);
+  return parser.iterate(padded.data(), text.size(), padded.size()).get(doc) == simdjson::SUCCESS;
+}
+
+void JsonText::release() {
+  large_parser_.reset();
+  std::vector<char>().swap(large_padded_);
 }
 
 bool JsonText::finished(simdjson::ondemand::document& doc) {
@@ -282,8 +291,9 @@ json parse_pruned(std::string_view text, const Prune* prune, PruneRoot root) {
   od::document doc;
   json out;
   Builder builder(*prune, root);
-  if (!reader.iterate(text, doc) || !builder.root(doc, out) || (!builder.scalar_root() && !JsonText::finished(doc)))
-    return json(json::value_t::discarded);
+  const bool ok = reader.iterate(text, doc) && builder.root(doc, out) && (builder.scalar_root() || JsonText::finished(doc));
+  reader.release();
+  if (!ok) return json(json::value_t::discarded);
   return out;
 }
 
