@@ -30,7 +30,6 @@ struct Options {
   int max_creates_per_pass = 256;
   double qps = 500;  // docs/operator.md, "Client rate limit": 100 jobs x 8 pods in one API-server-bound wave
   int burst = 1000;
-  bool kube_http_curl = false;
   int http_port = 8080;
   std::string http_address = "0.0.0.0";
   bool leader_elect = true;
@@ -59,8 +58,6 @@ const char* kUsage = R"(usage: lockstep-operator [flags]
                                --create-parallelism, stopping at the first refusal (default 256)
   --kube-api-qps Q             client-side request rate limit (default 500)
   --kube-api-burst B           and its burst (default 1000)
-  --kube-http CLIENT           own (our HTTP/1.1 client, the default) or curl (libcurl, HTTP/2: every request
-                               on one connection; proxy settings from the environment)
   --http-port P                /healthz, /readyz and /metrics port (default 8080; 0 disables)
   --http-address A             address to serve them on (default 0.0.0.0)
   --leader-elect BOOL          elect a leader through a Lease (default true)
@@ -118,10 +115,6 @@ Options parse(int argc, char** argv) {
     else if (match(argc, argv, i, "--max-pod-creates-per-pass", v)) o.max_creates_per_pass = to_int("--max-pod-creates-per-pass", v, 1, 100000);
     else if (match(argc, argv, i, "--kube-api-qps", v)) o.qps = to_double("--kube-api-qps", v, 0.1, 1e6);
     else if (match(argc, argv, i, "--kube-api-burst", v)) o.burst = to_int("--kube-api-burst", v, 1, 1000000);
-    else if (match(argc, argv, i, "--kube-http", v)) {
-      if (v != "own" && v != "curl") throw FlagError("--kube-http: expected own or curl, got '" + v + "'");
-      o.kube_http_curl = v == "curl";
-    }
     else if (match(argc, argv, i, "--http-port", v)) o.http_port = to_int("--http-port", v, 0, 65535);
     else if (match(argc, argv, i, "--http-address", v)) o.http_address = v;
     else if (match(argc, argv, i, "--leader-elect", v)) o.leader_elect = to_bool("--leader-elect", v);
@@ -292,7 +285,6 @@ int main(int argc, char** argv) {
   sigset_t stop_signals = block_stop_signals();
   config.qps = opt.qps;
   config.burst = opt.burst;
-  config.use_curl = opt.kube_http_curl;
   if (opt.lease_namespace.empty()) opt.lease_namespace = config.default_namespace;
   LOCKSTEP_LOG(Info, "operator", "lockstep-operator " << LOCKSTEP_VERSION << " against " << config.server
                                                       << (opt.watch_namespace.empty() ? " (all namespaces)" : " (namespace " + opt.watch_namespace + ")"));

@@ -1,7 +1,5 @@
 #include "kube/client.hpp"
 
-#include "kube/curl_transport.hpp"
-
 #include <stdexcept>
 #include <thread>
 
@@ -66,35 +64,10 @@ Response refused_write() {
 
 }  // namespace
 
-namespace {
-
-// The client's transport, one of two (RestConfig::use_curl), under one set of calls.
-class AnyTransport {
- public:
-  AnyTransport(const RestConfig& c) {
-    const std::string agent = std::string("lockstep-operator/") + LOCKSTEP_VERSION;
-    if (c.use_curl) curl_ = std::make_unique<http::CurlTransport>(c.server, tls_of(c), c.request_timeout, agent);
-    else own_ = std::make_unique<http::Transport>(c.server, tls_of(c), c.request_timeout, agent);
-  }
-  http::Reply round_trip(const http::Request& r) { return own_ ? own_->round_trip(r) : curl_->round_trip(r); }
-  std::vector<http::Reply> round_trip_all(const std::vector<http::Request>& rs) {
-    return own_ ? own_->round_trip_all(rs) : curl_->round_trip_all(rs);
-  }
-  http::Reply stream(const http::Request& r, std::chrono::seconds timeout, http::Interrupt& interrupt, const http::Sink& sink) {
-    return own_ ? own_->stream(r, timeout, interrupt, sink) : curl_->stream(r, timeout, interrupt, sink);
-  }
-  size_t connections_opened() const { return own_ ? own_->connections_opened() : curl_->connections_opened(); }
-
- private:
-  std::unique_ptr<http::Transport> own_;
-  std::unique_ptr<http::CurlTransport> curl_;
-};
-
-}  // namespace
-
 struct Client::Impl {
-  explicit Impl(const RestConfig& c) : transport(c) {}
-  AnyTransport transport;
+  explicit Impl(const RestConfig& c)
+      : transport(c.server, tls_of(c), c.request_timeout, std::string("lockstep-operator/") + LOCKSTEP_VERSION) {}
+  http::Transport transport;
   std::mutex token_mu;
   std::string token;
   std::chrono::steady_clock::time_point token_read{};

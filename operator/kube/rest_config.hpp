@@ -33,9 +33,6 @@ struct RestConfig {
   // Bounds a request's connect and each of its reads and writes (the leader elector's client
   // uses its renew deadline: Note [Fenced writes] in kube/leader_election.hpp).
   std::chrono::milliseconds request_timeout{std::chrono::seconds(30)};
-  // The transport: our own HTTP/1.1 client (kube/http.hpp), or libcurl's HTTP/2 one
-  // (kube/curl_transport.hpp, Note [Kubernetes HTTP client]); the operator's --kube-http.
-  bool use_curl = false;
 
   // kubeconfig at `path`; `context` empty means current-context.
   static RestConfig from_kubeconfig(const std::string& path, const std::string& context = "");

@@ -92,32 +92,6 @@ double metric(const std::string& page, const std::string& series) {
   return std::regex_search(page, m, re) ? std::stod(m[2]) : -1;
 }
 
-// The established TCP connections process `pid` holds to `port` on this host (its sockets'
-// inodes, found in /proc/net/tcp and tcp6).
-int connections_to(pid_t pid, int port) {
-  std::set<std::string> inodes;
-  const std::string fds = "/proc/" + std::to_string(pid) + "/fd";
-  for (const auto& e : std::filesystem::directory_iterator(fds)) {
-    std::error_code ec;
-    std::string target = std::filesystem::read_symlink(e.path(), ec).string();
-    if (!ec && target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
-  }
-  int n = 0;
-  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
-    std::ifstream in(table);
-    std::string line;
-    std::getline(in, line);  // the header
-    while (std::getline(in, line)) {
-      std::istringstream row(line);
-      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
-      row >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >> inode;
-      if (state != "01" || !inodes.count(inode)) continue;  // 01: ESTABLISHED
-      if (std::stoi(remote.substr(remote.rfind(':') + 1), nullptr, 16) == port) ++n;
-    }
-  }
-  return n;
-}
-
 // Every version of one object the API server shows from now on, through a watch.
 class History {
  public:
@@ -528,28 +502,6 @@ TEST_F(OperatorTest, AllPodsRunningThenSucceededGivesSucceeded) {
                      "jsonpath={.items[*].reason}"});
   EXPECT_EQ(ev.output, "AllNodesSucceeded") << ev.output;
   ASSERT_NE(condition(j, "Created"), nullptr);
-}
-
-// Note [Kubernetes HTTP client]: over libcurl's transport (--kube-http curl, HTTP/2 to the API
-// server), the operator lists and watches, creates a gang, follows its pods to Succeeded and
-// writes the status, as over its own; every request and watch on one connection.
-TEST_F(OperatorTest, OverLibcurlsHttp2AJobRunsToSucceededOnOneConnection) {
-  Paused paused(operator_);
-  OperatorProcess op(control_plane()->kubeconfig(),
-                     {"--namespace", ns_, "--leader-elect=false", "--kube-http", "curl", "--node-watch=false"});
-  ASSERT_TRUE(op.wait_log("caches synced")) << op.log();
-  create_job("curljob", 3);
-  ASSERT_TRUE(wait_pods("curljob", 3)) << op.log();
-  run_all("curljob", 3);
-  ASSERT_TRUE(wait_phase("curljob", "Running")) << op.log();
-  for (int i = 0; i < 3; ++i) set_pod("curljob-" + std::to_string(i), "Succeeded", 0);
-  ASSERT_TRUE(wait_phase("curljob", "Succeeded")) << op.log();
-  EXPECT_EQ(job("curljob")["status"]["nodes"]["succeeded"], 3);
-  // Its five watches and every request on one connection; the suite's operator, on its own
-  // transport, holds a connection per watch and keeps others in its pool.
-  const int port = std::stoi(control_plane()->server().substr(control_plane()->server().rfind(':') + 1));
-  EXPECT_EQ(connections_to(op.process().pid(), port), 1);
-  EXPECT_GE(connections_to(operator_->process().pid(), port), 5);
 }
 
 // Note [Batched status writes]: a new job's first write waits for the batch period (1 s here)
