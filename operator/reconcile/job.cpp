@@ -89,7 +89,7 @@ json JobStatus::to_json() const {
     std::string steps = std::to_string(progress->step);
     if (progress->total_steps >= 0) {
       p["totalSteps"] = progress->total_steps;
-      steps += "/" + std::to_string(progress->total_steps);
+      steps.append(1, '/').append(std::to_string(progress->total_steps));
     }
     p["steps"] = steps;
     if (progress->tokens_per_second) p["tokensPerSecond"] = static_cast<long long>(std::llround(*progress->tokens_per_second));

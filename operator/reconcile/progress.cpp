@@ -153,7 +153,11 @@ std::optional<Progress> final_progress(std::optional<Progress> last, const std::
 
 std::string format_duration(long long s) {
   if (s < 0) s = 0;
-  auto two = [](long long v) { return (v < 10 ? "0" : "") + std::to_string(v); };
+  auto two = [](long long v) {
+    std::string out = std::to_string(v);
+    if (v < 10) out.insert(out.begin(), '0');
+    return out;
+  };
   if (s < 60) return std::to_string(s) + "s";
   if (s < 3600) return std::to_string(s / 60) + "m" + two(s % 60) + "s";
   if (s < 86400) return std::to_string(s / 3600) + "h" + two(s / 60 % 60) + "m";
