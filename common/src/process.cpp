@@ -281,23 +281,47 @@ RunResult run_capture(const std::vector<std::string>& argv,
   return result;
 }
 
-int free_loopback_port() {
+namespace {
+
+// A socket bound to `port` on `address` (0: the OS picks), or -1; the port it got in `*got`.
+int bound_socket(in_addr_t address, int port, int* got) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throw std::runtime_error("socket: " + errno_text(errno));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
+  addr.sin_addr.s_addr = htonl(address);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t len = sizeof addr;
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     int err = errno;
     ::close(fd);
-    throw std::runtime_error("cannot find a free loopback port: " + errno_text(err));
+    errno = err;
+    return -1;
   }
-  int port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
+  *got = ntohs(addr.sin_port);
+  return fd;
+}
+
+}  // namespace
+
+int free_loopback_port() {
+  // The next port must be free too, on every address: an agent's restart barrier listens on its
+  // master port + 1 (on 0.0.0.0) unless told otherwise, and a test or a local run that picks a
+  // master port this way must not find that one taken (an outgoing connection's local port, say).
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    int port = 0;
+    int fd = bound_socket(INADDR_LOOPBACK, 0, &port);
+    if (fd < 0) throw std::runtime_error("cannot find a free loopback port: " + errno_text(errno));
+    int next = 0;
+    int fd_next = port < 65535 ? bound_socket(INADDR_ANY, port + 1, &next) : -1;
+    ::close(fd);
+    if (fd_next >= 0) {
+      ::close(fd_next);
+      return port;
+    }
+  }
+  throw std::runtime_error("cannot find a free loopback port whose next port is free too");
 }
 
 std::string shell_join(const std::vector<std::string>& argv) {

@@ -44,47 +44,25 @@ class Builder {
     }
     od::json_type type;
     if (doc.type().get(type)) return false;
-    switch (type) {
-      case od::json_type::string: {
-        std::string_view s;
-        if (doc.get_string().get(s)) return false;
-        out = std::string(s);
-        return true;
-      }
-      case od::json_type::boolean: {
-        bool b = false;
-        if (doc.get_bool().get(b)) return false;
-        out = b;
-        return true;
-      }
-      case od::json_type::null: {
-        bool null = false;
-        if (doc.is_null().get(null) || !null) return false;
-        out = nullptr;
-        return true;
-      }
-      case od::json_type::number: {
-        // The document's own getters, which also refuse what follows a root scalar.
-        od::number_type kind;
-        if (doc.get_number_type().get(kind)) return false;
-        if (kind == od::number_type::floating_point_number) {
-          double d;
-          if (doc.get_double().get(d)) return false;
-          out = d;
-        } else if (kind == od::number_type::unsigned_integer) {
-          std::uint64_t u;
-          if (doc.get_uint64().get(u)) return false;
-          out = u;
-        } else {
-          std::int64_t i;
-          if (doc.get_int64().get(i)) return false;
-          if (i >= 0) out = static_cast<std::uint64_t>(i);  // as json::parse: unsigned when not negative
-          else out = i;
-        }
-        return true;
-      }
-      default: return false;
+    if (type != od::json_type::number) return text_scalar(doc, type, out);
+    // A number: the document's own getters, which also refuse what follows a root scalar.
+    od::number_type kind;
+    if (doc.get_number_type().get(kind)) return false;
+    if (kind == od::number_type::floating_point_number) {
+      double d;
+      if (doc.get_double().get(d)) return false;
+      out = d;
+    } else if (kind == od::number_type::unsigned_integer) {
+      std::uint64_t u;
+      if (doc.get_uint64().get(u)) return false;
+      out = u;
+    } else {
+      std::int64_t i;
+      if (doc.get_int64().get(i)) return false;
+      if (i >= 0) out = static_cast<std::uint64_t>(i);  // as json::parse: unsigned when not negative
+      else out = i;
     }
+    return true;
   }
   // Whether the root was a scalar (its getter checked that nothing follows it).
   bool scalar_root() const { return scalar_root_; }
@@ -98,28 +76,35 @@ class Builder {
     switch (type) {
       case od::json_type::object: return object(v, out, depth);
       case od::json_type::array: return array(v, out, depth);
+      case od::json_type::number: return number(v.raw_json_token(), out);
+      default: return text_scalar(v, type, out);
+    }
+  }
+
+  // A string, true, false or null, from a value or a document whose root is one.
+  template <class Source>
+  static bool text_scalar(Source& src, od::json_type type, json& out) {
+    switch (type) {
       case od::json_type::string: {
         std::string_view s;
-        if (v.get_string().get(s)) return false;
+        if (src.get_string().get(s)) return false;
         out = std::string(s);
         return true;
       }
       case od::json_type::boolean: {
         bool b = false;
-        if (v.get_bool().get(b)) return false;
+        if (src.get_bool().get(b)) return false;
         out = b;
         return true;
       }
       case od::json_type::null: {
-        if (!v.is_null()) return false;
+        bool null = false;
+        if (src.is_null().get(null) || !null) return false;
         out = nullptr;
         return true;
       }
-      case od::json_type::number: {
-        return number(v.raw_json_token(), out);
-      }
+      default: return false;
     }
-    return false;
   }
 
   bool object(od::value& v, json& out, int depth) {

@@ -82,7 +82,8 @@ RunResult run_capture(const std::vector<std::string>& argv,
                       std::chrono::milliseconds timeout = std::chrono::minutes(2),
                       const std::string& stdin_data = "");
 
-// A free TCP port on 127.0.0.1 at the time of the call (the OS picks it).
+// A free TCP port on 127.0.0.1 at the time of the call (the OS picks it), whose next port is
+// free on every address too (an agent's restart barrier takes its master port + 1).
 int free_loopback_port();
 
 // Shell-style quoting for messages that show a command.
