@@ -1496,12 +1496,16 @@ TEST_F(OperatorTest, AJobChangedDuringAReconcileMakesItsStatusWriteConflictAndIt
   // and the retried reconcile must not record a second GangRestart for the one restart.
   const int nodes = 40;
   Paused paused(operator_);
+  // The race needs the spec change to land while the deletes are under way. Unthrottled,
+  // 40 deletes take well under 100 ms on a fast machine (CI once raced three times in vain),
+  // so the operator's client is held to 20 requests a second: the deletes take 2 s.
   OperatorProcess op(control_plane()->kubeconfig(),
-                     {"--namespace", ns_, "--leader-elect=false", "--create-parallelism=1"});
+                     {"--namespace", ns_, "--leader-elect=false", "--create-parallelism=1", "--kube-api-qps=20",
+                      "--kube-api-burst=1"});
   ASSERT_TRUE(op.wait_log("caches synced")) << op.log();
-  // The race needs the spec change to land while the deletes are under way; on a loaded
-  // machine the test may see the pods only after all 40 went and the status was written.
-  // Such a try tests nothing, so it is made again with a new job (three tries at most).
+  // On a loaded machine the test may still see the pods only after all 40 went and the
+  // status was written. Such a try tests nothing, so it is made again with a new job
+  // (three tries at most).
   std::string race;
   std::unique_ptr<History> history;
   bool raced = false;
