@@ -18,35 +18,67 @@ start=$SECONDS
 # Debian bases (debootstrap); their output goes to a log, shown if they fail, and the steps after
 # the build find them cached, or make them then and say why. The set-up's output shows among the
 # build's. Ctrl-C stops all of it (the caches are renamed into place only when complete).
+# Then the tests start as soon as the build is done (Note [Set-up gates] in tests/CMakeLists.txt):
+# the set-up's Go builds, no longer under nice, and the images go on in the background, and the
+# tests that need them wait for them; the others (the trainer's, the agent's, the CLI's, ...) run
+# meanwhile.
 "$ROOT/scripts/setup.sh" --build
 roots_log="$CACHE/test-roots.log"
-# Each in a session of its own (setsid): Ctrl-C reaches them through the trap, which stops them.
-setsid bash -c '"$0/scripts/setup.sh" --tools' "$ROOT" &
-tools=$!
+# The background steps' status (wait_setup.sh reads it): STEP.pid, STEP.log and, at its end, STEP.rc.
+status=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-setup.XXXXXX")
+# bg_step NAME COMMAND...: COMMAND in a session of its own (setsid: Ctrl-C reaches it through the
+# trap below, which stops it), its output shown here and kept in $status/NAME.log.
+bg_step() {
+  local name=$1; shift
+  setsid bash -c 'set -o pipefail; "${@:2}" 2>&1 | tee "$1.log"; echo "$?" > "$1.rc.tmp"; mv "$1.rc.tmp" "$1.rc"' \
+    bash "$status/$name" "$@" &
+  echo $! > "$status/$name.pid"
+}
+touch "$status/building"
+bg_step tools env LOCKSTEP_NICE_WHILE="$status/building" "$ROOT/scripts/setup.sh" --tools
 setsid bash -c '"$0/scripts/python-torch.sh" > /dev/null && "$0/scripts/old-glibc-root.sh" > /dev/null && "$0/scripts/images.sh" bases' \
   "$ROOT" > "$roots_log" 2>&1 &
 roots=$!
-# However this script ends before they do (a failed build, Ctrl-C), they are stopped.
-trap 'kill -- -$tools -$roots 2>/dev/null || true' EXIT
+# However this script ends before they do (a failed build, Ctrl-C, a run of some tests only that
+# needed none of them), they are stopped; the next run resumes from what the caches kept.
+stop_background() {
+  local f
+  for f in "$status"/*.pid; do [[ -e $f ]] && kill -- "-$(cat "$f")" 2>/dev/null; done
+  kill -- "-$roots" 2>/dev/null
+  rm -rf "$status"
+  return 0
+}
+trap stop_background EXIT
 trap 'echo; log "interrupted"; exit 130' INT TERM
 log "set-up: the Go tools are built beside the C++ build; the root file systems too (log: $roots_log)"
 "$ROOT/scripts/build.sh"
+# The build's cores are free: the Go builds go on at full priority (renice lowers the niceness
+# of the one under way where allowed: as root), among the tests.
+rm -f "$status/building"
+renice -n 0 -g "$(cat "$status/tools.pid")" > /dev/null 2>&1 || true
 if wait $roots; then log "root file systems: ready"
 else log "root file systems: the background run failed (its log follows); made again below"; cat "$roots_log" >&2; fi
-# The container images of this build (cached: seconds when nothing changed); built_images_test
-# checks them, and says why when they could not be built.
-"$ROOT/scripts/images.sh" build || log "images: not built (see above); built_images_test will fail with the reason"
-wait $tools || die "set-up failed (its output is above)"
-trap - INT TERM EXIT
 # The Debian bullseye root (glibc older than ours) bundle_test runs the agent's bundle in
 # (cached: made once, about 2 minutes); without it bundle_test fails and says why.
 if old_glibc_root=$("$ROOT/scripts/old-glibc-root.sh"); then export LOCKSTEP_OLD_GLIBC_ROOT=$old_glibc_root
 else log "old-glibc root: not made (see above); bundle_test will fail with the reason"; fi
-log "set-up and build took $((SECONDS - start)) s; running the tests"
+# The container images of this build (cached: seconds when nothing changed); the cluster tier and
+# built_images_test wait for them.
+bg_step images "$ROOT/scripts/images.sh" build
+log "build took $((SECONDS - start)) s; running the tests (those that need the set-up's Go builds or the images wait for them)"
+export LOCKSTEP_SETUP_STATUS=$status
 export LOCKSTEP_K8S_BIN="$K8S_BIN" LOCKSTEP_PROMETHEUS_BIN="$PROMETHEUS_BIN/prometheus" LOCKSTEP_REQUIRE_ALL=1 \
   LOCKSTEP_KWOK_BIN="$KWOK_BIN/kwok" LOCKSTEP_GANG_SCHEDULER_BIN="$SCHEDULER_PLUGINS_BIN/kube-scheduler-cosched" \
   LOCKSTEP_PYTHON_TORCH="$PYTHON_TORCH_DIR" LOCKSTEP_GRAFANA_SCHEMA_BIN="$GRAFANA_SCHEMA_BIN/grafana-schema-check"
 # Two lanes side by side (Note [Two lanes] in tests/CMakeLists.txt): the real-node cluster's
-# suites, and every other test; each lane one test at a time. `scripts/test.sh -j1` runs one test
-# at a time in all.
-exec ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 900 -j2 "$@"
+# suites, and every other test; each lane one test at a time, and beside them the two set-up
+# gates, which only wait. `scripts/test.sh -j1` runs one test at a time in all.
+rc=0
+ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 900 -j4 "$@" || rc=$?
+for step in tools images; do
+  if [[ ! -e $status/$step.rc ]]; then log "set-up: $step was still running when the tests ended (none of them needed it); stopped"
+  elif [[ $(cat "$status/$step.rc") != 0 ]]; then log "set-up: $step failed (exit $(cat "$status/$step.rc")); its output is above"; ((rc)) || rc=1
+  fi
+done
+log "set-up, build and tests took $((SECONDS - start)) s"
+exit "$rc"

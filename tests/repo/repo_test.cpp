@@ -1,15 +1,20 @@
 // The repository's own consistency, which no compiler checks: the documents sources cite
 // exist, every `Note [Name]` referred to is defined (and where a reference says it is), nothing
-// cites the design document that lives outside the repository, and shellcheck finds no warning
-// in any shell script.
+// cites the design document that lives outside the repository, shellcheck finds no warning
+// in any shell script, and the set-up gate the tests wait behind (Note [Set-up gates]) keeps
+// its word.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <thread>
+
+#include <unistd.h>
 
 #include "lockstep/process.hpp"
 #include "test_util.hpp"
@@ -234,4 +239,56 @@ TEST(Scripts, ShellcheckFindsNoWarningInAnyShellScript) {
   EXPECT_GT(scripts, 15u);
   auto r = lockstep::run_capture(argv, {}, 300s);
   EXPECT_TRUE(r.status.success()) << lockstep::shell_join(argv) << ":\n" << r.output;
+}
+
+// Note [Set-up gates] (tests/CMakeLists.txt): the set-up test a fixture's tests wait behind,
+// against a background step played by a shell: it waits while the step runs, passes when the
+// step succeeded, fails with the end of the step's output when it failed or vanished without an
+// exit status, and passes at once outside scripts/test.sh.
+TEST(Scripts, TheSetUpGateWaitsForItsStepAndFailsWithItsOutput) {
+  const std::string gate = (kRoot / "tests/support/wait_setup.sh").string();
+  const fs::path dir = fs::temp_directory_path() / ("lockstep-gate-test-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) { std::ofstream(dir / name) << text; };
+  const std::map<std::string, std::string> env = {{"LOCKSTEP_SETUP_STATUS", dir.string()}};
+
+  // Outside scripts/test.sh: at once.
+  auto outside = lockstep::run_capture({gate, "tools"}, {{"LOCKSTEP_SETUP_STATUS", ""}}, 10s);
+  EXPECT_TRUE(outside.status.success()) << outside.output;
+
+  // A step still running (its pid is this test's own) that succeeds 2 s later.
+  write("tools.pid", std::to_string(::getpid()));
+  write("tools.log", "building kube-apiserver\n");
+  auto t0 = std::chrono::steady_clock::now();
+  std::thread finish([&] {
+    std::this_thread::sleep_for(2s);
+    write("tools.rc", "0\n");
+  });
+  auto ok = lockstep::run_capture({gate, "tools"}, env, 30s);
+  finish.join();
+  EXPECT_TRUE(ok.status.success()) << ok.output;
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 2s) << "it did not wait for the step";
+
+  // A step that failed: the gate fails and shows the step's output.
+  write("images.pid", std::to_string(::getpid()));
+  write("images.log", "images: the trainer's Dockerfile names a package that is not installed\n");
+  write("images.rc", "3\n");
+  auto failed = lockstep::run_capture({gate, "images"}, env, 30s);
+  EXPECT_FALSE(failed.status.success());
+  EXPECT_NE(failed.output.find("failed (exit 3)"), std::string::npos) << failed.output;
+  EXPECT_NE(failed.output.find("names a package that is not installed"), std::string::npos) << failed.output;
+
+  // A step whose process is gone without an exit status (killed): failed, not waited for forever.
+  write("roots.pid", "2147483646");  // no such process
+  write("roots.log", "unpacking the Python torch\n");
+  auto vanished = lockstep::run_capture({gate, "roots"}, env, 30s);
+  EXPECT_FALSE(vanished.status.success());
+  EXPECT_NE(vanished.output.find("without an exit status"), std::string::npos) << vanished.output;
+
+  // A step scripts/test.sh never started: failed, and says so.
+  auto unknown = lockstep::run_capture({gate, "kwok"}, env, 10s);
+  EXPECT_FALSE(unknown.status.success());
+  EXPECT_NE(unknown.output.find("no background step 'kwok'"), std::string::npos) << unknown.output;
+  fs::remove_all(dir);
 }
