@@ -43,10 +43,10 @@ roots=$!
 # needed none of them), they are stopped; the next run resumes from what the caches kept.
 stop_background() {
   local f
-  for f in "$status"/*.pid; do [[ -e $f ]] && kill -- "-$(cat "$f")" 2>/dev/null; done
-  kill -- "-$roots" 2>/dev/null
+  # (|| true: this runs under set -e, and a failing kill here would make the script's status 1.)
+  for f in "$status"/*.pid; do if [[ -e $f ]]; then kill -- "-$(cat "$f")" 2>/dev/null || true; fi; done
+  kill -- "-$roots" 2>/dev/null || true
   rm -rf "$status"
-  return 0
 }
 trap stop_background EXIT
 trap 'echo; log "interrupted"; exit 130' INT TERM
