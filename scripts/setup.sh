@@ -10,7 +10,8 @@
 #      with scheduler-plugins' Coscheduling) and the NetworkPolicy controller
 #      (kube-network-policies) built from the Go module proxy, and its two images (pause,
 #      nettest) from static C; containerd, runc and the CNI plugins come with step 1
-#   6. KWOK (fake nodes for the operator's scale benchmark and scale_test), from the Go module proxy
+#   6. Prometheus with Kubernetes discovery, the Grafana dashboard schema check and KWOK (fake
+#      nodes for the operator's scale benchmark and scale_test), from the Go module proxy
 #   7. a CPU-only Python torch from the pinned torch wheel (scripts/python-torch.sh), for the tests
 #      that run Python DDP scripts and for the `pytorch` test image
 # Each cached step is keyed on its pin: a second run downloads and rebuilds nothing. Every
@@ -84,6 +85,10 @@ go_build_cached() {
   done
   echo "$stamp" > "$bin/.stamp"
 }
+
+# mark NAME: tells scripts/test.sh's tests waiting behind NAME's gate (Note [Set-up gates] in
+# tests/CMakeLists.txt) that what they need is there, when LOCKSTEP_SETUP_MARKS names a folder.
+mark() { if [[ -n ${LOCKSTEP_SETUP_MARKS:-} ]]; then touch "$LOCKSTEP_SETUP_MARKS/$1.done"; fi; }
 
 # Steps 1 and 2 (all but --tools).
 if ! ((skip_build_deps)); then
@@ -201,6 +206,8 @@ else
   log "kubectl and helm: ready in $TOOLS_BIN"
 fi
 
+mark control_plane
+
 # --- Kubeflow training-operator (bench/operator's peer; --bench-operator only) -------------
 # Its manager, cmd/training-operator.v1, from the module bench/operator/kubeflow/go.mod pins;
 # its PyTorchJob CRD is read from the same module in the module cache (KUBEFLOW_CRD).
@@ -245,35 +252,6 @@ if [[ -f $crd ]] && ! cmp -s <(grep -v '^#' "$sched_crd") "$crd"; then
   die "$sched_crd differs from scheduler-plugins $SCHEDULER_PLUGINS_VERSION's $crd; copy that file in (keeping the comment lines above it)"
 fi
 
-# The cluster tier's Prometheus, with Kubernetes service discovery (Debian's has none) and no
-# other: Prometheus 3 compiles in every discovery its plugins/plugins.go imports (AWS, Azure,
-# GCE, OpenStack, ... 23 of them; the remove_all_sd build tags of Prometheus 2 are gone), and
-# regenerating that file is how its docs say to choose. So the build uses a copy of the
-# pinned module (from the module cache, checked against go.sum) whose plugins.go imports only
-# kubernetes, through a replace in a copy of tests/cluster/prometheus: measured from an
-# empty build cache, 2026-11-27 on 2 cores, CPU-s below (#28), and a binary of 71 MB, not 135.
-# No web UI assets (the tests use the HTTP API).
-prom_mod="$ROOT/tests/cluster/prometheus"
-grep -q "^require github.com/prometheus/prometheus $PROMETHEUS_MODULE_VERSION\$" "$prom_mod/go.mod" ||
-  die "$prom_mod/go.mod must require github.com/prometheus/prometheus $PROMETHEUS_MODULE_VERSION, as scripts/versions.env pins"
-prom_stamp=$( (cat "$prom_mod/go.mod" "$prom_mod/go.sum" "$prom_mod/plugins.go"; echo kubernetes-only-1) | sha256sum | cut -c1-16)
-prom_build="$CACHE/prometheus-$PROMETHEUS_VERSION/build"
-if [[ $(cat "$PROMETHEUS_BIN/.stamp" 2>/dev/null) != "$prom_stamp" ]]; then
-  (cd "$prom_mod" && run_with_heartbeat "go mod download (Prometheus)" go mod download github.com/prometheus/prometheus)
-  prom_src=$(cd "$prom_mod" && go list -m -f '{{.Dir}}' github.com/prometheus/prometheus)
-  [[ -f $prom_src/plugins/plugins.go ]] || die "no plugins/plugins.go in $prom_src: has Prometheus $PROMETHEUS_VERSION moved its discovery plugins?"
-  rm -rf "$prom_build" && mkdir -p "$prom_build/mod"
-  cp -r "$prom_src" "$prom_build/src" && chmod -R u+w "$prom_build/src"
-  grep -v '^//go:build ignore$' "$prom_mod/plugins.go" > "$prom_build/src/plugins/plugins.go"
-  cp "$prom_mod/go.mod" "$prom_mod/go.sum" "$prom_mod/tools.go" "$prom_build/mod/"
-  echo "replace github.com/prometheus/prometheus $PROMETHEUS_MODULE_VERSION => $prom_build/src" >> "$prom_build/mod/go.mod"
-fi
-go_build_cached "Prometheus $PROMETHEUS_VERSION (Kubernetes discovery only)" \
-  "$prom_build/mod" "$PROMETHEUS_BIN" "$prom_stamp" \
-  "-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}" \
-  github.com/prometheus/prometheus/cmd/prometheus
-[[ -x $PROMETHEUS_BIN/prometheus ]] || die "Prometheus did not build into $PROMETHEUS_BIN"
-
 # The cluster's NetworkPolicy controller: kube-network-policies' controller package with our
 # main (tests/gotools/netpol/main.go: a kubeconfig instead of in-cluster configuration, and
 # -cleanup / -show-table for cluster.sh's down and check-clean), in the Kubernetes binaries'
@@ -283,28 +261,6 @@ grep -q "^	sigs.k8s.io/kube-network-policies $KUBE_NETWORK_POLICIES_VERSION\$" "
 go_build_cached "NetworkPolicy controller (kube-network-policies $KUBE_NETWORK_POLICIES_VERSION)" "$gotools" "$NETPOL_BIN" \
   "$gotools_stamp" "-s -w" lockstep.dev/tests/gotools/netpol=kube-network-policies
 [[ -x $NETPOL_BIN/kube-network-policies ]] || die "the NetworkPolicy controller did not build into $NETPOL_BIN"
-
-# dashboards_test's strict parse of both dashboards with Grafana's published dashboard types
-# (tests/observability/grafana-schema/main.go on grafana-foundation-sdk). (GRAFANA_SCHEMA_BIN:
-# scripts/common.sh.)
-schema_mod="$ROOT/tests/observability/grafana-schema"
-grep -q "^require github.com/grafana/grafana-foundation-sdk/go $GRAFANA_FOUNDATION_SDK_VERSION\$" "$schema_mod/go.mod" ||
-  die "$schema_mod/go.mod must require github.com/grafana/grafana-foundation-sdk/go $GRAFANA_FOUNDATION_SDK_VERSION, as scripts/versions.env pins"
-go_build_cached "Grafana dashboard schema check (grafana-foundation-sdk $GRAFANA_FOUNDATION_SDK_VERSION)" "$schema_mod" \
-  "$GRAFANA_SCHEMA_BIN" "$(cat "$schema_mod/go.mod" "$schema_mod/go.sum" "$schema_mod/main.go" | sha256sum | cut -c1-16)" \
-  "-s -w" lockstep.dev/tests/observability/grafana-schema=grafana-schema-check
-[[ -x $GRAFANA_SCHEMA_BIN/grafana-schema-check ]] || die "the Grafana dashboard schema check did not build into $GRAFANA_SCHEMA_BIN"
-
-# KWOK, the kubelet of many fake nodes for the operator's scale benchmark and its small
-# version in the test suite (bench/operator/bench_scale.cpp, scale_test): cmd/kwok of the pinned
-# release (bench/operator/kwok/go.mod), with its Stage CRDs from the same module.
-kwok_mod="$ROOT/bench/operator/kwok"
-grep -q "^require sigs.k8s.io/kwok $KWOK_VERSION\$" "$kwok_mod/go.mod" ||
-  die "$kwok_mod/go.mod must require sigs.k8s.io/kwok $KWOK_VERSION, as scripts/versions.env pins"
-go_build_cached "KWOK $KWOK_VERSION" "$kwok_mod" "$KWOK_BIN" \
-  "$(cat "$kwok_mod/go.mod" "$kwok_mod/go.sum" | sha256sum | cut -c1-16)" \
-  "-s -w" sigs.k8s.io/kwok/cmd/kwok
-[[ -x $KWOK_BIN/kwok ]] || die "KWOK did not build into $KWOK_BIN"
 
 # pack_image NAME:TAG ROOTFS OUT.tar ENTRYPOINT...: a one-layer image in the docker-archive
 # format `ctr images import` reads; the same inputs give the same bytes (no dates, owner 0).
@@ -344,6 +300,65 @@ else
   echo "$stamp" > "$CLUSTER_IMAGES/.stamp"
   log "cluster images: $PAUSE_IMAGE and $NETTEST_IMAGE built into $CLUSTER_IMAGES"
 fi
+
+mark cluster
+
+# --- 6. What single suites need, in the order the tests wait for them (Note [Set-up gates] in
+# tests/CMakeLists.txt): Prometheus (metrics_in_cluster_test, dashboards_test), the Grafana
+# schema check (dashboards_test), KWOK (scale_test).
+# The cluster tier's Prometheus, with Kubernetes service discovery (Debian's has none) and no
+# other: Prometheus 3 compiles in every discovery its plugins/plugins.go imports (AWS, Azure,
+# GCE, OpenStack, ... 23 of them; the remove_all_sd build tags of Prometheus 2 are gone), and
+# regenerating that file is how its docs say to choose. So the build uses a copy of the
+# pinned module (from the module cache, checked against go.sum) whose plugins.go imports only
+# kubernetes, through a replace in a copy of tests/cluster/prometheus: measured from an
+# empty build cache, 2026-11-27 on 2 cores, CPU-s below (#28), and a binary of 71 MB, not 135.
+# No web UI assets (the tests use the HTTP API).
+prom_mod="$ROOT/tests/cluster/prometheus"
+grep -q "^require github.com/prometheus/prometheus $PROMETHEUS_MODULE_VERSION\$" "$prom_mod/go.mod" ||
+  die "$prom_mod/go.mod must require github.com/prometheus/prometheus $PROMETHEUS_MODULE_VERSION, as scripts/versions.env pins"
+prom_stamp=$( (cat "$prom_mod/go.mod" "$prom_mod/go.sum" "$prom_mod/plugins.go"; echo kubernetes-only-1) | sha256sum | cut -c1-16)
+prom_build="$CACHE/prometheus-$PROMETHEUS_VERSION/build"
+if [[ $(cat "$PROMETHEUS_BIN/.stamp" 2>/dev/null) != "$prom_stamp" ]]; then
+  (cd "$prom_mod" && run_with_heartbeat "go mod download (Prometheus)" go mod download github.com/prometheus/prometheus)
+  prom_src=$(cd "$prom_mod" && go list -m -f '{{.Dir}}' github.com/prometheus/prometheus)
+  [[ -f $prom_src/plugins/plugins.go ]] || die "no plugins/plugins.go in $prom_src: has Prometheus $PROMETHEUS_VERSION moved its discovery plugins?"
+  rm -rf "$prom_build" && mkdir -p "$prom_build/mod"
+  cp -r "$prom_src" "$prom_build/src" && chmod -R u+w "$prom_build/src"
+  grep -v '^//go:build ignore$' "$prom_mod/plugins.go" > "$prom_build/src/plugins/plugins.go"
+  cp "$prom_mod/go.mod" "$prom_mod/go.sum" "$prom_mod/tools.go" "$prom_build/mod/"
+  echo "replace github.com/prometheus/prometheus $PROMETHEUS_MODULE_VERSION => $prom_build/src" >> "$prom_build/mod/go.mod"
+fi
+go_build_cached "Prometheus $PROMETHEUS_VERSION (Kubernetes discovery only)" \
+  "$prom_build/mod" "$PROMETHEUS_BIN" "$prom_stamp" \
+  "-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}" \
+  github.com/prometheus/prometheus/cmd/prometheus
+[[ -x $PROMETHEUS_BIN/prometheus ]] || die "Prometheus did not build into $PROMETHEUS_BIN"
+mark prometheus
+
+# dashboards_test's strict parse of both dashboards with Grafana's published dashboard types
+# (tests/observability/grafana-schema/main.go on grafana-foundation-sdk). (GRAFANA_SCHEMA_BIN:
+# scripts/common.sh.)
+schema_mod="$ROOT/tests/observability/grafana-schema"
+grep -q "^require github.com/grafana/grafana-foundation-sdk/go $GRAFANA_FOUNDATION_SDK_VERSION\$" "$schema_mod/go.mod" ||
+  die "$schema_mod/go.mod must require github.com/grafana/grafana-foundation-sdk/go $GRAFANA_FOUNDATION_SDK_VERSION, as scripts/versions.env pins"
+go_build_cached "Grafana dashboard schema check (grafana-foundation-sdk $GRAFANA_FOUNDATION_SDK_VERSION)" "$schema_mod" \
+  "$GRAFANA_SCHEMA_BIN" "$(cat "$schema_mod/go.mod" "$schema_mod/go.sum" "$schema_mod/main.go" | sha256sum | cut -c1-16)" \
+  "-s -w" lockstep.dev/tests/observability/grafana-schema=grafana-schema-check
+[[ -x $GRAFANA_SCHEMA_BIN/grafana-schema-check ]] || die "the Grafana dashboard schema check did not build into $GRAFANA_SCHEMA_BIN"
+mark grafana_schema
+
+# KWOK, the kubelet of many fake nodes for the operator's scale benchmark and its small
+# version in the test suite (bench/operator/bench_scale.cpp, scale_test): cmd/kwok of the pinned
+# release (bench/operator/kwok/go.mod), with its Stage CRDs from the same module.
+kwok_mod="$ROOT/bench/operator/kwok"
+grep -q "^require sigs.k8s.io/kwok $KWOK_VERSION\$" "$kwok_mod/go.mod" ||
+  die "$kwok_mod/go.mod must require sigs.k8s.io/kwok $KWOK_VERSION, as scripts/versions.env pins"
+go_build_cached "KWOK $KWOK_VERSION" "$kwok_mod" "$KWOK_BIN" \
+  "$(cat "$kwok_mod/go.mod" "$kwok_mod/go.sum" | sha256sum | cut -c1-16)" \
+  "-s -w" sigs.k8s.io/kwok/cmd/kwok
+[[ -x $KWOK_BIN/kwok ]] || die "KWOK did not build into $KWOK_BIN"
+mark kwok
 
 # --- 7. A CPU-only Python torch (the full set-up only) -----------------------------------------
 "$ROOT/scripts/python-torch.sh"

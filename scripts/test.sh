@@ -35,7 +35,7 @@ bg_step() {
   echo $! > "$status/$name.pid"
 }
 touch "$status/building"
-bg_step tools env LOCKSTEP_NICE_WHILE="$status/building" "$ROOT/scripts/setup.sh" --tools
+bg_step tools env LOCKSTEP_NICE_WHILE="$status/building" LOCKSTEP_SETUP_MARKS="$status" "$ROOT/scripts/setup.sh" --tools
 setsid bash -c '"$0/scripts/python-torch.sh" > /dev/null && "$0/scripts/old-glibc-root.sh" > /dev/null && "$0/scripts/images.sh" bases' \
   "$ROOT" > "$roots_log" 2>&1 &
 roots=$!
@@ -71,7 +71,7 @@ export LOCKSTEP_K8S_BIN="$K8S_BIN" LOCKSTEP_PROMETHEUS_BIN="$PROMETHEUS_BIN/prom
   LOCKSTEP_KWOK_BIN="$KWOK_BIN/kwok" LOCKSTEP_GANG_SCHEDULER_BIN="$SCHEDULER_PLUGINS_BIN/kube-scheduler-cosched" \
   LOCKSTEP_PYTHON_TORCH="$PYTHON_TORCH_DIR" LOCKSTEP_GRAFANA_SCHEMA_BIN="$GRAFANA_SCHEMA_BIN/grafana-schema-check"
 # Two lanes side by side (Note [Two lanes] in tests/CMakeLists.txt): the real-node cluster's
-# suites, and every other test; each lane one test at a time, and beside them the two set-up
+# suites, and every other test; each lane one test at a time, and beside them at most two set-up
 # gates, which only wait. `scripts/test.sh -j1` runs one test at a time in all.
 rc=0
 ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 900 -j4 "$@" || rc=$?

@@ -242,9 +242,10 @@ TEST(Scripts, ShellcheckFindsNoWarningInAnyShellScript) {
 }
 
 // Note [Set-up gates] (tests/CMakeLists.txt): the set-up test a fixture's tests wait behind,
-// against a background step played by a shell: it waits while the step runs, passes when the
-// step succeeded, fails with the end of the step's output when it failed or vanished without an
-// exit status, and passes at once outside scripts/test.sh.
+// against a background step played by this test: it waits while the step runs, passes when the
+// step succeeded or reached the stage asked for, fails with the end of the step's output when it
+// failed, ended short of the stage or vanished without an exit status, and passes at once
+// outside scripts/test.sh.
 TEST(Scripts, TheSetUpGateWaitsForItsStepAndFailsWithItsOutput) {
   const std::string gate = (kRoot / "tests/support/wait_setup.sh").string();
   const fs::path dir = fs::temp_directory_path() / ("lockstep-gate-test-" + std::to_string(::getpid()));
@@ -270,6 +271,24 @@ TEST(Scripts, TheSetUpGateWaitsForItsStepAndFailsWithItsOutput) {
   EXPECT_TRUE(ok.status.success()) << ok.output;
   EXPECT_GE(std::chrono::steady_clock::now() - t0, 2s) << "it did not wait for the step";
 
+  // A stage of a step still running: passes when the stage is marked, not waiting for the step.
+  write("cluster.pid", std::to_string(::getpid()));
+  t0 = std::chrono::steady_clock::now();
+  std::thread mark([&] {
+    std::this_thread::sleep_for(2s);
+    write("control_plane.done", "");
+  });
+  auto staged = lockstep::run_capture({gate, "cluster", "control_plane"}, env, 30s);
+  mark.join();
+  EXPECT_TRUE(staged.status.success()) << staged.output;
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 2s) << "it did not wait for the stage";
+  // The step ended well but never reached the stage asked for (a stage setup.sh does not mark).
+  write("cluster.log", "set-up complete\n");
+  write("cluster.rc", "0\n");
+  auto short_of = lockstep::run_capture({gate, "cluster", "kwok"}, env, 30s);
+  EXPECT_FALSE(short_of.status.success());
+  EXPECT_NE(short_of.output.find("without reaching the stage"), std::string::npos) << short_of.output;
+
   // A step that failed: the gate fails and shows the step's output.
   write("images.pid", std::to_string(::getpid()));
   write("images.log", "images: the trainer's Dockerfile names a package that is not installed\n");
@@ -291,4 +310,26 @@ TEST(Scripts, TheSetUpGateWaitsForItsStepAndFailsWithItsOutput) {
   EXPECT_FALSE(unknown.status.success());
   EXPECT_NE(unknown.output.find("no background step 'kwok'"), std::string::npos) << unknown.output;
   fs::remove_all(dir);
+}
+
+// The stages tests wait for (tests/CMakeLists.txt's lockstep_setup_stages) are the ones
+// `setup.sh --tools` marks, in its order: a stage it never marks would fail every test behind it
+// on a fresh machine only, and one marked early would let them start too soon.
+TEST(Scripts, SetupMarksTheStagesTheTestsWaitForInTheirOrder) {
+  std::vector<std::string> marked;
+  std::istringstream setup(lockstep::test::read_file((kRoot / "scripts/setup.sh").string()));
+  const std::regex mark_line(R"(^mark ([a-z_]+)\s*$)");
+  for (std::string line; std::getline(setup, line);) {
+    std::smatch m;
+    if (std::regex_match(line, m, mark_line)) marked.push_back(m[1]);
+  }
+  const std::string cmake = lockstep::test::read_file((kRoot / "tests/CMakeLists.txt").string());
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(cmake, m, std::regex(R"(set\(lockstep_setup_stages ([a-z_ ]+)\))")))
+      << "no lockstep_setup_stages in tests/CMakeLists.txt";
+  std::vector<std::string> stages;
+  std::istringstream words(m[1].str());
+  for (std::string w; words >> w;) stages.push_back(w);
+  EXPECT_GE(stages.size(), 3u);
+  EXPECT_EQ(marked, stages) << "scripts/setup.sh marks:\n" << join(marked) << "tests/CMakeLists.txt waits for:\n" << join(stages);
 }
