@@ -127,12 +127,7 @@ void Controller::start_informers() {
       });
   pods_ = std::make_unique<PodInformer>(
       client_, res::kPods, child_options(true),
-      PodInformer::Typed{[](json& obj) {  // unused: pods are read from their text
-                           PodRecord r;
-                           kube::EventHead head;
-                           pod_from_text(obj.dump(), head, r);
-                           return r;
-                         },
+      PodInformer::Typed{{},  // no document: pods are read from their text
                          [](const PodRecord& p) { return p.ref.owner_key(); }, pod_event_from_text, pod_from_text},
       [this](const PodInformer::Ptr& old, const PodInformer::Ptr& now) {
         if (old && now && *old == *now) return;  // Note [Unchanged children]

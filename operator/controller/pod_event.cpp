@@ -242,24 +242,16 @@ bool pod_from_text(std::string_view object, kube::EventHead& head, reconcile::Po
 bool pod_event_from_text(std::string_view line, kube::EventHead& head, reconcile::PodRecord& out) {
   auto& reader = kube::JsonText::for_this_thread();
   od::document doc;
-  od::object event;
+  od::value event;
+  od::json_type type;
   head = kube::EventHead{};
   RawPod raw;
-  bool ok = reader.iterate(line, doc) && !doc.get_object().get(event);
-  if (ok)
-    for (auto member : event) {
-      od::field field;
-      std::string_view key;
-      if (std::move(member).get(field) || field.unescaped_key().get(key)) {
-        ok = false;
-        break;
-      }
-      if (key == "type") str(field.value(), head.type);
-      else if (key == "object" && !read_pod(field.value(), raw, &head.resource_version)) {
-        ok = false;
-        break;
-      }
-    }
+  bool ok = reader.iterate(line, doc) && !doc.get_value().get(event) && !event.type().get(type) &&
+            type == od::json_type::object && fields(event, [&](std::string_view key, od::value& v) {
+              if (key == "type") str(v, head.type);
+              else if (key == "object") return read_pod(v, raw, &head.resource_version);
+              return true;
+            });
   if (!ok || !kube::JsonText::finished(doc)) {
     head.type.clear();
     return false;

@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -110,14 +111,20 @@ class Informer : public InformerBase {
     std::function<std::string(const T&)> index;     // optional secondary key
     // Optional, together (Note [Pod text] in controller/pod_event.hpp): a watch event's text,
     // and a list item's, straight to what is cached and the key and version (head), building no
-    // document; false when the text is not an event or object. With them, convert is not used.
+    // document; false when the text is not an event or object. With them, convert is not used
+    // and may be empty.
     std::function<bool(std::string_view line, EventHead& head, T& out)> from_event;
     std::function<bool(std::string_view object, EventHead& head, T& out)> from_text;
   };
 
   Informer(Client& client, Resource resource, Options options, Typed typed, Handler handler)
       : InformerBase(client, std::move(resource), std::move(options)), typed_(std::move(typed)),
-        handler_(std::move(handler)) {}
+        handler_(std::move(handler)) {
+    if (static_cast<bool>(typed_.from_event) != static_cast<bool>(typed_.from_text))
+      throw std::invalid_argument("Informer: from_event and from_text are given together or not at all");
+    if (!typed_.convert && !typed_.from_text)
+      throw std::invalid_argument("Informer: convert is needed unless objects are read from their text");
+  }
   ~Informer() override { stop(); }  // before the cache goes: the thread writes it
 
   Ptr get(const std::string& ns, const std::string& name) const {
