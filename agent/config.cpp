@@ -61,6 +61,9 @@ variables (set by the operator), else torchrun's PET_* variables, else these fla
                              steps and DDP's communication; docs/agent.md, "The Python probe")
   --python-probe-dir DIR     LOCKSTEP_PYTHON_PROBE_DIR: where the probe is (default: python/
                              beside this executable, else ../share/lockstep/python from it)
+  --no-nccl-profiler         LOCKSTEP_NCCL_PROFILER=0: do not give the workers NCCL_PROFILER_PLUGIN
+                             (default: the agent's plugin, libnccl-profiler-lockstep.so, which
+                             times every NCCL operation; LOCKSTEP_NCCL_PROFILER=/path uses another)
 Exit codes: the failing worker's own code (128+N if killed by signal N); 64 bad
 configuration; 75 stall; 76 rendezvous failure, or a lost or silent peer agent
 (docs/exit-codes.md).
@@ -164,10 +167,44 @@ std::string find_python_probe_dir(const std::string& given, const std::string& g
   return "";
 }
 
+std::string find_nccl_profiler(const std::string& given, const std::string& self_exe, std::string* note) {
+  namespace fs = std::filesystem;
+  constexpr const char* kName = "libnccl-profiler-lockstep.so";
+  std::error_code ec;
+  if (given == "0") {
+    if (note) *note = "off (LOCKSTEP_NCCL_PROFILER=0 or --no-nccl-profiler)";
+    return "";
+  }
+  if (!given.empty() && given != "1") {
+    if (given.front() != '/')
+      throw ConfigError("LOCKSTEP_NCCL_PROFILER must be 1 (the agent's NCCL profiler plugin, the default), 0 (off) or "
+                        "the absolute path of a plugin library, got '" + given + "'");
+    if (!fs::is_regular_file(given, ec))
+      throw ConfigError("LOCKSTEP_NCCL_PROFILER '" + given + "' is not a file (give the plugin library's absolute path, "
+                        "1 for the agent's own, or 0 for none)");
+    return given;
+  }
+  fs::path exe = self_exe.empty() ? fs::read_symlink("/proc/self/exe", ec) : fs::path(self_exe);
+  std::string looked;
+  if (!exe.empty()) {
+    fs::path here = fs::absolute(exe, ec).parent_path();
+    for (const fs::path& file : {here / kName, here / ".." / "lib" / "lockstep" / kName}) {
+      fs::path normal = file.lexically_normal();
+      if (fs::is_regular_file(normal, ec)) return normal.string();
+      looked += (looked.empty() ? "" : " and ") + normal.string();
+    }
+  }
+  if (note)
+    *note = "not found (looked for " + (looked.empty() ? std::string(kName) + ": the agent's own path is unknown" : looked) +
+            "; LOCKSTEP_NCCL_PROFILER names one)";
+  return "";
+}
+
 namespace {
 
 // What the environment and the flags set that load_config settles after both are read.
 struct Unsettled {
+  std::string nccl_profiler;              // LOCKSTEP_NCCL_PROFILER as given; "0" after --no-nccl-profiler
   std::string probe_dir, probe_dir_from;  // the Python probe's directory, and what gave it
   bool first_step_set = false;            // a first-step timeout given, rather than the default
 };
@@ -203,6 +240,7 @@ void read_env(const std::map<std::string, std::string>& env, Config& cfg, Unsett
       throw ConfigError("LOCKSTEP_PYTHON_PROBE must be 1 (the Python probe on, the default) or 0 (off), got '" + v + "'");
     cfg.python_probe = v == "1";
   }
+  if (lookup(env, {c::kNcclProfiler}, v, from)) u.nccl_profiler = v;
   if (lookup(env, {c::kPythonProbeDir}, v, from)) {
     u.probe_dir = v;
     u.probe_dir_from = from;
@@ -219,6 +257,7 @@ bool read_flag(int argc, char** argv, int& i, Config& cfg, Unsettled& u, bool& p
   std::string v, a = argv[i];
   if (a == "--no-metrics") cfg.metrics = false;
   else if (a == "--no-python-probe") cfg.python_probe = false;
+  else if (a == "--no-nccl-profiler") u.nccl_profiler = "0";
   else if (match(argc, argv, i, "--python-probe-dir", v)) {
     if (v.empty()) throw FlagError("--python-probe-dir needs a directory");
     u.probe_dir = v;
@@ -306,6 +345,7 @@ void settle(Config& cfg, const Unsettled& u, const std::string& self_exe) {
     cfg.python_probe_dir = find_python_probe_dir(u.probe_dir, u.probe_dir_from, self_exe, &cfg.python_probe_note);
   else
     cfg.python_probe_note = "off (LOCKSTEP_PYTHON_PROBE=0 or --no-python-probe)";
+  cfg.nccl_profiler = find_nccl_profiler(u.nccl_profiler, self_exe, &cfg.nccl_profiler_note);
   if (cfg.peer_timeout.count() != 0 && cfg.peer_timeout < kMinPeerTimeout)
     throw ConfigError(cfg.peer_timeout_from + " must be 0 (no heartbeat checks) or at least " +
                       std::to_string(kMinPeerTimeout.count()) + "s (the agents heartbeat every second; a shorter "

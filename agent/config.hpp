@@ -71,6 +71,11 @@ struct Config {
   bool python_probe = true;
   std::string python_probe_dir;
   std::string python_probe_note;
+  // Note [NCCL profiler plugin] (nccl_profiler/plugin.c): the library every worker with a step
+  // socket gets in NCCL_PROFILER_PLUGIN (unless its env names one). Empty: off
+  // (LOCKSTEP_NCCL_PROFILER=0, --no-nccl-profiler) or not found; the note says which.
+  std::string nccl_profiler;
+  std::string nccl_profiler_note;
   std::vector<std::string> command{"lockstep-trainer"};
   // The container's CPU request and limit in millicores (LOCKSTEP_CPU_REQUEST and
   // LOCKSTEP_CPU_LIMIT, the downward API); 0: not known.
@@ -109,6 +114,13 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
 // where it looked.
 std::string find_python_probe_dir(const std::string& given, const std::string& given_by, const std::string& self_exe,
                                   std::string* note = nullptr);
+
+// Note [NCCL profiler plugin]: the plugin for an agent whose executable is `self_exe`.
+// `given` (LOCKSTEP_NCCL_PROFILER): "0" is off (""), an absolute path is that file (it must
+// exist, else ConfigError), "1" or "" looks for libnccl-profiler-lockstep.so beside self_exe
+// (the build tree, the bundle) and in <dir of self_exe>/../lib/lockstep (an install); ""
+// when not found, with `note` saying where it looked or why it is off.
+std::string find_nccl_profiler(const std::string& given, const std::string& self_exe, std::string* note = nullptr);
 
 std::map<std::string, std::string> current_environment();
 

@@ -120,6 +120,16 @@ void Metrics::register_measured_families() {
                             .Name("lockstep_comm_op_exposed_seconds_total")
                             .Help("Communication seconds not hidden behind computation, by op")
                             .Register(*registry_);
+  nccl_seconds_ = &BuildCounter()
+                       .Name("lockstep_nccl_seconds_total")
+                       .Help("GPU seconds of NCCL operations (each from its first channel's start to its last "
+                             "channel's end, NCCL's own timers), by op")
+                       .Register(*registry_);
+  nccl_bytes_ = &BuildCounter()
+                     .Name("lockstep_nccl_bytes_total")
+                     .Help("Bytes of NCCL operations (element count x type size), by op")
+                     .Register(*registry_);
+  nccl_ops_ = &BuildCounter().Name("lockstep_nccl_operations_total").Help("NCCL operations completed, by op").Register(*registry_);
 }
 
 // The agent's own series: restarts, stalls, the gang attempt.
@@ -265,6 +275,21 @@ void Metrics::record(int local_rank, const StepReport& s) {
     ops_.insert(op);
     return true;
   };
+  auto by_op = [&](Family<Counter>* family, const std::map<std::string, double>& values) {
+    for (const auto& [op, v] : values) {
+      if (!admitted(op)) continue;
+      auto labels = r.labels;
+      labels["op"] = op;
+      family->Add(labels).Increment(v);
+    }
+  };
+  by_op(nccl_seconds_, s.nccl_s_by_op);
+  by_op(nccl_bytes_, s.nccl_bytes_by_op);
+  by_op(nccl_ops_, s.nccl_count_by_op);
+  if (!s.has_step()) {  // NCCL's figures alone: no step, no progress
+    if (dropped) r.malformed->Increment();
+    return;
+  }
   if (s.step_s) r.step_duration->Observe(*s.step_s);
   // Note [Measured series only]: made on first use.
   auto counter = [&](Counter*& c, Family<Counter>* f) -> Counter& { return c ? *c : *(c = &f->Add(r.labels)); };
@@ -282,24 +307,9 @@ void Metrics::record(int local_rank, const StepReport& s) {
     labels["op"] = "all";
     comm_seconds_->Add(labels).Increment(*s.comm_s);
   }
-  for (const auto& [op, v] : s.comm_s_by_op) {
-    if (!admitted(op)) continue;
-    auto labels = r.labels;
-    labels["op"] = op;
-    comm_seconds_->Add(labels).Increment(v);
-  }
-  for (const auto& [op, v] : s.comm_bytes_by_op) {
-    if (!admitted(op)) continue;
-    auto labels = r.labels;
-    labels["op"] = op;
-    comm_bytes_->Add(labels).Increment(v);
-  }
-  for (const auto& [op, v] : s.exposed_comm_s_by_op) {
-    if (!admitted(op)) continue;
-    auto labels = r.labels;
-    labels["op"] = op;
-    comm_exposed_by_op_->Add(labels).Increment(v);
-  }
+  by_op(comm_seconds_, s.comm_s_by_op);
+  by_op(comm_bytes_, s.comm_bytes_by_op);
+  by_op(comm_exposed_by_op_, s.exposed_comm_s_by_op);
   if (dropped) r.malformed->Increment();
   r.last_step_ts->Set(unix_now());
   std::lock_guard<std::mutex> lock(mu_);
@@ -380,7 +390,7 @@ void Metrics::receive_loop() {
             std::string_view(buf.data(), static_cast<size_t>(len)),
             [&](const StepReport& report) {
               record(static_cast<int>(i), report);
-              log_step(ranks_[i], report);
+              if (report.has_step()) log_step(ranks_[i], report);
             },
             malformed);
         if (lines == 0) malformed("empty datagram");

@@ -56,7 +56,9 @@ class Metrics {
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
   prometheus::Labels base_labels() const { return base_; }
 
-  void record(int local_rank, const StepReport& r);  // exposed for tests
+  // A step report's figures, and NCCL's (which may come in reports of their own, with no
+  // step: those count no step and arm no stall watch). Exposed for tests.
+  void record(int local_rank, const StepReport& r);
   // Collective names beyond this many (per agent) are dropped and counted as malformed: each
   // is a label value, and a broken sender must not grow the registry without end.
   static constexpr size_t kMaxOps = 32;
@@ -92,6 +94,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* comm_seconds_;
   prometheus::Family<prometheus::Counter>* comm_bytes_;
   prometheus::Family<prometheus::Counter>* comm_exposed_by_op_;
+  // Note [NCCL profiler plugin]: NCCL's own timing of every operation, by op.
+  prometheus::Family<prometheus::Counter>*nccl_seconds_, *nccl_bytes_, *nccl_ops_;
   prometheus::Counter* restarts_;
   prometheus::Counter* in_place_;
   prometheus::Family<prometheus::Gauge>* last_restart_ts_family_;

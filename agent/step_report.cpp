@@ -99,12 +99,16 @@ std::optional<StepReport> parse_step_report(const std::string& line, std::string
     else if (key == report::kMemBytes) r.mem_bytes = v;
     else if (key == report::kTotalSteps) r.total_steps = v;
     else if (const auto dot = key.find('.'); dot != std::string::npos) {
-      // Per collective: comm_s.<op>, comm_bytes.<op>, exposed_comm_s.<op>. The op becomes a
-      // label value: a bounded name, so a broken sender cannot mint series without end.
+      // Per collective: comm_s.<op>, comm_bytes.<op>, exposed_comm_s.<op>, and NCCL's own
+      // nccl_s.<op>, nccl_bytes.<op>, nccl_count.<op>. The op becomes a label value: a
+      // bounded name, so a broken sender cannot mint series without end.
       const std::string kind = key.substr(0, dot), op = key.substr(dot + 1);
       auto* by_op = kind == report::kCommSeconds ? &r.comm_s_by_op
                     : kind == report::kCommBytes ? &r.comm_bytes_by_op
-                    : kind == report::kExposedCommSeconds ? &r.exposed_comm_s_by_op : nullptr;
+                    : kind == report::kExposedCommSeconds ? &r.exposed_comm_s_by_op
+                    : kind == report::kNcclSeconds ? &r.nccl_s_by_op
+                    : kind == report::kNcclBytes ? &r.nccl_bytes_by_op
+                    : kind == report::kNcclCount ? &r.nccl_count_by_op : nullptr;
       if (by_op) {
         if (!valid_op(op)) return fail("collective name in " + quote(key) + " must be 1-" + std::to_string(kMaxOpNameLength) + " characters of a-z, 0-9 and _");
         (*by_op)[op] = v;
@@ -112,7 +116,8 @@ std::optional<StepReport> parse_step_report(const std::string& line, std::string
     }
     // other keys: ignored (forward compatible)
   }
-  if (r.step < 0) return fail("no step=N");
+  const bool nccl = !r.nccl_s_by_op.empty() || !r.nccl_bytes_by_op.empty() || !r.nccl_count_by_op.empty();
+  if (r.step < 0 && !nccl) return fail("no step=N (nor NCCL figures: nccl_s.<op>, nccl_bytes.<op>, nccl_count.<op>)");
   return r;
 }
 

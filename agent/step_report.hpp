@@ -4,7 +4,10 @@
 //   flops=4.1e13 loss=2.93 mem_bytes=812345344
 // Per-collective figures may follow as comm_s.<op>=SECONDS, comm_bytes.<op>=BYTES and
 // exposed_comm_s.<op>=SECONDS (op: allreduce, allgather, reduce_scatter, broadcast, ...). Unknown keys are ignored, so
-// senders can add fields; a line with no valid step is malformed, and so is one with a key
+// senders can add fields. NCCL's own timing (Note [NCCL profiler plugin] in
+// nccl_profiler/plugin.c) comes as nccl_s.<op>, nccl_bytes.<op> and nccl_count.<op> in lines
+// of their own with no step (a step report may carry them too). A line with neither a valid
+// step nor an nccl_ figure is malformed, and so is one with a key
 // given twice or not a name ([A-Za-z0-9_.]{1,64}), a value that is not a finite number within +-kMaxReportValue (negative only
 // for loss), an op name outside [a-z0-9_]{1,32}, or more than kMaxReportBytes bytes.
 // A datagram carries one report or several, one per line ('\n' between them; the Python
@@ -25,10 +28,12 @@ inline constexpr double kMaxReportValue = 1e30;
 inline constexpr size_t kMaxOpNameLength = 32;
 
 struct StepReport {
-  long long step = -1;
+  long long step = -1;  // -1: a report of NCCL figures alone
+  bool has_step() const { return step >= 0; }
   std::optional<double> step_s, compute_s, comm_s, exposed_comm_s, tokens, flops, loss, mem_bytes;
   std::optional<double> total_steps;  // the run's planned steps, for progress and an ETA
   std::map<std::string, double> comm_s_by_op, comm_bytes_by_op, exposed_comm_s_by_op;
+  std::map<std::string, double> nccl_s_by_op, nccl_bytes_by_op, nccl_count_by_op;
 };
 
 // nullopt (with `error` set) for a malformed line.

@@ -633,6 +633,15 @@ int Supervisor::run() {
                                   "(PyTorch programs report their optimizer steps; LOCKSTEP_PYTHON_PROBE=0 turns it off)");
     else
       LOCKSTEP_LOG(Info, "agent", "python probe: " << cfg_.python_probe_note);
+    // Note [NCCL profiler plugin]
+    if (cfg_.nccl_profiler.empty())
+      LOCKSTEP_LOG(Info, "agent", "NCCL profiler: " << cfg_.nccl_profiler_note);
+    else if (const char* theirs = std::getenv(contract::kNcclProfilerPlugin))
+      LOCKSTEP_LOG(Info, "agent", "NCCL profiler: the environment's NCCL_PROFILER_PLUGIN=" << theirs
+                                  << " kept, so no lockstep_nccl_ series (unset it for the agent's plugin)");
+    else
+      LOCKSTEP_LOG(Info, "agent", "NCCL profiler: " << cfg_.nccl_profiler << " in each worker's NCCL_PROFILER_PLUGIN "
+                                  "(every NCCL operation timed; LOCKSTEP_NCCL_PROFILER=0 turns it off)");
   }
   if (!wait_for_master()) return contract::kExitRendezvous;
   // Note [Restart barrier]: node 0's agent serves it; a single node keeps it on loopback.

@@ -78,6 +78,10 @@ std::map<std::string, std::string> worker_env(const Config& cfg, int local_rank,
     const bool theirs = inherited_path != inherited.end() && !inherited_path->second.empty();
     env["PYTHONPATH"] = cfg.python_probe_dir + (theirs ? ":" + inherited_path->second : "");
   }
+  // Note [NCCL profiler plugin]: only with a socket (the plugin reports there), and never over
+  // a plugin the pod or the image chose ("none" included).
+  if (!metrics_socket.empty() && !cfg.nccl_profiler.empty() && !inherited.count(contract::kNcclProfilerPlugin))
+    env[contract::kNcclProfilerPlugin] = cfg.nccl_profiler;
   return env;
 }
 

@@ -47,6 +47,42 @@ TEST(StepReport, PerCollectiveKeysAndUnknownKeys) {
   EXPECT_DOUBLE_EQ(r->exposed_comm_s_by_op.at("reduce_scatter"), 0.25);
 }
 
+// Note [NCCL profiler plugin]: NCCL's figures come in lines of their own, with no step.
+TEST(StepReport, NcclFiguresComeWithoutAStep) {
+  auto r = parse_step_report("nccl_s.allreduce=0.0125 nccl_bytes.allreduce=104857600 nccl_count.allreduce=25 nccl_s.send=1e-06");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_FALSE(r->has_step());
+  EXPECT_DOUBLE_EQ(r->nccl_s_by_op.at("allreduce"), 0.0125);
+  EXPECT_DOUBLE_EQ(r->nccl_bytes_by_op.at("allreduce"), 104857600);
+  EXPECT_DOUBLE_EQ(r->nccl_count_by_op.at("allreduce"), 25);
+  EXPECT_DOUBLE_EQ(r->nccl_s_by_op.at("send"), 1e-6);
+  std::string why;
+  EXPECT_FALSE(parse_step_report("nccl_s.AllReduce=1", &why)) << "op names are lower case";
+  EXPECT_NE(why.find("a-z"), std::string::npos) << why;
+  EXPECT_FALSE(parse_step_report("nccl_s.allreduce=-1", &why));
+  EXPECT_NE(why.find("negative"), std::string::npos) << why;
+  EXPECT_FALSE(parse_step_report("nccl_other=1", &why)) << "an unknown key is no NCCL figure";
+  EXPECT_NE(why.find("no step"), std::string::npos) << why;
+
+  // On the agent: the figures by op, and no step counted.
+  std::string dir = ::testing::TempDir() + "/agent-nccl-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  Config cfg;
+  cfg.metrics_port = 0;
+  Metrics m(cfg, dir);
+  m.record(0, *r);
+  m.record(0, *r);
+  std::string text = prometheus::TextSerializer().Serialize(m.registry()->Collect());
+  const std::string labels = "{namespace=\"default\",node_rank=\"0\",op=\"allreduce\",rank=\"0\",trainingjob=\"local\"}";
+  EXPECT_NE(text.find("lockstep_nccl_seconds_total" + labels + " 0.025"), std::string::npos) << text;
+  EXPECT_NE(text.find("lockstep_nccl_bytes_total" + labels + " 209715200"), std::string::npos) << text;
+  EXPECT_NE(text.find("lockstep_nccl_operations_total" + labels + " 50"), std::string::npos) << text;
+  EXPECT_NE(text.find("lockstep_steps_total{namespace=\"default\",node_rank=\"0\",rank=\"0\",trainingjob=\"local\"} 0"),
+            std::string::npos) << text;
+  EXPECT_EQ(m.progress()[0].last_step, -1) << "NCCL's figures arm no stall watch";
+}
+
 TEST(StepReport, MalformedLinesSayWhy) {
   std::string why;
   EXPECT_FALSE(parse_step_report("hello", &why));
@@ -350,6 +386,50 @@ TEST(WorkerEnv, EveryVariableTorchrunSets) {
   auto user = worker_env(c, 0, 0, "", {{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}});
   EXPECT_EQ(user["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "3") << "the user's value, as torchrun keeps it";
   EXPECT_EQ(user["TORCHELASTIC_ERROR_FILE"], "") << "no error file: empty, as torchrun without a log directory";
+}
+
+// Note [NCCL profiler plugin]: every worker with a step socket gets the plugin, unless its
+// environment names a plugin of its own ("none" included).
+TEST(WorkerEnv, TheNcclProfilerPluginUnlessThePodNamesOne) {
+  Config c;
+  c.nccl_profiler = "/opt/lockstep/lib/lockstep/libnccl-profiler-lockstep.so";
+  EXPECT_EQ(worker_env(c, 0, 0, "/tmp/s", {})["NCCL_PROFILER_PLUGIN"], c.nccl_profiler);
+  EXPECT_EQ(worker_env(c, 0, 0, "", {}).count("NCCL_PROFILER_PLUGIN"), 0u) << "no socket: nowhere to report";
+  EXPECT_EQ(worker_env(c, 0, 0, "/tmp/s", {{"NCCL_PROFILER_PLUGIN", "none"}}).count("NCCL_PROFILER_PLUGIN"), 0u)
+      << "the pod's own choice is inherited, not overridden";
+  c.nccl_profiler.clear();
+  EXPECT_EQ(worker_env(c, 0, 0, "/tmp/s", {}).count("NCCL_PROFILER_PLUGIN"), 0u) << "off or not found";
+}
+
+TEST(Config, TheNcclProfilerIsFoundBesideTheAgentOrNamedOrOff) {
+  namespace fs = std::filesystem;
+  const std::string dir = fs::path(::testing::TempDir() + "/agent-nccl-find-" + std::to_string(::getpid())).lexically_normal().string();
+  fs::remove_all(dir);
+  fs::create_directories(dir + "/bin");
+  fs::create_directories(dir + "/lib/lockstep");
+  const std::string exe = dir + "/bin/lockstep-agent";
+  std::string note;
+  EXPECT_EQ(find_nccl_profiler("", exe, &note), "");
+  EXPECT_NE(note.find("not found"), std::string::npos) << note;
+  std::ofstream(dir + "/lib/lockstep/libnccl-profiler-lockstep.so") << "x";
+  EXPECT_EQ(find_nccl_profiler("1", exe), dir + "/lib/lockstep/libnccl-profiler-lockstep.so") << "an install";
+  std::ofstream(dir + "/bin/libnccl-profiler-lockstep.so") << "x";
+  EXPECT_EQ(find_nccl_profiler("", exe), dir + "/bin/libnccl-profiler-lockstep.so") << "beside the executable first";
+  EXPECT_EQ(find_nccl_profiler("0", exe, &note), "");
+  EXPECT_NE(note.find("off"), std::string::npos) << note;
+  EXPECT_EQ(find_nccl_profiler(dir + "/lib/lockstep/libnccl-profiler-lockstep.so", exe),
+            dir + "/lib/lockstep/libnccl-profiler-lockstep.so");
+  for (const std::string& bad : std::vector<std::string>{"yes", "lib/x.so", dir + "/missing.so"}) {
+    try {
+      find_nccl_profiler(bad, exe);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("LOCKSTEP_NCCL_PROFILER"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(load_config({{"LOCKSTEP_NCCL_PROFILER", "0"}}, {}, exe).nccl_profiler, "");
+  EXPECT_EQ(load_config({}, {"--no-nccl-profiler"}, exe).nccl_profiler, "");
+  EXPECT_EQ(load_config({}, {}, exe).nccl_profiler, dir + "/bin/libnccl-profiler-lockstep.so");
 }
 
 TEST(WorkerEnv, RanksAcrossNodes) {

@@ -57,6 +57,12 @@ inline constexpr const char* kPeerTimeout = "LOCKSTEP_PEER_TIMEOUT";        // N
 inline constexpr const char* kBarrierTimeout = "LOCKSTEP_BARRIER_TIMEOUT";  // its older name, still read
 inline constexpr const char* kPythonProbe = "LOCKSTEP_PYTHON_PROBE";        // 1 (default) or 0
 inline constexpr const char* kPythonProbeDir = "LOCKSTEP_PYTHON_PROBE_DIR";
+// Note [NCCL profiler plugin] (agent/nccl_profiler/plugin.c): 1 (default: the agent's own
+// plugin), 0 (off), or the absolute path of a plugin library to use instead.
+inline constexpr const char* kNcclProfiler = "LOCKSTEP_NCCL_PROFILER";
+// NCCL's own: the profiler plugin NCCL loads. The agent sets it for its workers unless the
+// pod's env already does.
+inline constexpr const char* kNcclProfilerPlugin = "NCCL_PROFILER_PLUGIN";
 // Where the agent writes its termination message (the container's terminationMessagePath).
 inline constexpr const char* kTerminationLog = "LOCKSTEP_TERMINATION_LOG";
 // lockstep-trainer's collective timeouts, in seconds (docs/trainer.md).
@@ -128,6 +134,12 @@ inline constexpr const char* kFlops = "flops";
 inline constexpr const char* kLoss = "loss";
 inline constexpr const char* kMemBytes = "mem_bytes";
 inline constexpr const char* kTotalSteps = "total_steps";
+// NCCL's own timing of every operation (Note [NCCL profiler plugin]), per op only, in reports
+// of their own that carry no step: nccl_s.<op>, nccl_bytes.<op>, nccl_count.<op>, totals since
+// the plugin's last report.
+inline constexpr const char* kNcclSeconds = "nccl_s";
+inline constexpr const char* kNcclBytes = "nccl_bytes";
+inline constexpr const char* kNcclCount = "nccl_count";
 // What the step log adds to each report: the rank, the gang attempt (LOCKSTEP_RESTART_ATTEMPT),
 // the in-place generation, and the arrival's Unix time.
 inline constexpr const char* kRank = "rank";
