@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Issue #27's GPU checks in one command, for a lent GPU machine (one GPU, no network):
 #   bench/trainer/gpu_session.sh [phase ...]
-# Phases, in the order given (default: build levers profile tiers big batch):
+# Phases, in the order given (default: build tiers nccl profile levers big batch):
 #   build    the agent, the trainer and the GPU tier (scripts/test-gpu.sh) against python3's
 #            CUDA PyTorch
-#   levers   gpu_vs_eager.py at gpt2-124m: every lever row against eager, alternating rounds
+#   levers   gpu_vs_eager.py at gpt2-124m: every lever row (LOCKSTEP_LEVERS: some rows) against
+#            eager (LOCKSTEP_EAGER: fused or foreach alone), alternating rounds
 #   profile  one step of the best row and of eager under the profiler, summed by kind
-#   tiers    the GPU tier's ctest entries (agent_gpu_test, trainer_gpu_test, trainer_unit_test)
-#   big      the gpt2-1558m shape on one GPU, the trainer alone (MFU)
+#   tiers    the GPU tier's GPU entries (agent_gpu_test, trainer_gpu_test)
+#   nccl     the NCCL profiler plugin's cost (bench/agent/nccl_profiler_cost.sh)
+#   big      the gpt2-1558m shape on one GPU, the trainer alone (MFU; LOCKSTEP_BIG_LEVERS: rows)
 #   batch    the best row against fused eager at batch 32 and 64
 # Without apt, the build's packages come from .deps/ (Debian packages, unpacked with dpkg -x,
 # mended by bench/trainer/deps_fixup.sh) and Prometheus from .deps/prometheus.xz, when there
@@ -19,7 +21,7 @@ source "$(dirname "$0")/../../scripts/common.sh"
 out=${OUT:-$CACHE/gpu-session}
 mkdir -p "$out"
 phases=("$@")
-[[ ${#phases[@]} -gt 0 ]] || phases=(build levers profile tiers big batch)
+[[ ${#phases[@]} -gt 0 ]] || phases=(build tiers nccl profile levers big batch)
 build=${LOCKSTEP_BUILD_DIR:-$CACHE/build/gpu-tier-$BUILD_TYPE}
 trainer=$build/trainer/lockstep-trainer
 bench=(python3 "$ROOT/bench/trainer/gpu_vs_eager.py" --trainer "$trainer")
@@ -83,13 +85,15 @@ phase() {  # name, seconds, command...: runs it with a limit, its output to $out
 for p in "${phases[@]}"; do
   case $p in
     build) phase build 240 "$ROOT/scripts/test-gpu.sh" -N ;;
-    levers) phase levers 170 "${bench[@]}" --rounds 2 --steps 22 --log "$out/levers-trainer.txt" ;;
+    levers) phase levers 170 "${bench[@]}" --rounds 2 --steps 22 --levers "${LOCKSTEP_LEVERS:-all}" \
+              --eager "${LOCKSTEP_EAGER:-both}" --log "$out/levers-trainer.txt" ;;
     profile) phase profile 60 "${bench[@]}" --rounds 1 --steps 14 --levers 3 --eager fused --profile 10 \
                --profile-out /tmp/trainer-step.json ;;
-    tiers) phase tiers 200 ctest --test-dir "$build" --output-on-failure -j1 ;;
-    big) phase big 120 "${bench[@]}" --model gpt2-1558m --no-eager --levers 3 --rounds 1 --steps 10 --batch-size 8 ;;
+    tiers) phase tiers 260 ctest --test-dir "$build" --output-on-failure -j1 -R 'agent_gpu_test|trainer_gpu_test' ;;
+    nccl) phase nccl 120 "$ROOT/bench/agent/nccl_profiler_cost.sh" "$build/agent/lockstep-agent" "$trainer" 2 ;;
+    big) phase big 120 "${bench[@]}" --model gpt2-1558m --no-eager --levers "${LOCKSTEP_BIG_LEVERS:-3}" --rounds 1 --steps 10 --batch-size 8 ;;
     batch) phase batch 80 bash -c "for b in 32 64; do ${bench[*]} --levers 3 --eager fused --rounds 1 --steps 16 --batch-size \$b; done" ;;
-    *) echo "unknown phase '$p' (build levers profile tiers big batch)"; exit 64 ;;
+    *) echo "unknown phase '$p' (build tiers nccl profile levers big batch)"; exit 64 ;;
   esac
 done
 [[ -f /tmp/trainer-step.json ]] && gzip -c /tmp/trainer-step.json > "$out/trainer-step.json.gz"

@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -51,6 +53,53 @@ Process start_agent(const std::string& log, int metrics_port, std::vector<std::s
   return Process::spawn(so);
 }
 
+// Note [NCCL profiler plugin]: node `node` of a two-node job on this one GPU. NCCL refuses two
+// ranks on one GPU of one host; NCCL_HOSTID tells it the two agents are two hosts, so they
+// talk over sockets on loopback (NCCL's network path, as between real nodes). Both workers
+// print the plugin's totals at their end (LOCKSTEP_NCCL_PROFILER_DEBUG=1).
+Process start_node(const std::string& dir, int node, int master_port, int agent_port, int metrics_port,
+                   const std::vector<std::string>& command) {
+  lockstep::SpawnOptions so;
+  so.argv = {env_or("LOCKSTEP_AGENT_BIN", "lockstep-agent"), "--metrics-address", "127.0.0.1", "--step-log", dir + "/steps",
+             "--"};
+  so.argv.insert(so.argv.end(), command.begin(), command.end());
+  so.env = {{"LOCKSTEP_JOB_NAME", "nccl"}, {"LOCKSTEP_JOB_NAMESPACE", "ns"}, {"LOCKSTEP_JOB_UID", "uid-nccl"},
+            {"LOCKSTEP_NNODES", "2"}, {"LOCKSTEP_NODE_RANK", std::to_string(node)}, {"LOCKSTEP_NPROC_PER_NODE", "1"},
+            {"LOCKSTEP_MASTER_ADDR", "127.0.0.1"}, {"LOCKSTEP_MASTER_PORT", std::to_string(master_port)},
+            {"LOCKSTEP_AGENT_PORT", std::to_string(agent_port)}, {"LOCKSTEP_RESTART_ATTEMPT", "0"},
+            {"LOCKSTEP_METRICS_PORT", std::to_string(metrics_port)}, {"NCCL_HOSTID", "lockstep-gpu-test-node-" + std::to_string(node)},
+            {"NCCL_SOCKET_IFNAME", "lo"}, {"NCCL_IB_DISABLE", "1"}, {"LOCKSTEP_NCCL_PROFILER_DEBUG", "1"}};
+  so.unset_env = {"NCCL_PROFILER_PLUGIN"};
+  so.output_path = dir + "/agent-" + std::to_string(node) + ".log";
+  so.new_process_group = true;
+  return Process::spawn(so);
+}
+
+// The plugin's end-of-run totals for `op` in a worker's output: seconds, bytes, operations.
+struct NcclTotals { double seconds = -1, bytes = -1, count = -1; };
+NcclTotals plugin_totals(const std::string& output, const std::string& op) {
+  NcclTotals t;
+  std::smatch m;
+  std::regex re("lockstep nccl profiler \\(rank [0-9]+, [a-z]+\\):.*nccl_s\\." + op + "=([0-9.eE+-]+) nccl_bytes\\." + op +
+                "=([0-9]+) nccl_count\\." + op + "=([0-9]+).* incomplete=0 ");
+  if (std::regex_search(output, m, re)) t = {std::stod(m[1]), std::stod(m[2]), std::stod(m[3])};
+  return t;
+}
+
+// A rank's step log (--step-log): its steps and the sum of a figure over them.
+std::pair<int, double> step_log_sum(const std::string& path, const std::string& key) {
+  int steps = 0;
+  double sum = 0;
+  std::istringstream in(read_file(path));
+  for (std::string line; std::getline(in, line);) {
+    json j = json::parse(line, nullptr, false);
+    if (j.is_discarded()) continue;
+    ++steps;
+    if (j.contains(key)) sum += j[key].get<double>();
+  }
+  return {steps, sum};
+}
+
 std::string http_get(const std::string& url) {
   return lockstep::run_capture({"curl", "-s", "--max-time", "5", url}, {}, 10s).output;
 }
@@ -74,6 +123,93 @@ TEST(AgentGpu, TorchrunStyleNcclProgramTrainsUnderTheAgent) {
   std::string out = read_file(dir + "/agent.log");
   EXPECT_EQ(st->shell_code(), 0) << out;
   EXPECT_NE(out.find("torchrun-ddp rank 0/1 ok"), std::string::npos) << out;
+}
+
+// Note [NCCL profiler plugin] under real NCCL: two ranks all-reduce over NCCL, once with
+// lockstep-trainer (its DDP's own figures are CUDA events around each all-reduce, summed) and
+// once with an unmodified torchrun-style Python DDP script (the probe's figures: DDP's own
+// timer). The plugin, which neither program knows of, must count their all-reduces and time
+// them as they do, and its series must reach /metrics.
+TEST(AgentGpu, TheNcclProfilerTimesEveryAllReduceOfAnyProgram) {
+  REQUIRE_NVIDIA_GPU();
+  std::string trainer = env_or("LOCKSTEP_TRAINER_BIN", "");
+  if (trainer.empty()) GTEST_SKIP() << "SKIPPED: LOCKSTEP_TRAINER_BIN not set";
+  const bool python = ::system("python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null") == 0;
+  struct Case { std::string name; std::vector<std::string> command; double min_ratio; };
+  std::vector<Case> cases = {
+      {"trainer", {trainer, "--device", "cuda", "--model", "gpt2-124m", "--batch-size", "4", "--steps", "60", "--log-every", "10"}, 0.8}};
+  // DDP's timer spans from the first bucket's launch to the last one's end, gaps included.
+  if (python) cases.push_back({"python", {"python3", std::string(LOCKSTEP_SOURCE_DIR) + "/tests/agent/torchrun_ddp_nccl.py", "2", "1"}, 0.5});
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::string dir = temp_dir("nccl-" + c.name);
+    const int master = lockstep::free_loopback_port(), agent_port = lockstep::free_loopback_port();
+    const int m0 = lockstep::free_loopback_port(), m1 = lockstep::free_loopback_port();
+    auto a0 = start_node(dir, 0, master, agent_port, m0, c.command);
+    auto a1 = start_node(dir, 1, master, agent_port, m1, c.command);
+    // With the trainer, a real Prometheus scrapes both agents and the training dashboard's
+    // NCCL queries must return data while it trains.
+    std::optional<Process> prom;
+    const int prom_port = lockstep::free_loopback_port();
+    const std::string prometheus = env_or("LOCKSTEP_PROMETHEUS_BIN", "prometheus");
+    std::vector<std::string> queries;
+    if (c.name == "trainer" && have(prometheus)) {
+      std::ofstream(dir + "/prometheus.yml")
+          << "global: {scrape_interval: 1s, evaluation_interval: 1s}\nscrape_configs:\n"
+          << "- job_name: lockstep-agents\n  static_configs:\n  - targets: ['127.0.0.1:" << m0 << "', '127.0.0.1:" << m1 << "']\n";
+      lockstep::SpawnOptions ps;
+      ps.argv = {prometheus, "--config.file=" + dir + "/prometheus.yml", "--storage.tsdb.path=" + dir + "/tsdb",
+                 "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)};
+      ps.output_path = dir + "/prometheus.log";
+      ps.new_process_group = true;
+      prom = Process::spawn(ps);
+      json dash = json::parse(read_file(std::string(LOCKSTEP_SOURCE_DIR) + "/dashboards/lockstep-training.json"));
+      for (const auto& q : lockstep::test::dashboard_queries(dash))
+        if (q.expr.find("lockstep_nccl_") != std::string::npos) queries.push_back(lockstep::test::fill_dashboard_query(q.expr, "ns", "nccl"));
+    }
+    auto has_data = [&](const std::string& expr) {
+      json r = json::parse(lockstep::run_capture({"curl", "-s", "--max-time", "5", "--data-urlencode", "query=" + expr,
+                                                  "http://127.0.0.1:" + std::to_string(prom_port) + "/api/v1/query"},
+                                                 {}, 10s).output, nullptr, false);
+      return !r.is_discarded() && r.value("status", "") == "success" && !r["data"]["result"].empty();
+    };
+    // The series on /metrics while it runs (the plugin reports every 0.25 s), and the
+    // dashboard's NCCL panel through Prometheus.
+    bool seen = false, dashboard = queries.empty();
+    for (int i = 0; i < 600 && !(seen && dashboard) && a0.running(); ++i) {
+      std::this_thread::sleep_for(500ms);
+      if (!seen)
+        seen = http_get("http://127.0.0.1:" + std::to_string(m0) + "/metrics").find("lockstep_nccl_seconds_total{") != std::string::npos;
+      if (seen && !dashboard && i % 2 == 0) dashboard = std::all_of(queries.begin(), queries.end(), has_data);
+    }
+    if (!queries.empty()) {
+      EXPECT_TRUE(dashboard) << "every NCCL query of the training dashboard returns data while it trains";
+      std::cout << queries.size() << " NCCL queries of the training dashboard " << (dashboard ? "returned data" : "did NOT all return data")
+                << std::endl;
+    }
+    auto s0 = a0.wait_for(300s), s1 = a1.wait_for(60s);
+    if (prom) prom->terminate(10s);
+    const std::string out0 = read_file(dir + "/agent-0.log"), out1 = read_file(dir + "/agent-1.log");
+    ASSERT_TRUE(s0 && s1) << out0 << out1;
+    EXPECT_EQ(s0->shell_code(), 0) << out0;
+    EXPECT_EQ(s1->shell_code(), 0) << out1;
+    EXPECT_TRUE(seen) << "lockstep_nccl_seconds_total on node 0's /metrics while it ran\n" << out0;
+    for (int rank = 0; rank < 2; ++rank) {
+      const std::string& out = rank == 0 ? out0 : out1;
+      SCOPED_TRACE("rank " + std::to_string(rank));
+      const NcclTotals t = plugin_totals(out, "allreduce");
+      const auto [steps, comm_s] = step_log_sum(dir + "/steps/rank-" + std::to_string(rank) + ".jsonl", "comm_s");
+      std::cout << c.name << " rank " << rank << ": plugin " << t.count << " all-reduces, " << t.seconds << " s, " << t.bytes
+                << " bytes; the program's own figures: " << steps << " steps, comm_s " << comm_s << " s; ratio "
+                << (comm_s > 0 ? t.seconds / comm_s : 0) << std::endl;
+      ASSERT_GT(t.count, 0) << "no plugin summary with every operation complete in the output:\n" << out;
+      EXPECT_GE(t.count, steps) << "at least one all-reduce a step";
+      EXPECT_GT(t.bytes, 0);
+      ASSERT_GT(comm_s, 0) << "the program's own communication figures";
+      EXPECT_LE(t.seconds, 1.05 * comm_s + 0.002) << "the kernels' spans lie within the program's own timing";
+      EXPECT_GE(t.seconds, c.min_ratio * comm_s) << "and make up most of it";
+    }
+  }
 }
 
 // GPU series while lockstep-trainer trains gpt2-124m on the GPU: present, with values a busy
