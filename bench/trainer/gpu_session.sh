@@ -86,7 +86,7 @@ for p in "${phases[@]}"; do
   case $p in
     build) phase build 240 "$ROOT/scripts/test-gpu.sh" -N ;;
     levers) phase levers 170 "${bench[@]}" --rounds 2 --steps 22 --levers "${LOCKSTEP_LEVERS:-all}" \
-              --eager "${LOCKSTEP_EAGER:-both}" --log "$out/levers-trainer.txt" ;;
+              --eager "${LOCKSTEP_EAGER:-both}" --log /tmp/levers-trainer.txt ;;
     profile) phase profile 60 "${bench[@]}" --rounds 1 --steps 14 --levers 3 --eager fused --profile 10 \
                --profile-out /tmp/trainer-step.json ;;
     tiers) phase tiers 260 ctest --test-dir "$build" --output-on-failure -j1 -R 'agent_gpu_test|trainer_gpu_test' ;;
