@@ -12,7 +12,8 @@
  *
  * so nothing is taken from the image it runs in, whatever its glibc (or none). Before that it
  * sets aside the loader variables of the image and pod (saved_env.h), which the agent puts
- * back for its workers, and sets LOCKSTEP_PYTHON_PROBE_DIR to <bundle>/python unless set.
+ * back for its workers, and sets LOCKSTEP_PYTHON_PROBE_DIR to <bundle>/python and
+ * LOCKSTEP_NCCL_PROFILER to <bundle>/nccl/libnccl-profiler-lockstep.so (when there) unless set.
  *
  * --install-bundle is the init container's job: its image can then be the bundle alone (FROM
  * scratch), with no shell and no cp. It copies files, directories and symbolic links with
@@ -41,6 +42,7 @@
 #define LIBDIR "/lib"
 #define AGENT "/libexec/lockstep-agent"
 #define PYTHON_DIR "/python"
+#define NCCL_PLUGIN "/nccl/libnccl-profiler-lockstep.so"
 
 enum { EXIT_COPY = 1, EXIT_USAGE = 64, EXIT_NO_LOADER = 127 };
 
@@ -103,6 +105,10 @@ static int run_agent(const char *bundle, int argc, char **argv) {
   char *python = concat(bundle, PYTHON_DIR);
   if (!getenv(LOCKSTEP_BUNDLE_PYTHON_PROBE_DIR) && setenv(LOCKSTEP_BUNDLE_PYTHON_PROBE_DIR, python, 0) != 0)
     die(EXIT_USAGE, "cannot set %s: %s", LOCKSTEP_BUNDLE_PYTHON_PROBE_DIR, strerror(errno));
+  char *plugin = concat(bundle, NCCL_PLUGIN);
+  if (!getenv(LOCKSTEP_BUNDLE_NCCL_PROFILER) && access(plugin, R_OK) == 0 &&
+      setenv(LOCKSTEP_BUNDLE_NCCL_PROFILER, plugin, 0) != 0)
+    die(EXIT_USAGE, "cannot set %s: %s", LOCKSTEP_BUNDLE_NCCL_PROFILER, strerror(errno));
   char *loader = concat(bundle, LOADER);
   char **args = calloc((size_t)argc + 8, sizeof *args);
   if (!args) die(EXIT_USAGE, "out of memory");

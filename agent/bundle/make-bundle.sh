@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes the agent's bundle (docs/agent.md, "The bundle"); the lockstep-agent-bundle target runs it.
-#   make-bundle.sh OUT AGENT LAUNCHER [PYTHON_DIR]
+#   make-bundle.sh OUT AGENT LAUNCHER [PYTHON_DIR [NCCL_PLUGIN]]
 #
 #   OUT/lockstep-agent          LAUNCHER, statically linked: starts the agent through OUT/lib's loader
 #   OUT/libexec/lockstep-agent  AGENT, as built
@@ -10,14 +10,19 @@
 #                               time: NVML needs libpthread.so.0, libdl.so.2 and librt.so.1, which
 #                               the image's older glibc must not provide
 #   OUT/python/                 PYTHON_DIR's files (no __pycache__), when that directory exists
+#   OUT/nccl/libnccl-profiler-lockstep.so
+#                               NCCL_PLUGIN, the NCCL profiler plugin the agent gives its workers
+#                               (the launcher names it in LOCKSTEP_NCCL_PROFILER): loaded by the
+#                               image's own loader into the workers, so it must need nothing of
+#                               glibc newer than 2.17, which is checked here
 #
 # Made beside OUT and renamed into place when complete and checked: the bundle's loader,
 # started as the launcher starts it, must find every library in OUT/lib, and the bundle must run.
 set -euo pipefail
 
 die() { printf 'make-bundle.sh: %s\n' "$*" >&2; exit 1; }
-(($# == 3 || $# == 4)) || die "usage: make-bundle.sh OUT AGENT LAUNCHER [PYTHON_DIR]"
-out=$1 agent=$2 launcher=$3 python=${4:-}
+(($# >= 3 && $# <= 5)) || die "usage: make-bundle.sh OUT AGENT LAUNCHER [PYTHON_DIR [NCCL_PLUGIN]]"
+out=$1 agent=$2 launcher=$3 python=${4:-} plugin=${5:-}
 [[ -x $agent && -x $launcher ]] || die "$agent and $launcher must be built first"
 command -v ldd >/dev/null || die "ldd not found (it comes with glibc's development tools, Debian package libc-bin)"
 
@@ -80,6 +85,16 @@ if [[ -n $python && -d $python ]]; then
   mkdir -p "$tmp/python"
   cp -R "$python/." "$tmp/python/"
   find "$tmp/python" \( -name __pycache__ -o -name '*.pyc' \) -prune -exec rm -rf {} +
+fi
+if [[ -n $plugin ]]; then
+  [[ -f $plugin ]] || die "the NCCL profiler plugin $plugin is not built"
+  command -v objdump >/dev/null || die "objdump not found (binutils) to check the NCCL profiler plugin's glibc versions"
+  newest=$(objdump -T "$plugin" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n1)
+  [[ -n $newest && $(printf '%s\n2.17\n' "$newest" | sort -V | tail -n1) == 2.17 ]] ||
+    die "$plugin needs glibc $newest; the workers' images may have 2.17 (objdump -T shows which symbol)"
+  mkdir -p "$tmp/nccl"
+  cp "$plugin" "$tmp/nccl/libnccl-profiler-lockstep.so"
+  chmod 0644 "$tmp/nccl/libnccl-profiler-lockstep.so"
 fi
 
 # The checks: started as the launcher starts it, the loader takes every library from lib/.

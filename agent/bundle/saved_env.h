@@ -31,5 +31,8 @@
 /* Set by the launcher when the image does not set it: the Python probe's directory, the
  * bundle's python/ (another part of the agent reads it). */
 #define LOCKSTEP_BUNDLE_PYTHON_PROBE_DIR "LOCKSTEP_PYTHON_PROBE_DIR"
+/* Likewise the NCCL profiler plugin, the bundle's nccl/libnccl-profiler-lockstep.so when the
+ * bundle has it (the agent cannot find it from its own path: that is the bundle's loader). */
+#define LOCKSTEP_BUNDLE_NCCL_PROFILER "LOCKSTEP_NCCL_PROFILER"
 
 #endif

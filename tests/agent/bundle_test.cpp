@@ -354,7 +354,11 @@ TEST(Bundle, AnOlderGlibcsWorkersGetTheImagesLoaderVariablesAndTheAgentNone) {
   env["LD_AUDIT"] = "/opt/preload/librecord.so";
   env["LD_LIBRARY_PATH"] = "/opt/image/lib:/usr/local/lib";
   const int port = lockstep::free_loopback_port();
-  AgentRun a = start_in(r, env, agent_argv(port, 2, {"/bin/sh", "-c", "env > /out/set-rank-$RANK.env"}), "set.log");
+  // Each worker also loads the NCCL profiler plugin the agent named for it into one of the
+  // image's programs, as NCCL would into the worker: its glibc is older than ours.
+  AgentRun a = start_in(r, env, agent_argv(port, 2, {"/bin/sh", "-c", "env > /out/set-rank-$RANK.env; "
+                        "LD_PRELOAD=\"$NCCL_PROFILER_PLUGIN\" /bin/true 2> /out/plugin-rank-$RANK.err && echo loaded > /out/plugin-rank-$RANK"}),
+                        "set.log");
   auto st = a.proc.wait_for(60s);
   ASSERT_TRUE(st.has_value()) << a.output();
   EXPECT_EQ(st->shell_code(), 0) << a.output();
@@ -369,6 +373,10 @@ TEST(Bundle, AnOlderGlibcsWorkersGetTheImagesLoaderVariablesAndTheAgentNone) {
     for (const char* v : {"LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH"})
       EXPECT_EQ(wenv.count(v) ? wenv[v] : "(unset)", env[v]) << who << ": " << v;
     expect_nothing_of_the_bundle(wenv, who);
+    // Note [NCCL profiler plugin]: the bundle's own, loadable under the image's glibc.
+    EXPECT_EQ(wenv["NCCL_PROFILER_PLUGIN"], "/lockstep/nccl/libnccl-profiler-lockstep.so") << who;
+    EXPECT_EQ(read_file(r.host("/out/plugin-rank-" + std::to_string(rank))), "loaded\n")
+        << who << ": " << read_file(r.host("/out/plugin-rank-" + std::to_string(rank) + ".err"));
   }
   // The library was loaded (and taken as an audit module) into the workers' processes, never
   // into the agent.
