@@ -133,10 +133,12 @@ nothing the program computes and costs a torch program 50 ms at exit; with the p
 c10d's ``_world.group_count`` was non-zero: ``destroy_process_group()`` resets it, so it never
 waited, and 5 of 80 runs aborted. With the thread test: 0 of 80, the machine at load 12.)
 
-Note [Communication sources]: DDP's statistics are one source of per-step communication
-figures (``_DdpSource``). A NCCL profiler plugin that times every collective of any program
-will be another: a class with the same ``collect()`` returning per-op figures for the step,
-added to ``_Probe._sources``; no code for it exists yet.
+Note [Communication sources]: DDP's statistics are the probe's one source of per-step
+communication figures (``_DdpSource``); another would be a class with the same ``collect()``
+returning per-op figures for the step, added to ``_Probe._sources``. NCCL's own timing of every
+operation of any program does not come through the probe: the agent's NCCL profiler plugin
+(Note [NCCL profiler plugin] in agent/nccl_profiler/plugin.c), which NCCL loads into the
+worker, reports it to the agent itself, as series of their own (docs/metrics.md).
 """
 
 import atexit
@@ -177,7 +179,7 @@ class _Probe:
         self._losses = []
         self._notes = set()
         self._ddp = _DdpSource(self)
-        # Note [Communication sources]: the NCCL profiler plugin's source joins this list.
+        # Note [Communication sources]
         self._sources = [self._ddp]
         if hasattr(os, "register_at_fork"):
             me = weakref.ref(self)

@@ -60,6 +60,8 @@ inline constexpr const char* kPythonProbeDir = "LOCKSTEP_PYTHON_PROBE_DIR";
 // Note [NCCL profiler plugin] (agent/nccl_profiler/plugin.c): 1 (default: the agent's own
 // plugin), 0 (off), or the absolute path of a plugin library to use instead.
 inline constexpr const char* kNcclProfiler = "LOCKSTEP_NCCL_PROFILER";
+// Read by the plugin itself (C, so spelt there too): 1 prints its totals on stderr at the end.
+inline constexpr const char* kNcclProfilerDebug = "LOCKSTEP_NCCL_PROFILER_DEBUG";
 // NCCL's own: the profiler plugin NCCL loads. The agent sets it for its workers unless the
 // pod's env already does.
 inline constexpr const char* kNcclProfilerPlugin = "NCCL_PROFILER_PLUGIN";
