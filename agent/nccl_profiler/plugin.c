@@ -27,7 +27,8 @@
  * plugin declines (init fails) and NCCL runs without it, at no cost.
  *
  * Not measured: operations captured in a CUDA graph are counted when captured, not at each
- * replay. A forked child (a data loader's worker) never sends its parent's figures.
+ * replay. A forked child (a data loader's worker) starts from nothing: it never sends its
+ * parent's figures, only its own, should it run NCCL itself.
  *
  * Loaded into the user's process, so plain C, no allocation after the first init, no
  * threads of its own, only libc calls that glibc 2.17 has (bundle_test checks its symbol
@@ -89,6 +90,21 @@ static socklen_t g_addr_len;
 static int g_contexts;
 static int g_debug;
 static int g_rank = -1;
+
+/* Around fork: the lock is taken so the child's copy is consistent, and the child starts from
+ * nothing, with no communicator of its own (NCCL's are unusable after a fork). */
+static void before_fork(void) { pthread_mutex_lock(&g_lock); }
+static void after_fork_parent(void) { pthread_mutex_unlock(&g_lock); }
+static void after_fork_child(void) {
+  memset(g_ring, 0, sizeof g_ring);
+  memset(&g_pending, 0, sizeof g_pending);
+  memset(&g_all, 0, sizeof g_all);
+  g_next = 0;
+  g_incomplete = g_send_errors = 0;
+  g_contexts = 0;
+  g_owner = getpid();
+  pthread_mutex_unlock(&g_lock);
+}
 
 static double now_seconds(void) {
   struct timespec t;
@@ -189,6 +205,7 @@ static ncclResult_t on_init(void** context, uint64_t comm_id, int* mask, const c
     g_addr_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(path) + 1);
     g_owner = getpid();
     g_last_flush = now_seconds();
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
     const char* debug = getenv("LOCKSTEP_NCCL_PROFILER_DEBUG");
     g_debug = debug && strcmp(debug, "1") == 0;
   }
@@ -265,7 +282,7 @@ static void summary_locked(const char* when) {
 static ncclResult_t on_finalize(void* context) {
   if (!context) return ncclSuccess;
   pthread_mutex_lock(&g_lock);
-  if (--g_contexts == 0) {
+  if (g_contexts > 0 && --g_contexts == 0) {
     /* The last communicator is gone: operations still waiting for channels are counted now. */
     for (int i = 0; i < kRing; ++i)
       if (g_ring[i].busy) account_locked(&g_ring[i]);

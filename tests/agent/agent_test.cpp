@@ -459,7 +459,8 @@ TEST(Agent, NcclProfilerPluginFiguresReachMetrics) {
   };
   ASSERT_TRUE(eventually([&] {
     m = scrape(a.metrics_port);
-    return value("lockstep_nccl_operations_total", "reduce_scatter") == 1;
+    return value("lockstep_nccl_operations_total", "reduce_scatter") == 1 &&
+           value("lockstep_nccl_operations_total", "broadcast") == 1;
   })) << m << a.output();
   EXPECT_NE(a.output().find("NCCL profiler: "), std::string::npos) << a.output();
   EXPECT_NE(a.output().find("libnccl-profiler-lockstep.so in each worker's NCCL_PROFILER_PLUGIN"), std::string::npos)
@@ -467,9 +468,11 @@ TEST(Agent, NcclProfilerPluginFiguresReachMetrics) {
   EXPECT_NE(a.output().find("nccl stub: played"), std::string::npos) << a.output();
   struct Want { const char* op; double ops, seconds, bytes; };
   for (const Want& w : {Want{"allreduce", 3, 7.5e-6, 3 * 1048576.0}, Want{"allgather", 1, 1e-6, 2000},
-                        Want{"send", 1, 5e-7, 10}, Want{"reduce_scatter", 1, 3e-6, 200}, Want{"other", 1, 4e-6, 0}}) {
+                        Want{"send", 1, 5e-7, 10}, Want{"reduce_scatter", 1, 3e-6, 200}, Want{"other", 1, 4e-6, 0},
+                        Want{"broadcast", 1, 8e-7, 4}}) {
     SCOPED_TRACE(w.op);
-    EXPECT_EQ(value("lockstep_nccl_operations_total", w.op), w.ops) << "the forked child's all-reduce is not counted\n" << m;
+    EXPECT_EQ(value("lockstep_nccl_operations_total", w.op), w.ops)
+        << "the forked child sends its own broadcast and none of its parent's figures\n" << m;
     EXPECT_NEAR(value("lockstep_nccl_seconds_total", w.op), w.seconds, 1e-12) << m;
     EXPECT_EQ(value("lockstep_nccl_bytes_total", w.op), w.bytes) << m;
   }

@@ -3,7 +3,8 @@
  * as NCCL does, and plays a fixed script of events through its ncclProfiler_v5 table in the
  * order NCCL 2.28 makes them (an operation's own event stopped on the host before its
  * channels' events come from the proxy thread), with known GPU timer values; hostile handles
- * too, and a forked child that must send nothing. Then prints "nccl stub: played" and sleeps
+ * too, and a forked child that must send its own figures and none of its parent's (those
+ * pending at the fork). Then prints "nccl stub: played" and sleeps
  * argv[1] seconds so the agent's /metrics can be read.
  *
  * What the agent should then show (agent_test, NcclProfilerPluginFiguresReachMetrics):
@@ -12,7 +13,8 @@
  *   send            1 op, 0.5 us, 10 bytes
  *   reduce_scatter  1 op, 3 us, 200 bytes: one of its two channels never reports, so it is
  *                   counted with that one at the end (finalize)
- *   other           1 op (a name NCCL does not have), 4 us, 0 bytes (unknown type) */
+ *   other           1 op (a name NCCL does not have), 4 us, 0 bytes (unknown type)
+ *   broadcast       1 op, 0.8 us, 4 bytes: the forked child's own */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,11 +115,11 @@ int main(int argc, char** argv) {
   p->stopEvent(&stranger);
   p->stopEvent((char*)&stranger + 1);
   p->recordEventState((char*)&stranger + 1, ncclProfilerKernelChStop, NULL);
-  /* A fork's child (a data loader's worker) plays an operation and exits: it sends nothing. */
+  /* A fork's child: everything above is still pending in the parent (it sends at most every
+   * 0.25 s); the child plays one operation of its own and exits, sending that alone. */
   pid_t child = fork();
   if (child == 0) {
-    play(1, "AllReduce", 262144, "ncclFloat32", 2, 9000000, 2500);
-    p->finalize(ctx);
+    play(1, "Broadcast", 1, "ncclInt32", 1, 9000000, 800);
     exit(0);
   }
   waitpid(child, NULL, 0);
