@@ -1,5 +1,6 @@
-/* The part of NCCL's profiler plugin interface, version 5, that lockstep's plugin uses
- * (NCCL 2.25 to 2.28 look for the symbol `ncclProfiler_v5`; later versions still load it).
+/* The part of NCCL's profiler plugin interface, versions 5 and 4, that lockstep's plugin uses
+ * (NCCL 2.28 looks for the symbol `ncclProfiler_v5`, 2.29 and later still load it; NCCL 2.27
+ * loads `ncclProfiler_v4`).
  * Written from NCCL's documentation of the interface (ext-profiler/README.md, "API (v5)",
  * NCCL v2.28.9-1): a plugin carries its own copy of the definitions it implements, as that
  * README asks, since NCCL installs no header for them. The layouts below are the ABI: each
@@ -151,5 +152,69 @@ typedef struct {
                                    ncclProfilerEventStateArgs_v5_t* eStateArgs);
   ncclResult_t (*finalize)(void* context);
 } ncclProfiler_v5_t;
+
+/* Version 4 (NCCL 2.27, e.g. PyTorch 2.8's): the same events without the API ones, a one-byte
+ * type, the union in another order, and init's arguments in another order. The plugin serves
+ * it through the version 5 code (plugin.c). */
+typedef struct {
+  uint8_t type;
+  void* parentObj;
+  int rank;
+  union {
+    struct {
+      uint64_t seqNumber;
+      const char* func;
+      const void* sendBuff;
+      void* recvBuff;
+      size_t count;
+      int root;
+      const char* datatype;
+      uint8_t nChannels;
+      uint8_t nWarps;
+      const char* algo;
+      const char* proto;
+    } coll;
+    struct {
+      const char* func;
+      void* buff;
+      const char* datatype;
+      size_t count;
+      int peer;
+      uint8_t nChannels;
+    } p2p;
+    struct {
+      pid_t pid;
+      uint8_t channelId;
+      int peer;
+      int nSteps;
+      int chunkSize;
+      int isSend;
+    } proxyOp;
+    struct {
+      int step;
+    } proxyStep;
+    struct {
+      uint8_t channelId;
+      uint64_t pTimer;
+    } kernelCh;
+    struct {
+      int64_t id;
+      void* data;
+    } netPlugin;
+  };
+} ncclProfilerEventDescr_v4_t;
+
+typedef ncclProfilerEventStateArgs_v5_t ncclProfilerEventStateArgs_v4_t; /* the same union */
+
+typedef struct {
+  const char* name;
+  ncclResult_t (*init)(void** context, int* eActivationMask, const char* commName, uint64_t commHash, int nNodes,
+                       int nranks, int rank, ncclDebugLogger_t logfn);
+  ncclResult_t (*startEvent)(void* context, void** eHandle, ncclProfilerEventDescr_v4_t* eDescr);
+  ncclResult_t (*stopEvent)(void* eHandle);
+  ncclResult_t (*recordEventState)(void* eHandle, ncclProfilerEventState_v5_t eState,
+                                   ncclProfilerEventStateArgs_v4_t* eStateArgs);
+  ncclResult_t (*finalize)(void* context);
+} ncclProfiler_v4_t;
 
 #endif

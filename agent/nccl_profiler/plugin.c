@@ -3,7 +3,9 @@
  *
  * Note [NCCL profiler plugin]
  * The agent names this library in each worker's NCCL_PROFILER_PLUGIN (agent/worker_env.cpp),
- * so NCCL (2.25 or later) loads it into every worker, Python or C++, with no code change.
+ * so NCCL loads it into every worker, Python or C++, with no code change: NCCL 2.28 and later
+ * as interface version 5 (ncclProfiler_v5), NCCL 2.27 as version 4 (ncclProfiler_v4, the same
+ * events in another layout). Older NCCL stamps no GPU timer on its channels: it loads neither.
  * It asks NCCL for three kinds of events (init's activation mask):
  *   - Coll and P2p: one per collective (or send, or receive) as NCCL hands it to the GPU, with
  *     its name, element count, data type and the number of channels it runs on;
@@ -304,6 +306,48 @@ __attribute__((destructor)) static void at_exit(void) {
   }
   pthread_mutex_unlock(&g_lock);
 }
+
+/* Version 4 (NCCL 2.27): the same work, its arguments and descriptor read into version 5's. */
+static ncclResult_t on_init_v4(void** context, int* mask, const char* comm_name, uint64_t comm_hash, int nodes,
+                               int nranks, int rank, ncclDebugLogger_t log) {
+  return on_init(context, comm_hash, mask, comm_name, nodes, nranks, rank, log);
+}
+
+static ncclResult_t on_start_v4(void* context, void** handle, ncclProfilerEventDescr_v4_t* e4) {
+  *handle = NULL;
+  if (!e4) return ncclSuccess;
+  ncclProfilerEventDescr_v5_t e;
+  memset(&e, 0, sizeof e);
+  e.type = e4->type;
+  e.parentObj = e4->parentObj;
+  e.rank = e4->rank;
+  if (e4->type == ncclProfileColl) {
+    e.coll.func = e4->coll.func;
+    e.coll.count = e4->coll.count;
+    e.coll.datatype = e4->coll.datatype;
+    e.coll.nChannels = e4->coll.nChannels;
+  } else if (e4->type == ncclProfileP2p) {
+    e.p2p.func = e4->p2p.func;
+    e.p2p.count = e4->p2p.count;
+    e.p2p.datatype = e4->p2p.datatype;
+    e.p2p.nChannels = e4->p2p.nChannels;
+  } else if (e4->type == ncclProfileKernelCh) {
+    e.kernelCh.channelId = e4->kernelCh.channelId;
+    e.kernelCh.pTimer = e4->kernelCh.pTimer;
+  } else {
+    return ncclSuccess;
+  }
+  return on_start(context, handle, &e);
+}
+
+EXPORT ncclProfiler_v4_t ncclProfiler_v4 = {
+    .name = "lockstep",
+    .init = on_init_v4,
+    .startEvent = on_start_v4,
+    .stopEvent = on_stop,
+    .recordEventState = on_record,
+    .finalize = on_finalize,
+};
 
 EXPORT ncclProfiler_v5_t ncclProfiler_v5 = {
     .name = "lockstep",

@@ -445,43 +445,47 @@ TEST(Agent, MetricsCarryStepCommAndWorkerSeriesWithTheirLabels) {
 // plugin's figures reach /metrics by op, and they count no step. A stand-in for NCCL's core
 // (nccl_core_stub.c) loads the plugin as NCCL does and plays known events; the GPU tier runs it
 // under real NCCL (agent_gpu_test).
+// Both interface versions: 5 (NCCL 2.28 and later) and 4 (NCCL 2.27).
 TEST(Agent, NcclProfilerPluginFiguresReachMetrics) {
   const std::string stub = env_or("LOCKSTEP_NCCL_STUB_BIN", "");
   if (stub.empty()) GTEST_SKIP() << "SKIPPED: LOCKSTEP_NCCL_STUB_BIN not set";
-  std::string dir = temp_dir("nccl");
-  auto a = start_agent(dir, 1, 0, 1, lockstep::free_loopback_port(), {stub, "60"}, {"--stall-timeout", "0"});
-  std::string m;
-  const std::string labels = "namespace=\"ns\",node_rank=\"0\",op=\"";
-  auto value = [&](const std::string& name, const std::string& op) {
-    std::smatch match;
-    std::regex re(name + "\\{" + labels + op + "\",rank=\"0\",trainingjob=\"tj\"\\} ([0-9.eE+-]+)");
-    return std::regex_search(m, match, re) ? std::stod(match[1]) : -1.0;
-  };
-  ASSERT_TRUE(eventually([&] {
-    m = scrape(a.metrics_port);
-    return value("lockstep_nccl_operations_total", "reduce_scatter") == 1 &&
-           value("lockstep_nccl_operations_total", "broadcast") == 1;
-  })) << m << a.output();
-  EXPECT_NE(a.output().find("NCCL profiler: "), std::string::npos) << a.output();
-  EXPECT_NE(a.output().find("libnccl-profiler-lockstep.so in each worker's NCCL_PROFILER_PLUGIN"), std::string::npos)
-      << a.output();
-  EXPECT_NE(a.output().find("nccl stub: played"), std::string::npos) << a.output();
-  struct Want { const char* op; double ops, seconds, bytes; };
-  for (const Want& w : {Want{"allreduce", 3, 7.5e-6, 3 * 1048576.0}, Want{"allgather", 1, 1e-6, 2000},
-                        Want{"send", 1, 5e-7, 10}, Want{"reduce_scatter", 1, 3e-6, 200}, Want{"other", 1, 4e-6, 0},
-                        Want{"broadcast", 1, 8e-7, 4}}) {
-    SCOPED_TRACE(w.op);
-    EXPECT_EQ(value("lockstep_nccl_operations_total", w.op), w.ops)
-        << "the forked child sends its own broadcast and none of its parent's figures\n" << m;
-    EXPECT_NEAR(value("lockstep_nccl_seconds_total", w.op), w.seconds, 1e-12) << m;
-    EXPECT_EQ(value("lockstep_nccl_bytes_total", w.op), w.bytes) << m;
+  for (const std::string version : {"v5", "v4"}) {
+    SCOPED_TRACE("NCCL profiler interface " + version);
+    std::string dir = temp_dir("nccl-" + version);
+    auto a = start_agent(dir, 1, 0, 1, lockstep::free_loopback_port(), {stub, "60", version}, {"--stall-timeout", "0"});
+    std::string m;
+    const std::string labels = "namespace=\"ns\",node_rank=\"0\",op=\"";
+    auto value = [&](const std::string& name, const std::string& op) {
+      std::smatch match;
+      std::regex re(name + "\\{" + labels + op + "\",rank=\"0\",trainingjob=\"tj\"\\} ([0-9.eE+-]+)");
+      return std::regex_search(m, match, re) ? std::stod(match[1]) : -1.0;
+    };
+    ASSERT_TRUE(eventually([&] {
+      m = scrape(a.metrics_port);
+      return value("lockstep_nccl_operations_total", "reduce_scatter") == 1 &&
+             value("lockstep_nccl_operations_total", "broadcast") == 1;
+    })) << m << a.output();
+    EXPECT_NE(a.output().find("NCCL profiler: "), std::string::npos) << a.output();
+    EXPECT_NE(a.output().find("libnccl-profiler-lockstep.so in each worker's NCCL_PROFILER_PLUGIN"), std::string::npos)
+        << a.output();
+    EXPECT_NE(a.output().find("nccl stub: played"), std::string::npos) << a.output();
+    struct Want { const char* op; double ops, seconds, bytes; };
+    for (const Want& w : {Want{"allreduce", 3, 7.5e-6, 3 * 1048576.0}, Want{"allgather", 1, 1e-6, 2000},
+                          Want{"send", 1, 5e-7, 10}, Want{"reduce_scatter", 1, 3e-6, 200}, Want{"other", 1, 4e-6, 0},
+                          Want{"broadcast", 1, 8e-7, 4}}) {
+      SCOPED_TRACE(w.op);
+      EXPECT_EQ(value("lockstep_nccl_operations_total", w.op), w.ops)
+          << "the forked child sends its own broadcast and none of its parent's figures\n" << m;
+      EXPECT_NEAR(value("lockstep_nccl_seconds_total", w.op), w.seconds, 1e-12) << m;
+      EXPECT_EQ(value("lockstep_nccl_bytes_total", w.op), w.bytes) << m;
+    }
+    EXPECT_NE(m.find("lockstep_steps_total{namespace=\"ns\",node_rank=\"0\",rank=\"0\",trainingjob=\"tj\"} 0"), std::string::npos)
+        << "NCCL's figures are no steps\n" << m;
+    EXPECT_NE(m.find("lockstep_metrics_malformed_total{namespace=\"ns\",node_rank=\"0\",rank=\"0\",trainingjob=\"tj\"} 0"),
+              std::string::npos) << m;
+    a.proc.signal(SIGTERM);
+    a.wait(20s);
   }
-  EXPECT_NE(m.find("lockstep_steps_total{namespace=\"ns\",node_rank=\"0\",rank=\"0\",trainingjob=\"tj\"} 0"), std::string::npos)
-      << "NCCL's figures are no steps\n" << m;
-  EXPECT_NE(m.find("lockstep_metrics_malformed_total{namespace=\"ns\",node_rank=\"0\",rank=\"0\",trainingjob=\"tj\"} 0"),
-            std::string::npos) << m;
-  a.proc.signal(SIGTERM);
-  a.wait(20s);
 }
 
 TEST(Agent, MalformedReportsAreCountedAndIgnored) {
