@@ -452,7 +452,8 @@ TEST(Agent, NcclProfilerPluginFiguresReachMetrics) {
   for (const std::string version : {"v5", "v4"}) {
     SCOPED_TRACE("NCCL profiler interface " + version);
     std::string dir = temp_dir("nccl-" + version);
-    auto a = start_agent(dir, 1, 0, 1, lockstep::free_loopback_port(), {stub, "60", version}, {"--stall-timeout", "0"});
+    auto a = start_agent(dir, 1, 0, 1, lockstep::free_loopback_port(), {stub, "60", version}, {"--stall-timeout", "0"},
+                         {{"LOCKSTEP_NCCL_PROFILER_DEBUG", "1"}});
     std::string m;
     const std::string labels = "namespace=\"ns\",node_rank=\"0\",op=\"";
     auto value = [&](const std::string& name, const std::string& op) {
@@ -462,17 +463,22 @@ TEST(Agent, NcclProfilerPluginFiguresReachMetrics) {
     };
     ASSERT_TRUE(eventually([&] {
       m = scrape(a.metrics_port);
+      // The figures, and the stub's last line (the agent relays output as it comes).
       return value("lockstep_nccl_operations_total", "reduce_scatter") == 1 &&
-             value("lockstep_nccl_operations_total", "broadcast") == 1;
+             value("lockstep_nccl_operations_total", "broadcast") == 1 &&
+             a.output().find("nccl stub: played") != std::string::npos;
     })) << m << a.output();
     EXPECT_NE(a.output().find("NCCL profiler: "), std::string::npos) << a.output();
     EXPECT_NE(a.output().find("libnccl-profiler-lockstep.so in each worker's NCCL_PROFILER_PLUGIN"), std::string::npos)
         << a.output();
     EXPECT_NE(a.output().find("nccl stub: played"), std::string::npos) << a.output();
+    // LOCKSTEP_NCCL_PROFILER_DEBUG=1: the plugin's own summary at the end, the evicted one counted.
+    EXPECT_NE(a.output().find("lockstep nccl profiler (rank 0, finalize): "), std::string::npos) << a.output();
+    EXPECT_NE(a.output().find(" incomplete=1 send_errors=0"), std::string::npos) << a.output();
     struct Want { const char* op; double ops, seconds, bytes; };
     for (const Want& w : {Want{"allreduce", 3, 7.5e-6, 3 * 1048576.0}, Want{"allgather", 1, 1e-6, 2000},
                           Want{"send", 1, 5e-7, 10}, Want{"reduce_scatter", 1, 3e-6, 200}, Want{"other", 1, 4e-6, 0},
-                          Want{"broadcast", 1, 8e-7, 4}}) {
+                          Want{"broadcast", 1, 8e-7, 4}, Want{"scatter", 1, 2e-6, 200}, Want{"gather", 1024, 1.024e-3, 1024}}) {
       SCOPED_TRACE(w.op);
       EXPECT_EQ(value("lockstep_nccl_operations_total", w.op), w.ops)
           << "the forked child sends its own broadcast and none of its parent's figures\n" << m;

@@ -15,7 +15,10 @@
  *   reduce_scatter  1 op, 3 us, 200 bytes: one of its two channels never reports, so it is
  *                   counted with that one at the end (finalize)
  *   other           1 op (a name NCCL does not have), 4 us, 0 bytes (unknown type)
- *   broadcast       1 op, 0.8 us, 4 bytes: the forked child's own */
+ *   broadcast       1 op, 0.8 us, 4 bytes: the forked child's own
+ *   scatter         1 op, 2 us, 200 bytes: one of its two channels never reports, and the ring
+ *                   comes round to it 1,024 operations later (gather: 1,024 ops, 1.024 ms,
+ *                   1,024 bytes), which counts it then, as incomplete */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,6 +145,12 @@ int main(int argc, char** argv) {
   void* odd_ch = start_channel(odd, 7000000);
   stop_channel(odd_ch, 7004000);
   stop_event(odd);
+  /* Two channels said, one reports, and 1,024 operations follow: the ring comes round to it,
+   * and it is counted then with that one channel (and counted as incomplete). */
+  void* sc = start_op(1, "Scatter", 50, "ncclInt32", 2);
+  stop_event(sc);
+  stop_channel(start_channel(sc, 8100000), 8102000);
+  for (int i = 0; i < 1024; ++i) play(1, "Gather", 1, "ncclInt8", 1, 10000000 + 10000 * (uint64_t)i, 1000);
   /* Two channels said, one reports: counted at finalize with that one. */
   void* rs = start_op(1, "ReduceScatter", 100, "ncclFloat16", 2);
   stop_event(rs);
