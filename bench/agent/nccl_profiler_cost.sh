@@ -6,14 +6,14 @@
 # and without it (LOCKSTEP_NCCL_PROFILER=0), in alternating order, every round printed; the
 # figure is rank 0's wall time per steady-state step (--stats-file, from the fourth step).
 #   bench/agent/nccl_profiler_cost.sh AGENT TRAINER [ROUNDS] [SHAPE...]
-# SHAPE: MODEL:BATCH:STEPS (default tiny:8:300 gpt2-124m:4:25): a small model, where NCCL's
+# SHAPE: MODEL:BATCH:STEPS (default tiny:8:300 gpt2-124m:4:16): a small model, where NCCL's
 # per-operation costs weigh most, and GPT-2 124M, where its bytes do.
 set -uo pipefail
 agent=${1:?usage: nccl_profiler_cost.sh AGENT TRAINER [ROUNDS] [SHAPE...]} trainer=${2:?need TRAINER}
 rounds=${3:-2}
 shift $(($# < 3 ? $# : 3))
 shapes=("$@")
-((${#shapes[@]})) || shapes=(tiny:8:300 gpt2-124m:4:25)
+((${#shapes[@]})) || shapes=(tiny:8:300 gpt2-124m:4:16)
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
 trap 'echo "interrupted"; exit 130' INT TERM
