@@ -117,6 +117,25 @@ int env_int(const std::map<std::string, std::string>& env, std::initializer_list
   }
 }
 
+// The first of `relative` (paths from the directory of `self_exe`, or of /proc/self/exe when
+// it is empty) that `found` accepts, made absolute and normal; "" when none does, with
+// `looked` listing where it looked ("" when the agent's own path is unknown).
+template <class Found>
+std::string first_beside_exe(const std::string& self_exe, std::initializer_list<std::filesystem::path> relative,
+                             Found&& found, std::string& looked) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path exe = self_exe.empty() ? fs::read_symlink("/proc/self/exe", ec) : fs::path(self_exe);
+  if (exe.empty()) return "";
+  const fs::path here = fs::absolute(exe, ec).parent_path();
+  for (const fs::path& rel : relative) {
+    const fs::path normal = (here / rel).lexically_normal();
+    if (found(normal)) return normal.string();
+    looked += (looked.empty() ? "" : " and ") + normal.string();
+  }
+  return "";
+}
+
 bool holds_probe(const std::filesystem::path& dir) {
   std::error_code ec;
   return std::filesystem::is_regular_file(dir / "sitecustomize.py", ec) &&
@@ -151,16 +170,11 @@ std::string find_python_probe_dir(const std::string& given, const std::string& g
       throw ConfigError(given_by + " '" + dir.string() + "' contains ':', which PYTHONPATH cannot hold");
     return dir.lexically_normal().string();
   }
-  fs::path exe = self_exe.empty() ? fs::read_symlink("/proc/self/exe", ec) : fs::path(self_exe);
   std::string looked;
-  if (!exe.empty()) {
-    fs::path here = fs::absolute(exe, ec).parent_path();
-    for (const fs::path& dir : {here / "python", here / ".." / "share" / "lockstep" / "python"}) {
-      fs::path normal = dir.lexically_normal();
-      if (holds_probe(normal) && normal.string().find(':') == std::string::npos) return normal.string();
-      looked += (looked.empty() ? "" : " and ") + normal.string();
-    }
-  }
+  const std::string dir = first_beside_exe(
+      self_exe, {"python", fs::path("..") / "share" / "lockstep" / "python"},
+      [](const fs::path& d) { return holds_probe(d) && d.string().find(':') == std::string::npos; }, looked);
+  if (!dir.empty()) return dir;
   if (note)
     *note = "not found (looked in " + (looked.empty() ? std::string("no directory: the agent's own path is unknown") : looked) +
             "; --python-probe-dir or LOCKSTEP_PYTHON_PROBE_DIR names it)";
@@ -184,16 +198,11 @@ std::string find_nccl_profiler(const std::string& given, const std::string& self
                         "1 for the agent's own, or 0 for none)");
     return given;
   }
-  fs::path exe = self_exe.empty() ? fs::read_symlink("/proc/self/exe", ec) : fs::path(self_exe);
   std::string looked;
-  if (!exe.empty()) {
-    fs::path here = fs::absolute(exe, ec).parent_path();
-    for (const fs::path& file : {here / kName, here / ".." / "lib" / "lockstep" / kName}) {
-      fs::path normal = file.lexically_normal();
-      if (fs::is_regular_file(normal, ec)) return normal.string();
-      looked += (looked.empty() ? "" : " and ") + normal.string();
-    }
-  }
+  const std::string file = first_beside_exe(
+      self_exe, {kName, fs::path("..") / "lib" / "lockstep" / kName},
+      [&ec](const fs::path& f) { return fs::is_regular_file(f, ec); }, looked);
+  if (!file.empty()) return file;
   if (note)
     *note = "not found (looked for " + (looked.empty() ? std::string(kName) + ": the agent's own path is unknown" : looked) +
             "; LOCKSTEP_NCCL_PROFILER names one)";
