@@ -87,6 +87,17 @@ if(_cuda)
   # libtorch_cuda registers CUDA with the dispatcher when loaded, so it is linked even where no
   # symbol of it is referenced; its own RPATH finds the nvidia-* libraries.
   target_link_libraries(lockstep_torch INTERFACE -Wl,--no-as-needed ${_lt}/lib/libtorch_cuda.so ${_lt}/lib/libc10_cuda.so)
+  # c10's inline CUDA helpers (CUDAEvent::block: cudaStreamWaitEvent) call the CUDA runtime
+  # directly, so it is linked too: the wheel's versioned libcudart (it ships no unversioned name).
+  file(GLOB _wheel_libs ${_lt}/../nvidia/*/lib)
+  find_library(LOCKSTEP_CUDART_LIBRARY NAMES cudart libcudart.so.13 libcudart.so.12
+    HINTS ${_wheel_libs} $ENV{CUDA_HOME}/lib64 /usr/local/cuda/lib64
+    DOC "the CUDA runtime library (the nvidia-cuda-runtime wheel, or a CUDA toolkit)")
+  if(NOT LOCKSTEP_CUDART_LIBRARY)
+    message(FATAL_ERROR "LOCKSTEP_CUDART_LIBRARY: no libcudart beside ${_lt} (site-packages/nvidia/*/lib), in "
+                        "CUDA_HOME or /usr/local/cuda; install PyTorch's nvidia-* wheels, or set it")
+  endif()
+  target_link_libraries(lockstep_torch INTERFACE ${LOCKSTEP_CUDART_LIBRARY})
 endif()
 target_link_libraries(lockstep_torch INTERFACE ${_lt}/lib/libtorch_cpu.so ${_lt}/lib/libc10.so Threads::Threads)
 message(STATUS "LibTorch: ${_lt}; CUDA and NCCL: ${_cuda}")
