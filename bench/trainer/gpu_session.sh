@@ -89,7 +89,7 @@ for p in "${phases[@]}"; do
               --eager "${LOCKSTEP_EAGER:-both}" --log /tmp/levers-trainer.txt ;;
     profile) phase profile 60 "${bench[@]}" --rounds 1 --steps 14 --levers 3 --eager fused --profile 10 \
                --profile-out /tmp/trainer-step.json ;;
-    tiers) phase tiers 260 ctest --test-dir "$build" --output-on-failure -j1 -R 'agent_gpu_test|trainer_gpu_test' ;;
+    tiers) phase tiers 260 ctest --test-dir "$build" -V -j1 -R 'agent_gpu_test|trainer_gpu_test' ;;
     nccl) phase nccl 150 "$ROOT/bench/agent/nccl_profiler_cost.sh" "$build/agent/lockstep-agent" "$trainer" 2 ;;
     big) phase big 120 "${bench[@]}" --model gpt2-1558m --no-eager --levers "${LOCKSTEP_BIG_LEVERS:-3}" --rounds 1 --steps 10 --batch-size 8 ;;
     batch) phase batch 80 bash -c "for b in 32 64; do ${bench[*]} --levers 3 --eager fused --rounds 1 --steps 16 --batch-size \$b; done" ;;
