@@ -886,11 +886,17 @@ TEST(SilentNode, BusyWorkersWithAShortPeerTimeoutDoNotTripIt) {
 
 // The heartbeat goes on while an agent stops its workers: node 1's worker ignores SIGTERM, so
 // its agent spends the whole grace period (8 s) stopping it, four times the peer timeout (2 s),
-// and the verdict is still the failing rank's own code, not a lost node.
+// and the verdict is still the failing rank's own code, not a lost node. Rank 0 fails only once
+// rank 1 ignores SIGTERM (its ready file): loading the worker takes over a second on a busy
+// machine, and a SIGTERM before that ends it at once.
 TEST(SilentNode, AGracePeriodLongerThanThePeerTimeoutIsNoSilence) {
   std::string dir = temp_dir("silent-grace");
   int port = lockstep::free_loopback_port();
-  std::vector<std::string> cmd = {"sh", "-c", "if [ \"$RANK\" = 0 ]; then sleep 1; exit 3; fi; exec " + worker_bin() + " stubborn"};
+  const std::string ready = dir + "/rank-1-ignores-sigterm";
+  std::vector<std::string> cmd = {
+      "sh", "-c",
+      "if [ \"$RANK\" = 0 ]; then i=0; while [ ! -e " + ready + " ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; exit 3; fi; "
+      "exec " + worker_bin() + " stubborn " + ready};
   std::vector<std::string> flags = {"--peer-timeout", "2s", "--grace-period", "8s", "--stall-timeout", "0"};
   const auto t0 = std::chrono::steady_clock::now();
   auto a0 = start_agent(dir, 2, 0, 1, port, cmd, flags);
@@ -901,6 +907,7 @@ TEST(SilentNode, AGracePeriodLongerThanThePeerTimeoutIsNoSilence) {
   std::printf("a grace period of 8 s with --peer-timeout 2s: both agents exited with the worker's code after %.1f s\n", took);
   EXPECT_EQ(s0->shell_code(), 3) << a0.output();
   EXPECT_EQ(s1->shell_code(), 3) << a1.output();
+  ASSERT_TRUE(fs::exists(ready)) << "rank 1 never ignored SIGTERM:\n" << a1.output();
   EXPECT_GT(took, 8.0) << "node 1 did not sit out its grace period:\n" << a1.output();
   EXPECT_NE(a1.output().find("did not stop within the grace period; sending SIGKILL"), std::string::npos) << a1.output();
   for (const Agent* a : {&a0, &a1}) {

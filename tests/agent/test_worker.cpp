@@ -5,7 +5,8 @@
 //                                   after its second step instead
 //   env DIR                         writes its environment to DIR/rank-$RANK.env
 //   steps N [then-hang]             reports N steps 50 ms apart, then exits 0 (or hangs)
-//   stubborn                        ignores SIGTERM and sleeps (and so does a child it starts)
+//   stubborn [READY]                ignores SIGTERM and sleeps (and so does a child it starts);
+//                                   with READY, creates that file once SIGTERM is ignored
 //   garbage                         sends malformed reports (10: text, bad numbers, NaN, a
 //                                   duplicate key, invalid UTF-8, a NUL, empty, 64 KB), then
 //                                   2 valid ones, then hangs
@@ -86,6 +87,7 @@ int main(int argc, char** argv) {
       for (;;) ::pause();
     }
     std::cout << "ignoring SIGTERM" << std::endl;
+    if (argc > 2) std::ofstream(argv[2]) << "ready\n";
     for (;;) ::pause();
   }
   if (mode == "garbage") {
