@@ -18,6 +18,11 @@ start=$SECONDS
 # Debian bases (debootstrap); their output goes to a log, shown if they fail, and the steps after
 # the build find them cached, or make them then and say why. The set-up's output shows among the
 # build's. Ctrl-C stops all of it (the caches are renamed into place only when complete).
+# (Measured 2026-11-28: where the kernel groups tasks by session for scheduling, as this machine
+# kind does (/proc/sys/kernel/sched_autogroup_enabled = 1), each setsid'd background step gets a
+# share of the cores equal to the build's whatever its nice, so the Go builds take about half of
+# them while the build runs. That happens to end the cluster's Go builds with the C++ build,
+# which the cluster lane needs both of; the build alone would end sooner and the Go builds later.)
 # Then the tests start as soon as the build is done (Note [Set-up gates] in tests/CMakeLists.txt):
 # the set-up's Go builds, no longer under nice, and the images go on in the background, and the
 # tests that need them wait for them; the others (the trainer's, the agent's, the CLI's, ...) run
