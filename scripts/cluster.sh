@@ -1074,13 +1074,17 @@ check_clean() {
   local found=() p h line
   # Processes: a node binary, anything whose command line names this state directory, and
   # anything in the cluster's cgroup. (The test control plane runs etcd and kube-apiserver
-  # from the same cache; those are not a cluster's.)
+  # from the same cache, and for scale_test the gang scheduler too, with its files in a
+  # lockstep-controlplane-XXXXXX directory (tests/controlplane): those are not a cluster's, and
+  # the host lane runs them beside the cluster's suites.)
   local d
   for d in /proc/[0-9]*; do
     p=${d#/proc/}
     local exe cmd
     exe=$(readlink "/proc/$p/exe" 2>/dev/null) || continue
     cmd=$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null) || continue
+    [[ $cmd == *"/lockstep-controlplane-"* && $cmd != *"$STATE/"* ]] &&
+      ! grep -qs ":/$CGROUP/" "/proc/$p/cgroup" && continue
     if [[ $exe == "$K8S_NODE_BIN"/* || $exe == "$COREDNS_BIN"/* || $exe == "$SCHEDULER_PLUGINS_BIN"/* || $exe == "$NETPOL_BIN"/* ||
           $cmd == *"$STATE/"* ]] ||
        grep -qs ":/$CGROUP/" "/proc/$p/cgroup"; then
