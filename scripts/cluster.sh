@@ -1083,11 +1083,11 @@ check_clean() {
     local exe cmd
     exe=$(readlink "/proc/$p/exe" 2>/dev/null) || continue
     cmd=$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null) || continue
-    [[ $cmd == *"/lockstep-controlplane-"* && $cmd != *"$STATE/"* ]] &&
-      ! grep -qs ":/$CGROUP/" "/proc/$p/cgroup" && continue
+    local in_cgroup=0
+    grep -qs ":/$CGROUP/" "/proc/$p/cgroup" && in_cgroup=1
+    [[ $cmd == *"/lockstep-controlplane-"* && $cmd != *"$STATE/"* && $in_cgroup == 0 ]] && continue
     if [[ $exe == "$K8S_NODE_BIN"/* || $exe == "$COREDNS_BIN"/* || $exe == "$SCHEDULER_PLUGINS_BIN"/* || $exe == "$NETPOL_BIN"/* ||
-          $cmd == *"$STATE/"* ]] ||
-       grep -qs ":/$CGROUP/" "/proc/$p/cgroup"; then
+          $cmd == *"$STATE/"* || $in_cgroup == 1 ]]; then
       found+=("process $p: ${cmd:0:150}")
     fi
   done
