@@ -17,6 +17,7 @@
 #include <fstream>
 #include <regex>
 #include <thread>
+#include <utility>
 
 #include "barrier.hpp"
 #include "lockstep/contract.hpp"
@@ -56,8 +57,13 @@ void send_all(int fd, const std::string& s) {
 }
 
 // The next line from `fd` within `timeout` ("" at end of stream or timeout).
-std::string read_line(int fd, std::chrono::milliseconds timeout, bool* closed = nullptr) {
-  std::string line;
+// One line, or what came of it within `timeout`. With `partial`, a line the timeout cuts stays
+// there and the call returns "": the next call with it completes the line (a caller polling with
+// short timeouts would otherwise get a line in two pieces, neither of which decodes).
+std::string read_line(int fd, std::chrono::milliseconds timeout, bool* closed = nullptr, std::string* partial = nullptr) {
+  std::string own;
+  std::string& line = partial ? *partial : own;
+  auto take = [&line] { return std::exchange(line, std::string()); };
   auto end = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < end) {
     pollfd p{fd, POLLIN, 0};
@@ -66,12 +72,12 @@ std::string read_line(int fd, std::chrono::milliseconds timeout, bool* closed = 
     ssize_t n = ::recv(fd, &c, 1, 0);
     if (n <= 0) {
       if (closed) *closed = true;
-      return line;
+      return take();
     }
-    if (c == '\n') return line;
+    if (c == '\n') return take();
     line += c;
   }
-  return line;
+  return partial ? std::string() : take();
 }
 
 bool closed_by_peer(int fd, std::chrono::milliseconds timeout) {
@@ -577,23 +583,15 @@ TEST(BarrierHostile, AMemberThatSendsOnlyHeartbeatsKeepsItsSeatButCannotFloodThe
   // Its seat is kept: it heartbeats at a member's pace, says DONE, and both nodes finish with 0.
   send_all(fd, "DONE gen=0\n");
   std::optional<agent::Message> exit;
-  // What arrives is kept across reads: read_line's short timeouts could cut the EXIT line in two
-  // on a loaded machine, and each half alone decodes to nothing (a run of the suite here on
+  // A line cut by a read's short timeout is kept for the next (`partial`): on a loaded machine
+  // the EXIT line came in two pieces, neither of which decodes (a run of the suite here on
   // 2026-11-28, beside the cluster lane, waited 30 s for an EXIT the server had sent).
-  std::string pending;
+  std::string partial;
   bool closed = false;
   for (auto end = std::chrono::steady_clock::now() + 30s; !exit && !closed && std::chrono::steady_clock::now() < end;) {
     send_all(fd, "ALIVE\n");
-    for (auto next = std::chrono::steady_clock::now() + 400ms; !exit && !closed && std::chrono::steady_clock::now() < next;) {
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, 50) <= 0) continue;
-      char buf[512];
-      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-      if (n <= 0) closed = true;
-      else pending.append(buf, static_cast<size_t>(n));
-      for (size_t nl; !exit && (nl = pending.find('\n')) != std::string::npos; pending.erase(0, nl + 1))
-        if (auto m = agent::decode(pending.substr(0, nl)); m && m->verb == "EXIT") exit = m;
-    }
+    for (auto next = std::chrono::steady_clock::now() + 400ms; !exit && !closed && std::chrono::steady_clock::now() < next;)
+      if (auto m = agent::decode(read_line(fd, 100ms, &closed, &partial)); m && m->verb == "EXIT") exit = m;
   }
   ::close(fd);
   ASSERT_TRUE(exit) << a0.output();

@@ -471,10 +471,12 @@ TEST_F(LockstepInCluster, FaultsRestartInPlaceThenAsAGangAndResumeFromTheLastChe
   // times both.
   const std::string ref_dir = volumes + "/reference";
   auto start_reference = [&] {
-    auto a = cluster_kubectl({"-n", ns, "apply", "-f", "-"}, checkpoint_job("reference", ref_dir, steps, 1, cpu));
-    ASSERT_TRUE(a.status.success()) << a.output;
+    return cluster_kubectl({"-n", ns, "apply", "-f", "-"}, checkpoint_job("reference", ref_dir, steps, 1, cpu));
   };
-  if (!bench) start_reference();
+  if (!bench) {
+    r = start_reference();
+    ASSERT_TRUE(r.status.success()) << r.output;
+  }
 
   ASSERT_TRUE(wait_phase(ns, job, "Succeeded", 420s)) << diagnose(ns);
   json final_status = status();
@@ -504,10 +506,11 @@ TEST_F(LockstepInCluster, FaultsRestartInPlaceThenAsAGangAndResumeFromTheLastChe
   // run was at when the kubelet came back, after its last resume: from there on both runs
   // compute the same steps from the same state, so a difference would show there already.
   // bench/recovery runs it to the end for the wall-time ratio.
-  if (bench) start_reference();
-  if (bench)
+  if (bench) {
+    r = start_reference();
+    ASSERT_TRUE(r.status.success()) << r.output;
     ASSERT_TRUE(wait_phase(ns, "reference", "Succeeded", 420s)) << diagnose(ns);
-  else
+  } else
     ASSERT_TRUE(eventually([&] { return last_logged_step(ref_dir + "/loss.txt") >= at_start; }, 420s))
         << "the reference run did not reach step " << at_start << "\n" << diagnose(ns);
   double faulty = loss_at(dir + "/loss.txt", at_start), reference = loss_at(ref_dir + "/loss.txt", at_start);
