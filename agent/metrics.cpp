@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <iomanip>
@@ -324,7 +325,8 @@ void Metrics::record(int local_rank, const StepReport& s) {
 //   {"rank":0,"attempt":0,"generation":0,"time":1764000000.123,"step":12,"step_s":0.05,...}
 // attempt is the operator's gang restart (LOCKSTEP_RESTART_ATTEMPT), generation the in-place
 // restart, time the arrival's Unix time; then the report's own figures, each only when sent:
-// step_s, compute_s, comm_s, exposed_comm_s, tokens, flops, loss, total_steps.
+// step_s, compute_s, comm_s, exposed_comm_s, tokens, flops, loss, total_steps, and per
+// collective comm_s.<op>, exposed_comm_s.<op>, comm_bytes.<op>.
 void Metrics::log_step(Rank& r, const StepReport& s) {
   if (!r.step_log.is_open()) return;
   auto& o = r.step_log;
@@ -342,6 +344,20 @@ void Metrics::log_step(Rank& r, const StepReport& s) {
       {report::kLoss, &s.loss},              {report::kTotalSteps, &s.total_steps}};
   for (const auto& [name, value] : fields)
     if (*value) key(name) << **value;  // finite: the parser admits nothing else
+  // Per collective, as sent: the parser admits op names of [a-z0-9_] only, so they need no
+  // escaping in a key.
+  const std::pair<const char*, const std::map<std::string, double>*> per_op[] = {
+      {report::kCommSeconds, &s.comm_s_by_op},
+      {report::kExposedCommSeconds, &s.exposed_comm_s_by_op},
+      {report::kCommBytes, &s.comm_bytes_by_op}};
+  for (const auto& [name, ops] : per_op)
+    for (const auto& [op, value] : *ops) {
+      o << ",\"" << name << "." << op << "\":";
+      if (ops == &s.comm_bytes_by_op && value < 9007199254740992.0 && std::trunc(value) == value)  // every digit
+        o << static_cast<long long>(value);
+      else
+        o << value;
+    }
   o << "}\n";  // flushed once per datagram, by receive_loop
 }
 

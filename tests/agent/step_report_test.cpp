@@ -339,7 +339,9 @@ TEST(AgentMetrics, TheStepLogKeepsEveryValidReportPerRank) {
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     std::strncpy(addr.sun_path, m.socket_path(1).c_str(), sizeof addr.sun_path - 1);
-    for (std::string d : {"step=oops", "step=4 step_s=0.5 compute_s=0.4 exposed_comm_s=0.1 loss=1.25 total_steps=9"})
+    for (std::string d : {"step=oops", "step=4 step_s=0.5 compute_s=0.4 exposed_comm_s=0.1 loss=1.25 total_steps=9 "
+                          "comm_s.allgather=0.25 exposed_comm_s.allgather=0.05 comm_bytes.allgather=4194304 "
+                          "comm_bytes.reduce_scatter=1048576"})
       ::sendto(fd, d.data(), d.size(), 0, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (lines().size() < static_cast<size_t>(agent + 1) && std::chrono::steady_clock::now() < deadline)
@@ -357,7 +359,12 @@ TEST(AgentMetrics, TheStepLogKeepsEveryValidReportPerRank) {
     EXPECT_DOUBLE_EQ(got[i]["exposed_comm_s"].get<double>(), 0.1);
     EXPECT_DOUBLE_EQ(got[i]["loss"].get<double>(), 1.25);
     EXPECT_EQ(got[i]["total_steps"], 9);
+    EXPECT_DOUBLE_EQ(got[i]["comm_s.allgather"].get<double>(), 0.25);  // per collective, as sent
+    EXPECT_DOUBLE_EQ(got[i]["exposed_comm_s.allgather"].get<double>(), 0.05);
+    EXPECT_EQ(got[i]["comm_bytes.allgather"], 4194304);
+    EXPECT_EQ(got[i]["comm_bytes.reduce_scatter"], 1048576);
     EXPECT_FALSE(got[i].contains("tokens")) << "absent figures stay absent";
+    EXPECT_FALSE(got[i].contains("comm_s.reduce_scatter")) << "absent figures stay absent";
     EXPECT_GT(got[i]["time"].get<double>(), 1.7e9);
   }
   EXPECT_FALSE(std::filesystem::exists(cfg.step_log_dir + "/rank-2.jsonl") &&
