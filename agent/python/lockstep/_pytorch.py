@@ -28,8 +28,9 @@ Note [The Python probe]
   (DDP's bucket rebuild, lazy init, compilation) that would skew the histogram. On a GPU
   the hook runs when ``step()`` returns, i.e. when the step is queued; see the DDP note for
   the one wait the probe adds.
-* Communication: only what a source measures is sent (Note [DDP's statistics]). A program
-  without DDP sends step time and no communication figures at all, never zeros.
+* Communication: only what a source measures is sent (Notes [DDP's statistics] and [FSDP2's
+  collectives]). A program with neither sends step time and no communication figures at all,
+  never zeros.
 * Failure. Any exception inside the probe disables it for the rest of the process with
   exactly one line on stderr (``lockstep probe: disabled: ...``); the program runs on and
   computes what it computes without the probe. KeyboardInterrupt and SystemExit pass.
@@ -41,46 +42,107 @@ Note [The Python probe]
 Note [DDP's statistics]
 -----------------------
 DistributedDataParallel times its own gradient reduction (c10d ``Reducer`` and ``Logger``,
-torch/csrc/distributed/c10d/reducer.cpp, logger.cpp): per iteration (a forward with gradient
-sync, then its backward) it records host timestamps, and on CUDA events, for the backward's
-compute start and end and for the first bucket's all-reduce launch and the last one's
-completion (after ``finalize_backward`` waited for every bucket). ``Logger::
-set_runtime_stats_and_log()`` turns one iteration's events into durations, in ns:
-``backward_comm_time`` (first launch to last completion), ``backward_compute_comm_overlap_time``
-(first launch to the end of backward compute) and the host timestamps
-``backward_comm_time_start`` etc.; it also folds them into the ``avg_*`` running means.
-* When sampled: DDP calls it at the start of the *next* synced forward, and only on
-  iterations 1-10 and every ``sample_rate``-th after (default 100). No environment variable
-  changes the rate in torch 2.11; ``DistributedDataParallel._set_ddp_runtime_logging_sample_rate``
-  does, and the probe sets it to 1 for each DDP it tracks.
+torch/csrc/distributed/c10d/reducer.cpp, logger.cpp): per synced iteration (a forward with
+gradients enabled outside ``no_sync()``, then its backward) the reducer's timer records host
+timestamps, or CUDA events on a GPU, for the backward's compute start and end and for the first
+bucket's all-reduce launch and the last one's completion (after ``finalize_backward`` waited for
+every bucket). ``Logger::set_runtime_stats_and_log()`` turns the timer's latest events into
+durations, in ns: ``backward_comm_time`` (first launch to last completion),
+``backward_compute_comm_overlap_time`` (first launch to the end of backward compute), the host
+timestamps ``backward_comm_time_start`` etc., and ``iteration``, the reducer's count of synced
+iterations so far, which is the number of the iteration those events belong to.
+* When DDP computes them: in ``_pre_forward`` of the next synced forward (before that forward's
+  ``prepare_for_forward`` counts it), and only on iterations 1-10 and every ``sample_rate``-th
+  after (default 100). The probe sets the rate to 1 for each DDP it tracks
+  (``DistributedDataParallel._set_ddp_runtime_logging_sample_rate``; no environment variable
+  sets it in torch 2.11). The timer holds one iteration: the next synced forward's computation
+  replaces the figures, so each iteration must be read before the one after it is computed.
+* Read at every synced forward. A global module-registration hook sees ``self.module = ...`` in
+  DDP's constructor and gives the new DDP a forward pre-hook (``_FirstForward``), which at its
+  first forward, when its reducer and logger exist, sets the sample rate, puts a reader
+  (``_LoggerReader``) in the place of its logger (``ddp.logger``: every attribute is the
+  logger's) and removes itself. DDP calls ``self.logger.set_runtime_stats_and_log()`` in each
+  synced forward; the reader lets the logger compute, then reads its figures, which describe
+  the synced iteration before this one: a sample, counted once by its comm-start timestamp (an
+  iteration without a backward has no reduction, and leaves the timer's older events, which are
+  not counted again). The sample's ``iteration`` says which optimizer step it belongs to: the
+  probe keeps, per DDP, the reducer's count at the last step's end (``_boundary``); a sample of
+  an iteration after it is the step in progress's, one at or before it the ended step's (held,
+  below). So every synced iteration of every step is counted, however many a step has
+  (gradient accumulation without ``no_sync()``, evaluation forwards under ``no_grad()``, which
+  DDP neither counts nor computes at, forwards with gradients and no backward, which it counts
+  but which reduce nothing), and whatever the bucket layout, ``find_unused_parameters`` or
+  ``static_graph``. No hook stays on the DDP (a pickled or deep-copied DDP carries none; one
+  copied before its first forward gets an inert ``_Inert`` in its place), and DDP pickles no
+  logger. A DDP whose forward is not called through ``__call__`` (no hooks run) gets its reader
+  at the end of the first step it took part in, and is measured from the next step on (said
+  once).
+* A step's last synced iteration is read at the next synced forward, which is in the next step:
+  either the step's report waits for it (Note [Late reads]), or the probe computes it at the
+  step's end itself, calling ``set_runtime_stats_and_log()`` in the leader's post-hook (steps of
+  0.25 s or more). DDP's own call at the next forward then recomputes the same sample (the timer
+  is unchanged until that forward records new events), which is not counted twice. On CUDA that
+  call waits for the backward's events (``CudaTimer::measureDifference`` synchronizes them), as
+  DDP itself does at the next forward at sample rate 1: the wait moves from the next forward to
+  the end of the step, after the optimizer's kernels are queued.
 * Not cumulative: the ``avg_*`` fields are running means kept in integer nanoseconds,
-  ``avg = (d + avg * (n - 1)) / n`` truncated, so differencing ``avg * n`` would undercount
-  each iteration by up to n ns (1 ms per step at a million iterations). The probe reads the
-  per-iteration fields instead, which hold the latest sample exactly.
-* Per step, where the probe does not read late (Note [Late reads]: steps of 0.25 s or more,
-  several DDPs, several synced iterations a step): at the leader's post-hook the probe calls
-  ``set_runtime_stats_and_log()`` itself, so the step's own last backward is read now rather
-  than at the next forward. DDP's call at
-  the next forward then recomputes the same sample (the timer's events are unchanged until
-  the forward records new ones); the probe counts a sample once, by its comm-start timestamp,
-  and the ``avg_*`` means are unchanged by the repeat (every sample is counted twice alike).
-  On CUDA this call waits for the backward's events (``CudaTimer::measureDifference``
-  synchronizes them), which DDP itself does at the next forward at sample rate 1: the wait
-  moves from the next forward to the end of the step, after the optimizer's kernels are
-  queued.
-* Gradient accumulation with ``no_sync()`` (the usual way): the synced micro-batch is DDP's
-  only iteration in the step. Without ``no_sync()`` every micro-batch all-reduces; the
-  probe then also reads the sample DDP computed at the step's last forward, which covers
-  two iterations per step. A step with more iterations than it read (by DDP's iteration
-  number) reports no communication figures rather than part of them, and the probe says
-  so once.
-* Figures: ``comm_s`` = the sum of ``backward_comm_time``; ``exposed_comm_s`` = the part
-  after backward compute ended (``backward_comm_time - backward_compute_comm_overlap_time``,
-  at least 0), so exposed <= comm always; ``compute_s`` = ``step_s - exposed_comm_s``, as
-  lockstep-trainer defines it; per op, ``allreduce``; ``comm_bytes.allreduce`` = the sizes
-  of DDP's gradient buckets per iteration, sent only without a communication hook or DDP
-  mixed precision (which change what goes on the wire). The span includes time a bucket
-  waited for a slower rank: from this rank's side that is communication too.
+  ``avg = (d + avg * (n - 1)) / n`` truncated, so differencing ``avg * n`` would undercount each
+  iteration by up to n ns. The probe reads the per-iteration fields, which hold a sample exactly.
+* Figures per step, summed over its synced iterations: ``comm_s`` = ``backward_comm_time``;
+  ``exposed_comm_s`` = the part after backward compute ended (``backward_comm_time -
+  backward_compute_comm_overlap_time``, at least 0), so exposed <= comm always; ``compute_s`` =
+  ``step_s - exposed_comm_s``, as lockstep-trainer defines it; per op, ``allreduce``;
+  ``comm_bytes.allreduce`` = the sizes of DDP's gradient buckets times the iterations that
+  reduced, sent only without a communication hook or DDP mixed precision (which change what goes
+  on the wire). The span includes time a bucket waited for a slower rank: from this rank's side
+  that is communication too. Several DDPs add up.
+* Not read, each said once on stderr, the other figures kept: a DDP that keeps no statistics
+  (compiled autograd's Python reducer, a DDP that delays every parameter's all-reduce, a module
+  on several devices), and a step with no synced backward (every micro-batch under
+  ``no_sync()``), which has no DDP reduction to report.
+
+Note [Late reads]
+-----------------
+In a step shorter than 0.25 s, the probe does not compute the step's last synced iteration at
+the step's end: DDP computes it itself at the next synced forward, where the probe's forward
+hook reads it. Until then the step's report is held (``_Probe._pending``; each DDP keeps the
+step's figures apart, ``_TrackedDdp.held``), and at the next step's end it goes with its own
+step's figures complete (bench/agent/RESULTS.md: the per-step work 210 -> 140 us when this was
+introduced). If no synced forward came in between (a step without one, or an evaluation pass
+under ``no_grad()`` before the next step), the probe computes the held iteration then. A report
+still held when its DDP is garbage collected (a model local to a function) is completed in a
+weakref callback as the DDP goes, through DDP's logger, which the probe holds until then (the
+logger holds the reducer, which the DDP's collection then frees); one held at exit, at exit
+(atexit). On a GPU a late read leaves the wait for the backward's CUDA events where DDP puts it
+at sample rate 1, in the next forward, not at the step's end.
+
+Note [FSDP2's collectives]
+--------------------------
+``fully_shard`` (FSDP2) keeps no statistics of its own, but it runs every all-gather and
+reduce-scatter through a communication object per parameter group, which PyTorch lets a program
+replace (``FSDPModule.set_custom_all_gather`` / ``set_custom_reduce_scatter``; the group's
+``_all_gather_comm`` and ``_reduce_scatter_comm``). The probe replaces FSDP's own default
+objects (``DefaultAllGather``, ``ProcessGroupAllocAllGather`` and the reduce-scatter pair) with
+instances of subclasses of their own classes (so FSDP's own ``isinstance`` checks still hold)
+whose ``__call__`` calls the original's and times it: the same collective on the same tensors,
+in the same order. Objects a program set itself are left alone, and their collectives are not
+measured (said once).
+* Found: FSDP2 records every module's state in ``torch.distributed._composable_state``'s
+  mapping; at each step's end the probe looks again when its size changed. So the collectives
+  of the steps before the probe first looks (the first optimizer step of a program that
+  ``fully_shard``s before training) are not measured: that step's report has no FSDP figures.
+* Figures, per op (``allgather``, ``reduce_scatter``), summed over the step: ``comm_s`` the
+  calls' wall time, host clock; ``exposed_comm_s`` the same for a synchronous call (FSDP's
+  default on every device: Gloo completes the collective before the call returns, so the step
+  waited for all of it); ``comm_bytes`` the unsharded tensor's bytes (the all-gather's output,
+  the reduce-scatter's input), as lockstep-trainer's FSDP counts them. An asynchronous
+  all-gather (``unshard(async_op=True)``, ``unshard_async_op``) counts from its call to its
+  completion (its Work's future), and its exposed part is not measured: a step with one sends
+  no ``exposed_comm_s`` at all (said once). On a GPU the host clock sees launches, not the
+  collectives: the NCCL profiler plugin measures those (Note [Communication sources]).
+* Not measured: HSDP's all-reduce and a program's ``set_all_reduce_hook`` (not through these
+  objects), and collectives inside ``torch.compile``d regions (the wrapper steps aside while
+  compiling).
 
 Note [Reports in batches]
 -------------------------
@@ -94,24 +156,6 @@ or longer are each sent at their end. A faster program's reports reach the agent
 and one step late (Note [Late reads]); if it then pauses (an evaluation, a checkpoint), the
 agent shows the step reached up to that much before the pause until the next step; at exit
 the held reports are sent (atexit), and a worker killed by a signal loses them.
-
-Note [Late reads]
------------------
-With sample rate 1, DDP itself computes the figures of each synced iteration at the next
-synced forward (``set_runtime_stats_and_log()`` in ``_pre_forward``). In a step shorter than
-0.25 s, with one DDP and one synced iteration a step (``no_sync()`` accumulation, or none),
-the probe reads those at the next step's end instead of computing them at this one's, and
-holds this step's report until then: the report still carries its own step's figures, and the
-probe's work per step is one read of DDP's data instead of a computation and a read
-(bench/agent/RESULTS.md: the hook's median 210 -> 140 us). The held report of the last step
-gets its figures computed by the probe: at exit (atexit), or, if the DDP is collected first (a
-model local to ``main()``), in a weakref callback as it is, through DDP's logger, which the
-probe holds until then (the logger holds the reducer, which the DDP's collection then frees).
-Slower steps, several DDPs and several synced iterations a step are read at the step's end
-(Note [DDP's statistics]). A late read that finds an iteration beyond the next one (a program
-that all-reduces at every micro-batch) sends the held report without figures and reads at each
-step's end from then on. On a GPU a late read also leaves the wait for the backward's CUDA
-events where DDP puts it at sample rate 1, in the next forward, not at the step's end.
 
 Note [Gloo's exit race]
 -----------------------
@@ -133,12 +177,12 @@ nothing the program computes and costs a torch program 50 ms at exit; with the p
 c10d's ``_world.group_count`` was non-zero: ``destroy_process_group()`` resets it, so it never
 waited, and 5 of 80 runs aborted. With the thread test: 0 of 80, the machine at load 12.)
 
-Note [Communication sources]: DDP's statistics are the probe's one source of per-step
-communication figures (``_DdpSource``); another would be a class with the same ``collect()``
-returning per-op figures for the step, added to ``_Probe._sources``. NCCL's own timing of every
-operation of any program does not come through the probe: the agent's NCCL profiler plugin
-(Note [NCCL profiler plugin] in agent/nccl_profiler/plugin.c), which NCCL loads into the
-worker, reports it to the agent itself, as series of their own (docs/metrics.md).
+Note [Communication sources]: the probe's per-step communication figures come from DDP's
+statistics (``_DdpSource``) and FSDP2's communication objects (``_FsdpSource``), added up by op.
+NCCL's own timing of every operation of any program does not come through the probe: the
+agent's NCCL profiler plugin (Note [NCCL profiler plugin] in agent/nccl_profiler/plugin.c),
+which NCCL loads into the worker, reports it to the agent itself, as series of their own
+(docs/metrics.md).
 """
 
 import atexit
@@ -178,9 +222,10 @@ class _Probe:
         self._figures = {}
         self._losses = []
         self._notes = set()
-        self._ddp = _DdpSource(self)
         # Note [Communication sources]
-        self._sources = [self._ddp]
+        self._ddp = _DdpSource(self)
+        self._fsdp = _FsdpSource(self)
+        self._busy = False  # inside _report_step (a DDP collected meanwhile waits for it)
         if hasattr(os, "register_at_fork"):
             me = weakref.ref(self)
             os.register_at_fork(after_in_child=lambda: _silence(me))
@@ -212,6 +257,8 @@ class _Probe:
             except Exception:
                 pass
         self._handles = []
+        self._ddp.stop()
+        self._fsdp.stop()
 
     def disable(self, error, where):
         """Turns the probe off for good with one line on stderr; never raises."""
@@ -276,14 +323,6 @@ class _Probe:
     def _report_step(self):
         if not self._claimed and not self._claim():
             return
-        ddp = self._ddp
-        single = len(self._sources) == 1
-        pending = self._pending
-        if pending is not None:  # the step before, waiting for its communication (Note [Late reads])
-            self._pending = None
-            tracked = ddp.tracked
-            pending[2] = tracked[0].collect_late() if len(tracked) == 1 else ddp.collect(late=True)
-            self._batch.append(pending)
         # The step ends here, inside optimizer.step(), give or take the probe's own work.
         now = time.perf_counter()
         last_end, self._last_end = self._last_end, now
@@ -291,12 +330,26 @@ class _Probe:
         self._step = int(step) if step is not None else self._step + 1
         step_s = now - last_end if last_end is not None else None
         extras = self._extras() if self._losses or self._figures else None
-        record = [self._step, step_s, None, extras]
-        if single and ddp.late and step_s is not None and step_s < _SEND_EVERY_S:
-            self._pending = record
-        else:
-            record[2] = ddp.collect() if single else _merge(source.collect() for source in self._sources)
-            self._batch.append(record)
+        self._busy = True
+        try:
+            # Note [Late reads]: a fast step's last synced iteration is read at the next forward.
+            late = step_s is not None and step_s < _SEND_EVERY_S
+            held, ddp = self._ddp.end_step(late) if self._ddp.tracked else (None, None)
+            pending = self._pending
+            if pending is not None:  # the step before, whose DDP figures were held
+                self._pending = None
+                pending[2] = _combine(pending[2], held)
+                self._batch.append(pending)
+            fsdp = self._fsdp.collect() if self._fsdp.watching() else None
+            record = [self._step, step_s, fsdp, extras]
+            if ddp is _HELD:
+                self._pending = record
+            else:
+                if ddp is not None:
+                    record[2] = _combine(fsdp, ddp)
+                self._batch.append(record)
+        finally:
+            self._busy = False
         if self._batch and (self._last_send is None or now - self._last_send >= _SEND_EVERY_S
                             or len(self._batch) >= _MAX_BATCH_REPORTS):
             self._last_send = now
@@ -314,13 +367,16 @@ class _Probe:
                     parts.append("%s=%s" % (key, _number(self._figures.pop(key))))
         return parts
 
-    def ddp_gone(self, tracked):
-        """Note [Late reads]: the DDP whose figures the held report waits for is being collected."""
+    def complete_pending(self):
+        """Note [Late reads]: the held report gets its DDP figures now, as a DDP is collected (the
+        step in progress completes it itself if the collection happens inside it)."""
+        if self._busy:
+            return
         try:
             pending = self._pending
             if pending is not None and self.enabled:
                 self._pending = None
-                pending[2] = self._ddp.collect_final(tracked)
+                pending[2] = _combine(pending[2], self._ddp.take_held())
                 self._batch.append(pending)
                 self._flush()
         except Exception as error:
@@ -333,7 +389,7 @@ class _Probe:
             pending = self._pending
             if pending is not None and self.enabled:
                 self._pending = None
-                pending[2] = self._ddp.collect()
+                pending[2] = _combine(pending[2], self._ddp.take_held())
                 self._batch.append(pending)
             if self._batch:
                 self._flush()
@@ -431,7 +487,7 @@ class _Probe:
 
 def _format(record):
     """One step's report line: record = [step, step_s or None, communication or None, extra parts or None],
-    communication as DDP's source gives it (a tuple) or as _merge does ({op: {"comm_s", "exposed_s"[, "bytes"]}})."""
+    communication as DDP's source gives it (a tuple) or per op ({op: {"comm_s"[, "exposed_s"][, "bytes"]}})."""
     # Times with 9 significant digits (1 ns in a second): "%.9g" costs half of repr()'s shortest
     # round trip, and rounding keeps order, so exposed <= comm holds in the text too.
     step, step_s, comm, extras = record
@@ -450,32 +506,27 @@ def _format(record):
         parts.append("exposed_comm_s.allreduce=" + exposed_text)
         if nbytes is not None:
             parts.append("comm_bytes.allreduce=%d" % nbytes)
-    elif comm and len(comm) == 1:  # one collective kind: its figures are the totals
-        for op, values in comm.items():
-            total_text = "%.9g" % float(values.get("comm_s", 0))
-            exposed = float(values.get("exposed_s", 0))
-            exposed_text = "%.9g" % exposed
+    elif comm:  # per op: FSDP's, or DDP's with FSDP's
+        total = exposed = 0.0
+        all_exposed = True
+        for values in comm.values():
+            total += values["comm_s"]
+            if "exposed_s" in values:
+                exposed += values["exposed_s"]
+            else:
+                all_exposed = False
+        if all_exposed:
             if step_s is not None:
                 parts.append("compute_s=%.9g" % max(0.0, step_s - exposed))
-            parts.append("comm_s=" + total_text)
-            parts.append("exposed_comm_s=" + exposed_text)
-            parts.append("comm_s.%s=%s" % (op, total_text))
-            parts.append("exposed_comm_s.%s=%s" % (op, exposed_text))
-            if "bytes" in values:
-                parts.append("comm_bytes.%s=%s" % (op, _number(values["bytes"])))
-    elif comm:
-        total = exposed = 0.0
-        for values in comm.values():
-            total += values.get("comm_s", 0)
-            exposed += values.get("exposed_s", 0)
-        if step_s is not None:
-            parts.append("compute_s=%.9g" % max(0.0, step_s - exposed))
-        parts.append("comm_s=%.9g" % total)
-        parts.append("exposed_comm_s=%.9g" % exposed)
+            parts.append("comm_s=%.9g" % total)
+            parts.append("exposed_comm_s=%.9g" % exposed)
+        else:  # Note [FSDP2's collectives]: an asynchronous all-gather's exposed part is unknown
+            parts.append("comm_s=%.9g" % total)
         for op in sorted(comm):
             values = comm[op]
-            parts.append("comm_s.%s=%.9g" % (op, float(values.get("comm_s", 0))))
-            parts.append("exposed_comm_s.%s=%.9g" % (op, float(values.get("exposed_s", 0))))
+            parts.append("comm_s.%s=%.9g" % (op, values["comm_s"]))
+            if "exposed_s" in values:
+                parts.append("exposed_comm_s.%s=%.9g" % (op, values["exposed_s"]))
             if "bytes" in values:
                 parts.append("comm_bytes.%s=%s" % (op, _number(values["bytes"])))
     if extras:
@@ -509,26 +560,19 @@ def _silence(ref):
         probe.stop()
 
 
-def _as_ops(ddp_figures):
-    """DDP's source's (comm_s, exposed_s, bytes or None) as per-op figures."""
-    comm_s, exposed_s, nbytes = ddp_figures
-    if nbytes is None:
-        return {"allreduce": {"comm_s": comm_s, "exposed_s": exposed_s}}
-    return {"allreduce": {"comm_s": comm_s, "exposed_s": exposed_s, "bytes": nbytes}}
-
-
-def _merge(results):
-    """The per-op figures of several sources, added up; None when none has any."""
-    comm = {}
-    for figures in results:
-        if type(figures) is tuple:
-            figures = _as_ops(figures)
-        if figures:
-            for op, values in figures.items():
-                into = comm.setdefault(op, {})
-                for key, value in values.items():
-                    into[key] = into.get(key, 0) + value
-    return comm or None
+def _combine(ops, ddp):
+    """A step's communication: FSDP's per-op figures (or None) with DDP's (comm_s, exposed_s, bytes)
+    (or None); DDP's tuple alone when FSDP has none, the form _format takes fastest."""
+    if not ops:
+        return ddp
+    if ddp is None:
+        return ops
+    comm_s, exposed_s, nbytes = ddp
+    ops = dict(ops)
+    ops["allreduce"] = {"comm_s": comm_s, "exposed_s": exposed_s}
+    if nbytes is not None:
+        ops["allreduce"]["bytes"] = nbytes
+    return ops
 
 
 def _number(value):
@@ -539,16 +583,15 @@ def _number(value):
     return repr(float(value))
 
 
+_HELD = object()  # a step's DDP figures wait for its last synced iteration (Note [Late reads])
+
+
 class _DdpSource:
-    """Note [DDP's statistics]: per-step gradient all-reduce figures of every live DDP."""
+    """Note [DDP's statistics]: every DDP's gradient all-reduce, per optimizer step."""
 
     def __init__(self, probe):
         self._probe = probe
-        self._found = []  # weakrefs to DDP instances seen under construction
-        self.tracked = []
-        # Whether a step's figures can be read at the next step (Note [Late reads]): one DDP,
-        # one synced iteration a step. Kept up to date by every collect.
-        self.late = False
+        self.tracked = []  # _TrackedDdp, one per DDP built since the probe started
 
     def on_module_registered(self, module, name, submodule):
         # DistributedDataParallel.__init__ assigns self.module = the wrapped model before it
@@ -560,215 +603,446 @@ class _DdpSource:
             ddp_module = sys.modules.get("torch.nn.parallel.distributed")
             ddp_class = getattr(ddp_module, "DistributedDataParallel", None)
             if ddp_class is not None and isinstance(module, ddp_class):
-                self._found.append(weakref.ref(module))
+                for tracked in self.tracked:
+                    if tracked.ddp() is module:
+                        return None  # `module` assigned again
+                self.tracked.append(_TrackedDdp(module, self._probe))
         except Exception as error:
             self._probe.disable(error, "looking for DistributedDataParallel")
         return None
 
-    def _start_found(self):
-        found, self._found = self._found, []
-        for ref in found:
-            ddp = ref()
-            if ddp is not None:
-                tracked = _TrackedDdp.start(ddp, self._probe)
-                if tracked is not None:
-                    self.tracked.append(tracked)
-
-    def collect(self, late=False):
-        """(comm_s, exposed_s, bytes or None) of DDP's all-reduce for the step, or None. late:
-        the step before this one, whose figures DDP computed at this step's synced forward."""
-        if self._found:
-            self._start_found()
+    def end_step(self, late):
+        """At the leader's step end: (the held step's figures or None, this step's or None or _HELD),
+        figures as (comm_s, exposed_s, bytes or None). late: hold this step's (Note [Late reads])."""
         tracked = self.tracked
-        if not tracked:
-            return None
         if len(tracked) == 1:  # one DDP, the usual case, without the loop's bookkeeping
             one = tracked[0]
-            result = one.collect(late)
-            if result is _GONE:
+            held, this = one.end_step(late)
+            if one.gone:
                 self.tracked = []
-                self.late = False
-                return None
-            self.late = not one.read_before
-            return result if result is not _INCOMPLETE else None
-        comm = exposed = 0.0
-        nbytes = 0
-        have_bytes = True
-        sampled = False
-        complete = True
-        live = []
+            return _seconds(held), this if this is _HELD else _seconds(this)
+        held = this = None
         for one in tracked:
-            result = one.collect(False)
-            if result is _GONE:
-                continue
-            live.append(one)
-            if result is None:
-                continue
-            if result is _INCOMPLETE:
-                complete = False
-                continue
-            sampled = True
-            comm += result[0]
-            exposed += result[1]
-            if result[2] is None:
-                have_bytes = False
-            else:
-                nbytes += result[2]
-        self.tracked = live
-        self.late = False
-        if not complete or not sampled:
-            return None
-        return comm, exposed, nbytes if have_bytes else None
+            h, t = one.end_step(late)
+            held = _add(held, h)
+            this = t if t is _HELD else _add(this, t)
+        self.tracked = [one for one in tracked if not one.gone]
+        return _seconds(held), this if this is _HELD else _seconds(this)
 
-    def collect_final(self, tracked):
-        """The last figures of a DDP being collected, read through the logger it leaves behind."""
-        if tracked in self.tracked:
-            self.tracked.remove(tracked)
-        self.late = False
-        result = tracked.collect_final()
-        return result if result is not _INCOMPLETE else None
+    def take_held(self):
+        """The held step's figures, now (Note [Late reads]): at exit, or as a DDP is collected."""
+        held = None
+        for one in self.tracked:
+            held = _add(held, one.take_held())
+        self.tracked = [one for one in self.tracked if not one.gone]
+        return _seconds(held)
+
+    def stop(self):
+        for one in self.tracked:
+            one.stop()
 
 
-_GONE = object()
-_INCOMPLETE = object()
+def _add(a, b):
+    """Two DDPs' figures (comm_ns, exposed_ns, bytes or None), either possibly None, added."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a[0] + b[0], a[1] + b[1], a[2] + b[2] if a[2] is not None and b[2] is not None else None
+
+
+def _seconds(figures):
+    if figures is None:
+        return None
+    return figures[0] / 1e9, figures[1] / 1e9, figures[2]
 
 
 class _TrackedDdp:
-    def __init__(self, ddp, probe, bucket_bytes):
-        self._probe = probe
-        # Called as the DDP is collected (Note [Late reads]); the logger is held until then, so
-        # a report waiting for the DDP's last figures can still read them.
-        self._ref = weakref.ref(ddp, self._on_collected)
-        self._logger = ddp.__dict__.get("logger")
-        self._delayed = bool(ddp.__dict__.get("_delay_all_reduce_all_params"))  # set at construction
-        self._bucket_bytes = bucket_bytes
-        self._hooked = False  # a communication hook: bucket bytes are not what goes on the wire
-        self._last_start = 0  # comm-start timestamp (ns) of the last sample counted
-        self._last_iteration = 0
-        self.read_before = False
+    """One DDP: its logger's samples, kept apart by optimizer step (Note [DDP's statistics])."""
 
-    @staticmethod
-    def start(ddp, probe):
-        logger = getattr(ddp, "logger", None)
-        if logger is None or getattr(ddp, "_use_python_reducer", False):
-            return None  # compiled DDP's Python reducer keeps no statistics
+    def __init__(self, ddp, probe):
+        self._probe = probe
+        # Called as the DDP is collected (Note [Late reads]).
+        self.ddp = weakref.ref(ddp, self._on_collected)
+        self.gone = False
+        self._logger = None  # DDP's c10d Logger, once attached
+        self._reader = None  # what DDP calls in its place (_LoggerReader)
+        self._bucket_bytes = None
+        self._last_start = 0  # comm-start timestamp (ns) of the last sample counted
+        self.count = 0  # the reducer's synced iterations so far, as of the last sample DDP computed
+        self._boundary = 0  # ... at the last optimizer step's end
+        self._calls = 0  # DDP's statistics calls (its synced forwards) seen
+        self._calls_before = 0  # ... at the last optimizer step's end
+        # Samples of iterations after the boundary: [comm_ns, exposed_ns, iterations that reduced].
+        self._open = [0, 0, 0]
+        self.held = None  # the same, of the ended step whose report waits (Note [Late reads])
+        # DDP.__init__ has run nn.Module.__init__, so the module's hook dicts exist already; the
+        # logger does not yet: it is put in place at the first forward.
+        hook = _FirstForward(self)
+        hook.handle = ddp.register_forward_pre_hook(hook)
+        self._first_forward = hook
+
+    def attach(self, ddp):
+        """Puts the reader in place of DDP's logger, once DDP has one: its sample rate, its buckets."""
+        self._first_forward = None
+        logger = ddp.__dict__.get("logger")
+        if logger is None or isinstance(logger, _LoggerReader) or ddp.__dict__.get("_use_python_reducer"):
+            why = "a DDP run by compiled autograd's Python reducer keeps no statistics"
+        elif ddp.__dict__.get("_delay_all_reduce_all_params"):
+            why = "a DDP that delays every parameter's all-reduce keeps no statistics"
+        else:
+            why = None
+        if why is not None:
+            self._probe.note_once("ddp-unsupported", why + "; its reductions are not in the step reports")
+            return
         ddp._set_ddp_runtime_logging_sample_rate(1)
         strs = logger._get_ddp_logging_data().strs_map
-        bucket_bytes = None
         if not strs.get("comm_hook") and getattr(ddp, "mixed_precision", None) is None:
             sizes = [s for s in strs.get("bucket_sizes", "").replace(" ", "").split(",") if s]
             if sizes and all(s.isdigit() for s in sizes):
-                bucket_bytes = sum(int(s) for s in sizes)
-        return _TrackedDdp(ddp, probe, bucket_bytes)
+                self._bucket_bytes = sum(int(s) for s in sizes)
+        self._logger = logger
+        self._reader = _LoggerReader(logger, self)
+        ddp.logger = self._reader
+
+    def stop(self):
+        hook, self._first_forward = self._first_forward, None
+        if hook is not None:
+            hook.handle.remove()
+        ddp = self.ddp()
+        if ddp is not None and self._reader is not None and ddp.__dict__.get("logger") is self._reader:
+            ddp.logger = self._logger
+
+    def after_stats(self):
+        """DDP computed its statistics at a synced forward (the reader's call): the previous synced
+        iteration's sample, before this forward's own iteration is counted."""
+        self._calls += 1
+        get = self._logger._get_ddp_logging_data().ints_map.get
+        iteration = get("iteration", 0)
+        self._take(iteration, get("backward_comm_time_start", 0), get("backward_comm_time", 0),
+                   get("backward_compute_comm_overlap_time", 0))
+        self.count = iteration + 1  # prepare_for_forward() counts this forward's iteration next
+
+    def _take(self, iteration, start, comm, overlap):
+        if start <= self._last_start or comm <= 0:
+            return  # nothing new: that iteration had no backward (or was counted already)
+        self._last_start = start
+        if iteration > self._boundary:
+            into = self._open
+        elif self.held is not None:
+            into = self.held
+        else:
+            return  # an iteration of a step already reported (none in a DDP attached at its first forward)
+        into[0] += comm
+        exposed = comm - overlap
+        if exposed > 0:
+            into[1] += exposed
+        into[2] += 1
+
+    def _compute(self):
+        """DDP's figures of its latest iteration, computed now instead of at the next synced forward."""
+        logger = self._logger
+        if logger is None:
+            return
+        logger.set_runtime_stats_and_log()
+        get = logger._get_ddp_logging_data().ints_map.get
+        self._take(get("iteration", 0), get("backward_comm_time_start", 0), get("backward_comm_time", 0),
+                   get("backward_compute_comm_overlap_time", 0))
+
+    def end_step(self, late):
+        if self._logger is None:
+            self._attach_late()
+            return None, None
+        held = None
+        if self.held is not None:
+            if self.count == self._boundary:
+                self._compute()  # no synced forward read the held step's last iteration
+            held = self._figures(self.held, 0)
+            self.held = None
+        this = None
+        calls, self._calls_before = self._calls - self._calls_before, self._calls
+        if self.count > self._boundary or self._open[2]:
+            if late and not self.gone:
+                self.held = self._open
+                this = _HELD
+            else:
+                if not self.gone:
+                    self._compute()
+                this = self._figures(self._open, calls)
+            self._open = [0, 0, 0]
+            self._boundary = self.count
+        elif calls:
+            self._figures(self._open, calls)  # says why there are none
+        elif self._logger is not None:
+            self._probe.note_once("ddp-no-sync", "an optimizer step with no synced DDP forward (every micro-batch "
+                                  "under no_sync()) has no DDP reduction; such steps report no DDP figures")
+        return held, this
+
+    def _attach_late(self):
+        """A DDP that ran no forward through __call__ (no hooks ran): its reader now, and its figures
+        from the next step on (of this one's iterations DDP holds the last only)."""
+        ddp = self.ddp()
+        if self.gone or ddp is None or ddp.__dict__.get("logger") is None or self._first_forward is None:
+            return  # not built yet, or gone, or attached before (unsupported)
+        self.stop()
+        self.attach(ddp)
+        if self._logger is None:
+            return
+        self._logger.set_runtime_stats_and_log()
+        get = self._logger._get_ddp_logging_data().ints_map.get
+        self._last_start = get("backward_comm_time_start", 0)
+        self.count = self._boundary = get("iteration", 0)
+        self._calls_before = self._calls
+        self._probe.note_once("ddp-late", "a DDP whose forward ran without its module hooks (not through __call__) is "
+                              "measured from the optimizer step after the first it took part in")
+
+    def take_held(self):
+        held = self.held
+        if held is None:
+            return None
+        if self.count == self._boundary and not self.gone:
+            self._compute()
+        self.held = None
+        return self._figures(held, 0)
+
+    def _figures(self, acc, calls):
+        if not acc[2]:
+            if calls:
+                self._probe.note_once(
+                    "ddp-unmeasured", "DDP ran %d synced forward(s) in an optimizer step and measured no reduction "
+                    "(forwards with gradients and no backward, or a module on several devices, for which DDP keeps "
+                    "no timer); such steps report no DDP figures" % calls)
+            return None
+        nbytes = None
+        if self._bucket_bytes is not None:
+            ddp = self.ddp()
+            if ddp is None or not ddp.__dict__.get("_comm_hooks"):
+                nbytes = self._bucket_bytes * acc[2]
+        return acc[0], acc[1], nbytes
 
     def _on_collected(self, _ref):
-        self._probe.ddp_gone(self)
-        self._logger = None
+        try:
+            if self._logger is not None and (self.held is not None or self.count > self._boundary):
+                self._compute()  # its last iteration, through the logger it leaves behind
+        except Exception as error:
+            self._probe.disable(error, "reading DDP's figures as it was collected")
+        self.gone = True
+        self._logger = self._reader = None  # frees the reducer
+        if self.held is not None:
+            self._probe.complete_pending()
 
-    def _read(self, logger):
-        get = logger._get_ddp_logging_data().ints_map.get
-        start = get("backward_comm_time_start", 0)
-        comm = get("backward_comm_time", 0)
-        if start <= self._last_start or comm <= 0:
-            return None  # no new iteration with a measured reduction
-        return get("iteration", 0), start, comm, get("backward_compute_comm_overlap_time", 0)
 
-    def collect_late(self):
-        """Note [Late reads]: collect(late=True) in its usual case, DDP's sample of the next
-        iteration, in as few steps as it takes (this runs in every step of a fast program);
-        anything else goes the general way."""
-        ddp = self._ref()
-        logger = self._logger
-        if ddp is not None and logger is not None and not self._delayed and not self.read_before:
-            get = logger._get_ddp_logging_data().ints_map.get
-            start = get("backward_comm_time_start", 0)
-            comm = get("backward_comm_time", 0)
-            iteration = get("iteration", 0)
-            if start > self._last_start and comm > 0 and iteration == self._last_iteration + 1:
-                self._last_start = start
-                self._last_iteration = iteration
-                exposed = comm - get("backward_compute_comm_overlap_time", 0)
-                nbytes = self._bucket_bytes
-                if nbytes is not None and ddp.__dict__.get("_comm_hooks"):
-                    nbytes = None
-                return comm / 1e9, (exposed if exposed > 0 else 0) / 1e9, nbytes
-        result = self._probe._ddp.collect(late=True)
-        return result
+class _LoggerReader:
+    """DDP's c10d Logger as DDP sees it (``ddp.logger``): everything is the logger's, and each
+    statistics computation DDP makes at a synced forward is read (Note [DDP's statistics])."""
 
-    def collect(self, late):
-        """(comm_s, exposed_s, bytes or None) of the iterations since the last call, None if
-        there were none, _INCOMPLETE if some were missed, _GONE once the DDP is gone. late: read
-        what DDP computed itself at its last synced forward (Note [Late reads])."""
-        ddp = self._ref()
-        if ddp is None:
-            return _GONE
-        # The DDP's own attributes are read from its __dict__: nn.Module.__getattr__ on a missing
-        # name builds an AttributeError, which costs more than the rest of a step's read.
-        logger = self._logger
-        if logger is None:
-            return _GONE
-        if self._delayed:
+    __slots__ = ("_logger", "_tracked")
+
+    def __init__(self, logger, tracked):
+        self._logger = logger
+        self._tracked = tracked
+
+    def set_runtime_stats_and_log(self):
+        self._logger.set_runtime_stats_and_log()
+        tracked = self._tracked
+        probe = tracked._probe
+        if probe.enabled:
+            try:
+                tracked.after_stats()
+            except Exception as error:
+                probe.disable(error, "reading DDP's statistics at its forward")
+
+    def __getattr__(self, name):
+        return getattr(self._logger, name)
+
+
+class _FirstForward:
+    """A forward pre-hook on a new DDP until its first forward, when its logger exists; returns
+    None, so the forward runs unchanged. A copy of the DDP made before then (copy.deepcopy,
+    pickle) gets an inert hook in its place."""
+
+    __slots__ = ("_tracked", "handle")
+
+    def __init__(self, tracked):
+        self._tracked = tracked
+        self.handle = None
+
+    def __call__(self, ddp, args):
+        tracked = self._tracked
+        try:
+            tracked.stop()  # this hook's one call
+            if tracked._probe.enabled:
+                tracked.attach(ddp)
+        except Exception as error:
+            tracked._probe.disable(error, "setting up DDP's statistics at its first forward")
+        return None
+
+    def __deepcopy__(self, memo):
+        return _Inert()
+
+    def __reduce__(self):
+        return _Inert, ()
+
+
+class _Inert:
+    """What a copy of a DDP gets in place of _FirstForward: does nothing."""
+
+    __slots__ = ()
+
+    def __call__(self, *args):
+        return None
+
+
+class _FsdpSource:
+    """Note [FSDP2's collectives]: fully_shard's all-gathers and reduce-scatters, per optimizer step."""
+
+    _OWN = "torch.distributed.fsdp._fully_shard._fsdp_collectives"  # where FSDP's default comm classes live
+
+    def __init__(self, probe):
+        self._probe = probe
+        self._seen = 0  # the size of torch.distributed._composable_state's mapping when last looked at
+        self._groups = []  # [weakref to an FSDPParamGroup, its original all-gather, its original reduce-scatter]
+        self._classes = {}  # FSDP's comm class -> our timed subclass of it
+        self._tally = {}  # op -> [comm_s, exposed_s, bytes]
+        self._completed = []  # (op, seconds) of asynchronous all-gathers, appended as their Work completes
+        self._asynchronous = False  # whether this step had one (no exposed figure)
+        self._compiling = None
+
+    def watching(self):
+        """Whether there is anything to collect: cheap, called at every step's end."""
+        return self._groups or "torch.distributed._composable_state" in sys.modules
+
+    def collect(self):
+        states = sys.modules.get("torch.distributed._composable_state")
+        mapping = getattr(states, "_module_state_mapping", None)
+        if mapping is not None and len(mapping) != self._seen:
+            self._seen = len(mapping)
+            self._find(mapping)
+        if not self._groups:
+            return None  # a program without FSDP2 (e.g. DDP's, which imports the module too)
+        self._check()
+        completed, self._completed = self._completed, []
+        tally, self._tally = self._tally, {}
+        asynchronous, self._asynchronous = self._asynchronous, False
+        for op, seconds in completed:
+            figures = tally.setdefault(op, [0.0, 0.0, 0])
+            figures[0] += seconds
+        if not tally:
             return None
-        self._hooked = bool(ddp.__dict__.get("_comm_hooks"))
-        if late and not self.read_before:
-            sample = self._read(logger)
-            if sample is not None:
-                return self._count(None, sample, late=True)
-            # DDP computed nothing new (no synced forward since): its timer still holds the step's.
-        return self._sample(logger)
+        ops = {}
+        for op, (comm_s, exposed_s, nbytes) in tally.items():
+            ops[op] = {"comm_s": comm_s, "bytes": nbytes} if asynchronous and op == "allgather" else \
+                {"comm_s": comm_s, "exposed_s": exposed_s, "bytes": nbytes}
+        return ops
 
-    def collect_final(self):
-        logger = self._logger
-        if logger is None:
-            return None
-        return self._sample(logger)
+    def _find(self, mapping):
+        known = {id(g[0]()) for g in self._groups}
+        for ref in list(mapping.values()):
+            state = ref()
+            group = getattr(state, "_fsdp_param_group", None)
+            if group is not None and id(group) not in known:
+                entry = [weakref.ref(group), None, None]
+                self._groups.append(entry)
+                self._wrap(group, entry)
 
-    def _sample(self, logger):
-        before = self._read(logger) if self.read_before else None
-        logger.set_runtime_stats_and_log()
-        sample = self._read(logger)
-        if sample is not None and before is not None and sample[1] <= before[1]:
-            sample = None  # the same iteration read twice
-        return self._count(before, sample)
+    def _check(self):
+        """Each group still runs our objects (a program may set its own, or FSDP new defaults)."""
+        live = []
+        for entry in self._groups:
+            group = entry[0]()
+            if group is None:
+                continue
+            live.append(entry)
+            gather = group.__dict__.get("_all_gather_comm")
+            scatter = group.__dict__.get("_reduce_scatter_comm")
+            if type(gather) not in self._ours or type(scatter) not in self._ours:
+                self._wrap(group, entry)
+        self._groups = live
 
-    def _count(self, before, sample, late=False):
-        if before is None:
-            if sample is None:
-                return None
-            first, count = sample, 1
-            comm_ns = sample[2]
-            exposed_ns = max(0, sample[2] - sample[3])
-        elif sample is None:
-            first = sample = before
-            count = 1
-            comm_ns = before[2]
-            exposed_ns = max(0, before[2] - before[3])
-        else:
-            first, count = before, 2
-            comm_ns = before[2] + sample[2]
-            exposed_ns = max(0, before[2] - before[3]) + max(0, sample[2] - sample[3])
-        missed = first[0] - self._last_iteration - 1
-        if missed > 0 and late and not self.read_before:
-            # Read late, this is the first reduction of the next step, not the last of the step
-            # the report is for (whose last DDP recomputed over): that report goes without
-            # figures, and the next step, read as it ends, counts this one too.
-            self.read_before = True
-            self._last_iteration = first[0] - 1
-            return _INCOMPLETE
-        self._last_iteration = sample[0]
-        self._last_start = sample[1]
-        if missed > 0:
-            if not self.read_before:
-                self.read_before = True  # more than one reduction per step: read both ends from now on
-            else:
-                self._probe.note_once(
-                    "ddp-iterations",
-                    "DDP ran %d synced iterations in one optimizer step and the probe could read %d of their "
-                    "reductions (gradient accumulation without no_sync() over more than two micro-batches, or "
-                    "forwards with gradients that had no backward); such steps report no communication figures"
-                    % (missed + count, count))
-            return _INCOMPLETE
-        nbytes = None
-        if self._bucket_bytes is not None and not self._hooked:
-            nbytes = self._bucket_bytes * count
-        return comm_ns / 1e9, exposed_ns / 1e9, nbytes
+    @property
+    def _ours(self):
+        return self._classes.values()
+
+    def _wrap(self, group, entry):
+        for attribute, op, slot in (("_all_gather_comm", "allgather", 1), ("_reduce_scatter_comm", "reduce_scatter", 2)):
+            comm = group.__dict__.get(attribute)
+            if comm is None or type(comm) in self._ours:
+                continue
+            if type(comm).__module__ != self._OWN:
+                self._probe.note_once("fsdp-custom:" + op, "an FSDP module runs its own %s object (%s); its %ss are not "
+                                      "in the step reports" % (op, type(comm).__name__, op))
+                continue
+            timed = self._classes.get(type(comm))
+            if timed is None:
+                timed = self._classes[type(comm)] = _timed_comm_class(type(comm), op, self)
+            # The same object's state in an instance of the timed subclass; the original kept, to
+            # put back if the probe stops.
+            wrapper = object.__new__(timed)
+            wrapper.__dict__.update(comm.__dict__)
+            entry[slot] = comm
+            setattr(group, attribute, wrapper)
+
+    def stop(self):
+        for entry in self._groups:
+            group = entry[0]()
+            if group is None:
+                continue
+            for attribute, slot in (("_all_gather_comm", 1), ("_reduce_scatter_comm", 2)):
+                if entry[slot] is not None and type(group.__dict__.get(attribute)) in self._ours:
+                    setattr(group, attribute, entry[slot])
+        self._groups = []
+
+    def is_compiling(self):
+        check = self._compiling
+        if check is None:
+            compiler = getattr(sys.modules.get("torch"), "compiler", None)
+            check = self._compiling = getattr(compiler, "is_compiling", None) or (lambda: False)
+        return check()
+
+    def count(self, op, started, ended, work, full):
+        """One collective, called synchronously (work None) or asynchronously."""
+        try:
+            nbytes = full.numel() * full.element_size() if full is not None else 0
+            figures = self._tally.get(op)
+            if figures is None:
+                figures = self._tally[op] = [0.0, 0.0, 0]
+            figures[2] += nbytes
+            if work is None:
+                figures[0] += ended - started
+                figures[1] += ended - started
+                return
+            self._asynchronous = True
+            self._probe.note_once("fsdp-async", "FSDP ran an asynchronous all-gather: its time counts from its call to "
+                                  "its completion, its exposed part is not measured, and such steps report no "
+                                  "exposed_comm_s")
+
+            def done(_future):
+                self._completed.append((op, time.perf_counter() - started))
+
+            work.get_future().add_done_callback(done)
+        except Exception as error:
+            self._probe.disable(error, "timing an FSDP collective")
+
+
+def _timed_comm_class(base, op, source):
+    """A subclass of FSDP's comm class `base` whose calls are timed (Note [FSDP2's collectives])."""
+    call = base.__call__
+    # The unsharded tensor: the all-gather's output, the reduce-scatter's input (FSDP passes both
+    # by keyword; positionally they are output, input).
+    keyword, position = ("output_tensor", 0) if op == "allgather" else ("input_tensor", 1)
+    probe = source._probe
+    perf_counter = time.perf_counter
+
+    def __call__(self, *args, **kwargs):
+        if not probe.enabled or source.is_compiling():
+            return call(self, *args, **kwargs)
+        started = perf_counter()
+        work = call(self, *args, **kwargs)
+        ended = perf_counter()
+        full = kwargs.get(keyword)
+        if full is None and len(args) > position:
+            full = args[position]
+        source.count(op, started, ended, work, full)
+        return work
+
+    return type(base.__name__, (base,), {"__call__": __call__, "__doc__": base.__doc__})
