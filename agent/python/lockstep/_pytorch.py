@@ -66,7 +66,7 @@ iterations so far, which is the number of the iteration those events belong to.
   the synced iteration before this one: a sample, counted once by its comm-start timestamp (an
   iteration without a backward has no reduction, and leaves the timer's older events, which are
   not counted again). The sample's ``iteration`` says which optimizer step it belongs to: the
-  probe keeps, per DDP, the reducer's count at the last step's end (``_boundary``); a sample of
+  probe keeps, per DDP, the reducer's count at the last step's end (``boundary``); a sample of
   an iteration after it is the step in progress's, one at or before it the ended step's (held,
   below). So every synced iteration of every step is counted, however many a step has
   (gradient accumulation without ``no_sync()``, evaluation forwards under ``no_grad()``, which
@@ -340,7 +340,7 @@ class _Probe:
                 self._pending = None
                 pending[2] = _combine(pending[2], held)
                 self._batch.append(pending)
-            fsdp = self._fsdp.collect() if self._fsdp.watching() else None
+            fsdp = self._fsdp.collect()
             record = [self._step, step_s, fsdp, extras]
             if ddp is _HELD:
                 self._pending = record
@@ -668,13 +668,13 @@ class _TrackedDdp:
         self._logger = None  # DDP's c10d Logger, once attached
         self._reader = None  # what DDP calls in its place (_LoggerReader)
         self._bucket_bytes = None
-        self._last_start = 0  # comm-start timestamp (ns) of the last sample counted
+        self.last_start = 0  # comm-start timestamp (ns) of the last sample counted
         self.count = 0  # the reducer's synced iterations so far, as of the last sample DDP computed
-        self._boundary = 0  # ... at the last optimizer step's end
-        self._calls = 0  # DDP's statistics calls (its synced forwards) seen
-        self._calls_before = 0  # ... at the last optimizer step's end
+        self.boundary = 0  # ... at the last optimizer step's end
+        self.calls = 0  # DDP's statistics calls (its synced forwards) seen
+        self.calls_before = 0  # ... at the last optimizer step's end
         # Samples of iterations after the boundary: [comm_ns, exposed_ns, iterations that reduced].
-        self._open = [0, 0, 0]
+        self.open = [0, 0, 0]
         self.held = None  # the same, of the ended step whose report waits (Note [Late reads])
         # DDP.__init__ has run nn.Module.__init__, so the module's hook dicts exist already; the
         # logger does not yet: it is put in place at the first forward.
@@ -713,22 +713,12 @@ class _TrackedDdp:
         if ddp is not None and self._reader is not None and ddp.__dict__.get("logger") is self._reader:
             ddp.logger = self._logger
 
-    def after_stats(self):
-        """DDP computed its statistics at a synced forward (the reader's call): the previous synced
-        iteration's sample, before this forward's own iteration is counted."""
-        self._calls += 1
-        get = self._logger._get_ddp_logging_data().ints_map.get
-        iteration = get("iteration", 0)
-        self._take(iteration, get("backward_comm_time_start", 0), get("backward_comm_time", 0),
-                   get("backward_compute_comm_overlap_time", 0))
-        self.count = iteration + 1  # prepare_for_forward() counts this forward's iteration next
-
     def _take(self, iteration, start, comm, overlap):
-        if start <= self._last_start or comm <= 0:
+        if start <= self.last_start or comm <= 0:
             return  # nothing new: that iteration had no backward (or was counted already)
-        self._last_start = start
-        if iteration > self._boundary:
-            into = self._open
+        self.last_start = start
+        if iteration > self.boundary:
+            into = self.open
         elif self.held is not None:
             into = self.held
         else:
@@ -750,29 +740,29 @@ class _TrackedDdp:
                    get("backward_compute_comm_overlap_time", 0))
 
     def end_step(self, late):
-        if self._logger is None:
+        if self._logger is None and not self.gone:  # (a collected DDP's last figures still count)
             self._attach_late()
             return None, None
         held = None
         if self.held is not None:
-            if self.count == self._boundary:
+            if self.count == self.boundary:
                 self._compute()  # no synced forward read the held step's last iteration
             held = self._figures(self.held, 0)
             self.held = None
         this = None
-        calls, self._calls_before = self._calls - self._calls_before, self._calls
-        if self.count > self._boundary or self._open[2]:
+        calls, self.calls_before = self.calls - self.calls_before, self.calls
+        if self.count > self.boundary or self.open[2]:
             if late and not self.gone:
-                self.held = self._open
+                self.held = self.open
                 this = _HELD
             else:
                 if not self.gone:
                     self._compute()
-                this = self._figures(self._open, calls)
-            self._open = [0, 0, 0]
-            self._boundary = self.count
+                this = self._figures(self.open, calls)
+            self.open = [0, 0, 0]
+            self.boundary = self.count
         elif calls:
-            self._figures(self._open, calls)  # says why there are none
+            self._figures(self.open, calls)  # says why there are none
         elif self._logger is not None:
             self._probe.note_once("ddp-no-sync", "an optimizer step with no synced DDP forward (every micro-batch "
                                   "under no_sync()) has no DDP reduction; such steps report no DDP figures")
@@ -790,9 +780,9 @@ class _TrackedDdp:
             return
         self._logger.set_runtime_stats_and_log()
         get = self._logger._get_ddp_logging_data().ints_map.get
-        self._last_start = get("backward_comm_time_start", 0)
-        self.count = self._boundary = get("iteration", 0)
-        self._calls_before = self._calls
+        self.last_start = get("backward_comm_time_start", 0)
+        self.count = self.boundary = get("iteration", 0)
+        self.calls_before = self.calls
         self._probe.note_once("ddp-late", "a DDP whose forward ran without its module hooks (not through __call__) is "
                               "measured from the optimizer step after the first it took part in")
 
@@ -800,7 +790,7 @@ class _TrackedDdp:
         held = self.held
         if held is None:
             return None
-        if self.count == self._boundary and not self.gone:
+        if self.count == self.boundary and not self.gone:
             self._compute()
         self.held = None
         return self._figures(held, 0)
@@ -822,7 +812,7 @@ class _TrackedDdp:
 
     def _on_collected(self, _ref):
         try:
-            if self._logger is not None and (self.held is not None or self.count > self._boundary):
+            if self._logger is not None and (self.held is not None or self.count > self.boundary):
                 self._compute()  # its last iteration, through the logger it leaves behind
         except Exception as error:
             self._probe.disable(error, "reading DDP's figures as it was collected")
@@ -843,14 +833,35 @@ class _LoggerReader:
         self._tracked = tracked
 
     def set_runtime_stats_and_log(self):
-        self._logger.set_runtime_stats_and_log()
-        tracked = self._tracked
-        probe = tracked._probe
-        if probe.enabled:
-            try:
-                tracked.after_stats()
-            except Exception as error:
-                probe.disable(error, "reading DDP's statistics at its forward")
+        # DDP's call at each synced forward, before prepare_for_forward() counts its iteration: the
+        # logger computes the previous synced iteration's figures, which are read here, once. This
+        # runs at every synced forward, so it is _TrackedDdp._take inline, in as few steps as it
+        # takes (bench/agent/RESULTS.md).
+        logger = self._logger
+        logger.set_runtime_stats_and_log()
+        t = self._tracked
+        if not t._probe.enabled:
+            return
+        try:
+            get = logger._get_ddp_logging_data().ints_map.get
+            t.calls += 1
+            iteration = get("iteration", 0)
+            t.count = iteration + 1
+            start = get("backward_comm_time_start", 0)
+            comm = get("backward_comm_time", 0)
+            if start <= t.last_start or comm <= 0:
+                return  # that iteration had no backward (or was counted already)
+            t.last_start = start
+            into = t.open if iteration > t.boundary else t.held
+            if into is None:
+                return
+            into[0] += comm
+            exposed = comm - get("backward_compute_comm_overlap_time", 0)
+            if exposed > 0:
+                into[1] += exposed
+            into[2] += 1
+        except Exception as error:
+            t._probe.disable(error, "reading DDP's statistics at its forward")
 
     def __getattr__(self, name):
         return getattr(self._logger, name)
@@ -900,7 +911,8 @@ class _FsdpSource:
 
     def __init__(self, probe):
         self._probe = probe
-        self._seen = 0  # the size of torch.distributed._composable_state's mapping when last looked at
+        self._mapping = None  # torch.distributed._composable_state's mapping of module states, once imported
+        self._seen = 0  # its size when last looked at
         self._groups = []  # [weakref to an FSDPParamGroup, its original all-gather, its original reduce-scatter]
         self._classes = {}  # FSDP's comm class -> our timed subclass of it
         self._tally = {}  # op -> [comm_s, exposed_s, bytes]
@@ -908,18 +920,21 @@ class _FsdpSource:
         self._asynchronous = False  # whether this step had one (no exposed figure)
         self._compiling = None
 
-    def watching(self):
-        """Whether there is anything to collect: cheap, called at every step's end."""
-        return self._groups or "torch.distributed._composable_state" in sys.modules
-
     def collect(self):
-        states = sys.modules.get("torch.distributed._composable_state")
-        mapping = getattr(states, "_module_state_mapping", None)
-        if mapping is not None and len(mapping) != self._seen:
-            self._seen = len(mapping)
+        """This step's figures per op, or None; called at every step's end, so cheap without FSDP2."""
+        mapping = self._mapping
+        if mapping is None:
+            states = sys.modules.get("torch.distributed._composable_state")
+            if states is None:
+                return None
+            mapping = self._mapping = states._module_state_mapping  # a module global, never replaced
+        # Its dict's size (the WeakKeyDictionary's own len() is Python code): a change, even one
+        # that a pending removal will undo, means a look.
+        if len(mapping.data) != self._seen:
+            self._seen = len(mapping.data)
             self._find(mapping)
         if not self._groups:
-            return None  # a program without FSDP2 (e.g. DDP's, which imports the module too)
+            return None  # a program without FSDP2 (DDP's imports that module too)
         self._check()
         completed, self._completed = self._completed, []
         tally, self._tally = self._tally, {}
