@@ -13,8 +13,9 @@
 // at most 20 MB.
 //
 // --python-probe: what the agent's Python probe (agent/python) costs a PyTorch program. The
-// textbook DDP script of tests/agent/python/ddp_train.py (Gloo, CPU, gradient accumulation)
-// runs under the agent as deployed with the probe on and with LOCKSTEP_PYTHON_PROBE=0, in
+// textbook DDP script of tests/agent/python/ddp_train.py (Gloo, CPU, gradient accumulation:
+// --accum N micro-batches a step, 2 by default, with no_sync() on all but the last, or none with
+// --no-sync-off) runs under the agent as deployed with the probe on and with LOCKSTEP_PYTHON_PROBE=0, in
 // paired rounds of alternating order. The figure is the script's own mean step time (its
 // perf_counter at each opt.step()'s return, steps 2..N, averaged over the ranks), so Python's
 // start-up and `import torch`, which the probe does not touch, stay out of it; the verdict
@@ -136,8 +137,14 @@ std::string timed_wrapper() {  // this file is bench/agent/bench_agent.cpp
   return (std::filesystem::path(__FILE__).parent_path() / "probe_timed.py").lexically_normal().string();
 }
 
+// The script's accumulation: micro-batches a step, and whether all of them all-reduce (no no_sync()).
+struct Accumulation {
+  int micro_batches = 2;
+  bool every_one_syncs = false;
+};
+
 ProbeRun run_probe_once(bool probe, const std::string& torch, const std::string& script, int nproc, int samples,
-                        const std::string& work) {
+                        const Accumulation& accum, const std::string& work) {
   namespace fs = std::filesystem;
   ProbeRun r;
   const std::string out = work + (probe ? "/on" : "/off");
@@ -150,7 +157,9 @@ ProbeRun run_probe_once(bool probe, const std::string& torch, const std::string&
              "python3"};
   // On, the script runs under probe_timed.py, which times the probe's work inside the run.
   if (probe) so.argv.insert(so.argv.end(), {timed_wrapper(), out});
-  so.argv.insert(so.argv.end(), {script, "--out", out, "--samples", std::to_string(samples)});
+  so.argv.insert(so.argv.end(), {script, "--out", out, "--samples", std::to_string(samples), "--accum",
+                                 std::to_string(accum.micro_batches)});
+  if (accum.every_one_syncs) so.argv.push_back("--no-sync-off");
   so.env = {{"PYTHONPATH", torch}, {"LOCKSTEP_PYTHON_PROBE", probe ? "1" : "0"}, {"GLOO_SOCKET_IFNAME", "lo"}};
   so.unset_env = {"LOCKSTEP_PYTHON_PROBE_DIR", "OMP_NUM_THREADS", "LOCKSTEP_METRICS_SOCKET"};
   so.output_path = out + "/agent.log";
@@ -205,7 +214,7 @@ ProbeRun run_probe_once(bool probe, const std::string& torch, const std::string&
                            1e-9 / nproc;
       r.hook_s += bench::percentile(hook, 0.5) * 1e-9 / nproc;
       r.hook_mean_s += (hook.empty() ? 0 : std::accumulate(hook.begin(), hook.end(), 0.0) / hook.size()) * 1e-9 / nproc;
-      // Per step: DDP's calls over the steps after the first (one synced forward a step here).
+      // Per step: DDP's calls (one per synced forward) over the steps after the first.
       r.ddp_stats_s += (ends.size() > 1 ? std::accumulate(stats.begin(), stats.end(), 0.0) / (ends.size() - 1) : 0) *
                        1e-9 / nproc;
     }
@@ -219,7 +228,7 @@ ProbeRun run_probe_once(bool probe, const std::string& torch, const std::string&
   return r;
 }
 
-int probe_bench(int rounds, int nproc, int samples, std::string script) {
+int probe_bench(int rounds, int nproc, int samples, const Accumulation& accum, std::string script) {
   const char* torch_env = std::getenv("LOCKSTEP_PYTHON_TORCH");
   const std::string torch = torch_env ? torch_env : "";
   if (torch.empty() || !std::filesystem::exists(torch + "/torch/__init__.py")) {
@@ -231,18 +240,20 @@ int probe_bench(int rounds, int nproc, int samples, std::string script) {
     script = (std::filesystem::path(__FILE__).parent_path() / "../../tests/agent/python/ddp_train.py").lexically_normal().string();
   const std::string work = (std::filesystem::temp_directory_path() / ("lockstep-bench-probe-" + std::to_string(::getpid()))).string();
   std::cout << "bench/agent --python-probe: " << script << ", 1 agent x " << nproc << " workers (Gloo, CPU), " << samples
-            << " samples a epoch x 2 epochs, 2 micro-batches a step; probe on vs LOCKSTEP_PYTHON_PROBE=0 (off), " << rounds
+            << " samples a epoch x 2 epochs, " << accum.micro_batches << " micro-batches a step "
+            << (accum.every_one_syncs ? "without no_sync() (each all-reduces)" : "with no_sync() on all but the last")
+            << "; probe on vs LOCKSTEP_PYTHON_PROBE=0 (off), " << rounds
             << " paired rounds, order alternating; figure: the script's own mean step time\n";
   std::vector<double> on, off, ratios, call_diff, cpu_diff, step_cpu_diff, direct, direct_cpu;
   for (int r = 1; r <= rounds && !bench::g_stop; ++r) {
     const bool on_first = r % 2 == 1;
     ProbeRun a, b;
     if (on_first) {
-      a = run_probe_once(true, torch, script, nproc, samples, work);
-      b = run_probe_once(false, torch, script, nproc, samples, work);
+      a = run_probe_once(true, torch, script, nproc, samples, accum, work);
+      b = run_probe_once(false, torch, script, nproc, samples, accum, work);
     } else {
-      b = run_probe_once(false, torch, script, nproc, samples, work);
-      a = run_probe_once(true, torch, script, nproc, samples, work);
+      b = run_probe_once(false, torch, script, nproc, samples, accum, work);
+      a = run_probe_once(true, torch, script, nproc, samples, accum, work);
     }
     if (a.code != 0 || b.code != 0) {
       std::cerr << "a run failed (codes " << a.code << ", " << b.code << "; logs under " << work << ")\n";
@@ -338,6 +349,7 @@ int probe_bench(int rounds, int nproc, int samples, std::string script) {
 int main(int argc, char** argv) {
   int nproc = 2, steps = 150, matmuls = 40, rounds = 30, samples = 2048;
   bool python_probe = false;
+  Accumulation accum;
   std::string script;
   try {
     for (int i = 1; i < argc; ++i) {
@@ -350,8 +362,11 @@ int main(int argc, char** argv) {
       else if (match(argc, argv, i, "--rounds", v)) rounds = to_int("--rounds", v, 3, 1000);
       else if (match(argc, argv, i, "--samples", v)) samples = to_int("--samples", v, 256, 10000000);
       else if (match(argc, argv, i, "--script", v)) script = v;
+      else if (match(argc, argv, i, "--accum", v)) accum.micro_batches = to_int("--accum", v, 1, 1024);
+      else if (std::string(argv[i]) == "--no-sync-off") accum.every_one_syncs = true;
       else throw FlagError(std::string("unknown flag '") + argv[i] +
-                           "' (flags: --nproc --steps --matmuls --rounds; --python-probe [--samples N] [--script PATH])");
+                           "' (flags: --nproc --steps --matmuls --rounds; --python-probe [--samples N] [--accum N] [--no-sync-off] "
+                           "[--script PATH])");
     }
   } catch (const std::exception& e) {
     std::cerr << "lockstep-bench-agent: " << e.what() << "\n";
@@ -359,7 +374,7 @@ int main(int argc, char** argv) {
   }
   if (python_probe) {
     bench::catch_stop_signals();
-    return probe_bench(rounds, nproc, samples, script);
+    return probe_bench(rounds, nproc, samples, accum, script);
   }
   std::cout << "bench/agent: " << nproc << " workers x " << steps << " steps of " << matmuls
             << " 256x256 matmuls; agent as deployed (on) vs --no-metrics --stall-timeout 0 (off), " << rounds

@@ -10,15 +10,16 @@ in the probe's run itself:
 (under lockstep-agent with the probe on, so that the probe's directory leads PYTHONPATH). It
 wraps, before the script imports torch:
   hook        the probe's optimizer step post-hook (_Probe._after_optimizer_step): all of its
-              per-step work (the DDP read, the report, the send)
-  ddp_stats   DDP's own Logger.set_runtime_stats_and_log() at each synced forward, outside the
-              hook: work the probe causes by setting DDP's sample rate to 1 (at the default
-              rate DDP does it on iterations 1-10 and every 100th)
+              per-step work (the step's end for DDP and FSDP2, the report, the send)
+  ddp_stats   at each synced forward, what DDP calls in place of its logger's
+              set_runtime_stats_and_log() (_LoggerReader): DDP's own statistics computation,
+              which the probe's sample rate of 1 causes (at the default rate DDP makes it on
+              iterations 1-10 and every 100th), and the probe's read of its figures
 and writes TIMING_DIR/timing-<RANK>.json at exit: wall time of each call ("hook_ns",
 "ddp_stats_ns") and the calling thread's CPU time in it ("hook_cpu_ns", "ddp_stats_cpu_ns";
 time.thread_time_ns, which a preempted call does not inflate). The wrapping itself adds four
-clock reads per call (about 1 us, the CPU clock being a system call) and, for DDP's logger,
-one attribute look-up through a proxy per use, which the figures then include.
+clock reads per call (about 1 us, the CPU clock being a system call), which the figures then
+include.
 """
 import atexit
 import json
@@ -26,28 +27,6 @@ import os
 import runpy
 import sys
 import time
-
-
-class _TimedLogger:
-    """DDP's c10d Logger, its set_runtime_stats_and_log() timed when the probe's hook is not running."""
-
-    def __init__(self, logger, timing):
-        self._logger = logger
-        self._timing = timing
-
-    def set_runtime_stats_and_log(self):
-        if self._timing["inside"]:
-            return self._logger.set_runtime_stats_and_log()
-        c0 = time.thread_time_ns()
-        t0 = time.perf_counter_ns()
-        try:
-            return self._logger.set_runtime_stats_and_log()
-        finally:
-            self._timing["ddp_stats_ns"].append(time.perf_counter_ns() - t0)
-            self._timing["ddp_stats_cpu_ns"].append(time.thread_time_ns() - c0)
-
-    def __getattr__(self, name):
-        return getattr(self._logger, name)
 
 
 def main():
@@ -58,35 +37,28 @@ def main():
     sys.argv = sys.argv[2:]
     from lockstep import _pytorch  # the probe's module; loading it imports no torch
 
-    timing = {"inside": False, "hook_ns": [], "ddp_stats_ns": [], "hook_cpu_ns": [], "ddp_stats_cpu_ns": []}
-    hook = _pytorch._Probe._after_optimizer_step
+    timing = {"hook_ns": [], "ddp_stats_ns": [], "hook_cpu_ns": [], "ddp_stats_cpu_ns": []}
 
-    def timed_hook(self, optimizer, args, kwargs):
-        c0 = time.thread_time_ns()
-        t0 = time.perf_counter_ns()
-        timing["inside"] = True
-        try:
-            return hook(self, optimizer, args, kwargs)
-        finally:
-            timing["inside"] = False
-            timing["hook_ns"].append(time.perf_counter_ns() - t0)
-            timing["hook_cpu_ns"].append(time.thread_time_ns() - c0)
+    def timed(function, wall, cpu):
+        def call(*args):
+            c0 = time.thread_time_ns()
+            t0 = time.perf_counter_ns()
+            try:
+                return function(*args)
+            finally:
+                timing[wall].append(time.perf_counter_ns() - t0)
+                timing[cpu].append(time.thread_time_ns() - c0)
 
-    start = _pytorch._TrackedDdp.start
+        return call
 
-    def timed_start(ddp, probe):
-        logger = getattr(ddp, "logger", None)
-        if logger is not None and not isinstance(logger, _TimedLogger):
-            ddp.logger = _TimedLogger(logger, timing)
-        return start(ddp, probe)
-
-    _pytorch._Probe._after_optimizer_step = timed_hook
-    _pytorch._TrackedDdp.start = staticmethod(timed_start)
+    _pytorch._Probe._after_optimizer_step = timed(_pytorch._Probe._after_optimizer_step, "hook_ns", "hook_cpu_ns")
+    _pytorch._LoggerReader.set_runtime_stats_and_log = timed(
+        _pytorch._LoggerReader.set_runtime_stats_and_log, "ddp_stats_ns", "ddp_stats_cpu_ns")
 
     def write():
         path = os.path.join(timing_dir, "timing-%s.json" % os.environ.get("RANK", "0"))
         with open(path, "w") as f:
-            json.dump({k: v for k, v in timing.items() if k != "inside"}, f)
+            json.dump(timing, f)
 
     atexit.register(write)
     runpy.run_path(script, run_name="__main__")
