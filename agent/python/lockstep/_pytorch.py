@@ -1017,11 +1017,11 @@ class _FsdpSource:
     def count(self, op, started, ended, work, full):
         """One collective, called synchronously (work None) or asynchronously."""
         try:
-            nbytes = full.numel() * full.element_size() if full is not None else 0
             figures = self._tally.get(op)
             if figures is None:
                 figures = self._tally[op] = [0.0, 0.0, 0]
-            figures[2] += nbytes
+            if full is not None:
+                figures[2] += full.nbytes
             if work is None:
                 figures[0] += ended - started
                 figures[1] += ended - started
