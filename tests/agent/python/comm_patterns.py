@@ -190,80 +190,64 @@ def tutorial(rec):
     return model
 
 
-def accumulate(rec, steps, accum, use_no_sync, deep=False, **ddp_args):
-    """`steps` optimizer steps of `accum` micro-batches each, no_sync() on all but the last or none."""
-    model = DDP(mlp(deep=deep), **ddp_args)
+def accumulate(rec, steps, accum, use_no_sync, model=None, before_micro_batch=None, before_step=None, **ddp_args):
+    """`steps` optimizer steps of `accum` micro-batches each, no_sync() on all but the last or none;
+    before_micro_batch(model, i) and before_step() run where their names say."""
+    model = model or DDP(mlp(), **ddp_args)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.002, momentum=0.9)
     loader = DataLoader(data(BATCH * accum * steps, seed=dist.get_rank()), batch_size=BATCH)
     for i, (x, y) in enumerate(loader):
+        if before_micro_batch is not None:
+            before_micro_batch(model, i)
         last = (i + 1) % accum == 0
         sync = last or not use_no_sync
         with contextlib.nullcontext() if sync else model.no_sync():
             loss = nn.functional.mse_loss(model(x), y) / accum
             rec.backward(loss, sync)
         if last:
+            if before_step is not None:
+                before_step()
             rec.step(optimizer)
     return model
 
 
 def unused4(rec):
-    model = DDP(mlp(extra_branch=True), find_unused_parameters=True)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.002)
-    loader = DataLoader(data(BATCH * 4 * 3, seed=dist.get_rank()), batch_size=BATCH)
-    for i, (x, y) in enumerate(loader):
+    def branch_every_other(model, i):
         model.module.use_branch = i % 2 == 1
-        last = (i + 1) % 4 == 0
-        with contextlib.nullcontext() if last else model.no_sync():
-            rec.backward(nn.functional.mse_loss(model(x), y) / 4, last)
-        if last:
-            rec.step(optimizer)
-    return model
+
+    model = DDP(mlp(extra_branch=True), find_unused_parameters=True)
+    return accumulate(rec, 3, 4, True, model=model, before_micro_batch=branch_every_other)
 
 
 def eval_no_grad(rec):
-    model = DDP(mlp())
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.002)
-    loader = DataLoader(data(BATCH * 2 * 4, seed=dist.get_rank()), batch_size=BATCH)
     held_out = torch.randn(BATCH, 512)
-    for i, (x, y) in enumerate(loader):
-        if i % 4 == 0:  # before every second step
+
+    def evaluate_every_second_step(model, i):
+        if i % 4 == 0:
             model.eval()
             with torch.no_grad():
                 model(held_out)
             model.train()
-        rec.backward(nn.functional.mse_loss(model(x), y) / 2, True)
-        if (i + 1) % 2 == 0:
-            rec.step(optimizer)
-    return model
+
+    return accumulate(rec, 4, 2, False, before_micro_batch=evaluate_every_second_step)
 
 
 def grad_no_bwd(rec):
-    model = DDP(mlp())
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.002)
-    loader = DataLoader(data(BATCH * 2 * 4, seed=dist.get_rank()), batch_size=BATCH)
     probe_x = torch.randn(BATCH, 512)
-    for i, (x, y) in enumerate(loader):
+
+    def forward_without_backward(model, i):
         if i % 2 == 0:
             model(probe_x).mean().item()  # a forward with gradients, never backwarded
-        rec.backward(nn.functional.mse_loss(model(x), y) / 2, True)
-        if (i + 1) % 2 == 0:
-            rec.step(optimizer)
-    return model
+
+    return accumulate(rec, 4, 2, False, before_micro_batch=forward_without_backward)
 
 
 def slow4(rec):
-    model = DDP(mlp())
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.002)
-    loader = DataLoader(data(BATCH * 4 * 4, seed=dist.get_rank()), batch_size=BATCH)
-    for i, (x, y) in enumerate(loader):
-        last = (i + 1) % 4 == 0
-        with contextlib.nullcontext() if last else model.no_sync():
-            rec.backward(nn.functional.mse_loss(model(x), y) / 4, last)
-        if last:
-            if len(rec.wall) % 2 == 1:
-                time.sleep(0.3)
-            rec.step(optimizer)
-    return model
+    def every_second_step_slower():
+        if len(rec.wall) % 2 == 1:
+            time.sleep(0.3)
+
+    return accumulate(rec, 4, 4, True, before_step=every_second_step_slower)
 
 
 def fsdp2(rec):
@@ -305,7 +289,7 @@ PATTERNS = {
     "tutorial": tutorial,
     "accum1": lambda rec: accumulate(rec, 6, 1, True),
     "no_sync2": lambda rec: accumulate(rec, 6, 2, True),
-    "buckets8": lambda rec: accumulate(rec, 2, 8, False, deep=True, bucket_cap_mb=0.01),
+    "buckets8": lambda rec: accumulate(rec, 2, 8, False, model=DDP(mlp(deep=True), bucket_cap_mb=0.01)),
     "accum32": lambda rec: accumulate(rec, 2, 32, False),
     "unused4": unused4,
     "static4": lambda rec: accumulate(rec, 3, 4, False, static_graph=True),
