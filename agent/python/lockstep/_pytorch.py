@@ -713,31 +713,32 @@ class _TrackedDdp:
         if ddp is not None and self._reader is not None and ddp.__dict__.get("logger") is self._reader:
             ddp.logger = self._logger
 
-    def _take(self, iteration, start, comm, overlap):
+    def take_latest(self):
+        """Counts the figures DDP's logger computed last, once (by their comm-start timestamp), for
+        the step their iteration belongs to; returns that iteration."""
+        get = self._logger._get_ddp_logging_data().ints_map.get
+        iteration = get("iteration", 0)
+        start = get("backward_comm_time_start", 0)
+        comm = get("backward_comm_time", 0)
         if start <= self.last_start or comm <= 0:
-            return  # nothing new: that iteration had no backward (or was counted already)
+            return iteration  # nothing new: that iteration had no backward (or was counted already)
         self.last_start = start
-        if iteration > self.boundary:
-            into = self.open
-        elif self.held is not None:
-            into = self.held
-        else:
-            return  # an iteration of a step already reported (none in a DDP attached at its first forward)
+        into = self.open if iteration > self.boundary else self.held
+        if into is None:
+            return iteration  # a step already reported (none in a DDP attached at its first forward)
         into[0] += comm
-        exposed = comm - overlap
+        exposed = comm - get("backward_compute_comm_overlap_time", 0)
         if exposed > 0:
             into[1] += exposed
         into[2] += 1
+        return iteration
 
     def _compute(self):
         """DDP's figures of its latest iteration, computed now instead of at the next synced forward."""
-        logger = self._logger
-        if logger is None:
+        if self._logger is None:
             return
-        logger.set_runtime_stats_and_log()
-        get = logger._get_ddp_logging_data().ints_map.get
-        self._take(get("iteration", 0), get("backward_comm_time_start", 0), get("backward_comm_time", 0),
-                   get("backward_compute_comm_overlap_time", 0))
+        self._logger.set_runtime_stats_and_log()
+        self.take_latest()
 
     def end_step(self, late):
         if self._logger is None and not self.gone:  # (a collected DDP's last figures still count)
@@ -834,34 +835,16 @@ class _LoggerReader:
 
     def set_runtime_stats_and_log(self):
         # DDP's call at each synced forward, before prepare_for_forward() counts its iteration: the
-        # logger computes the previous synced iteration's figures, which are read here, once. This
-        # runs at every synced forward, so it is _TrackedDdp._take inline, in as few steps as it
-        # takes (bench/agent/RESULTS.md).
-        logger = self._logger
-        logger.set_runtime_stats_and_log()
-        t = self._tracked
-        if not t._probe.enabled:
+        # logger computes the previous synced iteration's figures, which are read here, once.
+        self._logger.set_runtime_stats_and_log()
+        tracked = self._tracked
+        if not tracked._probe.enabled:
             return
         try:
-            get = logger._get_ddp_logging_data().ints_map.get
-            t.calls += 1
-            iteration = get("iteration", 0)
-            t.count = iteration + 1
-            start = get("backward_comm_time_start", 0)
-            comm = get("backward_comm_time", 0)
-            if start <= t.last_start or comm <= 0:
-                return  # that iteration had no backward (or was counted already)
-            t.last_start = start
-            into = t.open if iteration > t.boundary else t.held
-            if into is None:
-                return
-            into[0] += comm
-            exposed = comm - get("backward_compute_comm_overlap_time", 0)
-            if exposed > 0:
-                into[1] += exposed
-            into[2] += 1
+            tracked.calls += 1
+            tracked.count = tracked.take_latest() + 1  # this forward's own iteration, counted next
         except Exception as error:
-            t._probe.disable(error, "reading DDP's statistics at its forward")
+            tracked._probe.disable(error, "reading DDP's statistics at its forward")
 
     def __getattr__(self, name):
         return getattr(self._logger, name)
