@@ -9,6 +9,8 @@
 #include "lockstep/contract.hpp"
 #include "lockstep/log.hpp"
 #include "lockstep/random.hpp"
+#include "reconcile/in_place.hpp"
+#include "reconcile/kueue.hpp"
 #include "reconcile/manifests.hpp"
 
 using json = nlohmann::json;
@@ -45,6 +47,10 @@ const kube::Prune kNodePrune{{{"metadata", "*"}, {"spec", "*"}, {"status", "*"},
                              false,
                              {{"metadata", "name"}, {"metadata", "resourceVersion"}, {"spec", "taints"},
                               {"status", "conditions"}}};
+// Of a Workload, never its pod sets (the pods' template, which the operator wrote) nor the
+// fields of Kueue's bookkeeping the operator does not read.
+const kube::Prune kWorkloadPrune{{{"metadata", "managedFields"}, {"spec", "podSets"}, {"status", "resourceRequests"},
+                                  {"status", "schedulingStats"}, {"status", "requeueState"}}};
 // Of the answer to a status write only metadata.resourceVersion is read; of the answers to
 // creates and deletes, only their status codes (kube::kDiscardBody).
 const kube::Prune kStatusWritePrune{{{"metadata", "managedFields"}, {"spec"}, {"status"}}};
@@ -143,6 +149,7 @@ void Controller::start_informers() {
   services_->start();
   network_policies_->start();
   gang_support();  // starts the PodGroup informer when that API is installed
+  kueue_served();  // and the Workload informer when Kueue's is
   start_node_watch();
 }
 
@@ -180,8 +187,11 @@ void Controller::start_node_watch() {
 
 bool Controller::synced() const {
   auto* podgroups = podgroups_ptr_.load();
+  auto* workloads = workloads_ptr_.load();
+  auto* flavors = flavors_ptr_.load();
   return jobs_ && jobs_->synced() && pods_->synced() && services_->synced() && network_policies_->synced() &&
-         (!podgroups || podgroups->synced()) && (!nodes_ || nodes_->synced());
+         (!podgroups || podgroups->synced()) && (!nodes_ || nodes_->synced()) && (!workloads || workloads->synced()) &&
+         (!flavors || flavors->synced());
 }
 
 bool Controller::wait_for_sync(std::chrono::seconds timeout, const std::function<bool()>& abort) {
@@ -209,8 +219,10 @@ void Controller::stop() {
   for (auto& t : workers_)
     if (t.joinable()) t.join();
   std::lock_guard<std::mutex> lock(gang_mu_);  // no PodGroup informer starts after this
+  std::lock_guard<std::mutex> kueue_lock(kueue_mu_);  // nor a Workload informer
   for (kube::InformerBase* inf : std::initializer_list<kube::InformerBase*>{jobs_.get(), pods_.get(), services_.get(), network_policies_.get(),
-                                                                          podgroups_.get(), nodes_.get()})
+                                                                          podgroups_.get(), nodes_.get(), workloads_.get(),
+                                                                          flavors_.get()})
     if (inf) inf->stop();
 }
 
@@ -270,6 +282,205 @@ reconcile::GangSupport Controller::gang_support() {
   return gang_available_ ? reconcile::GangSupport::Available : reconcile::GangSupport::Unavailable;
 }
 
+// Note [Kueue API discovery]
+// As for PodGroups (Note [PodGroup API discovery]): whether kueue.x-k8s.io/v1beta2 Workloads are
+// served is asked of API discovery at start and every kueue_check_period. The first time they
+// are, a list of one Workload says whether RBAC lets the operator use them (the chart's
+// kueue.enabled grants it); if it does not, the operator says so once and treats Kueue as not
+// there: a job that names a queue then waits, and its condition says why. Otherwise the
+// Workload informer (the jobs' own, by their job-name label) and the ResourceFlavor informer
+// (for the flavors' node labels and tolerations) start.
+bool Controller::kueue_served() {
+  std::lock_guard<std::mutex> lock(kueue_mu_);
+  auto now = std::chrono::steady_clock::now();
+  const bool first = kueue_checked_ == std::chrono::steady_clock::time_point{};
+  if (!first && now - kueue_checked_ < config_.kueue_check_period) return kueue_available_;
+  auto r = client_.get("/apis/" + res::kWorkloads.group + "/" + res::kWorkloads.version);
+  bool found = false;
+  if (r.ok())
+    for (const auto& resource : r.body.value("resources", json::array()))
+      found |= resource.value("name", "") == res::kWorkloads.plural;
+  if (!r.ok() && !r.not_found()) return kueue_available_;  // asked again next time
+  kueue_checked_ = now;
+  if (found && !workloads_) {
+    auto probe = client_.get(res::kWorkloads.path(config_.watch_namespace) + "?limit=1", &kube::kDiscardBody);
+    auto flavor_probe = client_.get(res::kResourceFlavors.path() + "?limit=1", &kube::kDiscardBody);
+    if (probe.status == 403 || flavor_probe.status == 403) {
+      if (first || kueue_available_)
+        LOCKSTEP_LOG(Warn, "operator", "Kueue's Workload API is served but RBAC does not let the operator use it (it "
+                                       "needs Workloads and ResourceFlavors: the chart's kueue.enabled grants them); "
+                                       "jobs that name a queue wait: "
+                                           << (probe.status == 403 ? probe.message() : flavor_probe.message()));
+      kueue_available_ = false;
+      return false;
+    }
+  }
+  if (found != kueue_available_ || first)
+    LOCKSTEP_LOG(Info, "operator", "Kueue Workload API (kueue.x-k8s.io/v1beta2) " << (found ? "found" : "not served"));
+  kueue_available_ = found;
+  if (found && !workloads_ && !stopping_) {
+    kube::InformerBase::Options o = child_options(false);
+    o.prune = kWorkloadPrune;
+    o.on_synced = [this] {
+      for (const auto& job : jobs_->list()) queue_.add(job->view.ns + "/" + job->view.name);
+    };
+    workloads_ = std::make_unique<WorkloadInformer>(
+        client_, res::kWorkloads, o,
+        WorkloadInformer::Typed{[](json& obj) { return reconcile::WorkloadView::from_json(obj); },
+                                [](const reconcile::WorkloadView& w) { return w.owner_key(); }, {}, {}},
+        [this](const WorkloadInformer::Ptr& old, const WorkloadInformer::Ptr& now) {
+          if (old && now && *old == *now) return;
+          on_workload(old.get(), now.get());
+        });
+    kube::InformerBase::Options fo;
+    fo.prune = kube::Prune{{{"metadata", "managedFields"}, {"status"}}};
+    flavors_ = std::make_unique<FlavorInformer>(
+        client_, res::kResourceFlavors, fo,
+        FlavorInformer::Typed{[](json& obj) { return reconcile::FlavorView::from_json(obj); }, {}, {}, {}},
+        [](const FlavorInformer::Ptr&, const FlavorInformer::Ptr&) {});
+    workloads_->start();
+    flavors_->start();
+    workloads_ptr_ = workloads_.get();
+    flavors_ptr_ = flavors_.get();
+  }
+  return kueue_available_;
+}
+
+void Controller::on_workload(const reconcile::WorkloadView* old, const reconcile::WorkloadView* now) {
+  const reconcile::WorkloadView& w = now ? *now : *old;
+  std::string key = w.owner_key();
+  if (key.empty()) return;
+  if (!old && now) expectations_.observed_create(key, "workload/" + w.name);
+  if (old && !now) expectations_.observed_delete(key, "workload/" + w.name);
+  queue_.add(key);
+}
+
+bool Controller::priority_of(const JobView& job, std::optional<int>& value, std::string& error) {
+  value.reset();
+  const bool kueue_class = !job.kueue_priority_class.empty();
+  const std::string& name = kueue_class ? job.kueue_priority_class : job.priority_class_name;
+  if (name.empty()) return true;
+  const kube::Resource& resource = kueue_class ? res::kWorkloadPriorityClasses : res::kPriorityClasses;
+  auto r = client_.get(resource.path("", kube::url_encode(name)));
+  if (!r.ok()) {
+    error = std::string(kueue_class ? "WorkloadPriorityClass " : "PriorityClass ") + name + " (" +
+            (kueue_class ? "the kueue.x-k8s.io/priority-class label" : "spec.scheduling.priorityClassName") +
+            ") cannot be read: " + r.message();
+    return false;
+  }
+  auto v = r.body.find("value");
+  if (v == r.body.end() || !v->is_number_integer()) {
+    error = resource.kind + " " + name + " has no integer value";
+    return false;
+  }
+  value = v->get<int>();
+  return true;
+}
+
+// The Workload writes of a decision, in order: create (or replace), spec.active, the status
+// conditions and the admission given back, the finalizer.
+void Controller::write_workload(const JobView& job, const Decision& d, const std::optional<reconcile::WorkloadView>& wl,
+                                const std::string& key, bool& ok) {
+  const auto& w = d.workload;
+  if (w.create) {
+    std::optional<int> priority;
+    std::string error;
+    if (!priority_of(job, priority, error)) {
+      record_event(job, "Warning", "WorkloadNotCreated", error);
+      LOCKSTEP_LOG(Warn, "reconcile", key << ": Workload not created: " << error);
+      ok = false;  // retried with backoff: the class may be created later
+      return;
+    }
+    const std::string name = reconcile::workload_name(job);
+    expectations_.expect_create(key, "workload/" + name);
+    auto r = client_.create(res::kWorkloads.path(job.ns), reconcile::workload_manifest(job, config_.agent, priority),
+                            &kube::kDiscardBody);
+    if (r.ok()) {
+      LOCKSTEP_LOG(Info, "reconcile", key << ": created Workload " << name << " in LocalQueue " << reconcile::queue_of(job));
+    } else {
+      expectations_.observed_create(key, "workload/" + name);
+      if (!r.conflict()) {
+        failed(key, "create Workload", r, ok);
+        record_event(job, "Warning", "WorkloadNotCreated", "cannot create Workload " + name + ": " + r.message());
+      }
+    }
+  }
+  if (!wl) return;
+  const std::string path = res::kWorkloads.path(job.ns, wl->name);
+  if (w.replace) {
+    if (wl->has_finalizer) {
+      json ops = json::array({{{"op", "test"}, {"path", "/metadata/finalizers/" + std::to_string(wl->finalizer_index)},
+                               {"value", reconcile::kKueueFinalizer}},
+                              {{"op", "remove"}, {"path", "/metadata/finalizers/" + std::to_string(wl->finalizer_index)}}});
+      auto r = client_.patch(path, ops, kube::PatchType::Json, &kube::kDiscardBody);
+      if (!r.ok() && !r.not_found()) failed(key, "remove the finalizer of Workload " + wl->name, r, ok);
+    }
+    auto r = client_.remove(path, {{"preconditions", {{"uid", wl->uid}}}}, &kube::kDiscardBody);
+    if (r.ok()) LOCKSTEP_LOG(Info, "reconcile", key << ": deleted Workload " << wl->name << " (made for another shape of the job)");
+    else if (!r.not_found()) failed(key, "delete Workload " + wl->name, r, ok);
+    return;
+  }
+  if (w.set_active) {
+    auto r = client_.patch(path, {{"spec", {{"active", *w.set_active}}}}, kube::PatchType::Merge, &kube::kDiscardBody);
+    if (!r.ok()) failed(key, "set spec.active of Workload " + wl->name, r, ok);
+  }
+  if (!w.conditions.empty() || w.clear_admission) {
+    auto r = client_.patch(path + "/status", reconcile::workload_status_patch(*wl, w.conditions, w.clear_admission),
+                           kube::PatchType::Json, &kube::kDiscardBody);
+    if (!r.ok()) {
+      if (r.conflict()) ok = false;  // it changed since: decided again from the newer version
+      else failed(key, "update the status of Workload " + wl->name, r, ok);
+    } else if (w.clear_admission) {
+      LOCKSTEP_LOG(Info, "reconcile", key << ": gang stopped; Workload " << wl->name << "'s admission given back to Kueue");
+    }
+  }
+  if (w.remove_finalizer && wl->has_finalizer) {
+    json ops = json::array({{{"op", "test"}, {"path", "/metadata/finalizers/" + std::to_string(wl->finalizer_index)},
+                             {"value", reconcile::kKueueFinalizer}},
+                            {{"op", "remove"}, {"path", "/metadata/finalizers/" + std::to_string(wl->finalizer_index)}}});
+    auto r = client_.patch(path, ops, kube::PatchType::Json, &kube::kDiscardBody);
+    if (!r.ok() && !r.not_found()) failed(key, "remove the finalizer of Workload " + wl->name, r, ok);
+  }
+}
+
+// The job is gone; its Workload (which the garbage collector deletes, held by Kueue's
+// finalizer) keeps the quota until the job's pods are gone too, then is let go.
+void Controller::release_workloads(const std::string& key) {
+  auto* workloads = workloads_ptr_.load();
+  if (!workloads) return;
+  for (const auto& p : pods_->by_index(key))
+    if (!p->view.finished()) return;  // their deletion events bring us back
+  for (const auto& w : workloads->by_index(key)) {
+    if (w->controller_uid.empty() || !w->has_finalizer) continue;
+    json ops = json::array({{{"op", "test"}, {"path", "/metadata/finalizers/" + std::to_string(w->finalizer_index)},
+                             {"value", reconcile::kKueueFinalizer}},
+                            {{"op", "remove"}, {"path", "/metadata/finalizers/" + std::to_string(w->finalizer_index)}}});
+    auto r = client_.patch(res::kWorkloads.path(w->ns, w->name), ops, kube::PatchType::Json, &kube::kDiscardBody);
+    if (r.ok()) LOCKSTEP_LOG(Info, "reconcile", key << ": released Workload " << w->name << " (its job is gone)");
+    if (!w->deleting)
+      client_.remove(res::kWorkloads.path(w->ns, w->name), {{"propagationPolicy", "Background"}}, &kube::kDiscardBody);
+  }
+}
+
+// A pod of an admitted job: the flavors' node labels and tolerations, and the admission checks'
+// updates. A flavor the cache does not hold is read (and said when it cannot be).
+void Controller::admit_pod(json& pod, const reconcile::WorkloadView& wl, const std::string& key) {
+  std::vector<reconcile::FlavorView> flavors;
+  auto* cache = flavors_ptr_.load();
+  for (const auto& name : wl.flavors) {
+    if (cache)
+      if (auto f = cache->get("", name)) {
+        flavors.push_back(*f);
+        continue;
+      }
+    auto r = client_.get(res::kResourceFlavors.path("", kube::url_encode(name)));
+    if (r.ok()) flavors.push_back(reconcile::FlavorView::from_json(r.body));
+    else LOCKSTEP_LOG(Warn, "reconcile", key << ": ResourceFlavor " << name << " cannot be read (" << r.message()
+                                              << "); its node labels and tolerations are not applied");
+  }
+  reconcile::apply_admission(pod, wl, flavors);
+}
+
 // Note [Pods we do not control]
 // A pod labelled with a job's name but not controlled by it (a user's pod, or one of an
 // earlier TrainingJob of the same name that the garbage collector has yet to remove) is
@@ -307,6 +518,7 @@ void Controller::delete_orphans(const std::string& ns, const std::string& name) 
   for (auto* inf : {services_.get(), network_policies_.get(), podgroups_ptr_.load()})
     if (inf)
       for (const auto& child : inf->by_index(key)) remove(inf->resource(), *child);
+  release_workloads(key);
   expectations_.forget(key);
   {
     std::lock_guard<std::mutex> lock(status_mu_);
@@ -350,10 +562,16 @@ bool Controller::reconcile(const std::string& key) {
   auto pg = podgroups ? podgroups->get(ns, name) : nullptr;
   in.podgroup_exists = pg && pg->controller_uid == in.job.uid;
   observe_nodes(in);
+  in.kueue_served = kueue_served();
+  if (auto* workloads = workloads_ptr_.load())
+    if (auto wl = workloads->get(ns, reconcile::workload_name(in.job)); wl && wl->controller_uid == in.job.uid)
+      in.workload = *wl;
+  // With no readings of the agents (--progress-period=0), the gang is together once every pod runs.
+  if (config_.progress_period.count() <= 0) in.gang_joined = true;
 
   Decision d = reconcile::decide(in, config_.decide);
   bool ok = true;
-  execute(in.job, resource_version, d, key, in.pods, ok);
+  execute(in.job, resource_version, d, key, in.pods, in.workload, ok);
   if (d.requeue_after) queue_.add_after(key, *d.requeue_after);
   return ok;
 }
@@ -400,11 +618,13 @@ std::string Controller::attempt_secret(const JobView& job, int attempt, const st
 // deleted, its status written (Note [Batched status writes]), its events, the job deleted.
 // `ok` turns false when anything failed and the reconcile should be retried.
 void Controller::execute(const JobView& job, const std::string& resource_version, const Decision& d,
-                         const std::string& key, const std::vector<reconcile::PodView>& pods, bool& ok) {
+                         const std::string& key, const std::vector<reconcile::PodView>& pods,
+                         const std::optional<reconcile::WorkloadView>& wl, bool& ok) {
   const std::string& ns = job.ns;
   create_children(job, d, key, ok);
-  if (!d.create_pods.empty()) create_pods(job, d, key, pods, ok);
+  if (!d.create_pods.empty()) create_pods(job, d, key, pods, wl, ok);
   delete_pods(job, d, key, ok);
+  if (d.workload.any()) write_workload(job, d, wl, key, ok);
   const bool status_written = write_status(job, resource_version, d, key, ok);
   // A decision's events describe its status: recorded once that is written, else the retry
   // that recomputes the decision would record them a second time.
@@ -450,7 +670,8 @@ void Controller::create_children(const JobView& job, const Decision& d, const st
 
 // Pods of a gang are created together, in batches that grow (Note [Slow start]).
 void Controller::create_pods(const JobView& job, const Decision& d, const std::string& key,
-                             const std::vector<reconcile::PodView>& pods, bool& ok) {
+                             const std::vector<reconcile::PodView>& pods,
+                             const std::optional<reconcile::WorkloadView>& wl, bool& ok) {
   const std::string& ns = job.ns;
   const std::string secret = attempt_secret(job, d.status.restarts, pods);
   int created = 0, attempted = 0;
@@ -462,6 +683,7 @@ void Controller::create_pods(const JobView& job, const Decision& d, const std::s
     for (int i = attempted; i < attempted + size; ++i) {
       names.push_back(reconcile::pod_name(job, d.create_pods[i]));
       batch.push_back(reconcile::pod_manifest(job, d.create_pods[i], d.status.restarts, config_.agent, secret, d.avoid_nodes));
+      if (wl && wl->admitted()) admit_pod(batch.back(), *wl, key);  // Note [One Workload per job]
       expectations_.expect_create(key, names.back());
     }
     attempted += size;
@@ -715,6 +937,11 @@ void Controller::take_readings(const std::vector<DueReading>& due, const std::ve
       jp.in_place = in_place;
       changed = true;
     }
+    if (body && !jp.workers_started && reconcile::parse_workers_started(*body, d.attempt)) {
+      jp.workers_started = true;
+      jp.attempt = d.attempt;
+      changed = true;
+    }
     jp.due = now + jp.schedule.after(found);
     if (changed) queue_.add(d.key);
   }
@@ -726,6 +953,7 @@ void Controller::read_agent(const std::string& key, reconcile::Observed& in) {
   if (it == progress_.end()) return;
   in.progress = it->second.progress;
   in.in_place = it->second.in_place;
+  in.gang_joined = it->second.workers_started && it->second.attempt == in.job.status.restarts;
 }
 
 void Controller::refresh_metrics() {

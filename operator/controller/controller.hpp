@@ -41,6 +41,8 @@ struct Config {
   std::chrono::milliseconds status_batch_period{std::chrono::seconds(1)};
   // How often API discovery is asked whether PodGroups exist (Note [PodGroup API discovery]).
   std::chrono::milliseconds podgroup_check_period{std::chrono::seconds(60)};
+  // And whether Kueue's Workloads do (Note [One Workload per job] in reconcile/kueue.hpp).
+  std::chrono::milliseconds kueue_check_period{std::chrono::seconds(60)};
   // How often rank 0's agent is read for status.progress (reconcile/progress.hpp, Note
   // [Progress]); 0: never.
   std::chrono::milliseconds progress_period{std::chrono::seconds(30)};
@@ -81,11 +83,13 @@ class Controller {
   void worker();
   bool reconcile(const std::string& key);  // false: retry with backoff
   void execute(const reconcile::JobView& job, const std::string& resource_version, const reconcile::Decision& d,
-               const std::string& key, const std::vector<reconcile::PodView>& pods, bool& ok);
+               const std::string& key, const std::vector<reconcile::PodView>& pods,
+               const std::optional<reconcile::WorkloadView>& wl, bool& ok);
   // execute()'s steps; each sets `ok` false on a failure worth a retry (logged by failed()).
   void create_children(const reconcile::JobView& job, const reconcile::Decision& d, const std::string& key, bool& ok);
   void create_pods(const reconcile::JobView& job, const reconcile::Decision& d, const std::string& key,
-                   const std::vector<reconcile::PodView>& pods, bool& ok);
+                   const std::vector<reconcile::PodView>& pods, const std::optional<reconcile::WorkloadView>& wl,
+                   bool& ok);
   void delete_pods(const reconcile::JobView& job, const reconcile::Decision& d, const std::string& key, bool& ok);
   bool write_status(const reconcile::JobView& job, const std::string& resource_version, const reconcile::Decision& d,
                     const std::string& key, bool& ok);
@@ -97,6 +101,20 @@ class Controller {
   void delete_orphans(const std::string& ns, const std::string& name);
   void warn_foreign_pod(const reconcile::JobView& job, const reconcile::PodRecord& pod);  // Note [Pods we do not control]
   reconcile::GangSupport gang_support();  // may start the PodGroup informer
+  // Note [Kueue API discovery]: whether the Workload API is served and ours to use; may start
+  // the Workload and ResourceFlavor informers.
+  bool kueue_served();
+  void on_workload(const reconcile::WorkloadView* old, const reconcile::WorkloadView* now);
+  // The Workload writes a decision asks for (Note [One Workload per job]).
+  void write_workload(const reconcile::JobView& job, const reconcile::Decision& d,
+                      const std::optional<reconcile::WorkloadView>& wl, const std::string& key, bool& ok);
+  // The value of the job's priority class (its kueue.x-k8s.io/priority-class label's
+  // WorkloadPriorityClass, else spec.scheduling.priorityClassName's PriorityClass); nullopt when it
+  // names none. False, with `error` set, when the class cannot be read.
+  bool priority_of(const reconcile::JobView& job, std::optional<int>& value, std::string& error);
+  // A job's pod with its admission's flavors and updates (Note [One Workload per job]).
+  void admit_pod(nlohmann::json& pod, const reconcile::WorkloadView& wl, const std::string& key);
+  void release_workloads(const std::string& key);  // the job is gone: its Workload's finalizer
   kube::InformerBase::Options child_options(bool pods) const;
   void on_child(const reconcile::ChildRef* old, const reconcile::ChildRef* now);
   void poll_progress();  // the progress thread: Note [Progress]
@@ -129,6 +147,16 @@ class Controller {
   std::unique_ptr<ChildInformer> podgroups_;            // started by gang_support(), under gang_mu_
   std::atomic<ChildInformer*> podgroups_ptr_{nullptr};  // read without the lock
   std::unique_ptr<NodeInformer> nodes_;                 // null while the node watch is off
+  using WorkloadInformer = kube::Informer<reconcile::WorkloadView>;
+  using FlavorInformer = kube::Informer<reconcile::FlavorView>;
+  std::unique_ptr<WorkloadInformer> workloads_;  // started by kueue_served(), under kueue_mu_
+  std::unique_ptr<FlavorInformer> flavors_;
+  std::atomic<WorkloadInformer*> workloads_ptr_{nullptr};  // read without the lock
+  std::atomic<FlavorInformer*> flavors_ptr_{nullptr};
+  std::mutex kueue_mu_;
+  std::chrono::steady_clock::time_point kueue_checked_{};
+  bool kueue_available_ = false;
+
   NodeIndex node_index_;                                // which jobs have pods on each node
   std::vector<std::thread> workers_;
   std::atomic<bool> stopping_{false};
@@ -145,6 +173,10 @@ class Controller {
     std::optional<reconcile::Progress> progress;
     std::optional<reconcile::InPlaceReading> in_place;  // Note [In-place restarts]
     reconcile::ReadingSchedule schedule;                // Note [Progress schedule]
+    // Rank 0's agent of this attempt has started its workers: the gang is together (Kueue's
+    // PodsReady, Note [One Workload per job]); once seen, kept for the attempt's pod.
+    bool workers_started = false;
+    int attempt = -1;
     std::chrono::steady_clock::time_point due;          // the next reading
     unsigned long seen = 0;                             // the last scan that found the job running
   };

@@ -30,6 +30,11 @@ inline const Resource kPods{"", "v1", "pods", "Pod"};
 inline const Resource kServices{"", "v1", "services", "Service"};
 inline const Resource kEvents{"", "v1", "events", "Event"};
 inline const Resource kPodGroups{"scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup"};
+inline const Resource kWorkloads{"kueue.x-k8s.io", "v1beta2", "workloads", "Workload"};
+inline const Resource kResourceFlavors{"kueue.x-k8s.io", "v1beta2", "resourceflavors", "ResourceFlavor", false};
+inline const Resource kWorkloadPriorityClasses{"kueue.x-k8s.io", "v1beta2", "workloadpriorityclasses",
+                                               "WorkloadPriorityClass", false};
+inline const Resource kPriorityClasses{"scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", false};
 inline const Resource kNetworkPolicies{"networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy"};
 inline const Resource kLeases{"coordination.k8s.io", "v1", "leases", "Lease"};
 inline const Resource kNodes{"", "v1", "nodes", "Node", false};

@@ -1,6 +1,7 @@
 #include "reconcile/decide.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <set>
 
@@ -26,6 +27,7 @@ struct Pass {
   std::string now;
   std::vector<const PodView*> current, stale;  // by attempt
   std::map<const PodView*, std::string> lost;  // pods on a lost node, and why (Note [Lost nodes])
+  Admission adm = Admission::NotQueued;        // Note [One Workload per job] in kueue.hpp
 
   Pass(const Observed& o, const Options& op) : in(o), opt(op), job(o.job) {
     out.status = job.status;
@@ -90,6 +92,7 @@ struct Pass {
   void delete_pod(const PodView* p) {
     bool force = lost.count(p) > 0;
     if (p->deleting && (!force || p->deleted_at_once)) return;
+    if (std::find(out.delete_pods.begin(), out.delete_pods.end(), p->name) != out.delete_pods.end()) return;  // once
     out.delete_pods.push_back(p->name);
     out.delete_pod_uids.push_back(p->uid);
     out.delete_pod_force.push_back(force);
@@ -524,16 +527,200 @@ struct Pass {
     if (!wanted && !in.network_policy_uid.empty()) out.delete_network_policy_uid = in.network_policy_uid;
   }
 
+
+  // --- Kueue (Note [One Workload per job] in kueue.hpp) ------------------------------------
+
+  // A Kueue reason is quoted as the condition's reason when it is a CamelCase word.
+  static std::string word_or(const std::string& reason, const std::string& fallback) {
+    if (reason.empty() || reason.size() > 64 || !std::isupper(static_cast<unsigned char>(reason[0]))) return fallback;
+    for (char ch : reason)
+      if (!std::isalnum(static_cast<unsigned char>(ch))) return fallback;
+    return reason;
+  }
+
+  std::string workload_ref() const {
+    return "Workload " + workload_name(job) + " in LocalQueue " + queue_of(job);
+  }
+
+  // Waiting in the queue: no pods; the Queued condition says why, in Kueue's words.
+  void queued(const std::string& reason, const std::string& message) {
+    for (const auto& p : in.pods) delete_pod(&p);
+    if (s().phase != "Queued" && s().phase != "Suspended") {
+      s().phase = "Queued";
+    }
+    condition("Queued", "True", reason, message);
+    condition("Running", "False", "Queued", "the job waits in its queue");
+  }
+
+  // Why Kueue has not admitted the Workload: its QuotaReserved or Admitted condition.
+  void waiting() {
+    const WorkloadView& wl = *in.workload;
+    const WorkloadCondition* quota = wl.condition("QuotaReserved");
+    const WorkloadCondition* admitted = wl.condition("Admitted");
+    std::string reason = "Pending", why = "waiting for Kueue to consider it";
+    if (!wl.active) {
+      reason = "Inactive";
+      why = "the Workload is inactive (spec.active: false)";
+    } else if (quota && quota->c.status == "False") {
+      reason = word_or(quota->c.reason, "Pending");
+      why = quota->c.reason + (quota->c.message.empty() ? "" : ": " + quota->c.message);
+    } else if (quota && quota->c.status == "True") {
+      reason = word_or(admitted ? admitted->c.reason : "", "QuotaReserved");
+      why = "quota reserved in ClusterQueue " + wl.cluster_queue + "; waiting for admission" +
+            (admitted && !admitted->c.message.empty() ? ": " + admitted->c.message : "");
+    }
+    queued(reason, workload_ref() + ": " + why);
+  }
+
+  // Evicted: every pod goes; once none is left, the admission is given back and the job waits
+  // in the queue again. An eviction is no failure: no restart is counted. `suspended`: the
+  // eviction of a suspended job (Deactivated), whose phase stays Suspended.
+  void evicted(bool suspended) {
+    const WorkloadView& wl = *in.workload;
+    const WorkloadCondition* ev = wl.condition("Evicted");
+    const std::string ev_reason = ev ? ev->c.reason : "Evicted", ev_message = ev ? ev->c.message : "";
+    const std::string msg = "evicted by Kueue (" + ev_reason + ")" + (ev_message.empty() ? "" : ": " + ev_message);
+    int left = 0;
+    for (const auto& p : in.pods) {
+      delete_pod(&p);
+      ++left;
+    }
+    if (!suspended) {
+      const Condition* was = s().condition("Evicted");
+      if (!was || was->status != "True") event("Warning", "Evicted", msg + "; stopping the gang, then back in the queue");
+      condition("Evicted", "True", word_or(ev_reason, "Evicted"), msg);
+      queued(word_or(ev_reason, "Evicted"),
+             workload_ref() + ": " + msg + (left ? "; stopping the gang (" + std::to_string(left) + " pod(s) left)"
+                                                 : "; waiting in the queue again"));
+    }
+    if (left) return;  // their deletions bring us back
+    // The gang is gone: the quota goes back to Kueue, as its own job reconciler gives it back.
+    const bool requeued = ev_reason == "Preempted" || ev_reason == "NodeFailures";
+    out.workload.clear_admission = true;
+    out.workload.conditions.push_back({"QuotaReserved", "False", "Pending", ev_message.empty() ? msg : ev_message, now});
+    out.workload.conditions.push_back({"Admitted", "False", "NoReservation", "The workload has no reservation", now});
+    out.workload.conditions.push_back({"Requeued", requeued ? "True" : "False", word_or(ev_reason, "Evicted"),
+                                       ev_message.empty() ? msg : ev_message, now});
+    if (wl.condition("PodsReady"))
+      out.workload.conditions.push_back({"PodsReady", "False", "WaitForStart", "Not all pods are ready or succeeded", now});
+    // The next admission is a fresh start: the deadline counts from it (as a batch Job's
+    // startTime after Kueue suspends it), and its pods' agents count in-place restarts from 0.
+    if (!suspended) s().start_time.clear();
+    s().current_attempt_in_place_restarts = 0;
+  }
+
+  // spec.active follows spec.runPolicy.suspend.
+  void sync_active() {
+    if (in.workload && in.workload->active == job.suspend) out.workload.set_active = !job.suspend;
+  }
+
+  // While suspended: the Workload inactive, and an eviction (Deactivated) given back.
+  void suspended_workload() {
+    if (adm == Admission::NotQueued || !in.workload) return;
+    sync_active();
+    if (adm == Admission::Stopping) evicted(/*suspended=*/true);
+  }
+
+  // True when the gang may run: the job names no queue, or its Workload is admitted.
+  bool admit() {
+    std::string conflict;
+    switch (adm) {
+      case Admission::NotQueued:
+        return true;
+      case Admission::QueueConflict:
+        queue_of(job, &conflict);
+        queued("QueueConflict", conflict);
+        return false;
+      case Admission::KueueMissing:
+        queued("KueueNotInstalled",
+               "the job names LocalQueue " + queue_of(job) + " but the Kueue Workload API (kueue.x-k8s.io/v1beta2) "
+               "is not served: it waits rather than run outside the queue's quota. Install Kueue, or remove the "
+               "queue (the " + std::string("kueue.x-k8s.io/queue-name") + " label and spec.scheduling.queue)");
+        return false;
+      case Admission::CreateWorkload:
+        out.workload.create = true;
+        queued("WorkloadCreated", workload_ref() + ": created; waiting for Kueue");
+        return false;
+      case Admission::Replace:
+        out.workload.replace = true;
+        queued("WorkloadReplaced", workload_ref() + " was made for another shape of the job (changed while "
+                                   "suspended): replacing it");
+        return false;
+      case Admission::Waiting:
+        sync_active();
+        waiting();
+        return false;
+      case Admission::Stopping:
+        evicted(/*suspended=*/false);
+        return false;
+      case Admission::Admitted:
+        sync_active();
+        break;
+    }
+    const WorkloadView& wl = *in.workload;
+    const Condition* q = s().condition("Queued");
+    if (!q || q->status == "True")
+      condition("Queued", "False", "Admitted", "Workload " + wl.name + " admitted by ClusterQueue " + wl.cluster_queue);
+    const Condition* ev = s().condition("Evicted");
+    if (ev && ev->status == "True") condition("Evicted", "False", "Readmitted", "admitted again by ClusterQueue " + wl.cluster_queue);
+    if (s().phase == "Queued") s().phase = "Pending";
+    return true;
+  }
+
+  // PodsReady, from what the agents know (Note [One Workload per job]).
+  void pods_ready() {
+    if (adm != Admission::Admitted || !in.workload) return;
+    const WorkloadCondition* pr = in.workload->condition("PodsReady");
+    const bool was_true = pr && pr->c.status == "True";
+    const std::string was_reason = pr ? pr->c.reason : "";
+    if (s().phase == "Running" && in.gang_joined) {
+      if (!was_true)
+        out.workload.conditions.push_back(
+            {"PodsReady", "True", was_reason == "WaitForRecovery" || was_reason == "Recovered" ? "Recovered" : "Started",
+             "every node's agent joined the rendezvous and started its workers (gang attempt " +
+                 std::to_string(s().restarts) + ")",
+             now});
+    } else if (was_true && (s().phase == "Restarting" || s().phase == "Pending")) {
+      out.workload.conditions.push_back({"PodsReady", "False", "WaitForRecovery",
+                                         "the gang is restarting as attempt " + std::to_string(s().restarts), now});
+    }
+  }
+
+  // A finished job's Workload is Finished, then its finalizer goes.
+  void finish_workload() {
+    if (!in.workload || in.workload->controller_uid != job.uid) return;
+    if (!in.workload->finished()) {
+      const Condition* done = s().condition(s().phase);
+      out.workload.conditions.push_back({"Finished", "True", s().phase == "Succeeded" ? "Succeeded" : "Failed",
+                                         done ? done->message : "the TrainingJob " + s().phase, now});
+    } else if (in.workload->has_finalizer) {
+      out.workload.remove_finalizer = true;
+    }
+  }
+
   void run() {
     if (job.deleting) return;
     isolate();
     s().observed_generation = job.generation;
+    adm = admission(job, in.workload, in.kueue_served);
+    s().queue = queue_of(job);
     if (job.status.finished()) {
       clean_finished_pods();
       expire_after_ttl();
+      finish_workload();
       return;
     }
-    if (handle_suspend()) return;
+    if (handle_suspend()) {
+      suspended_workload();
+      return;
+    }
+    if (!admit()) return;
+    run_gang();
+    pods_ready();
+  }
+
+  // The gang's own story, once it may run.
+  void run_gang() {
     if (s().start_time.empty()) s().start_time = now;
     count_in_place_restarts();  // before a gang restart can end the attempt they belong to
     if (handle_deadline()) return;

@@ -4,8 +4,11 @@
 // The story, in order (each step one helper in decide.cpp):
 //   isolation         the NetworkPolicy kept or removed as spec.isolation says, whatever
 //                     the phase (Note [Job isolation] in manifests.hpp)
-//   finished?         apply cleanPodPolicy, then ttlSecondsAfterFinished; nothing else
-//   suspended?        remove every pod, phase Suspended (resume resets startTime, as Jobs do)
+//   finished?         apply cleanPodPolicy, then ttlSecondsAfterFinished; the Workload Finished
+//   suspended?        remove every pod, phase Suspended (resume resets startTime, as Jobs do);
+//                     the Workload inactive
+//   admission         a job that names a queue waits for its Workload's admission, and stops
+//                     when it is evicted (kueue.hpp, Note [One Workload per job])
 //   deadline passed?  remove every pod, Failed/DeadlineExceeded
 //   stale pods        pods of an earlier attempt are deleted; the next attempt waits for them
 //   in-place restarts the agents' own, read from rank 0's agent, counted into the status
@@ -51,6 +54,7 @@
 #include "reconcile/failure_policy.hpp"
 #include "reconcile/in_place.hpp"
 #include "reconcile/job.hpp"
+#include "reconcile/kueue.hpp"
 #include "reconcile/node.hpp"
 
 namespace lockstep::reconcile {
@@ -80,6 +84,12 @@ struct Observed {
   bool watch_nodes = false;
   std::map<std::string, NodeView> nodes;
   Time now;
+  // Kueue (Note [One Workload per job] in kueue.hpp): whether the Workload API is served, the
+  // job's Workload (the one it controls, by workload_name()), and whether rank 0's agent of
+  // the current attempt has started its workers (every node's agent joined the rendezvous).
+  bool kueue_served = false;
+  std::optional<WorkloadView> workload;
+  bool gang_joined = false;
 };
 
 struct Event {
@@ -108,6 +118,18 @@ struct Decision {
   bool status_changed = false;
   std::vector<Event> events;
   std::optional<std::chrono::milliseconds> requeue_after;
+  // What the job's Workload needs (Note [One Workload per job] in kueue.hpp).
+  struct WorkloadWrites {
+    bool create = false;
+    bool replace = false;  // delete the Workload (its finalizer first): made for another shape
+    std::optional<bool> set_active;  // spec.active
+    std::vector<Condition> conditions;  // set on its status
+    bool clear_admission = false;       // and status.admission removed
+    bool remove_finalizer = false;
+    bool any() const {
+      return create || replace || set_active || !conditions.empty() || clear_admission || remove_finalizer;
+    }
+  } workload;
 };
 
 Decision decide(const Observed& observed, const Options& options = {});

@@ -35,6 +35,19 @@ constexpr double kMaxRestartTime = 4102444800.0;
 
 }  // namespace
 
+bool parse_workers_started(const std::string& text, int attempt) {
+  bool this_attempt = false, up = false;
+  for (const auto& s : samples_of(text, {"lockstep_restart_attempt", "lockstep_worker_up"})) {
+    if (s.name == "lockstep_restart_attempt") {
+      if (s.value != static_cast<double>(attempt)) return false;
+      this_attempt = true;
+    } else if (s.value == 1.0) {
+      up = true;
+    }
+  }
+  return this_attempt && up;
+}
+
 std::optional<InPlaceReading> parse_in_place(const std::string& text, int attempt) {
   InPlaceReading r;
   r.attempt = attempt;

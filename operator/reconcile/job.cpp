@@ -66,6 +66,7 @@ const Condition* JobStatus::condition(const std::string& type) const {
 json JobStatus::to_json() const {
   json s = json::object();
   if (!phase.empty()) s["phase"] = phase;
+  if (!queue.empty()) s["queue"] = queue;
   json conds = json::array();
   for (const auto& c : conditions) {
     json cj = {{"type", c.type}, {"status", c.status}, {"lastTransitionTime", c.last_transition_time}};
@@ -102,6 +103,7 @@ json JobStatus::to_json() const {
 JobStatus JobStatus::from_json(const json& s) {
   JobStatus st;
   st.phase = get_or<std::string>(s, "phase", "");
+  st.queue = get_or<std::string>(s, "queue", "");
   if (s.is_object() && s.contains("conditions") && s["conditions"].is_array()) {
     for (const auto& c : s["conditions"]) {
       st.conditions.push_back({get_or<std::string>(c, "type", ""), get_or<std::string>(c, "status", ""),
@@ -143,6 +145,9 @@ JobView JobView::from_json(const json& obj) {
   j.uid = get_or<std::string>(md, "uid", "");
   j.generation = get_or<long long>(md, "generation", 0);
   j.deleting = md.contains("deletionTimestamp");
+  const json& labels = child(md, "labels");
+  j.queue_label = get_or<std::string>(labels, contract::kLabelKueueQueue, "");
+  j.kueue_priority_class = get_or<std::string>(labels, "kueue.x-k8s.io/priority-class", "");
   const json& spec = child(obj, "spec");
   j.nodes = get_or(spec, "nodes", 1);
   j.procs_per_node = get_or(spec, "procsPerNode", 1);

@@ -33,6 +33,7 @@ inline constexpr size_t kMaxLostNodes = 8;
 
 struct JobStatus {
   std::string phase;  // "" until the operator first writes it
+  std::string queue;  // the Kueue LocalQueue the job names (Note [One Workload per job] in kueue.hpp)
   std::vector<Condition> conditions;
   NodeCounts nodes;
   int restarts = 0;  // gang restarts: the current attempt's number
@@ -91,6 +92,9 @@ struct JobView {
   bool one_pod_per_node = false;  // spec.scheduling.onePodPerNode (Note [One pod per node] in manifests.cpp)
   Isolation isolation = Isolation::None;
   std::string scheduler_name, queue, priority_class_name;
+  // The TrainingJob's own kueue.x-k8s.io/queue-name and kueue.x-k8s.io/priority-class labels
+  // (Note [One Workload per job] in kueue.hpp; queue_of() reconciles the label with `queue`).
+  std::string queue_label, kueue_priority_class;
   std::string checkpoint_path;
   int checkpoint_every = 0;
   int checkpoint_keep = 3;  // spec.checkpoint.keep: complete checkpoints kept, 0 all

@@ -1,5 +1,8 @@
 #include "reconcile/manifests.hpp"
 
+#include <cstring>
+#include <optional>
+
 #include "lockstep/contract.hpp"
 
 using json = nlohmann::json;
@@ -64,6 +67,77 @@ void add_port(json& ports, const char* name, int port) {
   ports.push_back(std::move(entry));
 }
 
+// A Kubernetes quantity ("500m", "16Mi", "2", "1e3", "1.5Gi") as a number; nullopt when it
+// is not one.
+std::optional<long double> quantity(const json& q) {
+  if (q.is_number()) return q.get<long double>();
+  if (!q.is_string()) return std::nullopt;
+  const std::string& s = q.get_ref<const std::string&>();
+  static const std::pair<const char*, long double> suffixes[] = {
+      {"Ki", 1024.0L}, {"Mi", 1048576.0L}, {"Gi", 1073741824.0L}, {"Ti", 1099511627776.0L},
+      {"Pi", 1125899906842624.0L}, {"Ei", 1152921504606846976.0L}, {"n", 1e-9L}, {"u", 1e-6L}, {"m", 1e-3L},
+      {"k", 1e3L}, {"M", 1e6L}, {"G", 1e9L}, {"T", 1e12L}, {"P", 1e15L}, {"E", 1e18L}};
+  std::string number = s;
+  long double scale = 1;
+  for (const auto& [suffix, factor] : suffixes) {
+    size_t n = std::strlen(suffix);
+    if (s.size() > n && s.compare(s.size() - n, n, suffix) == 0) {
+      number = s.substr(0, s.size() - n);
+      scale = factor;
+      break;
+    }
+  }
+  if (number.empty() || number.find_first_not_of("+-0123456789.eE") != std::string::npos) return std::nullopt;
+  try {
+    size_t used = 0;
+    long double v = std::stold(number, &used);
+    if (used != number.size()) return std::nullopt;
+    return v * scale;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+// Note [Agent init container resources]
+// The init container asks for a resource only where the trainer container does, and for no more
+// than it: 10m CPU and 16Mi of memory requested, 500m and 64Mi limited, each cut to the trainer
+// container's own figure. A pod's effective request is the larger of its biggest init
+// container's and the sum of its containers', so the pod then requests exactly what the user's
+// template does: a Kueue ClusterQueue that covers only the resources the template names (CPU and
+// GPUs, say) admits it. Asked for unconditionally, the 16Mi of memory made every pod need memory
+// quota ("resource memory unavailable in ClusterQueue", and nothing admitted). A namespace whose
+// ResourceQuota requires requests or limits of a resource requires them of the trainer container
+// too, and then the init container names them as well.
+json agent_resources(const json& ctr) {
+  json out = {{"requests", json::object()}, {"limits", json::object()}};
+  const json resources = ctr.is_object() ? ctr.value("resources", json::object()) : json::object();
+  static const std::pair<const char*, std::pair<const char*, const char*>> ours[] = {
+      {"cpu", {"10m", "500m"}}, {"memory", {"16Mi", "64Mi"}}};
+  for (const char* kind : {"requests", "limits"}) {
+    const json theirs = resources.is_object() ? resources.value(kind, json::object()) : json::object();
+    if (!theirs.is_object()) continue;
+    for (const auto& [name, values] : ours) {
+      auto it = theirs.find(name);
+      if (it == theirs.end()) continue;
+      const char* mine = std::string(kind) == "requests" ? values.first : values.second;
+      auto a = quantity(mine), b = quantity(*it);
+      out[kind][name] = b && *b < *a ? *it : json(mine);
+    }
+  }
+  // A limit below the request it would get is no valid container: the request drops to it.
+  for (const auto& [name, values] : ours) {
+    (void)values;
+    if (!out["requests"].contains(name) || !out["limits"].contains(name)) continue;
+    auto r = quantity(out["requests"][name]), l = quantity(out["limits"][name]);
+    if (r && l && *l < *r) out["requests"][name] = out["limits"][name];
+  }
+  // (A resource the trainer container only limits: its request defaults to that limit, and the
+  // init container's, to its own limit, which is no more than the trainer's.)
+  for (const char* kind : {"requests", "limits"})
+    if (out[kind].empty()) out.erase(kind);
+  return out;
+}
+
 // Note [Agent injection]: the emptyDir, the init container that fills it, and the trainer
 // container's read-only mount of it.
 void inject_agent(json& spec, json& ctr, const AgentInjection& agent) {
@@ -79,8 +153,7 @@ void inject_agent(json& spec, json& ctr, const AgentInjection& agent) {
            {"imagePullPolicy", agent.pull_policy},
            {"command", json::array({c::kAgentImageLauncher, "--install-bundle", c::kAgentInstallPath})},
            {"volumeMounts", json::array({{{"name", c::kAgentVolume}, {"mountPath", c::kAgentInstallPath}}})},
-           {"resources", {{"requests", {{"cpu", "10m"}, {"memory", "16Mi"}}},
-                          {"limits", {{"cpu", "500m"}, {"memory", "64Mi"}}}}},
+           {"resources", agent_resources(ctr)},
            {"securityContext", {{"runAsNonRoot", true},
                                 {"runAsUser", 65532},
                                 {"runAsGroup", 65532},
@@ -162,7 +235,11 @@ json pod_metadata(const JobView& job, int index, int attempt, json md) {
   labels[c::kLabelNodeRank] = std::to_string(index);
   labels[c::kLabelRestartAttempt] = std::to_string(attempt);
   if (job.gang) labels[c::kLabelPodGroup] = job.name;
-  if (!job.queue.empty()) labels[c::kLabelKueueQueue] = job.queue;
+  // Never Kueue's queue label, whoever put it in the template: Kueue's pod integration would
+  // make each pod a Workload of its own, admitted one by one, and split the gang. The job is
+  // queued as one Workload (Note [One Workload per job] in kueue.hpp).
+  labels.erase(c::kLabelKueueQueue);
+  labels.erase("kueue.x-k8s.io/priority-class");
   json meta = json::object();
   meta["name"] = pod_name(job, index);
   meta["namespace"] = job.ns;

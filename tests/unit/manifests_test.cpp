@@ -108,8 +108,9 @@ TEST(PodManifest, InjectsTheAgentIntoTheTrainerContainerOnly) {
   EXPECT_EQ(init["imagePullPolicy"], "Always");
   EXPECT_EQ(init["command"], json({"/lockstep/lockstep-agent", "--install-bundle", "/lockstep-install"}));
   EXPECT_EQ(spec["initContainers"][1]["name"], "fetch");
-  // Small, and within the restricted Pod Security Standard.
-  EXPECT_EQ(init["resources"]["limits"]["memory"], "64Mi");
+  // Small (Note [Agent init container resources]: the trainer container here names none, so
+  // neither does it), and within the restricted Pod Security Standard.
+  EXPECT_EQ(init["resources"], json::object());
   EXPECT_EQ(init["securityContext"]["runAsNonRoot"], true);
   EXPECT_EQ(init["securityContext"]["allowPrivilegeEscalation"], false);
   EXPECT_EQ(init["securityContext"]["capabilities"]["drop"], json({"ALL"}));
@@ -139,28 +140,33 @@ TEST(ServiceManifest, IsHeadlessAndPublishesNotReadyPods) {
   EXPECT_EQ(svc["metadata"]["ownerReferences"][0]["controller"], true);
 }
 
-// spec.scheduling.queue does what the CRD's description says: the Kueue label on every pod,
-// and nothing on the PodGroup (scheduler-plugins' v1alpha1 has no queue field).
-TEST(QueueManifest, TheQueueIsTheKueueLabelOnEveryPodAsTheCrdSays) {
+// spec.scheduling.queue does what the CRD's description says: the job is queued as one Kueue
+// Workload, and no pod carries the queue label (Kueue's pod integration would make each pod a
+// Workload of its own), not even one the template sets. Nothing on the PodGroup either.
+TEST(QueueManifest, NoPodCarriesTheQueueLabelAsTheCrdSays) {
   YAML::Node crd = YAML::LoadFile(std::string(LOCKSTEP_SOURCE_DIR) + "/crds/lockstep.dev_trainingjobs.yaml");
   std::string said = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
                         ["scheduling"]["properties"]["queue"]["description"].as<std::string>();
-  EXPECT_NE(said.find(std::string(lockstep::contract::kLabelKueueQueue) + " label on every pod"), std::string::npos)
-      << said;
-  EXPECT_EQ(said.find("PodGroup queue"), std::string::npos) << said;
+  EXPECT_NE(said.find("one Kueue Workload"), std::string::npos) << said;
+  EXPECT_NE(said.find("never on its pods"), std::string::npos) << said;
+  EXPECT_EQ(said.find("label on every pod"), std::string::npos) << said;
 
   JobView j;
   j.name = "tj";
   j.ns = "team";
   j.nodes = 3;
   j.queue = "team-a";
-  for (int i = 0; i < j.nodes; ++i)
-    EXPECT_EQ(pod_manifest(j, i, 0)["metadata"]["labels"][lockstep::contract::kLabelKueueQueue], "team-a") << i;
+  j.tmpl = json{{"metadata", {{"labels", {{lockstep::contract::kLabelKueueQueue, "team-b"},
+                                          {"kueue.x-k8s.io/priority-class", "high"}, {"app", "x"}}}}}};
+  for (int i = 0; i < j.nodes; ++i) {
+    json labels = pod_manifest(j, i, 0)["metadata"]["labels"];
+    EXPECT_FALSE(labels.contains(lockstep::contract::kLabelKueueQueue)) << i << labels;
+    EXPECT_FALSE(labels.contains("kueue.x-k8s.io/priority-class")) << i << labels;
+    EXPECT_EQ(labels["app"], "x");
+  }
   json pg = podgroup_manifest(j);
   EXPECT_EQ(pg["spec"], json({{"minMember", 3}}));
   EXPECT_EQ(pg.dump().find("team-a"), std::string::npos) << pg.dump();
-  j.queue.clear();
-  EXPECT_FALSE(pod_manifest(j, 0, 0)["metadata"]["labels"].contains(lockstep::contract::kLabelKueueQueue));
 }
 
 // Every pod tells its agent the in-place budget per gang attempt and the restart policy to
