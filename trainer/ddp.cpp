@@ -42,6 +42,11 @@ Ddp::Ddp(torch::nn::Module& model, c10::intrusive_ptr<c10d::Backend> pg, int64_t
     bytes += b;
   }
   close();
+  // Note [Stop vote]: the last bucket launched carries one float more, the step's stop vote.
+  if (!buckets_.empty()) {
+    auto& last = buckets_.back();
+    last.flat = torch::zeros({last.flat.numel() + 1}, last.flat.options());
+  }
   for (size_t k = 0; k < params_.size(); ++k)
     params_[k].register_hook([this, k](torch::Tensor grad) {
       on_grad(k, grad);
@@ -85,6 +90,10 @@ void Ddp::on_grad(size_t k, const torch::Tensor& grad) {
 
 void Ddp::launch(Bucket& b) {
   b.start = Clock::now();
+  if (&b == &buckets_.back()) {  // Note [Stop vote]: as late as the step allows
+    torch::NoGradGuard no_grad;
+    b.flat.narrow(0, b.flat.numel() - 1, 1).fill_(vote_ ? vote_() : 0.0f);
+  }
   std::vector<at::Tensor> t{b.flat};
   b.work = pg_->allreduce(t);
   b.launched = true;
@@ -144,6 +153,8 @@ CommStats Ddp::finish_step() {
   }
   s.comm_s += std::chrono::duration<double>(cur_end - cur_start).count();
   torch::NoGradGuard no_grad;
+  const auto& last = buckets_.back().flat;
+  vote_sum_ = last.narrow(0, last.numel() - 1, 1).clone();  // summed, before the average below
   const double world = static_cast<double>(pg_->getSize());
   for (auto& b : buckets_) {
     b.flat.div_(world);

@@ -19,6 +19,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -62,6 +63,11 @@ class Ddp {
   void device_figures(CommStats& s);
   size_t buckets() const { return buckets_.size(); }
   const std::vector<std::string>& collective_log() const { return log_; }
+  // Note [Stop vote]: `vote` is read as the last bucket is launched and rides in it, one float
+  // after the gradients; vote_sum() is its sum over the ranks from the last synchronised step
+  // (a 1-element tensor on the gradients' device; undefined before the first).
+  void set_vote(std::function<float()> vote) { vote_ = std::move(vote); }
+  torch::Tensor vote_sum() const { return vote_sum_; }
 
  private:
   struct Bucket {
@@ -86,6 +92,8 @@ class Ddp {
   std::mutex mu_;
   std::vector<std::string> log_;
   std::chrono::steady_clock::time_point backward_start_;
+  std::function<float()> vote_;
+  torch::Tensor vote_sum_;
 };
 
 }  // namespace lockstep::trainer

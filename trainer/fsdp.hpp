@@ -17,6 +17,7 @@
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +47,10 @@ class Fsdp {
   // Clips by the global gradient norm over all shards (as clip_grad_norm_), an all-reduce of
   // one float and no host synchronisation; returns the norm before clipping.
   torch::Tensor clip_grad_norm(double max_norm);
+  // Note [Stop vote]: `vote` rides in clip_grad_norm's all-reduce as a second float; vote_sum()
+  // is its sum over the ranks from the last clip_grad_norm (undefined before the first).
+  void set_vote(std::function<float()> vote) { vote_ = std::move(vote); }
+  torch::Tensor vote_sum() const { return vote_sum_; }
   // Bytes this rank holds in parameter shards, their gradients, and `optimizer`'s state.
   struct Memory { double params = 0, grads = 0, optimizer = 0; int64_t padded_numel = 0; };
   Memory memory(const torch::optim::Optimizer& optimizer) const;
@@ -60,6 +65,8 @@ class Fsdp {
   std::unique_ptr<FsdpUnit> root_;
   std::vector<std::unique_ptr<FsdpUnit>> blocks_;
   std::string note_;
+  std::function<float()> vote_;
+  torch::Tensor vote_sum_;
 };
 
 }  // namespace lockstep::trainer

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -32,6 +33,7 @@
 #include "lockstep/contract.hpp"
 #include "recompute.hpp"
 #include "data.hpp"
+#include "stop.hpp"
 #include "ddp.hpp"
 #include "dist.hpp"
 #include "fsdp.hpp"
@@ -683,6 +685,70 @@ int64_t resume(const Options& o, const CheckpointTarget& ckpt, std::vector<torch
   return *step;
 }
 
+std::string seconds3(double s) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(3) << s;
+  return out.str();
+}
+
+// Note [Stop vote]: whether every rank stops after `step` (0-based), just done; the same answer
+// on every rank, read once the step has ended on the device. Says so when it does.
+bool stop_agreed(const Options& o, const Parallelism& p, const Dist& dist, int64_t step) {
+  bool agreed;
+  if (p.ddp) agreed = p.ddp->vote_sum().item<float>() > 0;
+  else if (p.fsdp && o.clip > 0) agreed = p.fsdp->vote_sum().item<float>() > 0;
+  else if (!dist.pg || dist.world == 1) agreed = stop::signal_received() != 0;
+  else {  // FSDP with --clip 0: a collective of its own
+    std::vector<at::Tensor> t{torch::full({1}, stop::vote(), torch::TensorOptions().device(dist.device))};
+    dist.pg->allreduce(t)->wait();
+    agreed = t[0].item<float>() > 0;
+  }
+  // At the last step there is nothing left to stop: the run finishes (and saves) as always.
+  if (!agreed || step + 1 == o.steps) return false;
+  stop::stopping();
+  const int sig = stop::signal_received();
+  std::cout << "lockstep-trainer: rank " << dist.rank << ": stop agreed after step " << step + 1 << " ("
+            << (sig ? std::string(stop::signal_name(sig)) + " here " + seconds3(stop::seconds_since_signal()) + " s ago"
+                    : "another rank's signal")
+            << ")" << std::endl;
+  return true;
+}
+
+// Saves after `step` (0-based) when --checkpoint-every says so, at the last step, and at a stop;
+// the seconds the save took, 0 without one. The last step is always saved: a gang rerun after the
+// end (decide.hpp, Note [Partly succeeded]) then resumes there and repeats nothing. A stop saves
+// where it stops (Note [Stop on request]).
+double save_if_due(const Options& o, const CheckpointTarget& ckpt, int64_t step, bool stop_now,
+                   const std::function<std::vector<torch::Tensor>()>& tensors, FusedAdamW& opt, const Dist& dist) {
+  const bool scheduled = o.checkpoint_every > 0 && ((step + 1) % o.checkpoint_every == 0 || step + 1 == o.steps);
+  if (o.checkpoint_dir.empty() || !(scheduled || stop_now)) return 0;
+  if (o.cuda_graph) opt.sync_step_counts();  // Note [CUDA graph step]
+  const auto start = std::chrono::steady_clock::now();
+  save_checkpoint(ckpt, step + 1, tensors(), opt, dist);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (dist.rank == 0) std::cout << "lockstep-trainer: checkpoint at step " << step + 1 << " in " << o.checkpoint_dir << std::endl;
+  return took;
+}
+
+// Note [Stop on request]: the lines of a stop agreed after step `done` (1-based), once its
+// checkpoint is written (`save_s` seconds) or there is no directory; returns the exit code.
+int stopped(const Options& o, int64_t done, double save_s, const Dist& dist) {
+  const int sig = stop::signal_received();
+  const bool chief = dist.rank == 0;
+  if (chief && !o.checkpoint_dir.empty())
+    std::cout << "lockstep-trainer: stop: checkpoint at step " << done << " written in " << std::fixed
+              << std::setprecision(2) << save_s << " s in " << o.checkpoint_dir << std::defaultfloat << std::endl;
+  if (chief && o.checkpoint_dir.empty())
+    std::cout << "lockstep-trainer: stop: no checkpoint directory (--checkpoint-dir, LOCKSTEP_CHECKPOINT_PATH: "
+                 "spec.checkpoint.path), so steps 1-" << done << " are not saved; stopping now" << std::endl;
+  barrier(dist);  // leave together, so rank 0's store outlives everyone's last use
+  const int code = 128 + (sig ? sig : SIGTERM);
+  std::cout << "lockstep-trainer: rank " << dist.rank << ": stopped on request after step " << done << "; exit "
+            << code << (o.checkpoint_dir.empty() ? "" : " (a resumed run starts at step " + std::to_string(done + 1) + ")")
+            << std::endl;
+  return code;
+}
+
 // 6. After the last step: parameters for comparison, FSDP's memory, the collective order.
 void finish_run(const Options& o, const Model& m, Parallelism& p, FusedAdamW& opt, const Dist& dist) {
   const bool chief = dist.rank == 0;
@@ -734,6 +800,8 @@ int run(const Options& o) {
                                        : make_token_file(o.data, m.data_vocab, m.gc.block_size);
   DistributedSampler sampler(data->size(), o.batch_size * o.grad_accum, dist.rank, dist.world, o.seed);
   Parallelism p = apply_parallelism(o, m, dist, device);  // 3. parallelism
+  if (p.ddp) p.ddp->set_vote(stop::vote);  // Note [Stop vote]
+  if (p.fsdp) p.fsdp->set_vote(stop::vote);
   print_start(o, m, p, dist, device, bf16);
   // 4. The optimizer.
   FusedAdamW opt(p.fsdp ? p.fsdp->shards() : m.module->parameters(),
@@ -756,6 +824,7 @@ int run(const Options& o) {
   double first_loss = 0;
   std::vector<Batch> next;
   if (!o.sync_every_step && start < o.steps) next = loader.load(start);
+  stop::install(dist.rank);  // Note [Stop on request]: from here a signal stops at an agreed step
   for (int64_t step = start; step < o.steps; ++step) {
     if (step == start + 3) stats.window_start = std::chrono::steady_clock::now();
     std::unique_ptr<StepProfile> profile;
@@ -764,24 +833,22 @@ int run(const Options& o) {
       profile->start();
     }
     std::vector<Batch> batches = o.sync_every_step ? loader.load(step) : std::move(next);
+    stop::step_begins();  // Note [Stop watchdog]
     StepResult r = stepper.run(step, batches, [&] {
       if (!o.sync_every_step && step + 1 < o.steps) next = loader.load(step + 1);  // while the device works
     });
+    const bool stop_now = stop_agreed(o, p, dist, step);  // Note [Stop vote]
+    stop::step_ends();
     if (profile) profile->finish(r.step_s, o.profile_out, std::cout);
     if (step == start) first_loss = r.loss;
     if (step - start >= 3) stats.add(r);
     reporter.send(step_report(o, step, r, tokens, flops));
     if (loss_log.is_open()) loss_log << step + 1 << " " << std::setprecision(8) << r.loss << std::endl;
-    // The last step is always saved as well: a gang rerun after the end (decide.hpp, Note
-    // [Partly succeeded]) then resumes there and repeats nothing.
-    if (!o.checkpoint_dir.empty() && o.checkpoint_every > 0 &&
-        ((step + 1) % o.checkpoint_every == 0 || step + 1 == o.steps)) {
-      if (o.cuda_graph) opt.sync_step_counts();  // Note [CUDA graph step]
-      save_checkpoint(ckpt, step + 1, ckpt_tensors(), opt, dist);
-      if (chief) std::cout << "lockstep-trainer: checkpoint at step " << step + 1 << " in " << o.checkpoint_dir << std::endl;
-    }
+    const double save_s = save_if_due(o, ckpt, step, stop_now, ckpt_tensors, opt, dist);
     if (o.exit_after_step > 0 && step + 1 == o.exit_after_step) std::_Exit(137);  // tests: a crash
     if (chief && ((step + 1) % o.log_every == 0 || step + 1 == o.steps)) print_progress(o, step, r, tokens * dist.world);
+    if (stop_now)  // Note [Stop on request]
+      return stopped(o, step + 1, save_s, dist);
   }
   if (chief)
     std::cout << std::setprecision(4) << "lockstep-trainer: done; loss at step 1 " << first_loss << ", uniform baseline "

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -307,7 +308,8 @@ TEST(ProbeConfig, TheInstalledAgentFindsTheProbeInItsInstallTree) {
   const std::string prefix = temp_dir("install");
   auto in = lockstep::run_capture({cmake, "--install", build, "--component", "agent", "--prefix", prefix}, {}, 120s);
   ASSERT_EQ(in.status.shell_code(), 0) << in.output;
-  for (const char* f : {"sitecustomize.py", "lockstep/__init__.py", "lockstep/_probe.py", "lockstep/_pytorch.py"})
+  for (const char* f : {"sitecustomize.py", "lockstep/__init__.py", "lockstep/_probe.py", "lockstep/_pytorch.py",
+                        "lockstep/_stop.py"})
     EXPECT_TRUE(fs::exists(prefix + "/share/lockstep/python/" + f)) << f;
   auto r = lockstep::run_capture({prefix + "/bin/lockstep-agent", "--no-metrics", "--stall-timeout", "1h", "--", "/bin/sh", "-c",
                                   "echo \"PYTHONPATH=$PYTHONPATH\""},
@@ -448,12 +450,58 @@ TEST(Probe, ImportLockstepWithoutTheAgentIsANoOp) {
   so.output_path = dir + "/out.log";
   auto st = Process::spawn(so).wait();
   EXPECT_EQ(st.shell_code(), 0) << read_file(dir + "/out.log");
-  EXPECT_EQ(read_file(dir + "/out.log"), "ok False ['lockstep', 'lockstep._probe']\n");
+  EXPECT_EQ(read_file(dir + "/out.log"), "ok False ['lockstep', 'lockstep._probe', 'lockstep._stop']\n");
   // A keyword it does not know is the program's error, with or without the agent.
   auto bad = lockstep::run_capture({"python3", "-c", "import lockstep; lockstep.report(los=1.0)"},
                                    {{"PYTHONPATH", probe_source_dir()}}, 30s);
   EXPECT_NE(bad.status.shell_code(), 0);
   EXPECT_NE(bad.output.find("TypeError: report() got an unexpected keyword argument 'los'"), std::string::npos) << bad.output;
+}
+
+// Note [Stopping in Python]: lockstep.stopping() without the agent is False and leaves SIGTERM's
+// default, which still ends the process; with the agent's socket variable it records SIGTERM
+// once asked, and the process lives on; a program's own handler stays, stopping() then False.
+TEST(Probe, LockstepStoppingIsFalseOutsideTheAgentAndRecordsSigtermUnderIt) {
+  const std::string dir = temp_dir("stopping");
+  int runs = 0;
+  auto python = [&](const std::string& code, const std::map<std::string, std::string>& env) {
+    const std::string out = dir + "/out-" + std::to_string(++runs) + ".log";
+    lockstep::SpawnOptions so;
+    so.argv = {"python3", "-c", code};
+    so.env = env;
+    so.env["PYTHONPATH"] = probe_source_dir();
+    so.unset_env = {"LOCKSTEP_METRICS_SOCKET", "RANK"};
+    so.output_path = out;
+    auto st = Process::spawn(so).wait_for(60s);
+    return std::make_pair(st ? st->shell_code() : -1, read_file(out));
+  };
+  const std::string ask_then_term =
+      "import os, signal, lockstep\n"
+      "print(lockstep.stopping(), signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, flush=True)\n"
+      "os.kill(os.getpid(), signal.SIGTERM)\n"
+      "print('alive', lockstep.stopping(), flush=True)\n";
+  // Outside the agent: False, the default kept, and SIGTERM ends the process (128 + 15).
+  auto [outside_code, outside] = python(ask_then_term, {});
+  EXPECT_EQ(outside_code, 128 + SIGTERM) << outside;
+  EXPECT_EQ(outside, "False True\n");
+  // Under the agent (its socket variable; nothing needs to listen): the handler records it.
+  auto [under_code, under] = python(ask_then_term, {{"LOCKSTEP_METRICS_SOCKET", dir + "/none.sock"}});
+  EXPECT_EQ(under_code, 0) << under;
+  EXPECT_EQ(under, "False False\nlockstep: SIGTERM: lockstep.stopping() is True; stop within the agent's grace period "
+                   "(SIGKILL after it)\nalive True\n");
+  // The program's own handler stays, and stopping() says nothing for it.
+  auto [own_code, own] = python(
+      "import os, signal, lockstep\n"
+      "seen = []\n"
+      "signal.signal(signal.SIGTERM, lambda s, f: seen.append(s))\n"
+      "print(lockstep.stopping(), flush=True)\n"
+      "os.kill(os.getpid(), signal.SIGTERM)\n"
+      "print(lockstep.stopping(), seen, flush=True)\n",
+      {{"LOCKSTEP_METRICS_SOCKET", dir + "/none.sock"}});
+  EXPECT_EQ(own_code, 0) << own;
+  EXPECT_NE(own.find("False\n"), std::string::npos) << own;
+  EXPECT_NE(own.find("the program handles SIGTERM itself (its own handler); that handler stays"), std::string::npos) << own;
+  EXPECT_NE(own.find("False [15]\n"), std::string::npos) << own;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -857,5 +905,49 @@ TEST(ProbeTorch, LockstepReportReachesMetrics) {
     EXPECT_NEAR(reports[k]["loss"].get<double>(), reported[k][0].get<double>(), 1e-8 * std::fabs(reported[k][0].get<double>()))
         << reports[k];
     EXPECT_EQ(reports[k]["tokens"], reported[k][1]) << reports[k];
+  }
+}
+
+// Note [Stopping in Python], docs/agent.md "Stopping on request": 2 workers under the agent run
+// DDP and all-reduce lockstep.stopping() after every step; SIGTERM to the agent makes both stop
+// after the same step, rank 0's checkpoint at it, exit 143 within the grace period. A program
+// that never asks is ended by SIGTERM at once, as without Lockstep.
+TEST(ProbeTorch, LockstepStoppingLetsAProgramCheckpointWhenTheAgentStopsIt) {
+  REQUIRE_TORCH();
+  for (bool ask : {true, false}) {
+    SCOPED_TRACE(ask ? "asks" : "never asks");
+    const std::string dir = temp_dir(ask ? "stop-ask" : "stop-never");
+    std::vector<std::string> cmd = {"python3", script("stop_train.py"), "--out", dir};
+    if (!ask) cmd.push_back("--never-ask");
+    auto agents = start_job(dir, 1, 2, cmd, torch_env(), {"--grace-period", "20s"});
+    auto step_of = [&](int rank) {
+      std::ifstream in(dir + "/step." + std::to_string(rank));
+      int n = 0;
+      in >> n;
+      return n;
+    };
+    ASSERT_TRUE(eventually([&] { return step_of(0) >= 20 && step_of(1) >= 20; }, 300s)) << all_output(agents);
+    const auto t0 = std::chrono::steady_clock::now();
+    agents[0].proc.signal(SIGTERM);
+    auto st = agents[0].proc.wait_for(60s);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string out = all_output(agents);
+    ASSERT_TRUE(st.has_value()) << out;
+    EXPECT_EQ(st->shell_code(), 128 + SIGTERM) << out;
+    EXPECT_LT(took, 10) << "the grace period is 20 s: nobody may wait it out\n" << out;
+    EXPECT_EQ(out.find("did not stop within the grace period"), std::string::npos) << out;
+    if (!ask) {
+      EXPECT_EQ(out.find("stop_train: rank"), std::string::npos) << out;
+      EXPECT_FALSE(fs::exists(dir + "/checkpoint.json"));
+      continue;
+    }
+    std::smatch m0, m1;
+    ASSERT_TRUE(std::regex_search(out, m0, std::regex(R"(\[rank 0\] stop_train: rank 0 stopped after step (\d+))"))) << out;
+    ASSERT_TRUE(std::regex_search(out, m1, std::regex(R"(\[rank 1\] stop_train: rank 1 stopped after step (\d+))"))) << out;
+    EXPECT_EQ(m0[1], m1[1]) << out;
+    EXPECT_EQ(read_json(dir + "/checkpoint.json")["step"], std::stoi(m0[1])) << out;
+    EXPECT_EQ(step_of(0), std::stoi(m0[1])) << "no step after the agreed one";
+    EXPECT_EQ(step_of(1), std::stoi(m0[1])) << "no step after the agreed one";
+    EXPECT_NE(out.find("lockstep: SIGTERM: lockstep.stopping() is True"), std::string::npos) << out;
   }
 }

@@ -24,11 +24,26 @@ Without the agent (no LOCKSTEP_METRICS_SOCKET), with the probe switched off
 (LOCKSTEP_PYTHON_PROBE=0) or disabled, ``report`` does nothing and costs a function call;
 it looks at none of its arguments. The module needs nothing but the standard library and
 never imports torch.
+
+``stopping()`` is True once the agent has asked this worker to stop (SIGTERM: the job is
+preempted, its pod deleted, or another rank failed), so the program can checkpoint and exit
+within the agent's grace period; False before, and always False without the agent. The first
+call (from the main thread) installs the SIGTERM handler that records it; a program that never
+calls it keeps SIGTERM's default (Note [Stopping in Python] in lockstep/_stop.py)::
+
+    for step in range(start, steps):
+        train_one_step()
+        flag = torch.tensor([float(lockstep.stopping())])
+        torch.distributed.all_reduce(flag)  # the same sum on every rank
+        if flag.item() > 0:
+            save_checkpoint(step + 1)
+            sys.exit(143)
 """
 
 from lockstep import _probe
+from lockstep._stop import stopping
 
-__all__ = ["report"]
+__all__ = ["report", "stopping"]
 
 
 def report(*, loss=None, tokens=None, flops=None, total_steps=None, step=None):
