@@ -31,6 +31,7 @@ GRAFANA_SCHEMA_BIN="$CACHE/grafana-schema-$GRAFANA_FOUNDATION_SDK_VERSION/bin"  
 KUBEFLOW_BIN="$CACHE/kubeflow-training-operator-$KUBEFLOW_TRAINING_OPERATOR_VERSION/bin"
 KUBEFLOW_CRD="$CACHE/go/mod/github.com/kubeflow/training-operator@$KUBEFLOW_TRAINING_OPERATOR_VERSION/manifests/base/crds/kubeflow.org_pytorchjobs.yaml"
 KWOK_BIN="$CACHE/kwok-$KWOK_VERSION/bin"  # fake nodes: bench/operator/bench_scale.cpp, scale_test
+KUEUE_DIR="$CACHE/kueue-$KUEUE_VERSION"  # bin/kueue, config/ (its CRDs and webhooks): tests/controlplane/kueue.hpp
 CLUSTER_IMAGES="$CACHE/cluster-images"
 PAUSE_IMAGE=lockstep.local/pause:1
 NETTEST_IMAGE=lockstep.local/nettest:1

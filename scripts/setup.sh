@@ -360,6 +360,43 @@ go_build_cached "KWOK $KWOK_VERSION" "$kwok_mod" "$KWOK_BIN" \
 [[ -x $KWOK_BIN/kwok ]] || die "KWOK did not build into $KWOK_BIN"
 mark kwok
 
+# Kueue, which the Kueue suites run beside the test control plane and the real-node cluster
+# (tests/controlplane/kueue.hpp): cmd/kueue of the pinned release (tests/controlplane/kueue/go.mod),
+# with its CRDs and webhook manifests from the same module.
+kueue_mod="$ROOT/tests/controlplane/kueue"
+grep -q "^require sigs.k8s.io/kueue $KUEUE_VERSION\$" "$kueue_mod/go.mod" ||
+  die "$kueue_mod/go.mod must require sigs.k8s.io/kueue $KUEUE_VERSION, as scripts/versions.env pins"
+go_build_cached "Kueue $KUEUE_VERSION" "$kueue_mod" "$KUEUE_DIR/bin" \
+  "$(cat "$kueue_mod/go.mod" "$kueue_mod/go.sum" | sha256sum | cut -c1-16)" \
+  "-s -w" sigs.k8s.io/kueue/cmd/kueue
+[[ -x $KUEUE_DIR/bin/kueue ]] || die "Kueue did not build into $KUEUE_DIR/bin"
+kueue_src="$GOMODCACHE/sigs.k8s.io/kueue@$KUEUE_VERSION/config/components"
+if [[ ! -e $KUEUE_DIR/config/.complete ]]; then
+  scratch_dir tmp "$KUEUE_DIR"
+  mkdir -p "$tmp/crd"
+  cp "$kueue_src"/crd/bases/*.yaml "$tmp/crd/"
+  cp "$kueue_src/webhook/manifests.yaml" "$tmp/webhooks.yaml"
+  touch "$tmp/.complete"
+  rm -rf "$KUEUE_DIR/config"
+  mv "$tmp" "$KUEUE_DIR/config"
+fi
+# Note [Kueue's fixed certificate path]: with its internal certificate management off (the tests
+# make the webhooks' certificates themselves), Kueue v0.19.2 loads its metrics server's certificate
+# from /etc/kueue/metrics/certs whatever its configuration says, and exits when it is not there,
+# even with the metrics server off (as the tests run it). A throwaway self-signed pair is put
+# there once; nothing serves with it.
+kueue_certs=/etc/kueue/metrics/certs
+if [[ ! -s $kueue_certs/tls.crt || ! -s $kueue_certs/tls.key ]]; then
+  scratch_dir tmp
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=kueue-metrics-unused" \
+    -keyout "$tmp/tls.key" -out "$tmp/tls.crt" 2>/dev/null
+  sudo_if_needed mkdir -p "$kueue_certs"
+  sudo_if_needed install -m 0644 "$tmp/tls.crt" "$kueue_certs/tls.crt"
+  sudo_if_needed install -m 0600 "$tmp/tls.key" "$kueue_certs/tls.key"
+  log "Kueue: a placeholder metrics certificate in $kueue_certs (Note [Kueue's fixed certificate path])"
+fi
+mark kueue
+
 # --- 7. A CPU-only Python torch (the full set-up only) -----------------------------------------
 "$ROOT/scripts/python-torch.sh"
 log "set-up complete (cache: $CACHE)"

@@ -74,7 +74,8 @@ log "build took $((SECONDS - start)) s; running the tests (those that need the s
 export LOCKSTEP_SETUP_STATUS=$status
 export LOCKSTEP_K8S_BIN="$K8S_BIN" LOCKSTEP_PROMETHEUS_BIN="$PROMETHEUS_BIN/prometheus" LOCKSTEP_REQUIRE_ALL=1 \
   LOCKSTEP_KWOK_BIN="$KWOK_BIN/kwok" LOCKSTEP_GANG_SCHEDULER_BIN="$SCHEDULER_PLUGINS_BIN/kube-scheduler-cosched" \
-  LOCKSTEP_PYTHON_TORCH="$PYTHON_TORCH_DIR" LOCKSTEP_GRAFANA_SCHEMA_BIN="$GRAFANA_SCHEMA_BIN/grafana-schema-check"
+  LOCKSTEP_PYTHON_TORCH="$PYTHON_TORCH_DIR" LOCKSTEP_GRAFANA_SCHEMA_BIN="$GRAFANA_SCHEMA_BIN/grafana-schema-check" \
+  LOCKSTEP_KUEUE_DIR="$KUEUE_DIR"
 # Two lanes side by side (Note [Two lanes] in tests/CMakeLists.txt): the real-node cluster's
 # suites, and every other test; each lane one test at a time, and beside them at most two set-up
 # gates, which only wait. `scripts/test.sh -j1` runs one test at a time in all.
