@@ -246,6 +246,56 @@ TEST(Chart, RbacGrantsOnlyWhatTheOperatorUses) {
   for (const auto& u : used) EXPECT_TRUE(granted.count(u)) << "the chart lacks " << u << ", which the operator needs";
 }
 
+// docs/kueue.md: kueue.enabled grants the operator exactly what it uses of Kueue's objects (the
+// kueue_test suite runs the operator under these rules against a real Kueue), and Kueue's manager
+// a read of TrainingJobs, bound to the service account the values name. Off, none of it.
+TEST(Chart, KueueGrantsTheOperatorItsWorkloadsAndKueueAReadOfTrainingJobs) {
+  auto rules_of = [](std::vector<std::string> set) {
+    std::vector<std::string> args = {"template", "rel", source_path("charts/lockstep"), "-n", "ops"};
+    args.insert(args.end(), set.begin(), set.end());
+    auto t = helm(args);
+    EXPECT_TRUE(t.status.success()) << t.output;
+    std::map<std::string, std::set<std::string>> granted;  // role -> group/resource/verb
+    std::map<std::string, YAML::Node> bindings;
+    for (const auto& doc : YAML::LoadAll(t.output)) {
+      if (!doc || !doc["kind"]) continue;
+      const std::string kind = doc["kind"].as<std::string>(), name = doc["metadata"]["name"].as<std::string>();
+      if (kind == "ClusterRoleBinding" || kind == "RoleBinding") bindings[name] = doc;
+      if (kind != "ClusterRole" && kind != "Role") continue;
+      for (const auto& rule : doc["rules"])
+        for (const auto& g : rule["apiGroups"])
+          for (const auto& r : rule["resources"])
+            for (const auto& v : rule["verbs"])
+              granted[name].insert(g.as<std::string>() + "/" + r.as<std::string>() + "/" + v.as<std::string>());
+    }
+    return std::make_pair(granted, bindings);
+  };
+  auto [off, off_bindings] = rules_of({});
+  for (const auto& [role, verbs] : off)
+    for (const auto& v : verbs) EXPECT_EQ(v.find("kueue.x-k8s.io"), std::string::npos) << role << ": " << v;
+  EXPECT_FALSE(off.count("rel-operator-kueue-reads-trainingjobs"));
+
+  auto [on, bindings] = rules_of({"--set", "kueue.enabled=true", "--set", "kueue.serviceAccount.namespace=kq"});
+  std::set<std::string> operator_kueue;
+  for (const auto& role : {"rel-operator", "rel-operator-kueue-ops"})
+    for (const auto& v : on[role])
+      if (v.find("kueue.x-k8s.io/") == 0 || v.find("scheduling.k8s.io/") == 0) operator_kueue.insert(v);
+  const std::set<std::string> used = {
+      "kueue.x-k8s.io/workloads/list", "kueue.x-k8s.io/workloads/watch", "kueue.x-k8s.io/workloads/create",
+      "kueue.x-k8s.io/workloads/delete", "kueue.x-k8s.io/workloads/patch", "kueue.x-k8s.io/workloads/status/patch",
+      "kueue.x-k8s.io/resourceflavors/get", "kueue.x-k8s.io/resourceflavors/list", "kueue.x-k8s.io/resourceflavors/watch",
+      "kueue.x-k8s.io/workloadpriorityclasses/get", "scheduling.k8s.io/priorityclasses/get"};
+  EXPECT_EQ(operator_kueue, used);
+  EXPECT_EQ(on["rel-operator-kueue-reads-trainingjobs"],
+            (std::set<std::string>{"lockstep.dev/trainingjobs/get", "lockstep.dev/trainingjobs/list",
+                                   "lockstep.dev/trainingjobs/watch"}));
+  ASSERT_TRUE(bindings.count("rel-operator-kueue-reads-trainingjobs"));
+  const YAML::Node subject = bindings["rel-operator-kueue-reads-trainingjobs"]["subjects"][0];
+  EXPECT_EQ(subject["name"].as<std::string>(), "kueue-controller-manager");
+  EXPECT_EQ(subject["namespace"].as<std::string>(), "kq");
+  EXPECT_EQ(bindings["rel-operator-kueue-ops"]["subjects"][0]["name"].as<std::string>(), "rel-operator");
+}
+
 TEST(Chart, InstallsAndItsServiceAccountCanRunTheOperator) {
   LOCKSTEP_REQUIRE_CONTROL_PLANE();
   for (const char* f : {"tests/crds/podgroup.yaml"}) ASSERT_TRUE(kubectl({"apply", "-f", source_path(f)}).status.success());

@@ -4,6 +4,7 @@
 // kubelet: the tests play it (pod phases) and play rank 0's agent (a /metrics page saying its
 // workers started, which is what PodsReady is written from).
 #include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
 
 #include <atomic>
 #include <fstream>
@@ -103,9 +104,43 @@ class KueueTest : public ::testing::Test {
     std::fprintf(stderr, "[kueue] ready in %.1f s (log %s)\n",
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), kueue_->log_path().c_str());
     client_ = new Client(RestConfig::from_kubeconfig(control_plane()->kubeconfig()));
-    operator_ = new OperatorProcess(control_plane()->kubeconfig(), {"--progress-period=1s", "--agent-image=lockstep/agent:test"});
+    // The operator runs as the chart's service account with kueue.enabled, under the chart's
+    // RBAC and nothing more (tests/chart/chart_test.cpp checks the rules themselves).
+    const std::string kubeconfig = chart_service_account();
+    ASSERT_FALSE(kubeconfig.empty());
+    operator_ = new OperatorProcess(kubeconfig, {"--progress-period=1s", "--agent-image=lockstep/agent:test",
+                                                 "--leader-election-namespace=lockstep-system"});
     ASSERT_TRUE(operator_->wait_log("caches synced")) << operator_->log();
     ASSERT_TRUE(operator_->wait_log("Kueue Workload API (kueue.x-k8s.io/v1beta2) found")) << operator_->log();
+  }
+  // The chart's ServiceAccount and RBAC (kueue.enabled) applied, and a kubeconfig with its token.
+  static std::string chart_service_account() {
+    auto t = lockstep::run_capture({"helm", "template", "lockstep", source_path("charts/lockstep"), "-n", "lockstep-system",
+                                    "--set", "kueue.enabled=true"});
+    EXPECT_TRUE(t.status.success()) << t.output;
+    if (!t.status.success()) return "";
+    kubectl({"create", "namespace", "lockstep-system"});
+    std::string rbac;
+    for (const auto& doc : YAML::LoadAll(t.output)) {
+      if (!doc || !doc["kind"]) continue;
+      const std::string kind = doc["kind"].as<std::string>();
+      if (kind != "ServiceAccount" && kind.find("Role") == std::string::npos) continue;
+      YAML::Emitter out;
+      out << doc;
+      rbac += std::string("---\n") + out.c_str() + "\n";
+    }
+    auto a = kubectl({"apply", "-f", "-"}, rbac);
+    EXPECT_TRUE(a.status.success()) << a.output;
+    auto token = kubectl({"create", "token", "lockstep-operator", "-n", "lockstep-system", "--duration=2h"});
+    EXPECT_TRUE(token.status.success()) << token.output;
+    std::string tok = token.output;
+    while (!tok.empty() && (tok.back() == '\n' || tok.back() == ' ')) tok.pop_back();
+    std::string kc = ::testing::TempDir() + "/kueue-operator-kubeconfig";
+    std::ofstream(kc) << "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: "
+                      << control_plane()->server() << "\n    certificate-authority: " << control_plane()->ca_file()
+                      << "\nusers:\n- name: sa\n  user:\n    token: " << tok
+                      << "\ncontexts:\n- name: sa\n  context: {cluster: c, user: sa}\ncurrent-context: sa\n";
+    return kc;
   }
   static void TearDownTestSuite() {
     delete operator_;
