@@ -167,8 +167,8 @@ const std::map<std::string, Rule>& cel_rules() {
        }},
       // A transition rule (it reads oldSelf): the API server runs it on updates only, and
       // lockstep validate checks a job as it would be created.
-      {"!has(oldSelf.status) || !has(oldSelf.status.phase) || !(oldSelf.status.phase in ['Pending', "
-       "'Running', 'Restarting']) || (has(self.spec.nodes) == has(oldSelf.spec.nodes) && "
+      {"!has(oldSelf.status) || !has(oldSelf.status.phase) || !(oldSelf.status.phase in ['Queued', "
+       "'Pending', 'Running', 'Restarting']) || (has(self.spec.nodes) == has(oldSelf.spec.nodes) && "
        "(!has(self.spec.nodes) || self.spec.nodes == oldSelf.spec.nodes) && has(self.spec.procsPerNode) "
        "== has(oldSelf.spec.procsPerNode) && (!has(self.spec.procsPerNode) || self.spec.procsPerNode == "
        "oldSelf.spec.procsPerNode) && has(self.spec.template) == has(oldSelf.spec.template) && "
@@ -456,6 +456,38 @@ json load_yaml_file(const std::string& path) {
   return yaml_to_json_text(text, path);
 }
 
+namespace {
+
+// Note [Queue fields]: what the operator checks of a job's Kueue fields before it makes a
+// Workload (operator/reconcile/kueue.hpp, queue_of), said here too, with the same words: the
+// kueue.x-k8s.io/queue-name and kueue.x-k8s.io/priority-class labels are label values (the API
+// server checks that), and the queue label and spec.scheduling.queue must not name different
+// LocalQueues.
+void check_queue(const json& job, std::vector<std::string>& errors) {
+  const json labels = job.value("metadata", json::object()).value("labels", json::object());
+  const json spec = job.value("spec", json::object());
+  static const std::regex label_value("^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$");
+  for (const char* key : {"kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class"}) {
+    if (!labels.is_object() || !labels.contains(key)) continue;
+    const json& v = labels[key];
+    if (!v.is_string() || v.get<std::string>().size() > 63 || !std::regex_match(v.get<std::string>(), label_value))
+      errors.push_back(std::string("metadata.labels[") + key + "]: Invalid value: " + show(v) +
+                       ": a label value (at most 63 characters: letters, digits, '-', '_' and '.', starting and "
+                       "ending with a letter or digit) naming a Kueue " +
+                       (std::string(key).find("queue") != std::string::npos ? "LocalQueue" : "WorkloadPriorityClass"));
+  }
+  const json sched = spec.is_object() ? spec.value("scheduling", json::object()) : json::object();
+  if (labels.is_object() && labels.contains("kueue.x-k8s.io/queue-name") && labels["kueue.x-k8s.io/queue-name"].is_string() &&
+      sched.is_object() && sched.contains("queue") && sched["queue"].is_string()) {
+    const std::string label = labels["kueue.x-k8s.io/queue-name"], queue = sched["queue"];
+    if (!label.empty() && !queue.empty() && label != queue)
+      errors.push_back("metadata.labels[kueue.x-k8s.io/queue-name]=" + label + " and spec.scheduling.queue=" + queue +
+                       " name different LocalQueues: set one of them, or both to the same queue");
+  }
+}
+
+}  // namespace
+
 std::vector<std::string> validate_trainingjob(json& job) {
   std::vector<std::string> errors;
   if (!job.is_object()) return {"the document is not a YAML mapping: expected a TrainingJob"};
@@ -472,6 +504,7 @@ std::vector<std::string> validate_trainingjob(json& job) {
     errors.push_back("metadata.name: Invalid value: " + job["metadata"]["name"].dump() + ": must be a string");
   apply_defaults(crd_schema(), job);
   check(crd_schema(), job, "", errors);
+  check_queue(job, errors);
   return errors;
 }
 

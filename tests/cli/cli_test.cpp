@@ -122,6 +122,31 @@ TEST(Validate, KnowsEveryCelRuleOfTheCrd) {
   EXPECT_EQ(in_crd, known_set) << "a CEL rule in the CRD has no counterpart in cli/validate.cpp, or the reverse";
 }
 
+// Note [Queue fields]: the Kueue labels are label values naming a LocalQueue and a
+// WorkloadPriorityClass, and the queue label and spec.scheduling.queue agree; each error names
+// the field and what is valid. An example queued both ways, agreeing, is valid.
+TEST(Validate, TheQueueFieldsAreCheckedAsTheOperatorChecksThem) {
+  const fs::path dir = fs::temp_directory_path() / ("lockstep-queue-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto job = [&](const std::string& labels, const std::string& queue) {
+    const fs::path f = dir / "job.yaml";
+    std::ofstream(f) << "apiVersion: lockstep.dev/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: q\n  labels: {" << labels
+                     << "}\nspec:\n  nodes: 2\n" << (queue.empty() ? "" : "  scheduling: {queue: " + queue + "}\n");
+    return lockstep_cmd({"validate", f.string()});
+  };
+  auto ok = job("kueue.x-k8s.io/queue-name: team-a, kueue.x-k8s.io/priority-class: high", "team-a");
+  EXPECT_EQ(ok.status.shell_code(), 0) << ok.output;
+  auto torn = job("kueue.x-k8s.io/queue-name: team-a", "team-b");
+  EXPECT_NE(torn.status.shell_code(), 0) << torn.output;
+  EXPECT_NE(torn.output.find("metadata.labels[kueue.x-k8s.io/queue-name]=team-a and spec.scheduling.queue=team-b name "
+                             "different LocalQueues"), std::string::npos) << torn.output;
+  auto bad = job("kueue.x-k8s.io/priority-class: \"-high\"", "");
+  EXPECT_NE(bad.status.shell_code(), 0) << bad.output;
+  EXPECT_NE(bad.output.find("metadata.labels[kueue.x-k8s.io/priority-class]: Invalid value"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("WorkloadPriorityClass"), std::string::npos) << bad.output;
+  fs::remove_all(dir);
+}
+
 TEST(Validate, InputErrorsHaveTheirOwnExitCodes) {
   auto missing = lockstep_cmd({"validate", "/nonexistent/job.yaml"});
   EXPECT_EQ(missing.status.shell_code(), 3);
