@@ -477,6 +477,13 @@ void check_queue(const json& job, std::vector<std::string>& errors) {
                        (std::string(key).find("queue") != std::string::npos ? "LocalQueue" : "WorkloadPriorityClass"));
   }
   const json sched = spec.is_object() ? spec.value("scheduling", json::object()) : json::object();
+  // Volcano: the operator makes scheduler-plugins' PodGroup only, which Volcano does not read, so
+  // a gang would not be held together (docs/trainingjob.md; the CRD says the same).
+  if (sched.is_object() && sched.value("schedulerName", json("")) == "volcano" && sched.value("gang", json(true)) == true)
+    errors.push_back("spec.scheduling.schedulerName: Unsupported value: \"volcano\" with spec.scheduling.gang true: "
+                     "Volcano schedules a gang by its own PodGroup (scheduling.volcano.sh), which Lockstep does not make "
+                     "(it makes scheduler-plugins' scheduling.x-k8s.io PodGroup, for a Coscheduling scheduler); set "
+                     "spec.scheduling.gang: false to use Volcano as a plain scheduler (untested), or use a Coscheduling one");
   if (labels.is_object() && labels.contains("kueue.x-k8s.io/queue-name") && labels["kueue.x-k8s.io/queue-name"].is_string() &&
       sched.is_object() && sched.contains("queue") && sched["queue"].is_string()) {
     const std::string label = labels["kueue.x-k8s.io/queue-name"], queue = sched["queue"];

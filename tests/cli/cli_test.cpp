@@ -144,6 +144,16 @@ TEST(Validate, TheQueueFieldsAreCheckedAsTheOperatorChecksThem) {
   EXPECT_NE(bad.status.shell_code(), 0) << bad.output;
   EXPECT_NE(bad.output.find("metadata.labels[kueue.x-k8s.io/priority-class]: Invalid value"), std::string::npos) << bad.output;
   EXPECT_NE(bad.output.find("WorkloadPriorityClass"), std::string::npos) << bad.output;
+  // Volcano reads a PodGroup Lockstep does not make: said as the CRD and docs say it.
+  std::ofstream(dir / "volcano.yaml") << "apiVersion: lockstep.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: v}\n"
+                                         "spec:\n  scheduling: {schedulerName: volcano}\n";
+  auto volcano = lockstep_cmd({"validate", (dir / "volcano.yaml").string()});
+  EXPECT_NE(volcano.status.shell_code(), 0) << volcano.output;
+  EXPECT_NE(volcano.output.find("spec.scheduling.schedulerName: Unsupported value: \"volcano\""), std::string::npos)
+      << volcano.output;
+  std::ofstream(dir / "plain.yaml") << "apiVersion: lockstep.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: v}\n"
+                                       "spec:\n  scheduling: {schedulerName: volcano, gang: false}\n";
+  EXPECT_EQ(lockstep_cmd({"validate", (dir / "plain.yaml").string()}).status.shell_code(), 0);
   fs::remove_all(dir);
 }
 

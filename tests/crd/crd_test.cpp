@@ -204,22 +204,22 @@ TEST(Crd, PrinterColumnsAndShortName) {
   ASSERT_TRUE(r.status.success()) << r.output;
   // Status goes through the status subresource, as the operator writes it.
   auto p = kubectl({"patch", "tj", "tiny-ddp", "-n", ns, "--subresource=status", "--type=merge", "-p",
-                    R"({"status":{"phase":"Running","nodes":{"active":2,"ready":2},"restarts":1,"inPlaceRestarts":4,)"
+                    R"({"status":{"phase":"Running","queue":"team-a","nodes":{"active":2,"ready":2},"restarts":1,"inPlaceRestarts":4,)"
                     R"("currentAttemptInPlaceRestarts":1,)"
                     R"("progress":{"step":120,"totalSteps":200,"steps":"120/200","tokensPerSecond":50421,"eta":"6s"}}})"});
   ASSERT_TRUE(p.status.success()) << p.output;
 
-  // Restarts (gang) and In-Place side by side.
+  // The queue (docs/kueue.md), and Restarts (gang) and In-Place side by side.
   auto get = kubectl({"get", "tj", "-n", ns});
   ASSERT_TRUE(get.status.success()) << get.output;
   EXPECT_TRUE(std::regex_search(
-      get.output, std::regex(R"(NAME\s+PHASE\s+NODES\s+READY\s+RESTARTS\s+IN-PLACE\s+STEP\s+TOK/S\s+ETA\s+AGE)")))
+      get.output, std::regex(R"(NAME\s+PHASE\s+QUEUE\s+NODES\s+READY\s+RESTARTS\s+IN-PLACE\s+STEP\s+TOK/S\s+ETA\s+AGE)")))
       << get.output;
-  EXPECT_TRUE(std::regex_search(get.output, std::regex(R"(tiny-ddp\s+Running\s+2\s+2\s+1\s+4\s+120/200\s+50421\s+6s\s+\d+s)")))
+  EXPECT_TRUE(std::regex_search(get.output, std::regex(R"(tiny-ddp\s+Running\s+team-a\s+2\s+2\s+1\s+4\s+120/200\s+50421\s+6s\s+\d+s)")))
       << get.output;
 
   auto wide = kubectl({"get", "tj", "-n", ns, "-o", "wide"});
-  EXPECT_TRUE(std::regex_search(wide.output, std::regex(R"(STRATEGY[\s\S]*tiny-ddp\s+Running\s+2\s+2\s+1\s+4\s+120/200\s+50421\s+6s\s+DDP)")))
+  EXPECT_TRUE(std::regex_search(wide.output, std::regex(R"(STRATEGY[\s\S]*tiny-ddp\s+Running\s+team-a\s+2\s+2\s+1\s+4\s+120/200\s+50421\s+6s\s+DDP)")))
       << wide.output;
   // The status fields round-trip through the schema (nothing pruned).
   json status = get_json({"get", "tj", "tiny-ddp", "-n", ns})["status"];
