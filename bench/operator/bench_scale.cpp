@@ -26,6 +26,14 @@
 // on Ctrl-C (every child stopped, the control plane removed).
 //
 // The fake pods get no IP, so the operator's progress reader (Note [Progress]) skips them.
+//
+// --kueue (docs/kueue.md): Kueue (tests/controlplane/kueue.hpp) beside the control plane, a
+// ClusterQueue whose quota admits every job at once and a LocalQueue, and every job queued in it:
+// each job is then one Workload, admitted before its pods are made. The figures to compare with a
+// run without it (bench/operator/kueue.sh runs both): apply to all pods created, and the
+// operator's requests per job by verb. Run both with the operator's --progress-period=0, so that
+// PodsReady is written when every pod runs (the fake pods have no agent to read), as it is with
+// real agents.
 #include <signal.h>
 #include <unistd.h>
 
@@ -48,6 +56,7 @@
 
 #include "bench_util.hpp"
 #include "control_plane.hpp"
+#include "kueue.hpp"
 #include "kube/client.hpp"
 #include "kube/resource.hpp"
 #include "lockstep/flags.hpp"
@@ -73,6 +82,7 @@ struct Options {
   std::chrono::milliseconds succeed_after{5000};
   std::chrono::seconds timeout{1800};
   std::string kwok, scheduler, keep_dir;
+  bool kueue = false;
   std::vector<std::string> operator_args;
 };
 
@@ -88,7 +98,7 @@ std::string cache_dir() {
 [[noreturn]] void usage(const std::string& problem) {
   std::cerr << "lockstep-bench-scale: " << problem << "\n"
             << "usage: lockstep-bench-scale [--nodes N] [--jobs J] [--gang P] [--succeed-after D] [--storm-percent P]\n"
-            << "         [--timeout D] [--kwok PATH] [--scheduler PATH] [--keep-dir DIR] [-- operator flags...]\n";
+            << "         [--timeout D] [--kwok PATH] [--scheduler PATH] [--keep-dir DIR] [--kueue] [-- operator flags...]\n";
   std::exit(2);
 }
 
@@ -106,6 +116,10 @@ Options parse(int argc, char** argv) {
         break;
       }
       if (a == "--help" || a == "-h") usage("flags");
+      if (a == "--kueue") {
+        o.kueue = true;
+        continue;
+      }
       if (match(argc, argv, i, "--nodes", v)) o.nodes = to_int("--nodes", v, 1, 100000);
       else if (match(argc, argv, i, "--jobs", v)) o.jobs = to_int("--jobs", v, 1, 100000);
       else if (match(argc, argv, i, "--gang", v)) o.gang = to_int("--gang", v, 1, 512);
@@ -496,7 +510,7 @@ int main(int argc, char** argv) {
   const int total = o.jobs * o.gang;
   const bool storm = o.storm_percent > 0;
   const double qps = operator_qps(o.operator_args);
-  std::cout << "bench/scale: " << o.jobs << " TrainingJobs x " << o.gang << " pods = " << total << " pods on " << o.nodes
+  std::cout << "bench/scale: " << (o.kueue ? "with Kueue: " : "") << o.jobs << " TrainingJobs x " << o.gang << " pods = " << total << " pods on " << o.nodes
             << " KWOK nodes; gang scheduler " << kGangScheduler << "; pods succeed " << o.succeed_after.count()
             << " ms after they run" << (storm ? " once released" : "") << "; storm " << o.storm_percent
             << "% of running pods; operator flags: " << (o.operator_args.empty() ? "(defaults)" : lockstep::shell_join(o.operator_args))
@@ -526,6 +540,27 @@ int main(int argc, char** argv) {
     }
     lockstep::run_capture({"kubectl", "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"}, env);
     lockstep::run_capture({"kubectl", "create", "namespace", kNamespace}, env);
+    std::unique_ptr<lockstep::test::Kueue> kueue;
+    if (o.kueue) {
+      if (auto why = lockstep::test::Kueue::missing(); !why.empty()) throw std::runtime_error("--kueue: " + why);
+      lockstep::test::KueueOptions ko;
+      ko.pods_ready_timeout = std::chrono::seconds(3600);  // no eviction: admission and requests are measured
+      if (!o.keep_dir.empty()) ko.dir = o.keep_dir + "/kueue";
+      auto t_kueue = Clock::now();
+      kueue = lockstep::test::Kueue::start(cp->kubeconfig(), ko);
+      const std::string cpus = std::to_string(total), memory = std::to_string(2 * total) + "Gi";
+      auto q = lockstep::run_capture(
+          {"kubectl", "apply", "-f", "-"}, env, 60s,
+          "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ResourceFlavor\nmetadata: {name: bench}\n---\n"
+          "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: bench}\nspec:\n  namespaceSelector: {}\n"
+          "  resourceGroups:\n  - coveredResources: [cpu, memory]\n    flavors:\n    - name: bench\n      resources:\n"
+          "      - {name: cpu, nominalQuota: " + cpus + "}\n      - {name: memory, nominalQuota: " + memory + "}\n---\n"
+          "apiVersion: kueue.x-k8s.io/v1beta2\nkind: LocalQueue\nmetadata: {name: bench, namespace: " + std::string(kNamespace) +
+          "}\nspec: {clusterQueue: bench}\n");
+      if (!q.status.success()) throw std::runtime_error("the Kueue queues: " + q.output);
+      std::cout << "  Kueue ready in " << fmt(std::chrono::duration<double>(Clock::now() - t_kueue).count())
+                << " s; ClusterQueue of " << cpus << " CPUs and " << memory << ": every job fits at once" << std::endl;
+    }
 
     auto config = lockstep::kube::RestConfig::from_kubeconfig(cp->kubeconfig());
     config.qps = 1e6;  // the benchmark's own requests never wait on a client-side limit
@@ -665,8 +700,10 @@ int main(int argc, char** argv) {
     std::atomic<int> apply_errors{0};
     bench::parallel(o.jobs, 16, [&](int i) {
       json labels = storm ? json{{kHoldLabel, "true"}} : json::object();
+      json md = {{"name", "job-" + std::to_string(i)}, {"namespace", kNamespace}};
+      if (o.kueue) md["labels"] = {{"kueue.x-k8s.io/queue-name", "bench"}};
       json tj = {{"apiVersion", "lockstep.dev/v1alpha1"}, {"kind", "TrainingJob"},
-                 {"metadata", {{"name", "job-" + std::to_string(i)}, {"namespace", kNamespace}}},
+                 {"metadata", md},
                  {"spec", {{"nodes", o.gang}, {"procsPerNode", 1}, {"strategy", "DDP"},
                            {"scheduling", {{"gang", true}, {"schedulerName", kGangScheduler}}},
                            {"template", {{"metadata", {{"labels", labels}}},
