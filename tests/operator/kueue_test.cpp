@@ -538,6 +538,56 @@ TEST_F(KueueTest, AGangRestartKeepsTheAdmissionAndRecovers) {
   EXPECT_EQ(job("r")["status"].value("restarts", -1), 1);
 }
 
+// A lost node (the node watch, Note [Lost nodes]) restarts the gang at once under the same
+// admission: the Workload stays admitted and is never evicted; PodsReady waits for the new gang.
+TEST_F(KueueTest, ALostNodeRestartsTheGangUnderTheSameAdmission) {
+  make_queue(4);
+  std::vector<std::string> nodes;
+  for (const char* suffix : {"a", "b"}) {
+    std::string name = ns_ + "-" + suffix;
+    auto r = client_->create(res::kNodes.path(), {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", name}}}});
+    ASSERT_TRUE(r.ok()) << r.message();
+    std::string now = "2026-11-29T00:00:00Z";
+    json ready = {{"type", "Ready"}, {"status", "True"}, {"reason", "KubeletReady"}, {"message", "ok"},
+                  {"lastHeartbeatTime", now}, {"lastTransitionTime", now}};
+    ASSERT_TRUE(client_->patch(res::kNodes.path("", name, "status"), {{"status", {{"conditions", json::array({ready})}}}}).ok());
+    nodes.push_back(name);
+  }
+  int port = create_job("ln", 2);
+  FakeAgent agent(port);
+  ASSERT_TRUE(eventually([&] { return pods("ln").size() == 2; }, 30s));
+  for (int i = 0; i < 2; ++i) {
+    json binding = {{"apiVersion", "v1"}, {"kind", "Binding"}, {"metadata", {{"name", "ln-" + std::to_string(i)}}},
+                    {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", nodes[i]}}}};
+    ASSERT_TRUE(client_->create(res::kPods.path(ns_, "ln-" + std::to_string(i), "binding"), binding).ok());
+  }
+  run_gang("ln");
+  agent.started(0);
+  ASSERT_TRUE(eventually([&] { return wl_condition(workload("ln"), "PodsReady"); }, 20s)) << workload("ln").dump(2);
+  const std::string wl_uid = workload("ln")["metadata"].value("uid", "");
+  WorkloadVersions versions(*client_, ns_);
+  ASSERT_TRUE(client_->remove(res::kNodes.path("", nodes[1])).ok());
+  // The pod on the healthy node is deleted gracefully; no kubelet confirms it here: the test does.
+  ASSERT_TRUE(eventually([&] {
+    auto r = client_->get(res::kPods.path(ns_, "ln-0"));
+    return !r.ok() || r.body["metadata"].contains("deletionTimestamp");
+  }, 20s)) << job("ln").dump(2);
+  client_->remove(res::kPods.path(ns_, "ln-0"), {{"gracePeriodSeconds", 0}});
+  ASSERT_TRUE(eventually([&] {
+    auto ps = pods("ln");
+    return ps.size() == 2 && ps[0]["metadata"]["labels"].value(lockstep::contract::kLabelRestartAttempt, "") == "1";
+  }, 30s)) << job("ln").dump(2);
+  EXPECT_EQ(condition("ln", "Restarted").value("reason", ""), "NodeLost") << job("ln").dump(2);
+  json w = workload("ln");
+  EXPECT_EQ(w["metadata"].value("uid", ""), wl_uid);
+  EXPECT_TRUE(wl_condition(w, "Admitted"));
+  for (const auto& v : versions.versions()) {
+    EXPECT_FALSE(wl_condition(v, "Evicted")) << v["status"].dump();
+    EXPECT_TRUE(v["status"].contains("admission")) << "the admission was never given back: " << v["status"].dump();
+  }
+  client_->remove(res::kNodes.path("", nodes[0]));
+}
+
 // Suspend is the Workload inactive: Kueue evicts it, the pods go and the quota is given back;
 // resumed, it is admitted again.
 TEST_F(KueueTest, SuspendGivesTheQuotaBackAndResumeQueuesAgain) {
