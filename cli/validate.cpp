@@ -463,9 +463,18 @@ namespace {
 // kueue.x-k8s.io/queue-name and kueue.x-k8s.io/priority-class labels are label values (the API
 // server checks that), and the queue label and spec.scheduling.queue must not name different
 // LocalQueues.
+// The member `key` of `j` when both are objects, else an empty object: the document may be
+// anything (the schema check above says what is wrong with it).
+const json& object_at(const json& j, const char* key) {
+  static const json empty = json::object();
+  if (!j.is_object()) return empty;
+  auto it = j.find(key);
+  return it != j.end() && it->is_object() ? *it : empty;
+}
+
 void check_queue(const json& job, std::vector<std::string>& errors) {
-  const json labels = job.value("metadata", json::object()).value("labels", json::object());
-  const json spec = job.value("spec", json::object());
+  const json& labels = object_at(object_at(job, "metadata"), "labels");
+  const json& spec = object_at(job, "spec");
   static const std::regex label_value("^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$");
   for (const char* key : {"kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class"}) {
     if (!labels.is_object() || !labels.contains(key)) continue;
@@ -476,10 +485,11 @@ void check_queue(const json& job, std::vector<std::string>& errors) {
                        "ending with a letter or digit) naming a Kueue " +
                        (std::string(key).find("queue") != std::string::npos ? "LocalQueue" : "WorkloadPriorityClass"));
   }
-  const json sched = spec.is_object() ? spec.value("scheduling", json::object()) : json::object();
+  const json& sched = object_at(spec, "scheduling");
   // Volcano: the operator makes scheduler-plugins' PodGroup only, which Volcano does not read, so
   // a gang would not be held together (docs/trainingjob.md; the CRD says the same).
-  if (sched.is_object() && sched.value("schedulerName", json("")) == "volcano" && sched.value("gang", json(true)) == true)
+  auto field = [&](const char* key, const json& fallback) { return sched.contains(key) ? sched[key] : fallback; };
+  if (field("schedulerName", json("")) == "volcano" && field("gang", json(true)) == true)
     errors.push_back("spec.scheduling.schedulerName: Unsupported value: \"volcano\" with spec.scheduling.gang true: "
                      "Volcano schedules a gang by its own PodGroup (scheduling.volcano.sh), which Lockstep does not make "
                      "(it makes scheduler-plugins' scheduling.x-k8s.io PodGroup, for a Coscheduling scheduler); set "
