@@ -385,7 +385,7 @@ OperatorProcess* OperatorTest::operator_ = nullptr;
 TEST_F(OperatorTest, CreatesServicePodGroupAndPodsWithTheExactEnvironment) {
   kubectl({"create", "priorityclass", "high", "--value=1000"});  // the Priority admission plugin checks it exists
   create_job("envjob", 3, "  masterPort: 29600\n  metrics: {port: 9500}\n  checkpoint: {path: /ckpt, everySteps: 7}\n"
-                          "  scheduling: {queue: team-a, priorityClassName: high, schedulerName: coscheduler}\n");
+                          "  scheduling: {priorityClassName: high, schedulerName: coscheduler}\n");
   ASSERT_TRUE(wait_pods("envjob", 3));
   json j = job("envjob");
   std::string uid = j["metadata"]["uid"];
@@ -416,7 +416,7 @@ TEST_F(OperatorTest, CreatesServicePodGroupAndPodsWithTheExactEnvironment) {
     EXPECT_EQ(labels["lockstep.dev/job-name"], "envjob");
     EXPECT_EQ(labels["lockstep.dev/node-rank"], std::to_string(rank));
     EXPECT_EQ(labels["lockstep.dev/restart-attempt"], "0");
-    EXPECT_EQ(labels["kueue.x-k8s.io/queue-name"], "team-a");
+    EXPECT_FALSE(labels.contains("kueue.x-k8s.io/queue-name"));
     EXPECT_EQ(labels["scheduling.x-k8s.io/pod-group"], "envjob");
     const auto& owner = pod["metadata"]["ownerReferences"][0];
     EXPECT_EQ(owner["kind"], "TrainingJob");
@@ -468,6 +468,22 @@ TEST_F(OperatorTest, CreatesServicePodGroupAndPodsWithTheExactEnvironment) {
   EXPECT_EQ(secrets.size(), 1u) << "the pods of one attempt hold different barrier secrets";
   EXPECT_EQ(names, (std::set<std::string>{"envjob-0", "envjob-1", "envjob-2"}));
   EXPECT_TRUE(wait_phase("envjob", "Pending"));
+}
+
+// A job that names a Kueue queue where Kueue's Workload API is not served waits, with no pod,
+// rather than run outside the quota it asked for, and says why (docs/kueue.md; kueue_test runs
+// the rest against a real Kueue).
+TEST_F(OperatorTest, AJobThatNamesAQueueWithoutKueueWaitsAndSaysWhy) {
+  create_job("queued", 2, "  scheduling: {queue: team-a}\n");
+  ASSERT_TRUE(wait_phase("queued", "Queued")) << job("queued").dump(2);
+  json j = job("queued");
+  const json* q = condition(j, "Queued");
+  ASSERT_NE(q, nullptr) << j.dump(2);
+  EXPECT_EQ((*q)["reason"], "KueueNotInstalled");
+  EXPECT_NE((*q)["message"].get<std::string>().find("LocalQueue team-a"), std::string::npos) << *q;
+  EXPECT_EQ(j["status"].value("queue", ""), "team-a");
+  std::this_thread::sleep_for(1s);
+  EXPECT_TRUE(pods("queued").empty());
 }
 
 TEST_F(OperatorTest, AllPodsRunningThenSucceededGivesSucceeded) {
