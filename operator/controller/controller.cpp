@@ -421,7 +421,12 @@ void Controller::write_workload(const JobView& job, const Decision& d, const std
     return;
   }
   if (w.set_active) {
-    auto r = client_.patch(path, {{"spec", {{"active", *w.set_active}}}}, kube::PatchType::Merge, &kube::kDiscardBody);
+    // Note [Who deactivates]: the annotation says the inactivity is the operator's own.
+    json annotation = *w.set_active ? json(nullptr) : json("true");
+    auto r = client_.patch(path,
+                           {{"metadata", {{"annotations", {{reconcile::kAnnotationSuspended, annotation}}}}},
+                            {"spec", {{"active", *w.set_active}}}},
+                           kube::PatchType::Merge, &kube::kDiscardBody);
     if (!r.ok()) failed(key, "set spec.active of Workload " + wl->name, r, ok);
   }
   if (!w.conditions.empty() || w.clear_admission) {

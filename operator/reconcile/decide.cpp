@@ -559,8 +559,13 @@ struct Pass {
     const WorkloadCondition* admitted = wl.condition("Admitted");
     std::string reason = "Pending", why = "waiting for Kueue to consider it";
     if (!wl.active) {
+      const WorkloadCondition* ev = wl.condition("Evicted");
       reason = "Inactive";
-      why = "the Workload is inactive (spec.active: false)";
+      why = "the Workload is inactive (spec.active: false" +
+            std::string(wl.inactive_for_suspend ? ", for spec.runPolicy.suspend)"
+                                                : ", set by Kueue or an administrator: the job waits until it is "
+                                                  "active again)") +
+            (ev && !ev->c.message.empty() ? "; " + ev->c.reason + ": " + ev->c.message : "");
     } else if (quota && quota->c.status == "False") {
       reason = word_or(quota->c.reason, "Pending");
       why = quota->c.reason + (quota->c.message.empty() ? "" : ": " + quota->c.message);
@@ -609,9 +614,12 @@ struct Pass {
     s().current_attempt_in_place_restarts = 0;
   }
 
-  // spec.active follows spec.runPolicy.suspend.
+  // spec.active follows spec.runPolicy.suspend; a Workload someone else deactivated stays so
+  // (Note [Who deactivates] in kueue.hpp).
   void sync_active() {
-    if (in.workload && in.workload->active == job.suspend) out.workload.set_active = !job.suspend;
+    if (!in.workload) return;
+    if (job.suspend && in.workload->active) out.workload.set_active = false;
+    if (!job.suspend && !in.workload->active && in.workload->inactive_for_suspend) out.workload.set_active = true;
   }
 
   // While suspended: the Workload inactive, and an eviction (Deactivated) given back.
@@ -634,7 +642,8 @@ struct Pass {
       case Admission::KueueMissing:
         queued("KueueNotInstalled",
                "the job names LocalQueue " + queue_of(job) + " but the Kueue Workload API (kueue.x-k8s.io/v1beta2) "
-               "is not served: it waits rather than run outside the queue's quota. Install Kueue, or remove the "
+               "is not served, or the operator may not use it (the chart's kueue.enabled grants that; the operator's "
+               "log says which): it waits rather than run outside the queue's quota. Install Kueue, or remove the "
                "queue (the " + std::string("kueue.x-k8s.io/queue-name") + " label and spec.scheduling.queue)");
         return false;
       case Admission::CreateWorkload:

@@ -76,6 +76,7 @@ WorkloadView WorkloadView::from_json(const json& obj) {
   w.deleting = md.contains("deletionTimestamp");
   w.job = str(child(md, "labels"), c::kLabelJobName);
   w.pod_set_hash = str(child(md, "annotations"), kAnnotationPodSetHash);
+  w.inactive_for_suspend = child(md, "annotations").contains(kAnnotationSuspended);
   if (md.contains("ownerReferences") && md["ownerReferences"].is_array())
     for (const auto& o : md["ownerReferences"])
       if (o.is_object() && o.value("controller", false) == true && str(o, "kind") == "TrainingJob")
@@ -184,7 +185,8 @@ json workload_manifest(const JobView& job, const AgentInjection& agent, std::opt
               {{"name", workload_name(job)},
                {"namespace", job.ns},
                {"labels", {{c::kLabelJobName, job.name}}},
-               {"annotations", {{kAnnotationPodSetHash, pod_set_hash(job)}}},
+               {"annotations", job.suspend ? json{{kAnnotationPodSetHash, pod_set_hash(job)}, {kAnnotationSuspended, "true"}}
+                                           : json{{kAnnotationPodSetHash, pod_set_hash(job)}}},
                {"finalizers", json::array({kKueueFinalizer})},
                {"ownerReferences", json::array({owner_reference(job)})}}},
              {"spec",

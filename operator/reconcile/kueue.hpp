@@ -32,6 +32,14 @@
 //     Deactivated), and false again, active=true;
 //   * a job deleted: its Workload goes with it (garbage collector), and the operator removes
 //     the finalizer once the job's pods are gone.
+//
+// Note [Who deactivates]
+// spec.active is written by the operator for spec.runPolicy.suspend, and by others: Kueue itself
+// deactivates a Workload that was requeued too often (waitForPodsReady's backoffLimitCount,
+// reason RequeuingLimitExceeded), and an administrator may. The operator sets active=false with
+// the annotation kAnnotationSuspended, and sets it back to true (removing the annotation) only
+// when that annotation says the inactivity was its own; a Workload someone else deactivated stays
+// so, the job Queued and saying why, until they activate it again (as Kueue's own job kinds do).
 // Nothing else of Kueue's is written: Kueue's scheduler sets the admission, its workload
 // controller the eviction, the requeue state and the PodsReady timeout.
 #pragma once
@@ -54,6 +62,9 @@ inline constexpr const char* kLabelKueuePriorityClass = "kueue.x-k8s.io/priority
 // On the Workload: a hash of what its pod set was made from (nodes, procsPerNode, template,
 // trainer command), so that a job changed while Suspended gets a new Workload.
 inline constexpr const char* kAnnotationPodSetHash = "lockstep.dev/pod-set-hash";
+// On the Workload while the operator holds it inactive for spec.runPolicy.suspend (Note [Who
+// deactivates]).
+inline constexpr const char* kAnnotationSuspended = "lockstep.dev/inactive-for-suspend";
 // What the cache keeps of a Workload (Note [Lean caches] in kube/informer.hpp): at most this
 // many conditions, each message at most kMaxConditionMessage bytes.
 inline constexpr size_t kMaxWorkloadConditions = 32;
@@ -82,6 +93,7 @@ struct WorkloadView {
   bool deleting = false, has_finalizer = false;
   int finalizer_index = -1;    // kKueueFinalizer's position in metadata.finalizers
   bool active = true;          // spec.active (absent: true)
+  bool inactive_for_suspend = false;  // kAnnotationSuspended is there (Note [Who deactivates])
   std::string queue_name, pod_set_hash;
   std::vector<WorkloadCondition> conditions;
   bool has_status = false;     // status present (a JSON patch adds into it, never over it)

@@ -323,11 +323,30 @@ TEST(KueueDecide, SuspendIsAnInactiveWorkloadAndResumeAnActiveOne) {
   r.status = d2.status;
   auto idle = workload(j, {cond("QuotaReserved", "False", "Pending", "")});
   idle.active = false;
+  idle.inactive_for_suspend = true;
   auto d3 = decide(observed(r, idle));
   ASSERT_TRUE(d3.workload.set_active.has_value());
   EXPECT_TRUE(*d3.workload.set_active);
   EXPECT_EQ(d3.status.phase, "Queued");
   EXPECT_TRUE(d3.create_pods.empty());
+}
+
+// Note [Who deactivates]: a Workload Kueue deactivated (requeued too often) or an administrator
+// did is not made active again behind their back; the job waits and says why.
+TEST(KueueDecide, AWorkloadSomeoneElseDeactivatedStaysInactive) {
+  JobView j = queued_job(2);
+  j.status.phase = "Queued";
+  auto wl = workload(j, {cond("QuotaReserved", "False", "Pending", ""),
+                         cond("Evicted", "True", "Deactivated",
+                              "The workload is deactivated due to exceeding the maximum number of re-queuing retries")});
+  wl.active = false;
+  auto d = decide(observed(j, wl));
+  EXPECT_FALSE(d.workload.set_active.has_value());
+  EXPECT_EQ(d.status.phase, "Queued");
+  EXPECT_EQ(d.status.condition("Queued")->reason, "Inactive");
+  EXPECT_NE(d.status.condition("Queued")->message.find("re-queuing retries"), std::string::npos)
+      << d.status.condition("Queued")->message;
+  EXPECT_TRUE(d.create_pods.empty());
 }
 
 TEST(KueueDecide, WithoutKueueAQueuedJobWaitsAndSaysWhy) {
@@ -392,7 +411,9 @@ TEST(KueueWorkload, OnePodSetOfThePodsOwnTemplateWithNoSecret) {
   EXPECT_EQ(pc["spec"]["priorityClassRef"]["kind"], "PriorityClass");
   EXPECT_FALSE(pc["spec"].contains("priority"));
   j.suspend = true;
-  EXPECT_EQ(workload_manifest(j, agent, std::nullopt)["spec"]["active"], false);
+  json suspended = workload_manifest(j, agent, std::nullopt);
+  EXPECT_EQ(suspended["spec"]["active"], false);
+  EXPECT_EQ(suspended["metadata"]["annotations"][kAnnotationSuspended], "true");
 }
 
 TEST(KueueWorkload, TheAgentInitContainerRequestsNoMoreThanTheTrainer) {
