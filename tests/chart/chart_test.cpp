@@ -318,15 +318,8 @@ TEST(Chart, InstallsAndItsServiceAccountCanRunTheOperator) {
   EXPECT_EQ(dep.output, "true true");
 
   // The chart's ServiceAccount, as the operator would see it in its pod.
-  auto token = kubectl({"create", "token", "lockstep-operator", "-n", "lockstep-system"});
-  ASSERT_TRUE(token.status.success()) << token.output;
-  std::string tok = token.output;
-  while (!tok.empty() && (tok.back() == '\n' || tok.back() == ' ')) tok.pop_back();
-  std::string kc = ::testing::TempDir() + "/sa-kubeconfig";
-  std::ofstream(kc) << "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: "
-                    << control_plane()->server() << "\n    certificate-authority: " << control_plane()->ca_file()
-                    << "\nusers:\n- name: sa\n  user:\n    token: " << tok
-                    << "\ncontexts:\n- name: sa\n  context: {cluster: c, user: sa}\ncurrent-context: sa\n";
+  std::string kc = lockstep::test::service_account_kubeconfig("lockstep-system", "lockstep-operator",
+                                                              ::testing::TempDir() + "/sa-kubeconfig");
   auto whoami = run_capture({"kubectl", "--kubeconfig", kc, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"});
   EXPECT_EQ(whoami.output, "system:serviceaccount:lockstep-system:lockstep-operator");
 

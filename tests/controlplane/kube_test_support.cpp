@@ -80,6 +80,18 @@ std::string create_namespace(const std::string& prefix) {
   return name;
 }
 
+std::string service_account_kubeconfig(const std::string& ns, const std::string& sa, const std::string& path) {
+  auto token = kubectl({"create", "token", sa, "-n", ns, "--duration=2h"});
+  if (!token.status.success()) throw std::runtime_error("kubectl create token " + sa + " -n " + ns + ": " + token.output);
+  std::string tok = token.output;
+  while (!tok.empty() && (tok.back() == '\n' || tok.back() == ' ')) tok.pop_back();
+  std::ofstream(path) << "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: "
+                      << control_plane()->server() << "\n    certificate-authority: " << control_plane()->ca_file()
+                      << "\nusers:\n- name: sa\n  user:\n    token: " << tok
+                      << "\ncontexts:\n- name: sa\n  context: {cluster: c, user: sa}\ncurrent-context: sa\n";
+  return path;
+}
+
 int run_tests_with_control_plane(int argc, char** argv, ControlPlaneOptions options) {
   ::testing::InitGoogleTest(&argc, argv);
   // A Ctrl-C or a ctest timeout's SIGTERM still tears the control plane down.

@@ -30,6 +30,10 @@ std::string read_text(const std::string& path);
 // Creates a namespace with a unique name derived from `prefix` and returns its name.
 std::string create_namespace(const std::string& prefix);
 
+// A kubeconfig (written to `path`) that speaks to the suite's control plane as ServiceAccount
+// `sa` of `ns`, with a token of two hours; throws std::runtime_error when none can be made.
+std::string service_account_kubeconfig(const std::string& ns, const std::string& sa, const std::string& path);
+
 // True when a missing prerequisite must fail rather than skip (LOCKSTEP_REQUIRE_ALL=1).
 bool require_all();
 

@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -26,13 +25,6 @@ std::string env_dir(const std::string& given) {
   if (!given.empty()) return given;
   const char* d = std::getenv("LOCKSTEP_KUEUE_DIR");
   return d ? d : "";
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 std::string base64_file(const std::string& path) {

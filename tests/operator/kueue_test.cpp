@@ -18,6 +18,7 @@
 #include "kube/rest_config.hpp"
 #include "kube_test_support.hpp"
 #include "kueue.hpp"
+#include "operator_process.hpp"
 #include "lockstep/contract.hpp"
 #include "lockstep/process.hpp"
 #include "http_server.hpp"
@@ -40,51 +41,22 @@ namespace {
 // whole suite: long enough for a test that plays its agents, short for the one that does not.
 constexpr auto kPodsReadyTimeout = 20s;
 
-class OperatorProcess {
+// lockstep-operator with its log in a file (operator_process.hpp), gang restarts after 1 s.
+class OperatorProcess : public lockstep::test::OperatorProcess {
  public:
-  OperatorProcess(const std::string& kubeconfig, std::vector<std::string> extra) {
-    log_ = ::testing::TempDir() + "/kueue-operator-" + std::to_string(::getpid()) + ".log";
-    lockstep::SpawnOptions so;
-    so.argv = {lockstep::test::env_or("LOCKSTEP_OPERATOR_BIN", "lockstep-operator"), "--kubeconfig", kubeconfig,
-               "--restart-backoff=1s", "--restart-backoff-max=2s", "--http-address=127.0.0.1",
-               "--http-port=" + std::to_string(lockstep::free_loopback_port()), "--log-level=debug"};
-    so.argv.insert(so.argv.end(), extra.begin(), extra.end());
-    so.output_path = log_;
-    proc_ = lockstep::Process::spawn(so);
-  }
-  ~OperatorProcess() { proc_.terminate(10s); }
-  std::string log() const {
-    std::ifstream in(log_);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
-  bool wait_log(const std::string& needle, std::chrono::milliseconds timeout = 30s) const {
-    return eventually([&] { return log().find(needle) != std::string::npos; }, timeout);
-  }
-
- private:
-  std::string log_;
-  lockstep::Process proc_;
+  OperatorProcess(const std::string& kubeconfig, std::vector<std::string> extra)
+      : lockstep::test::OperatorProcess(kubeconfig, extra, {"kueue-operator", true, {"--restart-backoff=1s", "--restart-backoff-max=2s"}}) {}
 };
 
-// Rank 0's agent, as the operator reads it: its workers started for attempt `attempt` once
-// `started` is served.
-class FakeAgent {
+// Rank 0's agent, as the operator reads it (operator_process.hpp): its workers started for
+// attempt `attempt` once started() says so.
+class FakeAgent : public lockstep::test::FakeAgent {
  public:
-  explicit FakeAgent(int port)
-      : server_("127.0.0.1", port, {{"/metrics", [this] {
-                  std::lock_guard<std::mutex> lock(mu_);
-                  return lockstep::op::HttpAnswer{200, text_, "text/plain; version=0.0.4"};
-                }}}) {}
+  explicit FakeAgent(int port) : lockstep::test::FakeAgent(port) { serve("lockstep_restart_attempt 0\n"); }
   void started(int attempt) {
-    std::lock_guard<std::mutex> lock(mu_);
-    text_ = "lockstep_restart_attempt " + std::to_string(attempt) +
-            "\nlockstep_worker_up{rank=\"0\",local_rank=\"0\"} 1\nlockstep_restarts_total{kind=\"in_place\"} 0\n";
+    serve("lockstep_restart_attempt " + std::to_string(attempt) +
+          "\nlockstep_worker_up{rank=\"0\",local_rank=\"0\"} 1\nlockstep_restarts_total{kind=\"in_place\"} 0\n");
   }
-
- private:
-  std::mutex mu_;
-  std::string text_ = "lockstep_restart_attempt 0\n";
-  lockstep::op::HttpServer server_;
 };
 
 class KueueTest : public ::testing::Test {
@@ -131,16 +103,8 @@ class KueueTest : public ::testing::Test {
     }
     auto a = kubectl({"apply", "-f", "-"}, rbac);
     EXPECT_TRUE(a.status.success()) << a.output;
-    auto token = kubectl({"create", "token", "lockstep-operator", "-n", "lockstep-system", "--duration=2h"});
-    EXPECT_TRUE(token.status.success()) << token.output;
-    std::string tok = token.output;
-    while (!tok.empty() && (tok.back() == '\n' || tok.back() == ' ')) tok.pop_back();
-    std::string kc = ::testing::TempDir() + "/kueue-operator-kubeconfig";
-    std::ofstream(kc) << "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: "
-                      << control_plane()->server() << "\n    certificate-authority: " << control_plane()->ca_file()
-                      << "\nusers:\n- name: sa\n  user:\n    token: " << tok
-                      << "\ncontexts:\n- name: sa\n  context: {cluster: c, user: sa}\ncurrent-context: sa\n";
-    return kc;
+    return lockstep::test::service_account_kubeconfig("lockstep-system", "lockstep-operator",
+                                                     ::testing::TempDir() + "/kueue-operator-kubeconfig");
   }
   static void TearDownTestSuite() {
     delete operator_;
@@ -208,17 +172,24 @@ class KueueTest : public ::testing::Test {
     auto r = client_->get(path);
     return r.ok() ? r.body : json();
   }
-  json job(const std::string& name) { return get(res::kTrainingJobs.path(ns_, name)); }
+  // The job, with an empty status until the operator's first write, so tests can read its fields.
+  json job(const std::string& name) {
+    json j = get(res::kTrainingJobs.path(ns_, name));
+    if (j.is_object() && (!j.contains("status") || !j["status"].is_object())) j["status"] = json::object();
+    return j;
+  }
   std::string phase(const std::string& name) {
     json j = job(name);
     return j.is_object() && j.contains("status") ? j["status"].value("phase", "") : "";
   }
+  // The job's condition `type`; an empty object while there is none (before the operator's first
+  // status write too), so that .value() reads "" rather than throwing.
   json condition(const std::string& name, const std::string& type) {
     json j = job(name);
-    if (j.is_object() && j.contains("status"))
+    if (j.is_object() && j.contains("status") && j["status"].is_object())
       for (const auto& c : j["status"].value("conditions", json::array()))
         if (c.value("type", "") == type) return c;
-    return json();
+    return json::object();
   }
   std::vector<json> pods(const std::string& job_name, bool with_deleting = false) {
     std::string sel = std::string(lockstep::contract::kLabelJobName) + "=" + job_name;
@@ -235,10 +206,13 @@ class KueueTest : public ::testing::Test {
     if (!r.ok() || r.body["items"].empty()) return json();
     return r.body["items"][0];
   }
-  static bool wl_condition(const json& wl, const std::string& type, const std::string& status = "True") {
-    if (!wl.is_object() || !wl.contains("status")) return false;
+  // Whether the Workload has condition `type` with `status` (and `reason`, when given).
+  static bool wl_condition(const json& wl, const std::string& type, const std::string& status = "True",
+                           const std::string& reason = "") {
+    if (!wl.is_object() || !wl.contains("status") || !wl["status"].is_object()) return false;
     for (const auto& c : wl["status"].value("conditions", json::array()))
-      if (c.value("type", "") == type && c.value("status", "") == status) return true;
+      if (c.value("type", "") == type && c.value("status", "") == status && (reason.empty() || c.value("reason", "") == reason))
+        return true;
     return false;
   }
   int admitted_workloads() {
@@ -330,34 +304,6 @@ class GangWatch {
   std::thread thread_;
 };
 
-// Every version of the Workloads of a namespace from now on, through a watch.
-class WorkloadVersions {
- public:
-  WorkloadVersions(Client& client, const std::string& ns) {
-    std::string path = res::kWorkloads.path(ns);
-    std::string rv = client.get(path).body["metadata"].value("resourceVersion", "");
-    thread_ = std::thread([this, &client, path, rv] {
-      client.watch(path, rv, 300, [this](const std::string& type, json& obj) {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (type == "ADDED" || type == "MODIFIED") versions_.push_back(obj);
-      }, cancel_);
-    });
-  }
-  ~WorkloadVersions() {
-    cancel_.cancel();
-    thread_.join();
-  }
-  std::vector<json> versions() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return versions_;
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<json> versions_;
-  lockstep::kube::Cancellation cancel_;
-  std::thread thread_;
-};
 
 }  // namespace
 
@@ -378,7 +324,7 @@ TEST_F(KueueTest, GangsAreAdmittedWholeAndInOrderWithinTheQuota) {
   create_job("c", 2);
   ASSERT_TRUE(eventually([&] {
     json q = condition("c", "Queued");
-    return phase("c") == "Queued" && q.is_object() && q.value("message", "").find("insufficient") != std::string::npos;
+    return phase("c") == "Queued" && q.value("message", "").find("insufficient") != std::string::npos;
   }, 30s)) << job("c").dump(2);
   EXPECT_EQ(phase("b"), "Queued");
   EXPECT_TRUE(pods("b").empty());
@@ -429,13 +375,12 @@ TEST_F(KueueTest, GangsAreAdmittedWholeAndInOrderWithinTheQuota) {
 // it waits; Kueue then puts it back in the queue and it is admitted again. No restart counts.
 TEST_F(KueueTest, AGangThatNeverComesTogetherIsEvictedAtThePodsReadyTimeoutAndRequeued) {
   make_queue(4);
-  WorkloadVersions versions(*client_, ns_);
+  lockstep::test::History versions(*client_, res::kWorkloads.path(ns_));  // every version of the namespace's Workloads
   create_job("stuck", 2);
   ASSERT_TRUE(eventually([&] { return pods("stuck").size() == 2; }, 30s));
   run_gang("stuck");  // containers run and are ready, but no agent says its workers started
   ASSERT_TRUE(eventually([&] {
-    json e = condition("stuck", "Evicted");
-    return e.is_object() && e.value("reason", "") == "PodsReadyTimeout";
+    return condition("stuck", "Evicted").value("reason", "") == "PodsReadyTimeout";
   }, kPodsReadyTimeout + 30s)) << job("stuck").dump(2);
   // Given back: a version of the Workload evicted, with no admission (Kueue's backoff here is
   // 1 s, so it may well be admitted again by the time the test looks).
@@ -513,25 +458,16 @@ TEST_F(KueueTest, AGangRestartKeepsTheAdmissionAndRecovers) {
                                                                            {"restartCount", 0}, {"image", "i"}, {"imageID", ""},
                                                                            {"state", {{"terminated", term}}}}})}}}});
   ASSERT_TRUE(r.ok()) << r.message();
-  ASSERT_TRUE(eventually([&] {
-    json w = workload("r");
-    if (!w.is_object()) return false;
-    for (const auto& c : w["status"].value("conditions", json::array()))
-      if (c["type"] == "PodsReady" && c["reason"] == "WaitForRecovery") return true;
-    return false;
-  }, 20s)) << workload("r").dump(2);
+  ASSERT_TRUE(eventually([&] { return wl_condition(workload("r"), "PodsReady", "False", "WaitForRecovery"); }, 20s))
+      << workload("r").dump(2);
   ASSERT_TRUE(eventually([&] {
     auto ps = pods("r");
     return ps.size() == 2 && ps[0]["metadata"]["labels"].value(lockstep::contract::kLabelRestartAttempt, "") == "1";
   }, 30s)) << job("r").dump(2);
   run_gang("r");
   agent.started(1);
-  ASSERT_TRUE(eventually([&] {
-    json w = workload("r");
-    for (const auto& c : w["status"].value("conditions", json::array()))
-      if (c["type"] == "PodsReady" && c["status"] == "True" && c["reason"] == "Recovered") return true;
-    return false;
-  }, 20s)) << workload("r").dump(2);
+  ASSERT_TRUE(eventually([&] { return wl_condition(workload("r"), "PodsReady", "True", "Recovered"); }, 20s))
+      << workload("r").dump(2);
   json w = workload("r");
   EXPECT_EQ(w["metadata"].value("uid", ""), wl_uid) << "the same Workload";
   EXPECT_FALSE(wl_condition(w, "Evicted"));
@@ -565,7 +501,7 @@ TEST_F(KueueTest, ALostNodeRestartsTheGangUnderTheSameAdmission) {
   agent.started(0);
   ASSERT_TRUE(eventually([&] { return wl_condition(workload("ln"), "PodsReady"); }, 20s)) << workload("ln").dump(2);
   const std::string wl_uid = workload("ln")["metadata"].value("uid", "");
-  WorkloadVersions versions(*client_, ns_);
+  lockstep::test::History versions(*client_, res::kWorkloads.path(ns_));  // every version of the namespace's Workloads
   ASSERT_TRUE(client_->remove(res::kNodes.path("", nodes[1])).ok());
   // The pod on the healthy node is deleted gracefully; no kubelet confirms it here: the test does.
   ASSERT_TRUE(eventually([&] {
@@ -634,7 +570,7 @@ TEST_F(KueueTest, AQueueThatDoesNotExistIsKueuesReasonInTheCondition) {
   create_job("nowhere", 1, "no-such-queue");
   ASSERT_TRUE(eventually([&] {
     json q = condition("nowhere", "Queued");
-    return q.is_object() && q.value("message", "").find("no-such-queue") != std::string::npos &&
+    return q.value("message", "").find("no-such-queue") != std::string::npos &&
            q.value("message", "").find("doesn't exist") != std::string::npos;
   }, 30s)) << job("nowhere").dump(2) << workload("nowhere").dump(2);
   EXPECT_TRUE(pods("nowhere").empty());

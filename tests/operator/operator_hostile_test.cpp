@@ -21,6 +21,7 @@
 #include "kube/client.hpp"
 #include "kube/resource.hpp"
 #include "kube_test_support.hpp"
+#include "operator_process.hpp"
 #include "lockstep/contract.hpp"
 #include "test_util.hpp"
 
@@ -38,7 +39,6 @@ using SysTime = std::chrono::system_clock::time_point;
 
 namespace {
 
-std::string operator_bin() { return lockstep::test::env_or("LOCKSTEP_OPERATOR_BIN", "lockstep-operator"); }
 
 double seconds_between(SysTime a, SysTime b) { return std::chrono::duration<double>(b - a).count(); }
 
@@ -48,34 +48,12 @@ const std::vector<std::string> kFastLease = {"--lease-duration=3s", "--renew-dea
 constexpr auto kLeaseDuration = 3s;
 constexpr auto kRenewDeadline = 2s;
 
-// A lockstep-operator process with its log in a file.
-class OperatorProcess {
+// A lockstep-operator process with its log in a file (operator_process.hpp), its HTTP server off
+// unless a test gives it an address.
+class OperatorProcess : public lockstep::test::OperatorProcess {
  public:
-  OperatorProcess(const std::string& kubeconfig, std::vector<std::string> extra) {
-    static int n = 0;
-    log_ = ::testing::TempDir() + "/hostile-operator-" + std::to_string(::getpid()) + "-" + std::to_string(++n) + ".log";
-    lockstep::SpawnOptions so;
-    so.argv = {operator_bin(), "--kubeconfig", kubeconfig, "--http-port=0", "--log-level=debug"};
-    so.argv.insert(so.argv.end(), extra.begin(), extra.end());
-    so.output_path = log_;
-    proc_ = lockstep::Process::spawn(so);
-  }
-  ~OperatorProcess() {
-    proc_.signal(SIGCONT);
-    proc_.terminate(10s);
-  }
-  bool wait_log(const std::string& needle, std::chrono::milliseconds timeout = 30s) {
-    return eventually([&] { return log().find(needle) != std::string::npos; }, timeout);
-  }
-  std::string log() const {
-    std::ifstream in(log_);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
-  lockstep::Process& process() { return proc_; }
-
- private:
-  std::string log_;
-  lockstep::Process proc_;
+  OperatorProcess(const std::string& kubeconfig, std::vector<std::string> extra)
+      : lockstep::test::OperatorProcess(kubeconfig, extra, {"hostile-operator", false, {}}) {}
 };
 
 lockstep::RunResult helm(std::vector<std::string> args) {
@@ -121,15 +99,8 @@ Identity chart_identity(const std::string& release, const std::string& ns, const
   auto a = kubectl({"apply", "-f", "-"}, manifests);
   if (!a.status.success()) throw std::runtime_error("kubectl apply of the chart's RBAC: " + a.output);
   std::string sa = release + "-operator";
-  auto token = kubectl({"create", "token", sa, "-n", ns, "--duration=2h"});
-  if (!token.status.success()) throw std::runtime_error("kubectl create token: " + token.output);
-  std::string tok = token.output;
-  while (!tok.empty() && (tok.back() == '\n' || tok.back() == ' ')) tok.pop_back();
   Identity id{"system:serviceaccount:" + ns + ":" + sa, ::testing::TempDir() + "/" + release + "-kubeconfig", release};
-  std::ofstream(id.kubeconfig) << "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: "
-                               << control_plane()->server() << "\n    certificate-authority: "
-                               << control_plane()->ca_file() << "\nusers:\n- name: sa\n  user:\n    token: " << tok
-                               << "\ncontexts:\n- name: sa\n  context: {cluster: c, user: sa}\ncurrent-context: sa\n";
+  lockstep::test::service_account_kubeconfig(ns, sa, id.kubeconfig);
   return id;
 }
 

@@ -22,6 +22,7 @@
 #include "kube/informer.hpp"
 #include "kube/resource.hpp"
 #include "kube_test_support.hpp"
+#include "operator_process.hpp"
 #include "lockstep/contract.hpp"
 #include "test_util.hpp"
 
@@ -46,43 +47,14 @@ std::string rfc3339(std::chrono::system_clock::time_point t) {
   return buf;
 }
 
-std::string operator_bin() { return lockstep::test::env_or("LOCKSTEP_OPERATOR_BIN", "lockstep-operator"); }
 
 
-// A lockstep-operator process with its log in a file.
-class OperatorProcess {
+// A lockstep-operator process with its log in a file (operator_process.hpp), restarting gangs
+// after 1 s, 2 s, 2 s, ... rather than 10 s, 20 s, ...
+class OperatorProcess : public lockstep::test::OperatorProcess {
  public:
-  OperatorProcess(const std::string& kubeconfig, std::vector<std::string> extra = {}) {
-    static int n = 0;
-    log_ = ::testing::TempDir() + "/operator-" + std::to_string(::getpid()) + "-" + std::to_string(++n) + ".log";
-    port_ = lockstep::free_loopback_port();
-    lockstep::SpawnOptions so;
-    so.argv = {operator_bin(), "--kubeconfig", kubeconfig, "--restart-backoff=1s", "--restart-backoff-max=2s",
-               "--http-address=127.0.0.1", "--http-port=" + std::to_string(port_), "--log-level=debug"};
-    so.argv.insert(so.argv.end(), extra.begin(), extra.end());
-    so.output_path = log_;
-    proc_ = lockstep::Process::spawn(so);
-  }
-  ~OperatorProcess() { proc_.terminate(10s); }
-  bool wait_log(const std::string& needle, std::chrono::milliseconds timeout = 30s) {
-    return eventually([&] { return log().find(needle) != std::string::npos; }, timeout);
-  }
-  std::string log() const {
-    std::ifstream in(log_);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
-  std::string http(const std::string& path) const {
-    auto r = lockstep::run_capture({"curl", "-s", "-o", "-", "-w", "\n%{http_code}",
-                                    "http://127.0.0.1:" + std::to_string(port_) + path}, {}, 10s);
-    return r.output;
-  }
-  lockstep::Process& process() { return proc_; }
-  const std::string& identity_hint() const { return log_; }
-
- private:
-  std::string log_;
-  int port_;
-  lockstep::Process proc_;
+  OperatorProcess(const std::string& kubeconfig, std::vector<std::string> extra = {})
+      : lockstep::test::OperatorProcess(kubeconfig, extra, {"operator", true, {"--restart-backoff=1s", "--restart-backoff-max=2s"}}) {}
 };
 
 // The value of an unlabelled series in a /metrics page, -1 if absent.
@@ -92,35 +64,7 @@ double metric(const std::string& page, const std::string& series) {
   return std::regex_search(page, m, re) ? std::stod(m[2]) : -1;
 }
 
-// Every version of one object the API server shows from now on, through a watch.
-class History {
- public:
-  History(Client& client, const std::string& collection, const std::string& name) {
-    std::string path = collection + "?fieldSelector=" + lockstep::kube::url_encode("metadata.name=" + name);
-    auto list = client.get(path);
-    std::string rv = list.ok() ? list.body["metadata"].value("resourceVersion", "") : "";
-    thread_ = std::thread([this, &client, path, rv] {
-      client.watch(path, rv, 120, [this](const std::string& type, json& obj) {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (type != "BOOKMARK") versions_.push_back(obj);
-      }, cancel_);
-    });
-  }
-  ~History() {
-    cancel_.cancel();
-    thread_.join();
-  }
-  std::vector<json> versions() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return versions_;
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<json> versions_;
-  lockstep::kube::Cancellation cancel_;
-  std::thread thread_;
-};
+using lockstep::test::History;  // operator_process.hpp
 
 // The types of the watch events of the pods matching `selector` in `ns`, from now on.
 class PodEvents {
@@ -151,31 +95,7 @@ class PodEvents {
   std::thread thread_;
 };
 
-// A stand-in for rank 0's agent: serves on 127.0.0.1:port/metrics whatever text the test
-// sets, so a test can say what the agents did (their own tests check that they say it).
-class FakeAgent {
- public:
-  explicit FakeAgent(int port)
-      : server_("127.0.0.1", port, {{"/metrics", [this] {
-                  std::lock_guard<std::mutex> lock(mu_);
-                  ++gets_;
-                  return lockstep::op::HttpAnswer{200, text_, "text/plain; version=0.0.4"};
-                }}}) {}
-  void serve(const std::string& text) {
-    std::lock_guard<std::mutex> lock(mu_);
-    text_ = text;
-  }
-  int gets() {  // the operator's readings so far
-    std::lock_guard<std::mutex> lock(mu_);
-    return gets_;
-  }
-
- private:
-  std::mutex mu_;
-  std::string text_;
-  int gets_ = 0;
-  lockstep::op::HttpServer server_;  // last: it stops before the members its handler reads
-};
+using lockstep::test::FakeAgent;  // operator_process.hpp
 
 // Pauses an operator (SIGSTOP) for a scope, so only the one a test starts acts.
 class Paused {
