@@ -765,7 +765,8 @@ bool Controller::write_status(const JobView& job, const std::string& resource_ve
   // then and writes the counts as they are by that time. So does a new job's first write
   // while it only says Pending and Created: its pods often run within the period, and then
   // one write says Running with both conditions (bench/operator counts the writes per job;
-  // startTime is then that of the write, at most one period after the job was first seen).
+  // startTime is then that of the write, at most one period after the job was first seen). So
+  // does a queued job's first write (Queued, or Pending once admitted, with the Queued condition).
   // Any other change of phase, conditions, restarts or times, and any write with events, goes
   // out at once.
   bool deferred = false;
@@ -773,9 +774,11 @@ bool Controller::write_status(const JobView& job, const std::string& resource_ve
     reconcile::JobStatus counts_only = job.status;
     counts_only.nodes = d.status.nodes;
     counts_only.progress = d.status.progress;
-    const bool first_pending = job.status.phase.empty() && d.status.phase == "Pending" &&
+    // A queued job's first write (Queued, then perhaps Pending once admitted) waits the same way:
+    // Kueue often admits within the period (docs/kueue.md).
+    const bool first_pending = job.status.phase.empty() && (d.status.phase == "Pending" || d.status.phase == "Queued") &&
                                std::all_of(d.status.conditions.begin(), d.status.conditions.end(),
-                                           [](const reconcile::Condition& c) { return c.type == "Created"; });
+                                           [](const reconcile::Condition& c) { return c.type == "Created" || c.type == "Queued"; });
     if (counts_only == d.status || first_pending) {
       auto wait = first_pending ? first_write_wait(key) : status_write_wait(key);
       if (wait.count() > 0) {
