@@ -1,5 +1,7 @@
 #include "validate.hpp"
 
+#include "reconcile/json_fields.hpp"
+
 #include <yaml-cpp/depthguard.h>  // YAML::DeepRecursion (not included by yaml.h in 0.7)
 #include <yaml-cpp/yaml.h>
 
@@ -463,18 +465,12 @@ namespace {
 // kueue.x-k8s.io/queue-name and kueue.x-k8s.io/priority-class labels are label values (the API
 // server checks that), and the queue label and spec.scheduling.queue must not name different
 // LocalQueues.
-// The member `key` of `j` when both are objects, else an empty object: the document may be
-// anything (the schema check above says what is wrong with it).
-const json& object_at(const json& j, const char* key) {
-  static const json empty = json::object();
-  if (!j.is_object()) return empty;
-  auto it = j.find(key);
-  return it != j.end() && it->is_object() ? *it : empty;
-}
-
+// The document may be anything (the schema check above says what is wrong with it): its parts
+// are read with reconcile::child, an empty object where there is none of that type.
 void check_queue(const json& job, std::vector<std::string>& errors) {
-  const json& labels = object_at(object_at(job, "metadata"), "labels");
-  const json& spec = object_at(job, "spec");
+  using reconcile::child;
+  const json& labels = child(child(job, "metadata"), "labels");
+  const json& spec = child(job, "spec");
   static const std::regex label_value("^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$");
   for (const char* key : {"kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class"}) {
     if (!labels.is_object() || !labels.contains(key)) continue;
@@ -485,7 +481,7 @@ void check_queue(const json& job, std::vector<std::string>& errors) {
                        "ending with a letter or digit) naming a Kueue " +
                        (std::string(key).find("queue") != std::string::npos ? "LocalQueue" : "WorkloadPriorityClass"));
   }
-  const json& sched = object_at(spec, "scheduling");
+  const json& sched = child(spec, "scheduling");
   // Volcano: the operator makes scheduler-plugins' PodGroup only, which Volcano does not read, so
   // a gang would not be held together (docs/trainingjob.md; the CRD says the same).
   auto field = [&](const char* key, const json& fallback) { return sched.contains(key) ? sched[key] : fallback; };

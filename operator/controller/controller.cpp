@@ -409,10 +409,7 @@ void Controller::write_workload(const JobView& job, const Decision& d, const std
   const std::string path = res::kWorkloads.path(job.ns, wl->name);
   if (w.replace) {
     if (wl->has_finalizer) {
-      json ops = json::array({{{"op", "test"}, {"path", "/metadata/finalizers/" + std::to_string(wl->finalizer_index)},
-                               {"value", reconcile::kKueueFinalizer}},
-                              {{"op", "remove"}, {"path", "/metadata/finalizers/" + std::to_string(wl->finalizer_index)}}});
-      auto r = client_.patch(path, ops, kube::PatchType::Json, &kube::kDiscardBody);
+      auto r = drop_finalizer(*wl);
       if (!r.ok() && !r.not_found()) failed(key, "remove the finalizer of Workload " + wl->name, r, ok);
     }
     auto r = client_.remove(path, {{"preconditions", {{"uid", wl->uid}}}}, &kube::kDiscardBody);
@@ -440,12 +437,15 @@ void Controller::write_workload(const JobView& job, const Decision& d, const std
     }
   }
   if (w.remove_finalizer && wl->has_finalizer) {
-    json ops = json::array({{{"op", "test"}, {"path", "/metadata/finalizers/" + std::to_string(wl->finalizer_index)},
-                             {"value", reconcile::kKueueFinalizer}},
-                            {{"op", "remove"}, {"path", "/metadata/finalizers/" + std::to_string(wl->finalizer_index)}}});
-    auto r = client_.patch(path, ops, kube::PatchType::Json, &kube::kDiscardBody);
+    auto r = drop_finalizer(*wl);
     if (!r.ok() && !r.not_found()) failed(key, "remove the finalizer of Workload " + wl->name, r, ok);
   }
+}
+
+// Kueue's finalizer off the Workload, conditional on it being where the cache saw it.
+kube::Response Controller::drop_finalizer(const reconcile::WorkloadView& wl) {
+  return client_.patch(res::kWorkloads.path(wl.ns, wl.name), reconcile::finalizer_removal_patch(wl), kube::PatchType::Json,
+                       &kube::kDiscardBody);
 }
 
 // The job is gone; its Workload (which the garbage collector deletes, held by Kueue's
@@ -457,10 +457,7 @@ void Controller::release_workloads(const std::string& key) {
     if (!p->view.finished()) return;  // their deletion events bring us back
   for (const auto& w : workloads->by_index(key)) {
     if (w->controller_uid.empty() || !w->has_finalizer) continue;
-    json ops = json::array({{{"op", "test"}, {"path", "/metadata/finalizers/" + std::to_string(w->finalizer_index)},
-                             {"value", reconcile::kKueueFinalizer}},
-                            {{"op", "remove"}, {"path", "/metadata/finalizers/" + std::to_string(w->finalizer_index)}}});
-    auto r = client_.patch(res::kWorkloads.path(w->ns, w->name), ops, kube::PatchType::Json, &kube::kDiscardBody);
+    auto r = drop_finalizer(*w);
     if (r.ok()) LOCKSTEP_LOG(Info, "reconcile", key << ": released Workload " << w->name << " (its job is gone)");
     if (!w->deleting)
       client_.remove(res::kWorkloads.path(w->ns, w->name), {{"propagationPolicy", "Background"}}, &kube::kDiscardBody);

@@ -115,6 +115,7 @@ class Controller {
   // A job's pod with its admission's flavors and updates (Note [One Workload per job]).
   void admit_pod(nlohmann::json& pod, const reconcile::WorkloadView& wl, const std::string& key);
   void release_workloads(const std::string& key);  // the job is gone: its Workload's finalizer
+  kube::Response drop_finalizer(const reconcile::WorkloadView& wl);
   kube::InformerBase::Options child_options(bool pods) const;
   void on_child(const reconcile::ChildRef* old, const reconcile::ChildRef* now);
   void poll_progress();  // the progress thread: Note [Progress]

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "lockstep/contract.hpp"
+#include "reconcile/json_fields.hpp"
 
 using json = nlohmann::json;
 
@@ -19,11 +20,6 @@ T get_or(const json& j, const char* key, T fallback) {
     }
   }
   return fallback;
-}
-
-const json& child(const json& j, const char* key) {
-  static const json empty = json::object();
-  return j.is_object() && j.contains(key) && j[key].is_object() ? j[key] : empty;
 }
 
 // At most `n` bytes of `s`, its end kept (a program's last words are at its end), cut at a

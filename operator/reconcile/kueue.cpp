@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "lockstep/contract.hpp"
+#include "reconcile/json_fields.hpp"
 #include "reconcile/node.hpp"
 
 using json = nlohmann::json;
@@ -14,15 +15,6 @@ namespace c = lockstep::contract;
 namespace lockstep::reconcile {
 namespace {
 
-const json& child(const json& j, const char* key) {
-  static const json empty = json::object();
-  return j.is_object() && j.contains(key) && j[key].is_object() ? j[key] : empty;
-}
-std::string str(const json& j, const char* key) {
-  if (!j.is_object()) return "";
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
-}
 // A string map (labels, nodeSelector) of strings only, at most 64 entries of bounded size.
 std::map<std::string, std::string> string_map(const json& j) {
   std::map<std::string, std::string> out;
@@ -69,18 +61,18 @@ bool WorkloadView::is_true(const std::string& type) const {
 WorkloadView WorkloadView::from_json(const json& obj) {
   WorkloadView w;
   const json& md = child(obj, "metadata");
-  w.ns = str(md, "namespace");
-  w.name = str(md, "name");
-  w.uid = str(md, "uid");
-  w.resource_version = str(md, "resourceVersion");
+  w.ns = string_field(md, "namespace");
+  w.name = string_field(md, "name");
+  w.uid = string_field(md, "uid");
+  w.resource_version = string_field(md, "resourceVersion");
   w.deleting = md.contains("deletionTimestamp");
-  w.job = str(child(md, "labels"), c::kLabelJobName);
-  w.pod_set_hash = str(child(md, "annotations"), kAnnotationPodSetHash);
+  w.job = string_field(child(md, "labels"), c::kLabelJobName);
+  w.pod_set_hash = string_field(child(md, "annotations"), kAnnotationPodSetHash);
   w.inactive_for_suspend = child(md, "annotations").contains(kAnnotationSuspended);
   if (md.contains("ownerReferences") && md["ownerReferences"].is_array())
     for (const auto& o : md["ownerReferences"])
-      if (o.is_object() && o.value("controller", false) == true && str(o, "kind") == "TrainingJob")
-        w.controller_uid = str(o, "uid");
+      if (o.is_object() && o.value("controller", false) == true && string_field(o, "kind") == "TrainingJob")
+        w.controller_uid = string_field(o, "uid");
   if (md.contains("finalizers") && md["finalizers"].is_array())
     for (size_t i = 0; i < md["finalizers"].size(); ++i)
       if (md["finalizers"][i] == kKueueFinalizer) {
@@ -89,7 +81,7 @@ WorkloadView WorkloadView::from_json(const json& obj) {
       }
   const json& spec = child(obj, "spec");
   w.active = !(spec.contains("active") && spec["active"] == false);
-  w.queue_name = str(spec, "queueName");
+  w.queue_name = string_field(spec, "queueName");
   const json& status = child(obj, "status");
   w.has_status = obj.is_object() && obj.contains("status") && obj["status"].is_object();
   if (status.contains("conditions") && status["conditions"].is_array()) {
@@ -100,20 +92,20 @@ WorkloadView WorkloadView::from_json(const json& obj) {
       if (!k.is_object()) continue;
       WorkloadCondition wc;
       wc.index = static_cast<int>(i);
-      wc.c.type = printable(str(k, "type"), 316);
-      wc.c.status = printable(str(k, "status"), 16);
-      wc.c.reason = printable(str(k, "reason"), 1024);
-      wc.c.message = printable(str(k, "message"), kMaxConditionMessage - 3);  // with its "..."
-      wc.c.last_transition_time = printable(str(k, "lastTransitionTime"), 64);
+      wc.c.type = printable(string_field(k, "type"), 316);
+      wc.c.status = printable(string_field(k, "status"), 16);
+      wc.c.reason = printable(string_field(k, "reason"), 1024);
+      wc.c.message = printable(string_field(k, "message"), kMaxConditionMessage - 3);  // with its "..."
+      wc.c.last_transition_time = printable(string_field(k, "lastTransitionTime"), 64);
       w.conditions.push_back(std::move(wc));
     }
   }
   const json& adm = child(status, "admission");
   w.has_admission = status.contains("admission") && status["admission"].is_object();
-  w.cluster_queue = printable(str(adm, "clusterQueue"), 253);
+  w.cluster_queue = printable(string_field(adm, "clusterQueue"), 253);
   if (adm.contains("podSetAssignments") && adm["podSetAssignments"].is_array())
     for (const auto& a : adm["podSetAssignments"]) {
-      if (!a.is_object() || str(a, "name") != kWorkloadPodSet) continue;
+      if (!a.is_object() || string_field(a, "name") != kWorkloadPodSet) continue;
       for (const auto& [resource, flavor] : child(a, "flavors").items()) {
         (void)resource;
         if (flavor.is_string() && w.flavors.size() < 16 &&
@@ -125,7 +117,7 @@ WorkloadView WorkloadView::from_json(const json& obj) {
     for (const auto& check : status["admissionChecks"]) {
       if (!check.is_object() || !check.contains("podSetUpdates") || !check["podSetUpdates"].is_array()) continue;
       for (const auto& u : check["podSetUpdates"]) {
-        if (!u.is_object() || str(u, "name") != kWorkloadPodSet) continue;
+        if (!u.is_object() || string_field(u, "name") != kWorkloadPodSet) continue;
         for (auto& [k, v] : string_map(u.value("labels", json::object()))) w.updates.labels[k] = v;
         for (auto& [k, v] : string_map(u.value("annotations", json::object()))) w.updates.annotations[k] = v;
         for (auto& [k, v] : string_map(u.value("nodeSelector", json::object()))) w.updates.node_selector[k] = v;
@@ -138,7 +130,7 @@ WorkloadView WorkloadView::from_json(const json& obj) {
 
 FlavorView FlavorView::from_json(const json& obj) {
   FlavorView f;
-  f.name = str(child(obj, "metadata"), "name");
+  f.name = string_field(child(obj, "metadata"), "name");
   const json& spec = child(obj, "spec");
   f.node_labels = string_map(spec.value("nodeLabels", json::object()));
   f.tolerations = toleration_list(spec.value("tolerations", json::array()));
@@ -296,6 +288,11 @@ json workload_status_patch(const WorkloadView& wl, const std::vector<Condition>&
   }
   if (clear_admission && wl.has_admission) ops.push_back({{"op", "remove"}, {"path", "/status/admission"}});
   return ops;
+}
+
+json finalizer_removal_patch(const WorkloadView& wl) {
+  const std::string at = "/metadata/finalizers/" + std::to_string(wl.finalizer_index);
+  return json::array({{{"op", "test"}, {"path", at}, {"value", kKueueFinalizer}}, {{"op", "remove"}, {"path", at}}});
 }
 
 }  // namespace lockstep::reconcile

@@ -163,4 +163,8 @@ Admission admission(const JobView& job, const std::optional<WorkloadView>& wl, b
 // Workload's resourceVersion (a 409 when it changed since it was read).
 nlohmann::json workload_status_patch(const WorkloadView& wl, const std::vector<Condition>& set, bool clear_admission);
 
+// The JSON patch that removes kKueueFinalizer from the Workload, conditional on the finalizer
+// still being at the position the cache saw it (a 422 when the list changed since).
+nlohmann::json finalizer_removal_patch(const WorkloadView& wl);
+
 }  // namespace lockstep::reconcile

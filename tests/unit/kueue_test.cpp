@@ -506,6 +506,14 @@ TEST(KueueWorkload, TheStatusPatchRewritesOnlyItsOwnConditionsAndIsConditional) 
   EXPECT_EQ(first[2]["path"], "/status");
 }
 
+TEST(KueueWorkload, TheFinalizerIsRemovedOnlyWhereItWasSeen) {
+  WorkloadView w = workload(queued_job(1));
+  w.finalizer_index = 2;
+  EXPECT_EQ(finalizer_removal_patch(w),
+            json::parse(R"([{"op":"test","path":"/metadata/finalizers/2","value":"kueue.x-k8s.io/resource-in-use"},
+                            {"op":"remove","path":"/metadata/finalizers/2"}])"));
+}
+
 TEST(KueueAgents, WorkersStartedOnlyForThisAttempt) {
   const std::string text =
       "lockstep_restart_attempt 2\nlockstep_worker_up{rank=\"0\",local_rank=\"0\"} 1\n";
