@@ -464,9 +464,10 @@ void Controller::release_workloads(const std::string& key) {
   }
 }
 
-// A pod of an admitted job: the flavors' node labels and tolerations, and the admission checks'
-// updates. A flavor the cache does not hold is read (and said when it cannot be).
-void Controller::admit_pod(json& pod, const reconcile::WorkloadView& wl, const std::string& key) {
+// The ResourceFlavors an admitted job's pods are assigned, read once for all of its pods (their
+// node labels and tolerations: reconcile::apply_admission). A flavor the cache does not hold is
+// read (and said when it cannot be).
+std::vector<reconcile::FlavorView> Controller::assigned_flavors(const reconcile::WorkloadView& wl, const std::string& key) {
   std::vector<reconcile::FlavorView> flavors;
   auto* cache = flavors_ptr_.load();
   for (const auto& name : wl.flavors) {
@@ -480,7 +481,7 @@ void Controller::admit_pod(json& pod, const reconcile::WorkloadView& wl, const s
     else LOCKSTEP_LOG(Warn, "reconcile", key << ": ResourceFlavor " << name << " cannot be read (" << r.message()
                                               << "); its node labels and tolerations are not applied");
   }
-  reconcile::apply_admission(pod, wl, flavors);
+  return flavors;
 }
 
 // Note [Pods we do not control]
@@ -676,6 +677,8 @@ void Controller::create_pods(const JobView& job, const Decision& d, const std::s
                              const std::optional<reconcile::WorkloadView>& wl, bool& ok) {
   const std::string& ns = job.ns;
   const std::string secret = attempt_secret(job, d.status.restarts, pods);
+  const bool admitted = wl && wl->admitted();  // Note [One Workload per job]
+  const auto flavors = admitted ? assigned_flavors(*wl, key) : std::vector<reconcile::FlavorView>{};
   int created = 0, attempted = 0;
   std::vector<std::string> failed_creates;
   for (int size : slow_start_batches(static_cast<int>(d.create_pods.size()), config_.create_parallelism,
@@ -685,7 +688,7 @@ void Controller::create_pods(const JobView& job, const Decision& d, const std::s
     for (int i = attempted; i < attempted + size; ++i) {
       names.push_back(reconcile::pod_name(job, d.create_pods[i]));
       batch.push_back(reconcile::pod_manifest(job, d.create_pods[i], d.status.restarts, config_.agent, secret, d.avoid_nodes));
-      if (wl && wl->admitted()) admit_pod(batch.back(), *wl, key);  // Note [One Workload per job]
+      if (admitted) reconcile::apply_admission(batch.back(), *wl, flavors);
       expectations_.expect_create(key, names.back());
     }
     attempted += size;

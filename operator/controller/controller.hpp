@@ -112,8 +112,8 @@ class Controller {
   // WorkloadPriorityClass, else spec.scheduling.priorityClassName's PriorityClass); nullopt when it
   // names none. False, with `error` set, when the class cannot be read.
   bool priority_of(const reconcile::JobView& job, std::optional<int>& value, std::string& error);
-  // A job's pod with its admission's flavors and updates (Note [One Workload per job]).
-  void admit_pod(nlohmann::json& pod, const reconcile::WorkloadView& wl, const std::string& key);
+  // The flavors an admitted job's pods are assigned (Note [One Workload per job]).
+  std::vector<reconcile::FlavorView> assigned_flavors(const reconcile::WorkloadView& wl, const std::string& key);
   void release_workloads(const std::string& key);  // the job is gone: its Workload's finalizer
   kube::Response drop_finalizer(const reconcile::WorkloadView& wl);
   kube::InformerBase::Options child_options(bool pods) const;
