@@ -70,7 +70,7 @@ struct Manifest {
   int64_t step = -1;
   int world = 0;
   std::string strategy, checksum = checksum::kFnv1a64;  // checkpoints before lanes64 name none
-  std::string job;  // the writer's job UID; empty before owners were recorded (Note [Checkpoint owner])
+  std::string job;  // the writer's job UID; empty when it recorded none (Note [Checkpoint owner])
   std::map<std::string, std::pair<uint64_t, std::string>> files;  // name -> size, checksum as written
 };
 
@@ -92,11 +92,11 @@ Manifest read_manifest(const std::string& path) {
   return m;
 }
 
-// Note [Checkpoint owner]
-bool owned_by(const Manifest& m, const std::string& job_uid) { return job_uid.empty() || m.job.empty() || m.job == job_uid; }
+// Note [Checkpoint owner]: a MANIFEST that names no job is no job's own.
+bool owned_by(const Manifest& m, const std::string& job_uid) { return job_uid.empty() || m.job == job_uid; }
 
 // The complete checkpoints in `dir` that `job_uid` owns (any, for ""), newest first, and the
-// newest one of another job.
+// newest one that is not its own (foreign_step -1: none), with its writer ("" when it names none).
 struct Found {
   std::vector<int64_t> own;
   int64_t foreign_step = -1;
@@ -107,9 +107,18 @@ Found find_checkpoints(const std::string& dir, const std::string& job_uid) {
   for (int64_t step : complete_steps(dir)) {
     Manifest m = read_manifest(dir + "/" + step_name(step) + "/MANIFEST");
     if (owned_by(m, job_uid)) f.own.push_back(step);
-    else if (f.foreign_job.empty()) f.foreign_step = step, f.foreign_job = m.job;
+    else if (f.foreign_step < 0) f.foreign_step = step, f.foreign_job = m.job;
   }
   return f;
+}
+
+// Whose the checkpoints `f` found beside a job's are, for a message.
+std::string foreign_owner(const Found& f) {
+  const std::string newest = "newest at step " + std::to_string(f.foreign_step);
+  if (f.foreign_job.empty())
+    return "that name no owner (" + newest + "; a MANIFEST without a job line: written by a trainer that did not "
+           "record owners, or run without LOCKSTEP_JOB_UID)";
+  return "of another job (UID " + f.foreign_job + ", " + newest + ")";
 }
 
 // Why this rank cannot use `step_dir`'s file, or "" when it verifies (Note [Checkpoint fallback]).
@@ -239,7 +248,9 @@ std::optional<int64_t> later_fence(const CheckpointTarget& t) {
     if (key == "job") job = value;
     else if (key == "attempt") attempt = std::strtoll(value.c_str(), nullptr, 10);
   }
-  if (!t.job_uid.empty() && !job.empty() && job != t.job_uid) return std::nullopt;
+  // Another job's FENCE, or one that names no job, fences nothing of this one (Note [Checkpoint
+  // owner]): it is replaced.
+  if (!t.job_uid.empty() && job != t.job_uid) return std::nullopt;
   if (attempt > t.attempt) return attempt;
   return std::nullopt;
 }
@@ -446,13 +457,15 @@ std::optional<int64_t> load_checkpoint(const CheckpointTarget& t, std::vector<to
   // Note [Checkpoint owner]: this job's own checkpoints first.
   const Found here = find_checkpoints(t.dir, t.job_uid);
   if (!here.own.empty() || t.resume_from.empty()) {
-    if (here.own.empty() && !here.foreign_job.empty())
+    if (here.own.empty() && here.foreign_step >= 0)
       throw std::invalid_argument(
-          "checkpoint: " + t.dir + " holds checkpoints of another job (UID " + here.foreign_job + ", newest at step " +
-          std::to_string(here.foreign_step) + ") and none of this one (UID " + t.job_uid +
-          "); a TrainingJob deleted and applied again is a new job. Not resuming from them, and not training over "
-          "them: set spec.checkpoint.resumeFrom: " + t.dir + " (--resume-from) to start from them, or give "
-          "spec.checkpoint.path an empty directory (or remove the step-* directories there) to start afresh");
+          "checkpoint: " + t.dir + " holds checkpoints " + foreign_owner(here) + " and none of this one (UID " +
+          t.job_uid + "); " +
+          (here.foreign_job.empty() ? "checkpoints that name no owner are no job's own"
+                                    : "a TrainingJob deleted and applied again is a new job") +
+          ". Not resuming from them, and not training over them: set spec.checkpoint.resumeFrom: " + t.dir +
+          " (--resume-from) to start from them, or give spec.checkpoint.path an empty directory (or remove the step-* "
+          "directories there) to start afresh");
     return resume_in(t, t.dir, here.own, tensors, optimizer, dist);
   }
   // None of its own yet: the newest verifiable one in spec.checkpoint.resumeFrom, whoever wrote it.
@@ -466,8 +479,9 @@ std::optional<int64_t> load_checkpoint(const CheckpointTarget& t, std::vector<to
   if (step && t.rank == 0) {
     const std::string writer = read_manifest(t.resume_from + "/" + step_name(*step) + "/MANIFEST").job;
     std::cout << "lockstep-trainer: no checkpoint of this job in " << t.dir << "; starting from " << t.resume_from
-              << "/" << step_name(*step) << " (spec.checkpoint.resumeFrom), written by job UID "
-              << (writer.empty() ? "(not recorded)" : writer) << std::endl;
+              << "/" << step_name(*step) << " (spec.checkpoint.resumeFrom), written by "
+              << (writer.empty() ? "a job that recorded no UID (its MANIFEST names no owner)" : "job UID " + writer)
+              << std::endl;
   }
   return step;
 }

@@ -51,9 +51,9 @@ struct CheckpointTarget {
 // directory stays incomplete, which resume ignores and the next save of that step overwrites.
 // What is left open is the instant between that read and the MANIFEST's rename; a stale rank
 // frozen exactly there and thawed later could still commit that one step. The agents' fencing
-// (docs/agent.md, heartbeats) stops such ranks too. A FENCE of another job (another UID) is
-// replaced, and without LOCKSTEP_RESTART_ATTEMPT (lockstep run's trainer of one attempt, a bare
-// trainer) nothing is fenced.
+// (docs/agent.md, heartbeats) stops such ranks too. A FENCE of another job (another UID, or
+// none: Note [Checkpoint owner]) is replaced, and without LOCKSTEP_RESTART_ATTEMPT (lockstep
+// run's trainer of one attempt, a bare trainer) nothing is fenced.
 class CheckpointFenced : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -69,8 +69,13 @@ class CheckpointFenced : public std::runtime_error {
 // them. Starting afresh beside them is not done: its step directories would overwrite theirs.
 // With resumeFrom, a job with no checkpoint of its own starts from the newest verifiable one
 // in that directory, whoever wrote it; its own, once it has any, come first. Pruning removes only
-// the job's own checkpoints. A MANIFEST without a UID (written before owners were recorded), or
-// a trainer run without LOCKSTEP_JOB_UID (lockstep run, a bare trainer), matches any job.
+// the job's own checkpoints, and only the job's own FENCE (Note [Checkpoint fencing]) fences it.
+// A MANIFEST that names no job (a trainer before owners were recorded, or one run without
+// LOCKSTEP_JOB_UID) is no job's own: anyone who can write the directory can write one, so a job
+// with a UID neither resumes from it unasked nor prunes it; it stops at start as for another
+// job's, saying the checkpoints name no owner, and resumeFrom naming the directory is what makes
+// it start from them. A FENCE that names no job is replaced. A trainer run without
+// LOCKSTEP_JOB_UID (lockstep run, a bare trainer) checks no owner: every checkpoint is its own.
 
 // Note [Shared checkpoint directory]
 // Every rank reads and writes the same step directories, so the directory must be the same

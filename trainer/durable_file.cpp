@@ -1,6 +1,7 @@
 #include "durable_file.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -28,6 +29,16 @@ const char* errno_name(int err) {
   }
 }
 
+// What a file of mode `mode` is, in the words of an error.
+std::string what_is(mode_t mode) {
+  if (S_ISLNK(mode)) return "a symbolic link";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  return "a file that is not a regular file";
+}
+
 std::string parent_of(const std::string& path) {
   const size_t slash = path.find_last_of('/');
   return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
@@ -53,13 +64,43 @@ std::string storage_error_text(int err) {
   return text;
 }
 
-DurableFile::DurableFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp-" + std::to_string(::getpid())) {
-  fd_ = file_io().open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) {
-    const int err = errno;
-    throw std::runtime_error("checkpoint: cannot create " + tmp_ + ": " + storage_error_text(err));
+namespace {
+
+// Note [Temporaries on a shared volume]: `tmp` made anew for this write, never opened through
+// whatever is at its name; a regular file there (a temporary a killed writer of the same pid
+// left) is removed first, once.
+int open_temporary(const std::string& tmp) {
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  int fd = file_io().open(tmp.c_str(), kFlags, 0644);
+  if (fd < 0 && errno == EEXIST) {
+    struct stat st {};
+    if (::lstat(tmp.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+      throw std::runtime_error("checkpoint: cannot create " + tmp + ": " + what_is(st.st_mode) +
+                               " is in its place (put there by another pod that shares the checkpoint volume?); it is "
+                               "not followed, and this checkpoint is not written: remove it, and give "
+                               "spec.checkpoint.path a volume only this job's pods can write");
+    if (::unlink(tmp.c_str()) != 0 && errno != ENOENT) {
+      const int err = errno;
+      throw std::runtime_error("checkpoint: cannot remove " + tmp + ", a temporary an interrupted write left: " +
+                               storage_error_text(err));
+    }
+    fd = file_io().open(tmp.c_str(), kFlags, 0644);
   }
+  if (fd < 0) {
+    const int err = errno;
+    throw std::runtime_error("checkpoint: cannot create " + tmp + ": " + storage_error_text(err) +
+                             (err == EEXIST || err == ELOOP
+                                  ? "; something was put in its place as it was made (another pod that shares the "
+                                    "checkpoint volume?): it is not followed, and this checkpoint is not written"
+                                  : ""));
+  }
+  return fd;
 }
+
+}  // namespace
+
+DurableFile::DurableFile(std::string path)
+    : path_(std::move(path)), tmp_(path_ + ".tmp-" + std::to_string(::getpid())), fd_(open_temporary(tmp_)) {}
 
 DurableFile::~DurableFile() {
   if (committed_) return;

@@ -14,6 +14,20 @@
 // Torch's archive writer keeps calling its writer after a short write and can terminate the
 // process from its destructor when one fails, so write() never fails: it records the first
 // error, drops the rest, and commit() throws it.
+//
+// Note [Temporaries on a shared volume]
+// The checkpoint volume may be shared with pods this job does not trust: another job's, of
+// another team, on the same ReadWriteMany claim or hostPath. One of them could plant a symbolic
+// link at a temporary's name (`path`.tmp-<pid>: pids are small and repeat, so the name is easy
+// to guess), and an open with O_CREAT|O_TRUNC would write the checkpoint through it into
+// whatever file it names that this process may write. So a temporary is always made anew,
+// O_CREAT|O_EXCL|O_NOFOLLOW: the open fails on anything already at the name, and follows
+// nothing. A regular file there is taken for a temporary of this name that a killed writer left
+// (a container's pids repeat across restarts) and removed first, once (unlink(2) removes the
+// name, never the file a link names, so a hard link planted there costs its target nothing);
+// anything else there, a symbolic link, a directory, or a second file put there as the
+// temporary is made, fails the write with what was found, and follows nothing. The rename onto
+// `path` replaces whatever entry is there, a link too, without following it.
 #pragma once
 
 #include <sys/types.h>
@@ -42,7 +56,8 @@ std::string storage_error_text(int err);
 
 class DurableFile {
  public:
-  // Opens `path`.tmp-<pid> for writing; throws std::runtime_error naming it when it cannot.
+  // Makes `path`.tmp-<pid> for writing (Note [Temporaries on a shared volume]); throws
+  // std::runtime_error naming it when it cannot.
   explicit DurableFile(std::string path);
   ~DurableFile();  // not committed: the temporary is removed
   DurableFile(const DurableFile&) = delete;

@@ -690,3 +690,150 @@ TEST(Checkpoint, ALaterAttemptFencesTheDirectoryAndTheOldOneNeitherStartsNorComm
   EXPECT_NO_THROW(prepare_checkpoint_dir(unfenced, Dist{}));
   EXPECT_EQ(slurp(dir + "/FENCE"), "job uid-b\nattempt 0\n") << "left as it was";
 }
+
+// Note [Checkpoint owner]: a MANIFEST that names no job (a trainer run without LOCKSTEP_JOB_UID
+// wrote it, or anyone who can write the volume) is not a job's own: the job stops at start
+// saying so, as for another job's, and starts from it only when resumeFrom names the directory;
+// it is never pruned by the job. A FENCE that names no job fences nothing of it either.
+TEST(Checkpoint, AManifestThatNamesNoOwnerIsUsedOnlyWhenResumeFromNamesIt) {
+  using namespace lockstep::trainer;
+  std::string dir = temp_dir("ownerless");
+  SmallModel written;
+  CheckpointTarget anyone{dir, 0, 1, "DDP", false, 0};  // no LOCKSTEP_JOB_UID
+  save_checkpoint(anyone, 4, written.tensors, written.opt, Dist{});
+  ASSERT_EQ(slurp(dir + "/step-4/MANIFEST").find("job "), std::string::npos) << "it names no owner";
+
+  CheckpointTarget job{dir, 0, 1, "DDP", false, 1, "uid-b"};
+  SmallModel fresh;
+  try {
+    load_checkpoint(job, fresh.tensors, fresh.opt, Dist{});
+    ADD_FAILURE() << "a job resumed from a checkpoint that names no owner without being asked to";
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("holds checkpoints that name no owner (newest at step 4; a MANIFEST without a job line"),
+              std::string::npos) << what;
+    EXPECT_NE(what.find("and none of this one (UID uid-b)"), std::string::npos) << what;
+    EXPECT_NE(what.find("set spec.checkpoint.resumeFrom: " + dir), std::string::npos) << what;
+  }
+  EXPECT_FALSE(torch::equal(fresh.tensors[0], written.saved)) << "nothing was loaded";
+
+  // Named by resumeFrom, it is the start; the job's own then come first, and keep 1 prunes only those.
+  job.resume_from = dir;
+  auto step = load_checkpoint(job, fresh.tensors, fresh.opt, Dist{});
+  ASSERT_TRUE(step.has_value());
+  EXPECT_EQ(*step, 4);
+  EXPECT_TRUE(torch::equal(fresh.tensors[0], written.saved));
+  save_checkpoint(job, 6, fresh.tensors, fresh.opt, Dist{});
+  save_checkpoint(job, 8, fresh.tensors, fresh.opt, Dist{});
+  EXPECT_EQ(step_dirs(dir), (std::set<std::string>{"step-4", "step-8"})) << "step-6 pruned, the ownerless step-4 kept";
+  EXPECT_NE(slurp(dir + "/step-8/MANIFEST").find("job uid-b\n"), std::string::npos);
+  SmallModel again;
+  step = load_checkpoint(job, again.tensors, again.opt, Dist{});
+  ASSERT_TRUE(step.has_value());
+  EXPECT_EQ(*step, 8);
+  // A trainer with no UID (lockstep run) checks no owner: every checkpoint is its own.
+  step = load_checkpoint(anyone, again.tensors, again.opt, Dist{});
+  ASSERT_TRUE(step.has_value());
+  EXPECT_EQ(*step, 8);
+
+  // A FENCE that names no job, of a later attempt, does not stop the job: it is replaced.
+  write_text_durably(dir + "/FENCE", "attempt 99\n");
+  CheckpointTarget attempt{dir, 0, 1, "DDP", false, 1, "uid-b", "", 2};
+  EXPECT_NO_THROW(prepare_checkpoint_dir(attempt, Dist{}));
+  EXPECT_EQ(slurp(dir + "/FENCE"), "job uid-b\nattempt 2\n");
+  // Its own later attempt's still does.
+  write_text_durably(dir + "/FENCE", "job uid-b\nattempt 99\n");
+  EXPECT_THROW(prepare_checkpoint_dir(attempt, Dist{}), CheckpointFenced);
+}
+
+namespace {
+// A file outside the checkpoint directory that a planted link names: what must never be written.
+std::string victim_file(const std::string& name) {
+  const std::string victim = temp_dir(name + "-victim") + "/precious";
+  std::ofstream(victim) << "precious\n";
+  return victim;
+}
+}  // namespace
+
+// Note [Temporaries on a shared volume]: a symbolic link planted at a temporary's name (by a pod
+// of another job that shares the volume) makes the write fail naming it; the link is not
+// followed, so the file it names is untouched, whether it exists or not.
+TEST(DurableFile, ASymlinkPlantedAtTheTemporaryIsNeverFollowed) {
+  using namespace lockstep::trainer;
+  const std::string dir = temp_dir("planted");
+  const std::string victim = victim_file("planted");
+  const std::string path = dir + "/MANIFEST", tmp = path + ".tmp-" + std::to_string(::getpid());
+  fs::create_symlink(victim, tmp);
+  try {
+    write_text_durably(path, "step 2\n");
+    ADD_FAILURE() << "the write went through a planted link";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("cannot create " + tmp + ": a symbolic link is in its place"), std::string::npos) << what;
+    EXPECT_NE(what.find("it is not followed"), std::string::npos) << what;
+  }
+  EXPECT_EQ(slurp(victim), "precious\n");
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_TRUE(fs::is_symlink(tmp)) << "left for whoever looks into it";
+  // A link to a file that does not exist yet is not followed into making it.
+  fs::remove(tmp);
+  const std::string made = fs::path(victim).parent_path().string() + "/made-through-the-link";
+  fs::create_symlink(made, tmp);
+  EXPECT_THROW(write_text_durably(path, "step 2\n"), std::runtime_error);
+  EXPECT_FALSE(fs::exists(made));
+  // A directory there fails the same way.
+  fs::remove(tmp);
+  fs::create_directory(tmp);
+  try {
+    write_text_durably(path, "step 2\n");
+    ADD_FAILURE() << "a directory at the temporary's name was written over";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("a directory is in its place"), std::string::npos) << e.what();
+  }
+}
+
+// A regular file at the temporary's name is one an interrupted writer of the same pid left: it is
+// removed and the write goes on. A hard link planted there loses its name only: its target keeps
+// its contents.
+TEST(DurableFile, AStaleTemporaryOfItsOwnNameIsReplacedAndAHardLinkTargetIsUntouched) {
+  using namespace lockstep::trainer;
+  const std::string dir = temp_dir("stale-own");
+  const std::string path = dir + "/LATEST", tmp = path + ".tmp-" + std::to_string(::getpid());
+  std::ofstream(tmp) << "left by a killed writer";
+  write_text_durably(path, "step-4\n");
+  EXPECT_EQ(slurp(path), "step-4\n");
+  EXPECT_FALSE(fs::exists(tmp));
+  const std::string victim = dir + "/precious";  // a hard link needs the same file system
+  std::ofstream(victim) << "precious\n";
+  fs::create_hard_link(victim, tmp);
+  write_text_durably(path, "step-6\n");
+  EXPECT_EQ(slurp(path), "step-6\n");
+  EXPECT_EQ(slurp(victim), "precious\n");
+  EXPECT_FALSE(fs::exists(tmp));
+}
+
+// The same at a save: a link planted at a rank file's temporary fails the save on every path,
+// names the link, writes nothing through it, and the previous checkpoint is kept and resumed.
+TEST(Checkpoint, ASymlinkAtARankFilesTemporaryFailsTheSaveAndKeepsThePreviousCheckpoint) {
+  using namespace lockstep::trainer;
+  const std::string dir = temp_dir("planted-save");
+  const std::string victim = victim_file("planted-save");
+  CheckpointTarget t{dir, 0, 1, "DDP", false, 1, "uid-a"};
+  SmallModel m;
+  save_checkpoint(t, 2, m.tensors, m.opt, Dist{});
+  fs::create_directories(dir + "/step-4");
+  fs::create_symlink(victim, dir + "/step-4/rank-0.pt.tmp-" + std::to_string(::getpid()));
+  try {
+    save_checkpoint(t, 4, m.tensors, m.opt, Dist{});
+    ADD_FAILURE() << "a save through a planted link was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("a symbolic link is in its place"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(slurp(victim), "precious\n");
+  EXPECT_FALSE(fs::exists(dir + "/step-4")) << "the unfinished checkpoint is removed (the link with it, not its target)";
+  EXPECT_EQ(slurp(dir + "/LATEST"), "step-2\n");
+  SmallModel fresh;
+  auto step = load_checkpoint(t, fresh.tensors, fresh.opt, Dist{});
+  ASSERT_TRUE(step.has_value());
+  EXPECT_EQ(*step, 2);
+}
