@@ -1,5 +1,7 @@
 #include "kube/client.hpp"
 
+#include <iomanip>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -156,14 +158,44 @@ std::vector<Response> Client::remove_all(const std::vector<std::string>& paths, 
 Response Client::get(const std::string& path, const Prune* prune, PruneRoot root) {
   return request("GET", path, nullptr, "", prune, root);
 }
-Response Client::get_text(const std::string& path, std::string& text) {
+Response Client::list(const std::string& path, ListStream& page, const Cancellation& cancel) {
   limiter_.acquire();
+  Response r;
+  if (cancel.cancelled()) {
+    r.error = "list cancelled";
+    return r;
+  }
   const std::string auth = impl_->auth_header(config_);
-  http::Request req{"GET", path, "", "", auth, false};
-  http::Reply reply = impl_->transport.round_trip(req);
-  const bool ok = reply.status >= 200 && reply.status < 300;
-  if (ok) text = std::move(reply.body);
-  return Impl::finish("GET", std::move(reply), ok ? &kDiscardBody : nullptr, PruneRoot::Document, observer_);
+  http::Request req{"GET", path, "", "", auth};
+  req.max_body = kMaxStatus;
+  http::Reply reply;
+  try {
+    reply = impl_->transport.stream(req, config_.request_timeout, cancel.state_->interrupt,
+                                    [&page](std::string_view piece) { return page.feed(piece); });
+  } catch (const std::exception& e) {  // thrown by the page's reader of items
+    r.error = std::string("list: ") + e.what();
+    return r;
+  }
+  if (cancel.cancelled()) {
+    r.error = "list cancelled";
+    return r;
+  }
+  r.status = reply.status;
+  if (observer_) observer_("GET", r.status);
+  if (r.status == 200 && !page.finish()) {
+    r.status = 0;
+    r.error = page.error();
+  } else if (r.status == 0) {
+    r.error = std::move(reply.error);
+  } else if (r.status != 200) {
+    r.body = json::parse(reply.body, nullptr, false);
+    if (r.body.is_discarded()) r.body = nullptr;
+    if (r.ok()) {  // a list is answered 200, its items in the body
+      r.error = "HTTP " + std::to_string(r.status) + " to a list, not 200";
+      r.status = 0;
+    }
+  }
+  return r;
 }
 Response Client::create(const std::string& path, const json& body, const Prune* prune) {
   return request("POST", path, &body, "application/json", prune);

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kube/list_stream.hpp"
 #include "kube/prune.hpp"
 #include "kube/rest_config.hpp"
 
@@ -80,9 +81,12 @@ class Client {
   // A prune (Note [Pruned parsing]) leaves subtrees of the answer's object(s) unbuilt;
   // `root` says where they are (a list's items, or the answer itself).
   Response get(const std::string& path, const Prune* prune = nullptr, PruneRoot root = PruneRoot::Document);
-  // A GET whose successful answer is handed back as `text`, unparsed (the body left empty);
-  // an error's Status is parsed as get() parses it.
-  Response get_text(const std::string& path, std::string& text);
+  // A list's page, read as it arrives (Note [Streamed lists]): a 200's body into `page`, which
+  // hands each item on and keeps the page's metadata; the answer is then ok() when the whole
+  // list was read, and status 0 with the reason in `error` when it was not, was cancelled, or no
+  // answer came. An error's Status (at most kMaxStatus) is parsed as get() parses it.
+  static constexpr size_t kMaxStatus = 1 << 20;
+  Response list(const std::string& path, ListStream& page, const Cancellation& cancel);
   // `prune` (optional) applies to a successful answer; errors are always read whole.
   Response create(const std::string& path, const nlohmann::json& body, const Prune* prune = nullptr);
   Response replace(const std::string& path, const nlohmann::json& body);

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 
@@ -394,9 +395,10 @@ bool read_body(Connection& c, Head& h, const Sink& sink, bool& stopped, std::str
 }
 
 // Reads one whole answer on `c`: a 200's body into `sink` when one is given, a success's body
-// nowhere when `discard_ok`, any other body into reply.body. False on a transport error
-// (reply.status is then 0).
-bool receive(Connection& c, Reply& reply, const Sink* sink, bool& got_bytes, bool discard_ok = false) {
+// nowhere when `discard_ok`, any other body into reply.body (at most `max_body` bytes of it when
+// that is not 0). False on a transport error (reply.status is then 0).
+bool receive(Connection& c, Reply& reply, const Sink* sink, bool& got_bytes, bool discard_ok = false,
+             size_t max_body = 0) {
   Head h;
   got_bytes = false;
   if (!read_head(c, h, reply.error, got_bytes)) {
@@ -411,12 +413,20 @@ bool receive(Connection& c, Reply& reply, const Sink* sink, bool& got_bytes, boo
     static const Sink drop = [](std::string_view) { return true; };
     ok = read_body(c, h, drop, stopped, reply.error);
   } else {
-    if (h.length > 0) reply.body.reserve(static_cast<size_t>(std::min<long long>(h.length, 64 << 20)));
-    Sink collect = [&reply](std::string_view piece) {
+    const size_t cap = max_body ? max_body : SIZE_MAX;
+    const size_t most_reserved = std::min<size_t>(cap, 64 << 20);
+    if (h.length > 0) reply.body.reserve(static_cast<size_t>(std::min<long long>(h.length, most_reserved)));
+    Sink collect = [&reply, cap](std::string_view piece) {
+      if (piece.size() > cap - reply.body.size()) return false;
       reply.body.append(piece);
       return true;
     };
     ok = read_body(c, h, collect, stopped, reply.error);
+    if (ok && stopped) {
+      ok = false;
+      reply.error = "an HTTP " + std::to_string(h.status) + " answer's body is longer than " + std::to_string(cap) +
+                    " bytes, the most that is read of it";
+    }
   }
   if (!ok) {
     reply.status = 0;
@@ -722,7 +732,7 @@ Reply Transport::round_trip(const Request& request) {
     bool reused = false, got_bytes = false;
     auto c = acquire(reused, reply.error);
     if (!c) return reply;
-    if (send(*c, request, reply.error) && receive(*c, reply, nullptr, got_bytes, request.discard_ok_body)) {
+    if (send(*c, request, reply.error) && receive(*c, reply, nullptr, got_bytes, request.discard_ok_body, request.max_body)) {
       release(std::move(c));
       return reply;
     }
@@ -751,7 +761,7 @@ std::vector<Reply> Transport::round_trip_all(const std::vector<Request>& request
   for (size_t i = 0; i < n; ++i) {
     if (conns[i]) {
       bool got_bytes = false;
-      if (receive(*conns[i], replies[i], nullptr, got_bytes, requests[i].discard_ok_body)) {
+      if (receive(*conns[i], replies[i], nullptr, got_bytes, requests[i].discard_ok_body, requests[i].max_body)) {
         release(std::move(conns[i]));
         continue;
       }
@@ -763,7 +773,7 @@ std::vector<Reply> Transport::round_trip_all(const std::vector<Request>& request
   return replies;
 }
 
-Reply Transport::stream(const Request& request, std::chrono::seconds timeout, Interrupt& interrupt, const Sink& sink) {
+Reply Transport::stream(const Request& request, std::chrono::milliseconds timeout, Interrupt& interrupt, const Sink& sink) {
   Reply reply;
   // Its own connection, held for as long as the stream lasts: dialled with the transport's
   // timeout, attached to the interrupt from its first moment, then read with `timeout`.
@@ -772,14 +782,14 @@ Reply Transport::stream(const Request& request, std::chrono::seconds timeout, In
     if (interrupt.interrupted()) reply.error = "interrupted";
     return reply;
   }
-  timeval tv{static_cast<time_t>(timeout.count()), 0};
+  timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
   setsockopt(c->sock.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   struct Detach {
     Interrupt& i;
     ~Detach() { i.detach(); }  // before the connection closes: its descriptor may be reused
   } detach{interrupt};
   bool got_bytes = false;
-  if (send(*c, request, reply.error)) receive(*c, reply, &sink, got_bytes);
+  if (send(*c, request, reply.error)) receive(*c, reply, &sink, got_bytes, false, request.max_body);
   if (interrupt.interrupted()) {
     reply.status = 0;
     reply.error = "interrupted";

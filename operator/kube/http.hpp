@@ -47,6 +47,7 @@ struct Request {
   std::string_view body;
   std::string_view authorization;  // the Authorization header's value; empty: none
   bool discard_ok_body = false;     // a 2xx answer's body is read past, not kept
+  size_t max_body = 0;              // a body read whole that is longer fails the request; 0: any length
 };
 
 struct Reply {
@@ -91,11 +92,11 @@ class Transport {
   // in order. `before_send(i)` runs just before request i is written (a rate limiter's wait).
   std::vector<Reply> round_trip_all(const std::vector<Request>& requests,
                                     const std::function<void(size_t)>& before_send = nullptr);
-  // A request whose answer may last: on a connection of its own with `timeout` for each read.
-  // A 200's body goes to `sink` as it arrives (reply.body stays empty) until it ends, the sink
-  // says stop, or `interrupt` fires (then reply.status is 0 and reply.error says so); any
-  // other status's body is read whole into reply.body.
-  Reply stream(const Request& request, std::chrono::seconds timeout, Interrupt& interrupt, const Sink& sink);
+  // A request whose answer may last or be large (a watch, a list's page): on a connection of
+  // its own with `timeout` for each read. A 200's body goes to `sink` as it arrives (reply.body
+  // stays empty) until it ends, the sink says stop, or `interrupt` fires (then reply.status is 0
+  // and reply.error says so); any other status's body is read whole into reply.body.
+  Reply stream(const Request& request, std::chrono::milliseconds timeout, Interrupt& interrupt, const Sink& sink);
 
   size_t idle_connections() const;
   size_t connections_opened() const { return opened_; }

@@ -4,6 +4,7 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <random>
 
 #include "lockstep/log.hpp"
@@ -43,86 +44,53 @@ void InformerBase::backoff(int& failures) {
   while (!stop_ && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(50));
 }
 
+// Note [Streamed lists]: each page is read as it arrives and each item converted alone, so a
+// list never holds more than one object's text and parse, nor every object converted.
 bool InformerBase::list(std::string& resource_version) {
   std::string base = resource_.path(options_.ns) + "?limit=" + std::to_string(options_.page_size);
   if (!options_.label_selector.empty()) base += "&labelSelector=" + url_encode(options_.label_selector);
-  const Prune* prune = options_.prune.empty() ? nullptr : &options_.prune;
-  list_begin();  // each page is converted as it comes: a list never holds every object parsed
+  list_begin();
   std::string cont;
+  size_t items = 0, pages = 0, bytes = 0, largest = 0;
   do {
-    const std::string page = base + (cont.empty() ? "" : "&continue=" + url_encode(cont));
-    if (reads_text()) {
-      std::string text;
-      Response r = client_.get_text(page, text);
-      if (!r.ok() || !list_page_text(text, cont, resource_version)) {
-        LOCKSTEP_LOG(Warn, "informer", resource_.plural << ": list failed (will retry): "
-                                                        << (r.ok() ? std::string("the answer is not a list") : r.message()));
-        return false;
-      }
-      continue;
-    }
-    Response r = client_.get(page, prune, PruneRoot::ListItems);
+    const std::string page_path = base + (cont.empty() ? "" : "&continue=" + url_encode(cont));
+    ListStream page([this](std::string_view item) { return !stop_ && list_one(item); });
+    Response r = client_.list(page_path, page, cancel_);
+    if (stop_) return false;
     if (!r.ok()) {
       LOCKSTEP_LOG(Warn, "informer", resource_.plural << ": list failed (will retry): " << r.message());
       return false;
     }
-    for (auto& item : r.body["items"]) {
-      // List items carry no kind/apiVersion; conversions may want them.
-      item["kind"] = resource_.kind;
-      item["apiVersion"] = resource_.api_version();
-      list_item(item);
-    }
-    const auto& md = r.body["metadata"];
-    cont = md.value("continue", "");
-    resource_version = md.value("resourceVersion", "");
+    cont = page.continue_token();
+    resource_version = page.resource_version();
+    items += page.items();
+    bytes += page.bytes();
+    largest = std::max(largest, page.largest_item());
+    ++pages;
   } while (!cont.empty() && !stop_);
   if (stop_) return false;
   list_end();
-  ::malloc_trim(0);  // a large list's parse leaves freed pages behind; give them back
+  // Big items were read with buffers of their own (JsonText::kKept); a list's parses leave
+  // freed pages behind: give both back.
+  JsonText::for_this_thread().release();
+  ::malloc_trim(0);
+  LOCKSTEP_LOG(Debug, "informer", resource_.plural << ": listed " << items << " in " << pages << " page(s) of "
+                                                   << bytes << " bytes, the largest item " << largest << " bytes");
   return true;
 }
 
-bool InformerBase::list_page_text(const std::string& text, std::string& cont, std::string& resource_version) {
-  namespace od = simdjson::ondemand;
-  // A parser of its own: each item is read with the thread's (JsonText::for_this_thread), and
-  // the items' texts are views into this one's copy of the page.
-  JsonText page;
-  od::document doc;
-  od::object list;
-  if (!page.iterate(text, doc) || doc.get_object().get(list)) return false;
-  std::vector<std::string_view> items;
-  cont.clear();
-  for (auto member : list) {
-    od::field field;
-    std::string_view key;
-    if (std::move(member).get(field) || field.unescaped_key().get(key)) return false;
-    if (key == "metadata") {
-      od::object md;
-      if (field.value().get_object().get(md)) continue;
-      for (auto m : md) {
-        od::field f;
-        std::string_view k, v;
-        if (std::move(m).get(f) || f.unescaped_key().get(k)) return false;
-        if (k == "continue" && !f.value().get_string().get(v)) cont.assign(v);
-        else if (k == "resourceVersion" && !f.value().get_string().get(v)) resource_version.assign(v);
-      }
-    } else if (key == "items") {
-      od::array arr;
-      if (field.value().get_array().get(arr)) return false;
-      for (auto item : arr) {
-        od::value v;
-        od::json_type type;
-        std::string_view raw;
-        if (std::move(item).get(v) || v.type().get(type)) return false;
-        if (type != od::json_type::object) continue;
-        od::object obj;
-        if (v.get_object().get(obj) || obj.raw_json().get(raw)) return false;
-        items.push_back(raw);
-      }
-    }
+bool InformerBase::list_one(std::string_view item) {
+  if (item.empty() || item.front() != '{') return false;  // a list's items are objects
+  if (reads_text()) {
+    list_item_text(item);
+    return true;
   }
-  if (!JsonText::finished(doc)) return false;
-  for (std::string_view item : items) list_item_text(item);
+  json obj = parse_pruned(item, prune(), PruneRoot::Document);
+  if (!obj.is_object()) return false;
+  // List items carry no kind/apiVersion; conversions may want them.
+  obj["kind"] = resource_.kind;
+  obj["apiVersion"] = resource_.api_version();
+  list_item(obj);
   return true;
 }
 

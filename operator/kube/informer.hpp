@@ -1,6 +1,7 @@
 // An informer: a local cache of one resource kept current by list + watch.
 //
-// It lists (paginated), then watches from the list's resourceVersion with bookmarks;
+// It lists (paginated, each page read item by item as it arrives: Note [Streamed lists] in
+// kube/client.hpp), then watches from the list's resourceVersion with bookmarks;
 // a watch that ends normally resumes from the last resourceVersion seen; 410 Gone (the
 // version was compacted away) re-lists; errors back off exponentially (200 ms .. 30 s,
 // with jitter). Handlers run on the informer's thread, after the cache is updated.
@@ -13,7 +14,8 @@
 // the parser from building the parts no T needs (Note [Pruned parsing]). As nlohmann::json,
 // a pod the controller had trimmed to its needs still took about 4.5 KB of heap (a map node
 // per field, a heap block per string); at 10,000 pods that was most of the operator's
-// memory (bench/operator/RESULTS.md).
+// memory (bench/operator/RESULTS.md). A list converts each item as it comes too: it holds one
+// object's text and parse at a time (Note [Streamed lists] in kube/list_stream.hpp).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -54,7 +56,7 @@ class InformerBase {
     // Called once, after the first complete list: what was decided before it from an
     // empty cache can be looked at again (optional).
     std::function<void()> on_synced;
-    int page_size = 500;
+    int page_size = 500;  // objects a list page: client-go's (Note [Streamed lists] in kube/list_stream.hpp)
     int watch_timeout_seconds = 240;
   };
 
@@ -86,9 +88,8 @@ class InformerBase {
  private:
   void run();
   bool list(std::string& resource_version);
-  // One page of a list read as text: its items to list_item_text, its continue token and
-  // resourceVersion into cont and resource_version. False when the text is no list.
-  bool list_page_text(const std::string& text, std::string& cont, std::string& resource_version);
+  // One item of a list's page, alone, to list_item_text or list_item; false when it is no object.
+  bool list_one(std::string_view item);
   void backoff(int& failures);
 
   Client& client_;

@@ -14,8 +14,9 @@ namespace lockstep::kube {
 // One parser and its padded copy of the text, per thread (the informers' threads each read
 // their own watch): a document read from it is valid until the thread's next iterate() or
 // release(). A parser keeps buffers of about six times the largest text it has read, so only
-// texts up to kKept (a pod, an event, a job) are read with the kept ones; a larger text (a
-// page of a list) gets buffers of its own, freed by release() or the next iterate().
+// texts up to kKept (a pod, an event, a job) are read with the kept ones; a larger text (an
+// object up to the API server's 1.5 MiB: Note [Streamed lists] in kube/list_stream.hpp) gets buffers
+// of its own, freed by release() or the next iterate().
 class JsonText {
  public:
   static constexpr size_t kKept = 64 * 1024;

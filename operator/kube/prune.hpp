@@ -9,7 +9,9 @@
 // and builds the document as json::parse() would, except that a skipped subtree is stepped
 // over and never built. The rules are relative to the object; `root` says where objects sit in
 // the response (a watch event's "object", a list's "items" elements, or the response itself).
-// Pods, read most often, are not built at all (Note [Pod text] in controller/pod_event.hpp).
+// The informers read their lists item by item, each item parsed alone as the response
+// (Note [Streamed lists] in kube/list_stream.hpp). Pods, read most often, are not built at all
+// (Note [Pod text] in controller/pod_event.hpp).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -42,7 +44,7 @@ inline const Prune kDiscardBody{{}, true};
 enum class PruneRoot {
   Document,     // the response is the object
   WatchObject,  // {"type": ..., "object": OBJECT}
-  ListItems,    // {"items": [OBJECT, ...], ...}
+  ListItems,    // {"items": [OBJECT, ...], ...}: a list read whole (the informers stream theirs)
 };
 
 // Parses `text` as json::parse(text, nullptr, false) would (a discarded value when it is

@@ -19,7 +19,9 @@
 #include <thread>
 
 #include "kube/client.hpp"
+#include "kube/informer.hpp"
 #include "kube/resource.hpp"
+#include "chart_support.hpp"
 #include "kube_test_support.hpp"
 #include "operator_process.hpp"
 #include "lockstep/contract.hpp"
@@ -56,52 +58,12 @@ class OperatorProcess : public lockstep::test::OperatorProcess {
       : lockstep::test::OperatorProcess(kubeconfig, extra, {"hostile-operator", false, {}}) {}
 };
 
-lockstep::RunResult helm(std::vector<std::string> args) {
-  args.insert(args.begin(), "helm");
-  std::map<std::string, std::string> env;
-  env["HELM_CACHE_HOME"] = ::testing::TempDir() + "/helm-cache";
-  env["HELM_CONFIG_HOME"] = ::testing::TempDir() + "/helm-config";
-  env["HELM_DATA_HOME"] = ::testing::TempDir() + "/helm-data";
-  return lockstep::run_capture(args, env, 120s);
-}
-
-// An operator's identity: the chart's ServiceAccount for helm release `release` in `ns`, bound
-// by the chart's own ClusterRole and leader-election Role (charts/lockstep/templates/rbac.yaml,
-// rendered by helm as chart_test does: one source of truth for the rules). `drop_resource`
-// leaves that resource's rules out of the ClusterRole, for a negative control.
-struct Identity {
-  std::string user, kubeconfig, release;
-};
-
+// An operator's identity: the chart's ServiceAccount for a helm release, bound by the chart's
+// own ClusterRole and leader-election Role (chart_support.hpp); `drop_resource` leaves that
+// resource's rules out of the ClusterRole, for a negative control.
+using Identity = lockstep::test::ChartIdentity;
 Identity chart_identity(const std::string& release, const std::string& ns, const std::string& drop_resource = "") {
-  auto t = helm({"template", release, source_path("charts/lockstep"), "-n", ns, "--show-only", "templates/rbac.yaml",
-                 "--show-only", "templates/serviceaccount.yaml"});
-  if (!t.status.success()) throw std::runtime_error("helm template: " + t.output);
-  std::string manifests = t.output;
-  if (!drop_resource.empty()) {
-    manifests.clear();
-    for (YAML::Node doc : YAML::LoadAll(t.output)) {
-      if (!doc || !doc["kind"]) continue;
-      if (doc["kind"].as<std::string>() == "ClusterRole") {
-        YAML::Node kept(YAML::NodeType::Sequence);
-        for (const auto& rule : doc["rules"]) {
-          bool drop = false;
-          for (const auto& r : rule["resources"]) drop |= r.as<std::string>() == drop_resource;
-          if (!drop) kept.push_back(rule);
-        }
-        doc["rules"] = kept;
-      }
-      YAML::Emitter out;
-      out << doc;
-      manifests += std::string("---\n") + out.c_str() + "\n";
-    }
-  }
-  auto a = kubectl({"apply", "-f", "-"}, manifests);
-  if (!a.status.success()) throw std::runtime_error("kubectl apply of the chart's RBAC: " + a.output);
-  std::string sa = release + "-operator";
-  Identity id{"system:serviceaccount:" + ns + ":" + sa, ::testing::TempDir() + "/" + release + "-kubeconfig", release};
-  lockstep::test::service_account_kubeconfig(ns, sa, id.kubeconfig);
-  return id;
+  return lockstep::test::chart_identity(release, ns, {{}, drop_resource});
 }
 
 // One write as the API server's audit log recorded it.
@@ -442,23 +404,8 @@ TEST_F(HostileTest, AHugeJobDoesNotStarveASmallOne) {
   std::cout << "[figures] the 1-pod job's pod existed when the 200-pod job had " << huge_then << " of its pods\n";
 }
 
-// The chart's memory limit for the operator (charts/lockstep/values.yaml), in bytes.
-double chart_memory_limit() {
-  YAML::Node values = YAML::LoadFile(source_path("charts/lockstep/values.yaml"));
-  std::string v = values["resources"]["limits"]["memory"].as<std::string>();
-  double n = std::stod(v);
-  if (v.find("Gi") != std::string::npos) return n * 1024 * 1024 * 1024;
-  if (v.find("Mi") != std::string::npos) return n * 1024 * 1024;
-  throw std::runtime_error("values.yaml resources.limits.memory: unexpected unit in '" + v + "'");
-}
-
-// kB of a /proc/PID/status line (VmRSS, VmHWM), as bytes; -1 if absent.
-double proc_status_bytes(pid_t pid, const std::string& field) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) * 1024;
-  return -1;
-}
+using lockstep::test::chart_memory_limit;
+using lockstep::test::proc_status_bytes;
 
 // #26 item 10, Note [Cached templates]. 500 TrainingJobs of ~56 KB templates each (28 MB of
 // them in the API server): the operator's peak RSS stays well under the chart's memory limit,
@@ -526,6 +473,151 @@ TEST_F(HostileTest, ManyLargeFinishedOrSuspendedJobsFitTheChartsMemoryLimit) {
 
 TEST_F(HostileTest, ManyLargeRunningJobsFitTheChartsMemoryLimit) {
   many_large_jobs_fit(*client_, ns_, control_plane()->kubeconfig(), BigJobs::Running);
+}
+
+// #40 item 2, Note [Streamed lists]. A tenant's objects as large as the API server admits
+// (about 1.5 MiB: etcd's request limit), listed at start, by each new leader and on every
+// relist: 10 suspended TrainingJobs (the bulk in their templates) and 50 pods any tenant made
+// with the label lockstep.dev/job-name (not the operator's). The operator syncs, through a
+// start, a restart (as a leader change makes) and a relist (the API server restarted under it,
+// so its watches' versions are gone: 410), and its peak RSS stays under 75% of the chart's
+// limit; with pages read whole its peak was 169.3 MiB here (22.1 MiB streamed, 2026-11-29).
+// An informer in pages of 7 then reads the same pods whole through the continue tokens.
+constexpr size_t kLargestTried = 1536 * 1024;  // etcd's default --max-request-bytes
+constexpr size_t kSizeStep = 16 * 1024;
+
+// Environment entries whose JSON text is about `bytes` long: letters with quotes and
+// backslashes among them, escapes that the list reader steps through.
+json bulk_env(size_t bytes) {
+  std::string value;
+  for (size_t i = 0; value.size() < 4096; ++i)
+    value += i % 64 == 0 ? '"' : i % 64 == 32 ? '\\' : static_cast<char>('a' + i % 26);
+  const size_t entry_bytes = json{{"name", "BULK_000"}, {"value", value}}.dump().size() + 1;
+  json env = json::array();
+  for (size_t i = 0, total = 0; total < bytes; ++i, total += entry_bytes) {
+    char name[16];
+    std::snprintf(name, sizeof name, "BULK_%03zu", i);
+    env.push_back({{"name", name}, {"value", value}});
+  }
+  return env;
+}
+
+json max_size_job(const std::string& name, size_t bytes) {
+  json tmpl = {{"spec", {{"containers", json::array({{{"name", "trainer"}, {"image", "lockstep/trainer:test"},
+                                                        {"env", bulk_env(bytes)}}})}}}};
+  return {{"apiVersion", "lockstep.dev/v1alpha1"}, {"kind", "TrainingJob"}, {"metadata", {{"name", name}}},
+          {"spec", {{"nodes", 2}, {"template", tmpl}, {"runPolicy", {{"suspend", true}}}}}};
+}
+
+json max_size_pod(const std::string& name, const std::string& job, size_t bytes) {
+  return {{"apiVersion", "v1"}, {"kind", "Pod"},
+          {"metadata", {{"name", name}, {"labels", {{lockstep::contract::kLabelJobName, job}}}}},
+          {"spec", {{"containers", json::array({{{"name", "c"}, {"image", "busybox"}, {"env", bulk_env(bytes)}}})}}}};
+}
+
+// Creates `count` objects make(i, bytes) at `path`, `bytes` the largest the API server admits:
+// from kLargestTried down by kSizeStep until the first is admitted. The JSON size of one as
+// the API server sends it back, or 0 after a failure.
+size_t create_largest(Client& client, const std::string& path, int count,
+                      const std::function<json(int, size_t)>& make) {
+  size_t bytes = kLargestTried;
+  for (;; bytes -= kSizeStep) {
+    auto r = client.create(path, make(0, bytes), &lockstep::kube::kDiscardBody);
+    if (r.ok()) break;
+    if (r.message().find("too large") == std::string::npos || bytes < 1024 * 1024) {
+      ADD_FAILURE() << path << " refused a " << bytes << "-byte object, not for its size: " << r.message();
+      return 0;
+    }
+  }
+  for (int i = 1; i < count; ++i) {
+    auto r = client.create(path, make(i, bytes), &lockstep::kube::kDiscardBody);
+    if (!r.ok()) {
+      ADD_FAILURE() << path << " object " << i << " of " << bytes << " bytes: " << r.message();
+      return 0;
+    }
+  }
+  auto one = client.get(path + "?limit=1");
+  return one.ok() && !one.body["items"].empty() ? one.body["items"][0].dump().size() : 0;
+}
+
+// How many times the operator's informer of `plural` has finished a list (its debug line).
+int lists_done(const std::string& log, const std::string& plural) {
+  int n = 0;
+  for (size_t at = 0; (at = log.find(plural + ": listed ", at)) != std::string::npos; ++at) ++n;
+  return n;
+}
+
+TEST_F(HostileTest, MaximumSizeJobsAndLabelledPodsListWithinTheChartsMemoryLimit) {
+  constexpr int kJobs = 10, kPods = 50;
+  const size_t job_bytes = create_largest(*client_, res::kTrainingJobs.path(ns_), kJobs, [](int i, size_t bytes) {
+    return max_size_job("max-" + std::to_string(i), bytes);
+  });
+  const size_t pod_bytes = create_largest(*client_, res::kPods.path(ns_), kPods, [](int i, size_t bytes) {
+    return max_size_pod("tenant-" + std::to_string(i), "max-0", bytes);
+  });
+  ASSERT_GT(job_bytes, 1024u * 1024) << "the jobs are not near the API server's maximum object size";
+  ASSERT_GT(pod_bytes, 1024u * 1024) << "the pods are not near the API server's maximum object size";
+  ASSERT_EQ(pods("max-0"), kPods);
+  const double limit = chart_memory_limit();
+  auto peak_of = [](lockstep::test::OperatorProcess& op) { return proc_status_bytes(op.process().pid(), "VmHWM"); };
+  auto suspended = [&] {
+    const lockstep::kube::Prune status_only{{{"metadata"}, {"spec"}}};
+    auto l = client_->get(res::kTrainingJobs.path(ns_), &status_only, lockstep::kube::PruneRoot::ListItems);
+    int n = 0;
+    for (const auto& j : l.body.value("items", json::array()))
+      n += j.value("status", json::object()).value("phase", "") == "Suspended";
+    return n;
+  };
+  // The first replica (the chart's leader election), then a second once the first is gone.
+  double first_peak = 0;
+  {
+    lockstep::test::OperatorProcess op(control_plane()->kubeconfig(),
+                                       {"--namespace", ns_, "--leader-election-namespace", ns_},
+                                       {"hostile-operator", false, {}});
+    ASSERT_TRUE(op.wait_log("caches synced", 120s)) << op.log().substr(0, 8000);
+    EXPECT_TRUE(eventually([&] { return suspended() == kJobs; }, 60s)) << suspended() << " of " << kJobs << " Suspended";
+    first_peak = peak_of(op);
+  }
+  // Lease times that outlast the API server's restart below.
+  lockstep::test::OperatorProcess op(control_plane()->kubeconfig(),
+                                     {"--namespace", ns_, "--leader-election-namespace", ns_, "--lease-duration=300s",
+                                      "--renew-deadline=240s"},
+                                     {"hostile-operator", false, {}});
+  ASSERT_TRUE(op.wait_log("caches synced", 120s)) << op.log().substr(0, 8000);
+  const double restart_peak = peak_of(op);
+  const int pod_lists = lists_done(op.log(), "pods"), job_lists = lists_done(op.log(), "trainingjobs");
+  control_plane()->restart_apiserver();
+  EXPECT_TRUE(eventually([&] {
+    std::string log = op.log();
+    return lists_done(log, "pods") > pod_lists && lists_done(log, "trainingjobs") > job_lists;
+  }, 60s)) << "no relist after the API server's restart:\n" << op.log().substr(0, 8000);
+  EXPECT_TRUE(op.process().running()) << op.log().substr(0, 8000);
+  std::this_thread::sleep_for(2s);
+  const double relist_peak = peak_of(op), rss = proc_status_bytes(op.process().pid(), "VmRSS");
+  std::cout << "[figures] " << kJobs << " suspended jobs of " << job_bytes / 1024 << " KiB and " << kPods
+            << " labelled pods of " << pod_bytes / 1024 << " KiB (as listed): operator peak RSS " << std::fixed
+            << std::setprecision(1) << first_peak / 1048576 << " MiB at the first start, " << restart_peak / 1048576
+            << " MiB after a restart, " << relist_peak / 1048576 << " MiB after a relist (RSS then "
+            << rss / 1048576 << " MiB); the chart's limit " << limit / 1048576 << " MiB\n";
+  EXPECT_GT(first_peak, 0);
+  EXPECT_LT(first_peak, 0.75 * limit) << "the first start's peak RSS is within 25% of the chart's memory limit";
+  EXPECT_LT(relist_peak, 0.75 * limit) << "the restart's or relist's peak RSS is within 25% of the chart's limit";
+  // The same pods in pages of 7, strung together by the API server's continue tokens.
+  using Names = lockstep::kube::Informer<std::string>;
+  lockstep::kube::InformerBase::Options options;
+  options.ns = ns_;
+  options.label_selector = lockstep::contract::kLabelJobName;
+  options.prune = {{{"spec"}, {"metadata", "managedFields"}}};
+  options.page_size = 7;
+  Names names(*client_, res::kPods, options,
+              Names::Typed{[](json& pod) { return pod["metadata"].value("name", ""); }, {}, {}, {}}, nullptr);
+  names.start();
+  ASSERT_TRUE(eventually([&] { return names.synced(); }, 60s));
+  EXPECT_EQ(names.size(), static_cast<size_t>(kPods));
+  for (int i = 0; i < kPods; ++i) {
+    auto name = names.get(ns_, "tenant-" + std::to_string(i));
+    EXPECT_TRUE(name && *name == "tenant-" + std::to_string(i)) << i;
+  }
 }
 
 int main(int argc, char** argv) {
