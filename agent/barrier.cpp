@@ -23,6 +23,7 @@
 #include "lockstep/contract.hpp"
 #include "lockstep/log.hpp"
 #include "lockstep/random.hpp"
+#include "lockstep/text.hpp"
 
 namespace lockstep::agent {
 namespace {
@@ -132,52 +133,29 @@ bool proof_matches(const std::string& expected, const std::string& given) {
 }
 
 std::string clean_text(const std::string& s, size_t max_bytes, bool newlines, bool keep_end) {
-  // Decode UTF-8 strictly (no overlong forms, surrogates or code points past U+10FFFF).
-  std::vector<std::string> chars;
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  static const std::string replacement = "\xEF\xBF\xBD";
-  for (size_t i = 0; i < n;) {
-    unsigned char c = p[i];
-    if (c < 0x80) {
-      if (c == '\n' && newlines) chars.emplace_back("\n");
-      else if (c == '\t') chars.emplace_back(" ");
-      else if (c >= 0x20 && c != 0x7f) chars.emplace_back(1, static_cast<char>(c));
+  // Decoded strictly (Note [UTF-8 text]): no overlong forms, surrogates or code points past
+  // U+10FFFF; each byte that begins no character becomes U+FFFD.
+  std::string kept;
+  kept.reserve(s.size());
+  const std::string_view all(s);
+  for (size_t i = 0; i < s.size();) {
+    const size_t len = text::utf8_char_length(all.substr(i));
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (len == 0) {
+      kept += "\xEF\xBF\xBD";
       ++i;
       continue;
     }
-    size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-    bool ok = len > 0 && i + len <= n;
-    for (size_t k = 1; ok && k < len; ++k) ok = (p[i + k] & 0xC0) == 0x80;
-    if (ok && len == 3) {
-      unsigned char c1 = p[i + 1];
-      ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0);  // overlong; surrogate
+    if (len == 1) {
+      if (c == '\n' && newlines) kept += '\n';
+      else if (c == '\t') kept += ' ';
+      else if (c >= 0x20 && c != 0x7f) kept += static_cast<char>(c);
+    } else if (!(len == 2 && c == 0xC2 && static_cast<unsigned char>(s[i + 1]) < 0xA0)) {  // C1 controls (U+0080..U+009F) dropped
+      kept.append(s, i, len);
     }
-    if (ok && len == 4) {
-      unsigned char c1 = p[i + 1];
-      ok = !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90);  // overlong; past U+10FFFF
-    }
-    if (!ok) {
-      chars.push_back(replacement);
-      ++i;
-      continue;
-    }
-    if (!(len == 2 && c == 0xC2 && p[i + 1] < 0xA0))  // C1 controls (U+0080..U+009F) dropped
-      chars.emplace_back(s, i, len);
     i += len;
   }
-  std::string out;
-  if (!keep_end) {
-    for (const auto& ch : chars) {
-      if (out.size() + ch.size() > max_bytes) break;
-      out += ch;
-    }
-    return out;
-  }
-  size_t total = 0, first = chars.size();
-  while (first > 0 && total + chars[first - 1].size() <= max_bytes) total += chars[--first].size();
-  for (size_t i = first; i < chars.size(); ++i) out += chars[i];
-  return out;
+  return keep_end ? text::utf8_tail(kept, max_bytes) : text::utf8_head(kept, max_bytes);
 }
 
 std::string log_escape(const std::string& s, size_t max) {
@@ -255,7 +233,7 @@ Message failure_message(const std::string& verb, int generation, const std::opti
     m.fields["at"] = std::to_string(f->at_ms);
     m.fields["what"] = f->what;
     if (!f->tail.empty())
-      m.fields["tail"] = f->tail.size() > kFailureTailBytes ? f->tail.substr(f->tail.size() - kFailureTailBytes) : f->tail;
+      m.fields["tail"] = text::utf8_tail(f->tail, kFailureTailBytes);
   }
   return m;
 }

@@ -22,6 +22,7 @@
 #include "lockstep/log.hpp"
 #include "barrier.hpp"
 #include "lockstep/random.hpp"
+#include "lockstep/text.hpp"
 #include "worker_env.hpp"
 
 namespace lockstep::agent {
@@ -446,7 +447,7 @@ int Supervisor::finish(int code, const std::string& why, const Worker* culprit, 
     std::ifstream f(error_file(culprit->local_rank));
     std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     if (!text.empty()) {
-      if (text.size() > 4000) text = text.substr(0, 4000) + "...";
+      if (text.size() > 4000) text = lockstep::text::utf8_head(text, 4000) + "...";
       std::cerr << "error file of rank " << culprit->rank << " (TORCHELASTIC_ERROR_FILE):\n  " << text << "\n";
     }
   }
@@ -472,10 +473,10 @@ int Supervisor::finish(int code, const std::string& why, const Worker* culprit, 
 void Supervisor::write_termination_message(const std::string& why, const std::vector<std::string>& tail) const {
   std::string text = "lockstep-agent: " + why + "\n";
   for (const auto& l : tail) text += l + "\n";
-  // Note [Silent peer]: the operator's line first, and never cut: the rest keeps its end.
+  // Note [Silent peer]: the operator's line first, and never cut: the rest keeps its end. A
+  // worker's output is any bytes: made UTF-8 before the cut (Note [UTF-8 text]).
   const std::string first = silent_peer_ >= 0 ? std::string(contract::kSilentPeerLine) + " node=" + std::to_string(silent_peer_) + "\n" : "";
-  if (first.size() + text.size() > 4096) text = text.substr(text.size() - (4096 - first.size()));
-  write_termination_log(first + text);
+  write_termination_log(first + lockstep::text::utf8_tail(lockstep::text::utf8_valid(text), 4096 - first.size()));
 }
 
 void Supervisor::note_silent_peer(const Message& verdict) {

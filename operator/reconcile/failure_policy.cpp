@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "lockstep/contract.hpp"
+#include "lockstep/text.hpp"
 
 namespace lockstep::reconcile {
 
@@ -56,11 +57,7 @@ std::string last_words(const std::string& message) {
   size_t start = message.find_last_of('\n', end);
   start = start == std::string::npos ? 0 : start + 1;
   std::string line = message.substr(start, end + 1 - start);
-  if (line.size() > 300) {
-    size_t cut = 300;
-    while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80) --cut;
-    line = line.substr(0, cut) + "...";
-  }
+  if (line.size() > 300) line = text::utf8_head(line, 300) + "...";  // Note [UTF-8 text]
   return line;
 }
 
