@@ -20,9 +20,10 @@ const char* reason(int status) {
 }
 
 void answer(mg_connection* conn, const HttpAnswer& a, bool head_only) {
+  const std::string& body = a.shared_body ? *a.shared_body : a.body;
   mg_printf(conn, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", a.status,
-            reason(a.status), a.content_type.c_str(), a.body.size());
-  if (!head_only) mg_write(conn, a.body.data(), a.body.size());
+            reason(a.status), a.content_type.c_str(), body.size());
+  if (!head_only) mg_write(conn, body.data(), body.size());
 }
 
 }  // namespace

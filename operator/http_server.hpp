@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "lockstep/listener_limits.hpp"
@@ -16,9 +17,17 @@ struct mg_connection;
 namespace lockstep::op {
 
 struct HttpAnswer {
+  HttpAnswer() = default;
+  HttpAnswer(int status, std::string body, std::string content_type = "text/plain; charset=utf-8")
+      : status(status), body(std::move(body)), content_type(std::move(content_type)) {}
   int status = 200;
   std::string body;
   std::string content_type = "text/plain; charset=utf-8";
+  // When set, written instead of `body`: a text many answers share, never copied per answer
+  // (Note [Metrics page] in metrics.hpp).
+  std::shared_ptr<const std::string> shared_body;
+  // Held until the answer is written, then let go (a reader's slot: Note [Metrics page]).
+  std::shared_ptr<void> hold;
 };
 using HttpHandler = std::function<HttpAnswer()>;
 

@@ -210,10 +210,19 @@ std::unique_ptr<lockstep::op::HttpServer> serve_http(const Options& opt, lockste
                                                      const std::atomic<bool>& leading) {
   if (opt.http_port == 0) return nullptr;
   using lockstep::op::HttpAnswer;
+  // Note [Metrics page]: made at most once a second, shared by its readers, 8 of them at once.
+  auto page = std::make_shared<lockstep::op::MetricsPage>([c = &controller, m = &metrics] {
+    c->refresh_metrics();
+    return m->render();
+  });
   std::map<std::string, lockstep::op::HttpHandler> routes{
-      {"/metrics", [&] {
-         controller.refresh_metrics();
-         return HttpAnswer{200, metrics.render(), "text/plain; version=0.0.4"};
+      {"/metrics", [page] {
+         auto read = page->read();
+         if (!read.text) return HttpAnswer{503, "busy: too many /metrics readers at once; retry\n"};
+         HttpAnswer a{200, "", "text/plain; version=0.0.4"};
+         a.shared_body = std::move(read.text);
+         a.hold = std::move(read.slot);
+         return a;
        }},
       {"/healthz", [] { return HttpAnswer{200, "ok"}; }},
       {"/readyz", [&] {

@@ -99,4 +99,27 @@ void Metrics::set_job_restarts(const std::vector<JobRestarts>& jobs) {
 
 std::string Metrics::render() const { return TextSerializer().Serialize(registry->Collect()); }
 
+MetricsPage::MetricsPage(std::function<std::string()> render, std::chrono::milliseconds max_age, int max_readers)
+    : render_(std::move(render)), max_age_(max_age), max_readers_(max_readers) {}
+
+MetricsPage::Answer MetricsPage::read() {
+  if (readers_.fetch_add(1) >= max_readers_) {
+    readers_.fetch_sub(1);
+    return {};
+  }
+  // The slot goes back when the last copy of the answer's `slot` goes (after the write).
+  Answer a;
+  a.slot = std::shared_ptr<void>(nullptr, [this](void*) { readers_.fetch_sub(1); });
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (!text_ || now - made_ >= max_age_) {
+    text_.reset();  // its readers keep it while they write; the new one is made without it
+    text_ = std::make_shared<const std::string>(render_());
+    made_ = std::chrono::steady_clock::now();
+    ++renders_;
+  }
+  a.text = text_;
+  return a;
+}
+
 }  // namespace lockstep::op
