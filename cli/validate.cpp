@@ -1,6 +1,7 @@
 #include "validate.hpp"
 
 #include "reconcile/json_fields.hpp"
+#include "reconcile/manifests.hpp"
 
 #include <yaml-cpp/depthguard.h>  // YAML::DeepRecursion (not included by yaml.h in 0.7)
 #include <yaml-cpp/yaml.h>
@@ -15,6 +16,7 @@
 #include <sstream>
 
 #include "crd_text.hpp"
+#include "lockstep/text.hpp"
 
 using json = nlohmann::json;
 namespace fs = std::filesystem;
@@ -116,26 +118,6 @@ class Converter {
   std::vector<YAML::Node> ancestors_;
 };
 
-// The byte offset of the first invalid UTF-8 sequence, or npos.
-size_t invalid_utf8_at(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-    if (len == 0 || i + len > s.size()) return i;
-    uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1f) : len == 3 ? (c & 0x0f) : (c & 0x07);
-    for (size_t k = 1; k < len; ++k) {
-      const auto cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc >> 6) != 0x2) return i;
-      cp = (cp << 6) | (cc & 0x3f);
-    }
-    static const uint32_t min_for_len[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_for_len[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return i;  // overlong, range, surrogate
-    i += len;
-  }
-  return std::string::npos;
-}
-
 std::string show(const json& v) {
   if (!v.is_string()) return v.dump();
   const auto& s = v.get_ref<const std::string&>();
@@ -195,6 +177,8 @@ const std::map<std::string, Rule>& cel_rules() {
        [](const json& self) { return !self.contains("restartPolicy") || self["restartPolicy"] == "Never"; }},
       {"!has(self.hostname) && !has(self.subdomain)",
        [](const json& self) { return !self.contains("hostname") && !self.contains("subdomain"); }},
+      // Note [Pods placed by hand] (operator/reconcile/node.hpp): the operator says the same.
+      {"!has(self.nodeName)", [](const json& self) { return !self.contains("nodeName"); }},
       {"!has(self.command) || !(self.command[0] == 'torchrun' || self.command[0].endsWith('/torchrun') || (size(self.command) > 2 && self.command[1] == '-m' && self.command[2] in ['torch.distributed.run', 'torch.distributed.launch']))",
        [](const json& self) {
          if (!self.contains("command") || !self["command"].is_array() || self["command"].empty()) return true;
@@ -404,7 +388,7 @@ json yaml_to_json_text(const std::string& text, const std::string& name) {
   if (text.size() > YamlLimits::kMaxBytes)
     throw InputError(name + ": larger than " + std::to_string(YamlLimits::kMaxBytes) +
                          " bytes, the most a TrainingJob may be (the API server's request limit)", 4);
-  if (size_t at = invalid_utf8_at(text); at != std::string::npos) {
+  if (size_t at = lockstep::text::utf8_invalid_at(text); at != std::string::npos) {  // Note [UTF-8 text]
     size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
     throw InputError(name + ":" + std::to_string(line) + ": not valid UTF-8 at byte " + std::to_string(at) +
                          " (a binary file?); YAML manifests must be UTF-8 text", 4);
@@ -518,6 +502,10 @@ std::vector<std::string> validate_trainingjob(json& job) {
   apply_defaults(crd_schema(), job);
   check(crd_schema(), job, "", errors);
   check_queue(job, errors);
+  // Note [Agent injection] (operator/reconcile/manifests.hpp): nothing where the agent is mounted.
+  if (std::string overlay = reconcile::agent_overlay(reconcile::child(reconcile::child(job, "spec"), "template"));
+      !overlay.empty())
+    errors.push_back(overlay);
   return errors;
 }
 

@@ -46,6 +46,7 @@ struct Options {
   std::string agent_image_pull_policy = "IfNotPresent";
   // Note [Job isolation]: whom a job's NetworkPolicy admits on its metrics port.
   std::string operator_namespace, monitoring_namespace;
+  lockstep::reconcile::Isolation default_isolation = lockstep::reconcile::Isolation::None;
 };
 
 const char* kUsage = R"(usage: lockstep-operator [flags]
@@ -87,6 +88,8 @@ const char* kUsage = R"(usage: lockstep-operator [flags]
                                admits on its metrics port (for status.progress; default $POD_NAMESPACE)
   --monitoring-namespace NS    the namespace whose pods (Prometheus) such a job admits on its metrics port
                                (default '': none)
+  --default-isolation I        None or NetworkPolicy: what a job whose spec.isolation is unset gets
+                               (default None; docs/security.md, "Network isolation")
   --log-level L                debug, info, warn or error (default info)
   --version, --help
 )";
@@ -144,6 +147,10 @@ Options parse(int argc, char** argv) {
       seen_operator_namespace = true;
     } else if (match(argc, argv, i, "--monitoring-namespace", v)) {
       o.monitoring_namespace = dns_label("--monitoring-namespace", v);
+    } else if (match(argc, argv, i, "--default-isolation", v)) {
+      if (v != "None" && v != "NetworkPolicy")
+        throw FlagError("--default-isolation: expected None or NetworkPolicy, got '" + v + "'");
+      o.default_isolation = v == "NetworkPolicy" ? lockstep::reconcile::Isolation::NetworkPolicy : lockstep::reconcile::Isolation::None;
     } else if (match(argc, argv, i, "--log-level", v)) {
       lockstep::log::Level level;
       if (!lockstep::log::parse_level(v, level))
@@ -197,6 +204,7 @@ lockstep::controller::Config controller_config(const Options& opt) {
   else
     LOCKSTEP_LOG(Info, "operator", "agent injected into every pod from " << cc.agent.image);
   cc.isolation = {opt.operator_namespace, opt.monitoring_namespace};
+  cc.default_isolation = opt.default_isolation;
   LOCKSTEP_LOG(Info, "operator", "jobs with spec.isolation NetworkPolicy admit on their metrics port "
                                      << (opt.operator_namespace.empty() ? "no operator namespace (--operator-namespace, $POD_NAMESPACE unset: status.progress cannot be read where the policy is enforced)"
                                                                         : "namespace " + opt.operator_namespace + " (the operator's)")

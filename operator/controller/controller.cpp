@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 
 #include "controller/agent_reader.hpp"
 #include "controller/pod_event.hpp"
@@ -10,6 +11,7 @@
 #include "lockstep/log.hpp"
 #include "lockstep/random.hpp"
 #include "reconcile/in_place.hpp"
+#include "reconcile/prometheus_text.hpp"
 #include "reconcile/kueue.hpp"
 #include "reconcile/manifests.hpp"
 
@@ -120,11 +122,14 @@ void Controller::start_informers() {
   kube::InformerBase::Options job_opts;
   job_opts.ns = config_.watch_namespace;
   job_opts.prune = kJobPrune;
-  // Note [Cached templates]: a page is parsed whole before its jobs are converted; 50 jobs of
-  // 50 KB templates is 2.5 MB of text, where 500 (the default page) peaked at 140 MB of heap.
-  job_opts.page_size = 50;
   jobs_ = std::make_unique<JobInformer>(
-      client_, res::kTrainingJobs, job_opts, JobInformer::Typed{[](json& obj) { return JobRecord::from_json(obj); }, {}, {}, {}},
+      client_, res::kTrainingJobs, job_opts,
+      JobInformer::Typed{[isolation = config_.default_isolation](json& obj) {
+                           JobRecord r = JobRecord::from_json(obj);
+                           if (!r.view.isolation_given) r.view.isolation = isolation;  // Note [Job isolation]
+                           return r;
+                         },
+                         {}, {}, {}},
       [this](const JobInformer::Ptr& old, const JobInformer::Ptr& now) {
         const auto& view = (now ? now : old)->view;
         std::string key = view.ns + "/" + view.name;
@@ -561,6 +566,7 @@ bool Controller::reconcile(const std::string& key) {
   in.service_exists = svc && svc->controller_uid == in.job.uid;
   auto np = network_policies_->get(ns, name);
   if (np && np->controller_uid == in.job.uid && !np->deleting) in.network_policy_uid = np->uid;
+  in.network_policy_taken = (np && np->controller_uid != in.job.uid) || network_policy_taken(key, in.job.uid);
   auto* podgroups = podgroups_ptr_.load();  // after gang_support(), which may start it
   auto pg = podgroups ? podgroups->get(ns, name) : nullptr;
   in.podgroup_exists = pg && pg->controller_uid == in.job.uid;
@@ -606,15 +612,11 @@ void Controller::observe_nodes(reconcile::Observed& in) {
   }
 }
 
-std::string Controller::attempt_secret(const JobView& job, int attempt, const std::vector<reconcile::PodView>& pods) {
-  for (const auto& p : pods) {
-    if (p.attempt != attempt || p.deleting) continue;
-    auto r = client_.get(res::kPods.path(job.ns, p.name));
-    if (!r.ok()) continue;
-    std::string secret = reconcile::barrier_secret_of(r.body);
-    if (!secret.empty()) return secret;
-  }
-  return lockstep::random_hex(32);  // a new attempt (or none readable: Note [Barrier secret])
+std::string Controller::attempt_secret(int attempt, const std::vector<reconcile::PodView>& pods) {
+  // Note [Barrier secret]: `pods` are the job's own (it controls them), from the cache.
+  for (const auto& p : pods)
+    if (p.attempt == attempt && !p.barrier_secret.empty()) return p.barrier_secret;
+  return lockstep::random_hex(32);  // a new attempt
 }
 
 // What a decision asks for, carried out in its order: the job's children, its pods created and
@@ -641,6 +643,37 @@ void Controller::execute(const JobView& job, const std::string& resource_version
 }
 
 
+// Note [Job isolation]: the job's own policy is not in the cache (else no create was asked for),
+// so the one the API server has is another's: a tenant's, unlabelled, which the informer does
+// not list. The job is reconciled again at once, to say so in its Isolated condition, and once
+// the mark lapses, to try again (the other one may be gone). Should the cache only have been
+// behind the job's own create, its policy shows there first and the mark counts for nothing.
+constexpr std::chrono::seconds kNetworkPolicyTakenFor{60};
+
+void Controller::mark_network_policy_taken(const std::string& key, const std::string& uid) {
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(foreign_mu_);
+    for (auto it = np_taken_.begin(); it != np_taken_.end();)  // lapsed marks go: bounded by the jobs
+      it = now - it->second.second >= kNetworkPolicyTakenFor ? np_taken_.erase(it) : std::next(it);
+    np_taken_[key] = {uid, now};
+  }
+  LOCKSTEP_LOG(Info, "reconcile", key << ": a NetworkPolicy of the job's name that it does not own is there: left alone");
+  queue_.add_after(key, std::chrono::milliseconds(500));
+}
+
+bool Controller::network_policy_taken(const std::string& key, const std::string& uid) {
+  std::lock_guard<std::mutex> lock(foreign_mu_);
+  auto it = np_taken_.find(key);
+  if (it == np_taken_.end() || it->second.first != uid) return false;
+  const auto age = std::chrono::steady_clock::now() - it->second.second;
+  if (age >= kNetworkPolicyTakenFor) return false;
+  // Looked at again once the mark lapses (a later add_after of the key keeps the earliest).
+  queue_.add_after(key, std::chrono::duration_cast<std::chrono::milliseconds>(kNetworkPolicyTakenFor - age) +
+                            std::chrono::seconds(1));
+  return true;
+}
+
 void Controller::failed(const std::string& key, const std::string& what, const kube::Response& r, bool& ok) {
   LOCKSTEP_LOG(Warn, "reconcile", key << ": " << what << ": " << r.message());
   ok = false;
@@ -656,7 +689,8 @@ void Controller::create_children(const JobView& job, const Decision& d, const st
   if (d.create_network_policy) {
     auto r = client_.create(res::kNetworkPolicies.path(ns), reconcile::network_policy_manifest(job, config_.isolation),
                             &kube::kDiscardBody);
-    if (!r.ok() && !r.conflict()) failed(key, "create NetworkPolicy", r, ok);
+    if (r.conflict()) mark_network_policy_taken(key, job.uid);
+    else if (!r.ok()) failed(key, "create NetworkPolicy", r, ok);
   }
   if (!d.delete_network_policy_uid.empty()) {
     auto r = client_.remove(res::kNetworkPolicies.path(ns, job.name),
@@ -676,7 +710,7 @@ void Controller::create_pods(const JobView& job, const Decision& d, const std::s
                              const std::vector<reconcile::PodView>& pods,
                              const std::optional<reconcile::WorkloadView>& wl, bool& ok) {
   const std::string& ns = job.ns;
-  const std::string secret = attempt_secret(job, d.status.restarts, pods);
+  const std::string secret = attempt_secret(d.status.restarts, pods);
   const bool admitted = wl && wl->admitted();  // Note [One Workload per job]
   const auto flavors = admitted ? assigned_flavors(*wl, key) : std::vector<reconcile::FlavorView>{};
   int created = 0, attempted = 0;
@@ -767,6 +801,7 @@ bool Controller::write_status(const JobView& job, const std::string& resource_ve
   // one write says Running with both conditions (bench/operator counts the writes per job;
   // startTime is then that of the write, at most one period after the job was first seen). So
   // does a queued job's first write (Queued, or Pending once admitted, with the Queued condition).
+  // (The Isolated condition, in every first write, does not hurry it: Note [Job isolation].)
   // Any other change of phase, conditions, restarts or times, and any write with events, goes
   // out at once.
   bool deferred = false;
@@ -778,7 +813,9 @@ bool Controller::write_status(const JobView& job, const std::string& resource_ve
     // Kueue often admits within the period (docs/kueue.md).
     const bool first_pending = job.status.phase.empty() && (d.status.phase == "Pending" || d.status.phase == "Queued") &&
                                std::all_of(d.status.conditions.begin(), d.status.conditions.end(),
-                                           [](const reconcile::Condition& c) { return c.type == "Created" || c.type == "Queued"; });
+                                           [](const reconcile::Condition& c) {
+                                             return c.type == "Created" || c.type == "Queued" || c.type == "Isolated";
+                                           });
     if (counts_only == d.status || first_pending) {
       auto wait = first_pending ? first_write_wait(key) : status_write_wait(key);
       if (wait.count() > 0) {
@@ -831,13 +868,44 @@ std::chrono::milliseconds Controller::first_write_wait(const std::string& key) {
                     config_.status_batch_period);
 }
 
+// Note [Repeated Events] (event_correlator.hpp): a repeat within the window counts on the Event
+// recorded, a merge patch of count and lastTimestamp; otherwise a new Event, named as client-go
+// names them (<object>.<nanoseconds, hex>) so that the patch can find it without reading the
+// answer. The correlator is the controller's (events_), bounded as its Note says.
 void Controller::record_event(const JobView& job, const std::string& type, const std::string& reason,
                               const std::string& message) {
-  std::string now = reconcile::format_time(reconcile::Clock::now());
-  auto r = client_.create(res::kEvents.path(job.ns),
-                          reconcile::event_manifest(job, type, reason, message, now, config_.component),
-                          &kube::kDiscardBody);
-  if (!r.ok()) LOCKSTEP_LOG(Warn, "reconcile", job.ns << "/" << job.name << ": event " << reason << " not recorded: " << r.message());
+  const auto now = reconcile::Clock::now();
+  const std::string stamp = reconcile::format_time(now);
+  const std::string key = EventCorrelator::key(job.ns, job.uid, type, reason, message);
+  const std::string who = job.ns + "/" + job.name + ": event " + reason;
+  if (auto seen = events_.repeat(key, now)) {
+    auto r = client_.patch(res::kEvents.path(job.ns, seen->name), {{"count", seen->count}, {"lastTimestamp", stamp}},
+                           kube::PatchType::Merge, &kube::kDiscardBody);
+    if (r.ok()) return;
+    if (!r.not_found()) {  // dropped: one Event already says it
+      if (r.status == 403) {
+        if (!event_patch_refused_logged_.exchange(true))
+          LOCKSTEP_LOG(Warn, "reconcile", who << " repeated but not counted: the operator may not patch Events "
+                                              "(403); grant patch on events to its role to count repeats. Until "
+                                              "then a repeat of an Event within 10 minutes is dropped");
+      } else {
+        LOCKSTEP_LOG(Warn, "reconcile", who << " repeated (x" << seen->count << ") but not counted on Event "
+                                            << seen->name << ": " << r.message());
+      }
+      return;
+    }
+    events_.forget(key);  // the Event expired: a new one
+  }
+  json event = reconcile::event_manifest(job, type, reason, message, stamp, config_.component);
+  const auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+  char hex[17];
+  const std::string name = job.name + "." +
+                           std::string(hex, std::to_chars(hex, hex + sizeof hex, static_cast<unsigned long long>(nanos), 16).ptr);
+  event["metadata"].erase("generateName");
+  event["metadata"]["name"] = name;
+  auto r = client_.create(res::kEvents.path(job.ns), event, &kube::kDiscardBody);
+  if (r.ok()) events_.recorded(key, name, now);
+  else LOCKSTEP_LOG(Warn, "reconcile", who << " not recorded: " << r.message());
 }
 
 // Note [Progress], Note [Progress schedule]: a scan every second (or every period, when
@@ -908,7 +976,7 @@ void Controller::find_due_readings(unsigned long scan, std::vector<DueReading>& 
       it->second.seen = scan;
       continue;
     }
-    due.push_back({key, view.uid, view.attempt, job.nodes * job.procs_per_node});
+    due.push_back({key, view.uid, view.attempt, job.nodes * job.procs_per_node, view.host_network, job.ns, job.name});
     targets.push_back({view.ip, job.metrics_port});
   }
   for (auto it = progress_.begin(); it != progress_.end();)  // jobs no longer running
@@ -923,7 +991,8 @@ void Controller::take_readings(const std::vector<DueReading>& due, const std::ve
   std::lock_guard<std::mutex> lock(progress_mu_);
   for (size_t i = 0; i < due.size(); ++i) {
     const DueReading& d = due[i];
-    const auto& body = answers[i].body;
+    std::optional<std::string> body = answers[i].body;
+    if (body && d.host_network) body = reconcile::series_of_job(*body, d.ns, d.name);  // Note [Host-network readings]
     if (!body) LOCKSTEP_LOG(Debug, "progress", d.key << ": no reading of rank 0's agent: " << answers[i].error);
     auto sample = body ? reconcile::parse_progress(*body, 0, at) : std::nullopt;
     auto in_place = body ? reconcile::parse_in_place(*body, d.attempt) : std::nullopt;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "controller/agent_reader.hpp"
+#include "controller/event_correlator.hpp"
 #include "controller/expectations.hpp"
 #include "controller/node_index.hpp"
 #include "controller/work_queue.hpp"
@@ -51,6 +52,8 @@ struct Config {
   reconcile::AgentInjection agent;
   // Whom a job's NetworkPolicy admits besides its own pods (Note [Job isolation]).
   reconcile::IsolationPeers isolation;
+  // What a job whose spec.isolation is unset gets (--default-isolation; Note [Job isolation]).
+  reconcile::Isolation default_isolation = reconcile::Isolation::None;
   // Watch the nodes the jobs' pods run on, and restart a gang that lost one at once (Note
   // [Lost nodes] in reconcile/node.hpp); off, lost nodes are noticed when their pods are.
   bool node_watch = true;
@@ -95,7 +98,7 @@ class Controller {
                     const std::string& key, bool& ok);
   void failed(const std::string& key, const std::string& what, const kube::Response& r, bool& ok);
   // Note [Barrier secret] in reconcile/manifests.hpp: gang attempt `attempt`'s secret.
-  std::string attempt_secret(const reconcile::JobView& job, int attempt, const std::vector<reconcile::PodView>& pods);
+  std::string attempt_secret(int attempt, const std::vector<reconcile::PodView>& pods);
   void record_event(const reconcile::JobView& job, const std::string& type, const std::string& reason,
                     const std::string& message);
   void delete_orphans(const std::string& ns, const std::string& name);
@@ -122,6 +125,9 @@ class Controller {
   struct DueReading {    // a running job whose rank 0 is due a reading
     std::string key, pod_uid;
     int attempt, world;
+    // Note [Host-network readings]: rank 0 has its node's address; only the job's series count.
+    bool host_network = false;
+    std::string ns, name;
   };
   void find_due_readings(unsigned long scan, std::vector<DueReading>& due, std::vector<AgentTarget>& targets);
   void take_readings(const std::vector<DueReading>& due, const std::vector<AgentAnswer>& answers);
@@ -182,8 +188,16 @@ class Controller {
     unsigned long seen = 0;                             // the last scan that found the job running
   };
   std::map<std::string, JobProgress> progress_;  // by job key, under progress_mu_
+  EventCorrelator events_;  // Note [Repeated Events]
+  std::atomic<bool> event_patch_refused_logged_{false};
   std::mutex foreign_mu_;
   std::set<std::string> foreign_warned_;  // ns/job/pod-uid
+  // Note [Job isolation]: jobs whose NetworkPolicy create met one of their name that the
+  // informer does not hold (it lists only labelled ones), by job key: the job's uid and when.
+  // Taken for that long, then the create is tried again.
+  bool network_policy_taken(const std::string& key, const std::string& uid);
+  void mark_network_policy_taken(const std::string& key, const std::string& uid);
+  std::map<std::string, std::pair<std::string, std::chrono::steady_clock::time_point>> np_taken_;  // under foreign_mu_
   // When each job's status was last written (Note [Batched status writes]).
   std::chrono::milliseconds status_write_wait(const std::string& key);
   std::mutex status_mu_;

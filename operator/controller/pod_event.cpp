@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -117,9 +118,49 @@ bool read_metadata(od::value& md, RawPod& r, std::string* resource_version) {
   });
 }
 
+// A container of spec.containers: its name, and LOCKSTEP_BARRIER_SECRET's value in its env.
+struct SpecContainer {
+  std::string name, secret;
+};
+
+bool read_spec_container(od::value& ctr, SpecContainer& c) {
+  return fields(ctr, [&](std::string_view k, od::value& v) {
+    if (k == "name") str(v, c.name);
+    else if (k == "env") {
+      return elements(v, [&](od::value& e) {
+        std::string name, value;
+        bool ok = fields(e, [&](std::string_view f, od::value& x) {
+          if (f == "name") str(x, name);
+          else if (f == "value") str(x, value);
+          return true;
+        });
+        if (name == contract::kBarrierSecret) c.secret = std::move(value);
+        return ok;
+      });
+    }
+    return true;
+  });
+}
+
 bool read_spec(od::value& spec, RawPod& r) {
   return fields(spec, [&](std::string_view k, od::value& v) {
     if (k == "nodeName") str(v, r.node_name);
+    else if (k == "hostNetwork") { bool b; if (!v.get_bool().get(b)) r.host_network = b; }
+    else if (k == "containers") {
+      // Note [Barrier secret]: the trainer container's (the one named so, else the first), as
+      // pod_manifest writes it; another container's variable of that name is not it.
+      std::optional<SpecContainer> first, trainer;
+      bool ok = elements(v, [&](od::value& ctr) {
+        SpecContainer c;
+        if (!read_spec_container(ctr, c)) return false;
+        if (!first) first = c;
+        if (c.name == contract::kTrainerContainer && !trainer) trainer = std::move(c);
+        return true;
+      });
+      if (trainer) r.barrier_secret = trainer->secret;
+      else if (first) r.barrier_secret = first->secret;
+      return ok;
+    }
     else if (k == "tolerations") {
       return elements(v, [&](od::value& t) {
         RawPod::Toleration& tol = r.tolerations.emplace_back();  // an element, of whatever kind

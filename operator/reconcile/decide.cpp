@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "lockstep/contract.hpp"
 #include "reconcile/failure_policy.hpp"
 
 namespace lockstep::reconcile {
@@ -17,6 +18,14 @@ std::string join(const std::vector<std::string>& names) {
   for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
   return out;
 }
+
+// A restart delay as a message says it: "10s", "2m40s"; under a second (tests), "250ms".
+std::string wait_text(milliseconds d) {
+  return d < std::chrono::seconds(1) ? std::to_string(d.count()) + "ms" : format_duration(d.count() / 1000);
+}
+
+// Note [Lost nodes]: a pod none of whose containers started (still Pending on its node).
+bool never_ran(const PodView& p) { return p.phase == "Pending"; }
 
 // The state one decide() call works on.
 struct Pass {
@@ -200,6 +209,10 @@ struct Pass {
     for (const auto* p : current) {
       auto it = lost.find(p);
       if (it == lost.end() || p->finished()) continue;
+      if (never_ran(*p)) {  // PodsBlocked, not lost (report_blocked_pods)
+        if (p->deleting) delete_pod(p);  // Kubernetes removes it; no kubelet will confirm that
+        continue;
+      }
       if (why.size() < 2) why.push_back("pod " + p->name + " (rank " + std::to_string(p->index) + ") lost its node: " + it->second);
       else ++more;  // the message stays bounded however many are lost
       if (nodes.size() < kMaxLostNodes && std::find(nodes.begin(), nodes.end(), p->node_name) == nodes.end())
@@ -212,28 +225,54 @@ struct Pass {
     return true;
   }
 
-  // The gang lost `nodes` (`what` says how): restartPolicy Never fails the job, any other
-  // restarts the gang (Note [Lost nodes]).
+  // The gang lost `nodes` (`what` says how): restartPolicy Never fails the job, and so does a
+  // loss past the cap of lost-node restarts in a row; any other restarts the gang.
+  // See Note [Lost nodes] and Note [Lost-node restarts in a row].
   void lose_nodes(const std::string& what, const std::vector<std::string>& nodes) {
     if (job.restart_policy == RestartPolicy::Never) {
       finish("Failed", "NodeLost", what + "; spec.runPolicy.restartPolicy=Never does not retry it");
       clean_finished_pods();
       return;
     }
+    if (node_lost_in_a_row() > opt.max_node_lost_restarts_in_a_row) {
+      finish("Failed", "NodeLostRestartsExceeded",
+             what + "; the gang already restarted " + std::to_string(s().consecutive_node_lost_restarts) +
+                 " times in a row for lost nodes, the most the operator makes without an attempt that ran for "
+                 "--restart-backoff-reset between them: the nodes it lands on keep failing (look at them, and at "
+                 "tolerations that put the pods back on a NotReady or tainted node)");
+      clean_finished_pods();
+      return;
+    }
     restart_gang("NodeLost", what, /*node_lost=*/true, nodes);
   }
 
-  // Note [Lost nodes]: a failed pod of the attempt whose agent says pod R's agent went silent,
-  // while pod R has not finished: pod R's node is lost. True when it acted.
+  // The lost-node restarts in a row that one more would make: 1 after an attempt that ran
+  // stably. See Note [Lost-node restarts in a row].
+  int node_lost_in_a_row() const {
+    const JobStatus& st = out.status;
+    return ran_stably() ? 1 : std::min(st.consecutive_node_lost_restarts, st.node_lost_restarts) + 1;
+  }
+
+  // How long the attempt after the restart just made waits (Note [Backoff reset], Note
+  // [Lost-node restarts in a row]): none for the first lost-node restart in a row.
+  milliseconds next_attempt_delay(bool node_lost) const {
+    const JobStatus& st = out.status;
+    if (!node_lost) return restart_delay(st.consecutive_restarts, opt);
+    if (st.consecutive_node_lost_restarts <= 1) return milliseconds(0);
+    return restart_delay(st.consecutive_node_lost_restarts - 1, opt);
+  }
+
+  // Note [Lost nodes]: a pod of the attempt that failed with exit code 76, whose agent says
+  // pod R's agent went silent, while pod R is Running: pod R's node is lost. True when it acted.
   bool handle_silent_peer() {
     if (!in.watch_nodes) return false;
     for (const auto* p : current) {
-      if (p->phase != "Failed") continue;
+      if (p->phase != "Failed" || p->exit_code != contract::kExitRendezvous) continue;
       auto rank = silent_peer(p->termination_message);
       if (!rank || *rank >= job.nodes) continue;
       const PodView* silent = nullptr;
       for (const auto* q : current)
-        if (q->index == *rank && !q->finished() && !q->node_name.empty()) silent = q;
+        if (q->index == *rank && q->phase == "Running" && !q->deleting && !q->node_name.empty()) silent = q;
       if (!silent || silent == p) continue;
       const std::string node = printable(silent->node_name, kMaxNodeName);
       lost.emplace(silent, "its agent went silent to the gang (pod " + p->name + "'s agent heard nothing from it for the "
@@ -257,7 +296,8 @@ struct Pass {
 
   // Every pod of the attempt deleted, the next attempt after the backoff. `what` says why;
   // `node_lost`: a lost node's restart (of `lost_nodes`), which backoffLimit does not count and
-  // which waits no backoff (Note [Lost nodes]).
+  // whose backoff counts the lost-node restarts in a row.
+  // See Note [Lost nodes] and Note [Lost-node restarts in a row].
   void restart_gang(const std::string& reason, const std::string& what, bool node_lost,
                     const std::vector<std::string>& lost_nodes = {}) {
     // Note [Partly succeeded]: the whole gang reruns, the pods that succeeded included.
@@ -267,9 +307,17 @@ struct Pass {
       delete_pod(p);
     }
     const int in_place = s().current_attempt_in_place_restarts;
-    if (!node_lost) s().consecutive_restarts = ran_stably() ? 1 : std::min(s().consecutive_restarts, s().restarts) + 1;
+    const bool stable = ran_stably();  // each count starts afresh after a stable run
+    if (node_lost) {
+      s().consecutive_node_lost_restarts = node_lost_in_a_row();
+      if (stable) s().consecutive_restarts = 0;
+    } else {
+      s().consecutive_restarts = stable ? 1 : std::min(s().consecutive_restarts, s().restarts) + 1;
+      if (stable) s().consecutive_node_lost_restarts = 0;
+    }
     s().restarts += 1;
     if (node_lost) s().node_lost_restarts += 1;
+    const milliseconds wait = next_attempt_delay(node_lost);
     s().lost_nodes = lost_nodes;
     s().current_attempt_in_place_restarts = 0;  // the new pods' agents count from 0
     s().phase = "Restarting";
@@ -279,6 +327,10 @@ struct Pass {
     else
       msg += " (" + std::to_string(s().restarts - s().node_lost_restarts) + " of spec.runPolicy.backoffLimit=" +
              std::to_string(job.backoff_limit) + "; restarts for lost nodes do not count)";
+    if (node_lost)  // Note [Lost-node restarts in a row]
+      msg += "; lost-node restart " + std::to_string(s().consecutive_node_lost_restarts) + " in a row of at most " +
+             std::to_string(opt.max_node_lost_restarts_in_a_row) + ", the next attempt " +
+             (wait.count() > 0 ? "after " + wait_text(wait) : "at once");
     if (in_place > 0)
       msg += ", after " + std::to_string(in_place) + " in-place restart" + (in_place == 1 ? "" : "s") +
              " in attempt " + std::to_string(s().restarts - 1);
@@ -288,7 +340,7 @@ struct Pass {
     condition("Running", "False", reason, msg);
     restarted(reason, msg, in.now);
     event("Warning", reason, msg);
-    requeue(node_lost ? milliseconds(1) : restart_delay(s().consecutive_restarts, opt));
+    requeue(wait);
   }
 
   // A failed or vanished pod of the current attempt: fail the job or restart the gang.
@@ -394,10 +446,11 @@ struct Pass {
     condition("StuckTerminating", "False", "PodsTerminated", "every pod of the earlier attempts is gone");
     if (s().phase != "Restarting") return false;
     const Condition* c = s().condition("Restarting");
-    if (c && c->reason == "NodeLost") return false;  // Note [Lost nodes]: no backoff
+    // Note [Lost-node restarts in a row]: the first lost-node restart in a row waits nothing.
+    const milliseconds delay = next_attempt_delay(c && c->reason == "NodeLost");
     auto since = c ? parse_time(c->last_transition_time) : std::nullopt;
-    if (!since) return false;
-    auto ready_at = *since + restart_delay(s().consecutive_restarts, opt);
+    if (!since || delay.count() <= 0) return false;
+    auto ready_at = *since + delay;
     if (in.now < ready_at) {
       requeue(std::chrono::duration_cast<milliseconds>(ready_at - in.now));
       return true;
@@ -445,7 +498,8 @@ struct Pass {
     }
     std::set<int> present;
     for (const auto* p : current) present.insert(p->index);
-    for (int i = 0; i < job.nodes; ++i)
+    // Note [Pods placed by hand]; Note [Agent injection] in manifests.hpp.
+    for (int i = 0; i < job.nodes && job.template_node_name.empty() && job.template_agent_overlay.empty(); ++i)
       if (!present.count(i)) out.create_pods.push_back(i);
     if (!out.create_pods.empty()) out.avoid_nodes = s().lost_nodes;
     // Note [Events that say something new]: the condition, not an Event, says the pods were
@@ -456,34 +510,26 @@ struct Pass {
   }
 
   // A pod of the attempt that cannot start: the scheduler finds no node for it, or its
-  // container cannot be created (the image cannot be pulled, a missing Secret, ...). The
-  // job says which pod and why (condition PodsBlocked, and a Warning Event when it first
-  // happens), instead of a silent Pending.
+  // container cannot be created (the image cannot be pulled, a missing Secret, ...), or it is
+  // bound to a lost node it never ran on (Note [Lost nodes]); or the template sets nodeName,
+  // so no pod is made (Note [Pods placed by hand]). The job says which pod and why (condition
+  // PodsBlocked, and a Warning Event when it first happens), instead of a silent Pending.
   void report_blocked_pods(bool started) {
-    static const std::set<std::string> stuck = {"ErrImagePull",          "ImagePullBackOff",           "InvalidImageName",
-                                                "ErrImageNeverPull",     "CreateContainerConfigError", "CreateContainerError",
-                                                "RunContainerError",     "PreCreateHookError",         "PreStartHookError"};
     std::string reason, message;
-    if (!started)
-      for (const auto* p : current) {
-        if (p->phase != "Pending" || p->deleting) continue;
-        if (!p->unschedulable_message.empty()) {
-          reason = "Unschedulable";
-          message = "pod " + p->name + " cannot be scheduled: " + p->unschedulable_message;
-          // A gang scheduler's words are about its plugin ("rejection in PostFilter"): say
-          // what it means for the job.
-          if (job.gang && !job.scheduler_name.empty() && in.gang_support == GangSupport::Available)
-            message += " (gang scheduling by " + job.scheduler_name + ": none of the " + std::to_string(job.nodes) +
-                       " pods starts until all of them fit)";
-        } else if (stuck.count(p->waiting_reason)) {
-          reason = p->waiting_reason;
-          message = "pod " + p->name + " cannot start: " + p->waiting_reason +
-                    (p->waiting_message.empty() ? "" : ": " + p->waiting_message);
-        } else {
-          continue;
-        }
-        break;
-      }
+    if (!started && !job.template_node_name.empty()) {
+      reason = "TemplateNodeName";  // the CRD's words for it, and what the operator does
+      message = "no pod is created while spec.template.spec.nodeName is set (" +
+                printable(job.template_node_name, kMaxNodeName) +
+                "): spec.template.spec.nodeName places every pod of the gang on one node by hand, past the "
+                "scheduler and gang scheduling; remove it, and choose nodes with spec.template.spec.nodeSelector "
+                "(kubernetes.io/hostname) or affinity";
+    } else if (!started && !job.template_agent_overlay.empty()) {
+      reason = "TemplateOverlaysAgent";
+      message = job.template_agent_overlay + "; the operator creates no pod while it does";
+    } else if (!started) {
+      for (const auto* p : current)
+        if (blocked(*p, reason, message)) break;
+    }
     const Condition* was = s().condition("PodsBlocked");
     bool was_blocked = was && was->status == "True";
     if (reason.empty()) {
@@ -492,6 +538,35 @@ struct Pass {
     }
     condition("PodsBlocked", "True", reason, message);
     if (!was_blocked) event("Warning", "PodsBlocked", message);
+  }
+
+  // Whether pod `p` of the attempt cannot start, and why (report_blocked_pods).
+  bool blocked(const PodView& p, std::string& reason, std::string& message) const {
+    static const std::set<std::string> stuck = {"ErrImagePull",          "ImagePullBackOff",           "InvalidImageName",
+                                                "ErrImageNeverPull",     "CreateContainerConfigError", "CreateContainerError",
+                                                "RunContainerError",     "PreCreateHookError",         "PreStartHookError"};
+    if (p.phase != "Pending" || p.deleting) return false;
+    if (auto it = lost.find(&p); it != lost.end()) {
+      reason = "BoundToLostNode";
+      message = "pod " + p.name + " never started on its node: " + it->second +
+                "; it is made again once Kubernetes removes it (the pod garbage collector for a node that is gone, "
+                "the taint manager's eviction for a NotReady or tainted one)";
+    } else if (!p.unschedulable_message.empty()) {
+      reason = "Unschedulable";
+      message = "pod " + p.name + " cannot be scheduled: " + p.unschedulable_message;
+      // A gang scheduler's words are about its plugin ("rejection in PostFilter"): say
+      // what it means for the job.
+      if (job.gang && !job.scheduler_name.empty() && in.gang_support == GangSupport::Available)
+        message += " (gang scheduling by " + job.scheduler_name + ": none of the " + std::to_string(job.nodes) +
+                   " pods starts until all of them fit)";
+    } else if (stuck.count(p.waiting_reason)) {
+      reason = p.waiting_reason;
+      message = "pod " + p.name + " cannot start: " + p.waiting_reason +
+                (p.waiting_message.empty() ? "" : ": " + p.waiting_message);
+    } else {
+      return false;
+    }
+    return true;
   }
 
   // Running once every pod of the attempt has started (Running, or already Succeeded), and
@@ -521,10 +596,44 @@ struct Pass {
 
   // Note [Job isolation]: kept while the job asks for it, finished or not (cleanPodPolicy None
   // keeps pods), and removed once it does not.
+  // status.isolation and the Isolated condition say what applies, and why, from the first
+  // status write on (so they cost no write of their own): True while the job's policy is kept
+  // (being made counts: a refused create is retried), False with what reaches the pods when
+  // the job asked for none (or the operator's default is None), or when a NetworkPolicy of the
+  // job's name that the job does not control is in the way: that one is left alone, and the
+  // job is not isolated by it.
   void isolate() {
-    bool wanted = job.isolation == Isolation::NetworkPolicy;
-    if (wanted && in.network_policy_uid.empty()) out.create_network_policy = true;
+    const bool wanted = job.isolation == Isolation::NetworkPolicy;
+    const bool taken = wanted && in.network_policy_uid.empty() && in.network_policy_taken;
+    if (wanted && !taken && in.network_policy_uid.empty()) out.create_network_policy = true;
     if (!wanted && !in.network_policy_uid.empty()) out.delete_network_policy_uid = in.network_policy_uid;
+    std::string reason, message;
+    if (wanted && !taken) {
+      reason = "NetworkPolicy";
+      message = "NetworkPolicy " + job.name + " admits only the job's own pods, and the operator's and the monitoring "
+                "namespaces' pods on metrics.port (enforced where the cluster's CNI enforces NetworkPolicy)";
+    } else if (taken) {
+      reason = "NetworkPolicyNameTaken";
+      message = "spec.isolation is NetworkPolicy, but a NetworkPolicy named " + job.name +
+                " that this job does not own is there, and it is left alone: the job is not isolated by the "
+                "operator; delete or rename that policy";
+    } else {
+      reason = "NotRequested";
+      message = std::string(job.isolation_given ? "spec.isolation is None" : "spec.isolation is unset and the operator's default is None") +
+                ": any pod of the cluster can reach the job's rendezvous (masterPort), barrier (masterPort+1), "
+                "metrics.port and collective ports; set spec.isolation: NetworkPolicy to admit only the job's own pods";
+    }
+    const std::string status = wanted && !taken ? "True" : "False";
+    s().isolation = wanted && !taken ? "NetworkPolicy" : "None";
+    for (auto& c : s().conditions)
+      if (c.type == "Isolated") {
+        if (c.status != status) c.last_transition_time = now;
+        c.status = status;
+        c.reason = reason;
+        c.message = message;
+        return;
+      }
+    s().conditions.push_back({"Isolated", status, reason, message, now});  // False too: it says something
   }
 
 

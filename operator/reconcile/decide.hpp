@@ -13,14 +13,18 @@
 //   stale pods        pods of an earlier attempt are deleted; the next attempt waits for them
 //   in-place restarts the agents' own, read from rank 0's agent, counted into the status
 //                     (in_place.hpp, Note [In-place restarts])
-//   lost nodes        a pod on a lost node fails the job or restarts the whole gang at once,
-//                     its pods there force-deleted (node.hpp, Note [Lost nodes])
+//   lost nodes        a pod on a lost node fails the job or restarts the whole gang, its pods
+//                     there force-deleted: the first in a row at once, later ones after the
+//                     backoff, past a cap the job fails (node.hpp, Note [Lost nodes], Note
+//                     [Lost-node restarts in a row]); one that never ran there is PodsBlocked
 //   failures          the first failure in time fails the job or restarts the whole gang
 //                     (failure_policy.hpp); see Note [Partly succeeded]
 //   backoff           a restarting gang waits restart_backoff * 2^(n-1), n the restarts
-//                     since an attempt last ran stably (Note [Backoff reset])
+//                     since an attempt last ran stably (Note [Backoff reset]); after a lost
+//                     node, 2^(n-2), n the lost-node restarts in a row, none for the first
 //   success           every pod of the attempt Succeeded
-//   create            headless Service, PodGroup, missing pods of the current attempt
+//   create            headless Service, PodGroup, missing pods of the current attempt (none
+//                     while the template sets nodeName: node.hpp, Note [Pods placed by hand])
 //   status            phase, conditions, node counts; written only when changed
 //
 // Note [Partly succeeded]
@@ -66,6 +70,9 @@ struct Options {
   std::chrono::milliseconds restart_backoff_max{std::chrono::minutes(5)};
   // An attempt that ran this long starts the backoff afresh (Note [Backoff reset]); 0 never.
   std::chrono::milliseconds restart_backoff_reset{std::chrono::minutes(10)};
+  // Lost-node restarts in a row before the next loss fails the job.
+  // See Note [Lost-node restarts in a row] in node.hpp.
+  int max_node_lost_restarts_in_a_row = kMaxNodeLostRestartsInARow;
   FailureTiming failure_timing;  // Note [The first failure]
 };
 
@@ -75,6 +82,9 @@ struct Observed {
   bool service_exists = false;
   bool podgroup_exists = false;
   std::string network_policy_uid;  // of the job's own NetworkPolicy; "" when it has none
+  // A NetworkPolicy of the job's name that the job does not control (a tenant's, or another
+  // job's of the same name) is there: the job's own cannot be made (Note [Job isolation]).
+  bool network_policy_taken = false;
   GangSupport gang_support = GangSupport::Available;
   std::optional<Progress> progress;  // the latest reading of rank 0's agent (Note [Progress])
   std::optional<InPlaceReading> in_place;  // from the same reading (Note [In-place restarts])

@@ -1,9 +1,11 @@
 #include "reconcile/job.hpp"
+#include "reconcile/manifests.hpp"
 
 #include <algorithm>
 #include <cmath>
 
 #include "lockstep/contract.hpp"
+#include "lockstep/text.hpp"
 #include "reconcile/json_fields.hpp"
 
 using json = nlohmann::json;
@@ -22,19 +24,15 @@ T get_or(const json& j, const char* key, T fallback) {
   return fallback;
 }
 
-// At most `n` bytes of `s`, its end kept (a program's last words are at its end), cut at a
-// UTF-8 character boundary.
-std::string tail(const std::string& s, size_t n) {
-  if (s.size() <= n) return s;
-  size_t start = s.size() - n;
-  while (start < s.size() && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) ++start;
-  return s.substr(start);
-}
-std::string head(const std::string& s, size_t n) {
-  if (s.size() <= n) return s;
-  size_t end = n;
-  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
-  return s.substr(0, end);
+// At most `n` bytes of `s`, cut at a UTF-8 character boundary (Note [UTF-8 text]): its end kept
+// (a program's last words are at its end), or its start.
+std::string tail(const std::string& s, size_t n) { return text::utf8_tail(s, n); }
+std::string head(const std::string& s, size_t n) { return text::utf8_head(s, n); }
+
+// What the operator draws for an attempt (lockstep::random_hex(32)): anything else a pod holds
+// is not taken for a secret (Note [Barrier secret]).
+bool is_barrier_secret(const std::string& v) {
+  return v.size() == 64 && v.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
 
 int label_int(const std::string& v) {
@@ -63,6 +61,7 @@ json JobStatus::to_json() const {
   json s = json::object();
   if (!phase.empty()) s["phase"] = phase;
   if (!queue.empty()) s["queue"] = queue;
+  if (!isolation.empty()) s["isolation"] = isolation;
   json conds = json::array();
   for (const auto& c : conditions) {
     json cj = {{"type", c.type}, {"status", c.status}, {"lastTransitionTime", c.last_transition_time}};
@@ -75,6 +74,7 @@ json JobStatus::to_json() const {
   s["restarts"] = restarts;
   s["consecutiveRestarts"] = consecutive_restarts;
   s["nodeLostRestarts"] = node_lost_restarts;
+  s["consecutiveNodeLostRestarts"] = consecutive_node_lost_restarts;
   if (!lost_nodes.empty()) s["lostNodes"] = lost_nodes;
   s["inPlaceRestarts"] = in_place_restarts;
   s["currentAttemptInPlaceRestarts"] = current_attempt_in_place_restarts;
@@ -100,6 +100,7 @@ JobStatus JobStatus::from_json(const json& s) {
   JobStatus st;
   st.phase = get_or<std::string>(s, "phase", "");
   st.queue = get_or<std::string>(s, "queue", "");
+  st.isolation = get_or<std::string>(s, "isolation", "");
   if (s.is_object() && s.contains("conditions") && s["conditions"].is_array()) {
     for (const auto& c : s["conditions"]) {
       st.conditions.push_back({get_or<std::string>(c, "type", ""), get_or<std::string>(c, "status", ""),
@@ -113,6 +114,7 @@ JobStatus JobStatus::from_json(const json& s) {
   // A status an operator before Note [Backoff reset] wrote: its delays counted every restart.
   st.consecutive_restarts = std::clamp(get_or(s, "consecutiveRestarts", st.restarts), 0, std::max(st.restarts, 0));
   st.node_lost_restarts = std::clamp(get_or(s, "nodeLostRestarts", 0), 0, std::max(st.restarts, 0));
+  st.consecutive_node_lost_restarts = std::clamp(get_or(s, "consecutiveNodeLostRestarts", 0), 0, st.node_lost_restarts);
   if (s.is_object() && s.contains("lostNodes") && s["lostNodes"].is_array())
     for (const auto& n : s["lostNodes"])
       if (n.is_string() && st.lost_nodes.size() < kMaxLostNodes) st.lost_nodes.push_back(n.get<std::string>());
@@ -150,6 +152,7 @@ JobView JobView::from_json(const json& obj) {
   j.strategy = get_or<std::string>(spec, "strategy", "Auto");
   j.master_port = get_or(spec, "masterPort", contract::kDefaultMasterPort);
   j.metrics_port = get_or(child(spec, "metrics"), "port", contract::kDefaultMetricsPort);
+  j.isolation_given = spec.contains("isolation") && spec["isolation"].is_string();
   j.isolation = get_or<std::string>(spec, "isolation", "None") == "NetworkPolicy" ? Isolation::NetworkPolicy : Isolation::None;
   const json& rp = child(spec, "runPolicy");
   j.backoff_limit = get_or(rp, "backoffLimit", 3);
@@ -179,6 +182,8 @@ JobView JobView::from_json(const json& obj) {
   j.command = get_or(tr, "command", std::vector<std::string>{"lockstep-trainer"});
   j.args = get_or(tr, "args", std::vector<std::string>{});
   j.tmpl = child(spec, "template");
+  j.template_node_name = head(get_or<std::string>(child(child(spec, "template"), "spec"), "nodeName", ""), kMaxNodeName);
+  j.template_agent_overlay = agent_overlay(child(spec, "template"));
   j.status = JobStatus::from_json(child(obj, "status"));
   return j;
 }
@@ -198,6 +203,8 @@ PodView PodView::from_raw(const RawPod& raw) {
   p.reason = raw.reason;
   p.ip = raw.pod_ip;
   p.node_name = head(raw.node_name, kMaxNodeName);
+  p.host_network = raw.host_network;
+  if (is_barrier_secret(raw.barrier_secret)) p.barrier_secret = raw.barrier_secret;
   // Note [Lost nodes]: only what can tolerate a NoExecute taint. An operator the API server
   // would refuse tolerates nothing, as in the kubelet.
   for (const auto& t : raw.tolerations) {

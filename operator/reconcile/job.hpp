@@ -34,6 +34,7 @@ inline constexpr size_t kMaxLostNodes = 8;
 struct JobStatus {
   std::string phase;  // "" until the operator first writes it
   std::string queue;  // the Kueue LocalQueue the job names (Note [One Workload per job] in kueue.hpp)
+  std::string isolation;  // "NetworkPolicy" or "None", as applied (Note [Job isolation] in manifests.hpp)
   std::vector<Condition> conditions;
   NodeCounts nodes;
   int restarts = 0;  // gang restarts: the current attempt's number
@@ -43,6 +44,9 @@ struct JobStatus {
   // Of them, those a lost node caused, which spec.runPolicy.backoffLimit does not count
   // (Note [Lost nodes] in node.hpp).
   int node_lost_restarts = 0;
+  // Of those, the ones since an attempt last ran for the stable stretch: the lost-node restart
+  // delay's exponent and what the cap counts (Note [Lost-node restarts in a row] in node.hpp).
+  int consecutive_node_lost_restarts = 0;
   // The nodes the last gang restart lost (Note [Lost nodes] in node.hpp): the next attempt's
   // pods prefer other nodes. At most kMaxLostNodes; cleared once an attempt runs.
   std::vector<std::string> lost_nodes;
@@ -91,6 +95,7 @@ struct JobView {
   bool suspend = false, gang = true;
   bool one_pod_per_node = false;  // spec.scheduling.onePodPerNode (Note [One pod per node] in manifests.cpp)
   Isolation isolation = Isolation::None;
+  bool isolation_given = false;  // spec.isolation is set; else the operator's default applies
   std::string scheduler_name, queue, priority_class_name;
   // The TrainingJob's own kueue.x-k8s.io/queue-name and kueue.x-k8s.io/priority-class labels
   // (Note [One Workload per job] in kueue.hpp; queue_of() reconciles the label with `queue`).
@@ -101,6 +106,12 @@ struct JobView {
   std::string checkpoint_resume_from;  // spec.checkpoint.resumeFrom (Note [Checkpoint owner] in trainer/checkpoint.hpp)
   std::vector<std::string> command{"lockstep-trainer"}, args;
   PodTemplate tmpl;  // spec.template
+  // spec.template.spec.nodeName, which the operator refuses (Note [Pods placed by hand] in
+  // node.hpp); "" when unset. Read apart from tmpl, which a finished job's view drops.
+  std::string template_node_name;
+  // What of spec.template would overlay the agent (agent_overlay in manifests.hpp, Note [Agent
+  // injection]): "" when nothing would. Read apart from tmpl, like template_node_name.
+  std::string template_agent_overlay;
   JobStatus status;
 
   static JobView from_json(const nlohmann::json& obj);
@@ -127,6 +138,10 @@ struct RawPod {
   };
   std::vector<Owner> owners;  // metadata.ownerReferences
   std::string node_name;      // spec.nodeName when a string
+  bool host_network = false;  // spec.hostNetwork is true
+  // LOCKSTEP_BARRIER_SECRET's value in the trainer container's env (spec.containers: the one
+  // named trainer, else the first), as pod_manifest writes it; "" if none (Note [Barrier secret]).
+  std::string barrier_secret;
   struct Toleration {         // spec.tolerations: each element, its fields when strings
     std::string key, op, value, effect;
     std::optional<double> seconds;  // tolerationSeconds when a number
@@ -192,6 +207,10 @@ struct PodView {
   std::string waiting_reason, waiting_message;
   std::string ip;  // status.podIP
   std::string node_name;  // spec.nodeName: "" until the pod is bound to a node
+  bool host_network = false;  // spec.hostNetwork: status.podIP is its node's address
+  // Its gang attempt's barrier secret (Note [Barrier secret]): 64 lowercase hex digits, as the
+  // operator draws it; "" when the pod holds none or anything else.
+  std::string barrier_secret;
   // Its tolerations of NoExecute taints, at most kMaxTolerations; tolerations_cut when it had
   // more (it is then taken to tolerate every taint: Note [Lost nodes]).
   std::vector<Toleration> tolerations;

@@ -1,9 +1,12 @@
 #include "reconcile/manifests.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
 #include "lockstep/contract.hpp"
+#include "lockstep/text.hpp"
+#include "reconcile/json_fields.hpp"
 
 using json = nlohmann::json;
 namespace c = lockstep::contract;
@@ -43,12 +46,19 @@ json take(json& obj, const char* key, json::value_t kind) {
   return std::move(*it);
 }
 
+// Whether `o` is an object named `name` (a name that is no string names nothing: the CRD keeps
+// a mount's fields as the template wrote them).
+bool named(const json& o, const char* name) {
+  auto it = o.find("name");  // end() for anything but an object
+  return it != o.end() && it->is_string() && it->get_ref<const std::string&>() == name;
+}
+
 // Drops the entries of a list of named objects (volumes, containers, mounts) that carry a
 // name the operator reserves, so the one the operator adds is the only one.
-void drop_named(json& list, const std::string& name) {
+void drop_named(json& list, const char* name) {
   if (!list.is_array()) { list = json::array(); return; }
   for (auto it = list.begin(); it != list.end();) {
-    if (it->is_object() && it->value("name", "") == name) it = list.erase(it);
+    if (named(*it, name)) it = list.erase(it);
     else ++it;
   }
 }
@@ -138,12 +148,28 @@ json agent_resources(const json& ctr) {
   return out;
 }
 
+// Note [Agent injection]: every mount of the agent's volume that the template's containers and
+// init containers make is read-only, whatever the template says.
+void mount_agent_volume_read_only(json& spec) {
+  for (const char* list : {"containers", "initContainers"}) {
+    auto containers = spec.find(list);
+    if (containers == spec.end() || !containers->is_array()) continue;
+    for (auto& ctr : *containers) {
+      auto mounts = ctr.find("volumeMounts");
+      if (mounts == ctr.end() || !mounts->is_array()) continue;
+      for (auto& m : *mounts)
+        if (named(m, c::kAgentVolume)) m["readOnly"] = true;
+    }
+  }
+}
+
 // Note [Agent injection]: the emptyDir, the init container that fills it, and the trainer
-// container's read-only mount of it.
+// container's read-only mount of it; every other mount of it read-only too.
 void inject_agent(json& spec, json& ctr, const AgentInjection& agent) {
   json& volumes = spec["volumes"];
   drop_named(volumes, c::kAgentVolume);
   volumes.push_back({{"name", c::kAgentVolume}, {"emptyDir", {{"sizeLimit", "256Mi"}}}});
+  mount_agent_volume_read_only(spec);  // before the operator's own init container, which fills it
 
   json& inits = spec["initContainers"];
   drop_named(inits, c::kAgentInitContainer);
@@ -358,15 +384,62 @@ json pod_manifest(const JobView& job, int index, int attempt, const AgentInjecti
   return pod;
 }
 
-std::string barrier_secret_of(const json& pod) {
-  if (!pod.is_object() || !pod.contains("spec") || !pod["spec"].is_object()) return "";
-  const json& containers = pod["spec"].value("containers", json::array());
-  if (!containers.is_array()) return "";
-  for (const auto& ctr : containers) {
-    if (!ctr.is_object() || !ctr.contains("env") || !ctr["env"].is_array()) continue;
-    for (const auto& e : ctr["env"])
-      if (e.is_object() && e.value("name", "") == c::kBarrierSecret && e.contains("value") && e["value"].is_string())
-        return e["value"].get<std::string>();
+namespace {
+
+// The components of a path in a container as the runtime resolves it: empty ones and "."
+// dropped, ".." one up (never above the root); a relative path is taken from the root.
+std::vector<std::string> path_components(const std::string& path) {
+  std::vector<std::string> out;
+  for (size_t start = 0; start <= path.size();) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    std::string part = path.substr(start, end - start);
+    if (part == "..") {
+      if (!out.empty()) out.pop_back();
+    } else if (!part.empty() && part != ".") {
+      out.push_back(std::move(part));
+    }
+    start = end + 1;
+  }
+  return out;
+}
+
+bool at_or_below(const std::string& path, const std::string& dir) {
+  const auto p = path_components(path), d = path_components(dir);
+  return p.size() >= d.size() && std::equal(d.begin(), d.end(), p.begin());
+}
+
+}  // namespace
+
+std::string agent_overlay(const json& pod_template) {
+  const json& spec = child(pod_template, "spec");
+  auto containers = spec.find("containers");
+  if (containers == spec.end() || !containers->is_array() || containers->empty()) return "";
+  size_t index = 0;  // the container that runs the agent: as trainer_container() chooses it
+  for (size_t i = 0; i < containers->size(); ++i)
+    if (named((*containers)[i], c::kTrainerContainer)) {
+      index = i;
+      break;
+    }
+  const json& ctr = (*containers)[index];
+  static const std::pair<const char*, const char*> kinds[] = {{"volumeMounts", "mountPath"},
+                                                              {"volumeDevices", "devicePath"}};
+  for (const auto& [list, field] : kinds) {
+    auto entries = ctr.find(list);
+    if (entries == ctr.end() || !entries->is_array()) continue;
+    for (size_t i = 0; i < entries->size(); ++i) {
+      const json& entry = (*entries)[i];
+      // A mount of the agent's own volume here is replaced by the operator's (inject_agent).
+      if (std::strcmp(list, "volumeMounts") == 0 && named(entry, c::kAgentVolume)) continue;
+      const std::string path = string_field(entry, field);
+      if (path.empty() || !at_or_below(path, c::kAgentMountPath)) continue;
+      return "spec.template.spec.containers[" + std::to_string(index) + "]." + list + "[" + std::to_string(i) + "]." +
+             field + ": Invalid value: " + json(text::utf8_head(path, 256)).dump() +
+             ": the operator mounts the Lockstep agent at " + c::kAgentMountPath + " in the container that runs it (" +
+             (named(ctr, c::kTrainerContainer) ? "the one named trainer" : "the first, as none is named trainer") +
+             "), and " + (field == std::string("mountPath") ? "a mount" : "a device") + " at or below that path "
+             "would hide or replace the agent; use a path outside " + c::kAgentMountPath;
+    }
   }
   return "";
 }
@@ -426,7 +499,7 @@ json event_manifest(const JobView& job, const std::string& type, const std::stri
             {"namespace", job.ns}, {"uid", job.uid}}},
           {"type", type},
           {"reason", reason},
-          {"message", message.substr(0, 1024)},
+          {"message", text::utf8_head(message, kMaxEventMessage)},  // Note [UTF-8 text]
           {"firstTimestamp", now},
           {"lastTimestamp", now},
           {"count", 1},

@@ -53,6 +53,17 @@ struct IsolationPeers {
 // privilege escalation, no capabilities, RuntimeDefault seccomp, read-only root). With no
 // agent image (the operator's `--agent-image ''`, and `lockstep run`, whose agents are local
 // processes) nothing is injected and the command is `lockstep-agent` from the image's PATH.
+//   The bundle stays what the init container copied. Every mount of kAgentVolume that the
+// template makes, in any of its containers and init containers, whole or a subPath, is
+// read-only whatever the template says: a sidecar that mounted it writable could replace the
+// binary the trainer container runs. A template's own volume of that name, or init container
+// named kAgentInitContainer, is replaced by the operator's (reserved names, contract.hpp). And
+// the template may put nothing at or below kAgentMountPath in the container that runs the
+// agent: a mount of any volume (a subPath of one too) or a device there would hide or replace
+// the bundle. agent_overlay() says which field does: the operator makes no pod of such a
+// template (condition PodsBlocked, reason TemplateOverlaysAgent, with those words) and
+// `lockstep validate` refuses it with the same, whether or not the operator injects the agent
+// (the path is reserved either way).
 struct AgentInjection {
   std::string image;  // empty: no injection
   std::string pull_policy = "IfNotPresent";
@@ -69,27 +80,41 @@ struct AgentInjection {
 nlohmann::json pod_manifest(const JobView& job, int index, int attempt, const AgentInjection& agent = {},
                             const std::string& barrier_secret = "", const std::vector<std::string>& avoid_nodes = {});
 
+// Note [Agent injection]: what of `pod_template` (a TrainingJob's spec.template) would overlay
+// the agent, as a message naming the field and what is valid, e.g.
+// "spec.template.spec.containers[0].volumeMounts[1].mountPath: Invalid value: \"/lockstep/agent/bin\":
+// ... use a path outside /lockstep/agent"; "" when nothing would.
+std::string agent_overlay(const nlohmann::json& pod_template);
+
 // Note [Barrier secret]
 // The agents of a gang attempt prove to node 0's agent that they hold one secret (Note
 // [Barrier trust] in agent/barrier.hpp). The operator draws it, 32 random bytes, when it
-// creates the first pod of an attempt and writes it into each pod's env
-// (LOCKSTEP_BARRIER_SECRET): no Secret object, no RBAC beyond creating pods, and a new
-// attempt's pods share nothing with the old one's, which fences the old ranks out. A pod
-// recreated within an attempt gets the secret of a live pod of that attempt, read from the
-// API server (barrier_secret_of; the informer's lean cache holds no env). If none can be
-// read, a fresh one: node 0 refuses that pod's agent, which exits 76, and the gang restarts
-// with a new attempt, so the failure is safe. Whoever may `get pods` in the job's namespace
-// can read it (as they can read the pods' logs and usually exec into them); pods of other
-// namespaces cannot. It is never logged, nor in an Event or a condition.
-// The value of LOCKSTEP_BARRIER_SECRET in `pod`'s trainer container; "" if none.
-std::string barrier_secret_of(const nlohmann::json& pod);
+// creates the first pod of an attempt and writes it into the trainer container's env
+// (LOCKSTEP_BARRIER_SECRET) of each pod: no Secret object, no RBAC beyond creating pods, and a
+// new attempt's pods share nothing with the old one's, which fences the old ranks out.
+//   Every pod created later in the same attempt (a second pass of slow start, a pass cut short
+// by a refusal, a Pending pod recreated) gets the secret of a pod of that attempt that the job
+// controls, from the pod informer's cache: the pod's text is read for it as for everything else
+// (Note [Pod text]), from the trainer container only, and only a value of the operator's form
+// (64 lowercase hex digits) counts. No request is made for it, so it needs no `get` on pods
+// (the chart grants list and watch). Only when no pod of the attempt is left is a new one drawn,
+// which is then a new gang: node 0 would refuse a pod holding another, whose agent exits 76,
+// and the gang restarts with a new attempt, so even that failure is safe.
+//   Who can read it: whoever may read the pods' specs in the job's namespace (get, list or
+// watch pods: they can usually read the pods' logs and exec into them too), and the processes
+// of the trainer container, where it is in the environment (/proc/<pid>/environ of the agent
+// and its workers); pods of other namespaces cannot. It is never logged, nor in an Event, a
+// condition, a label or an annotation (docs/security.md).
 // Headless Service <job> (publishNotReadyAddresses: rendezvous happens before readiness).
 nlohmann::json service_manifest(const JobView& job);
 // PodGroup <job> with minMember = nodes, for the coscheduling plugin.
 nlohmann::json podgroup_manifest(const JobView& job);
 // NetworkPolicy <job> for spec.isolation NetworkPolicy (Note [Job isolation]).
 nlohmann::json network_policy_manifest(const JobView& job, const IsolationPeers& peers);
-// A core/v1 Event about the job.
+// A core/v1 Event about the job. Its message is cut to kMaxEventMessage bytes, at a character
+// boundary (Note [UTF-8 text] in `common/include/lockstep/text.hpp`): a refusal the API server
+// words (a failed pod create's) can be longer.
+inline constexpr size_t kMaxEventMessage = 1024;
 nlohmann::json event_manifest(const JobView& job, const std::string& type, const std::string& reason,
                               const std::string& message, const std::string& now, const std::string& component);
 

@@ -20,15 +20,25 @@
 //    lost again; the next attempt's preference for other nodes, below, makes that the
 //    scheduler's last resort.)
 // A node with no Ready condition yet (just registered) is not lost, nor is one whose pods'
-// node the cache does not know and the API server cannot say.
+// node the cache does not know and the API server cannot say. A pod that never ran on its
+// node (still Pending there: bound, but no container of it started) lost nothing either: it
+// has no rank to fence and its node cost the gang no work, so it is a pod that cannot start,
+// PodsBlocked (reason BoundToLostNode), not a gang restart: restarting would only make the
+// same pod again, which whatever bound it there (a scheduler that tolerates the node's taints,
+// a webhook) may bind there again, a restart per pass. Kubernetes removes such a pod itself
+// (the taint manager's eviction, the pod garbage collector for a node that is gone); if its
+// deletion has begun, the operator force-deletes it (no kubelet will confirm it) and makes
+// the pod again in the same attempt.
 //
 // The gang restarts as for a failed pod (decide.hpp), with reason NodeLost naming the node,
 // the pod and its rank, and why; restartPolicy Never fails the job. A restart for a lost node
 // does not count toward spec.runPolicy.backoffLimit (status.nodeLostRestarts counts them
 // apart): the node's loss says nothing about the program, and batch/v1 Jobs' podFailurePolicy
-// likewise lets disruptions be ignored. Nor does it wait the restart delay, which is there to
-// keep a crashing program from churning the cluster (Note [Backoff reset]): the next attempt
-// starts as soon as the lost pods are gone, and status.consecutiveRestarts is left as it was.
+// likewise lets disruptions be ignored. The first in a row does not wait the restart delay,
+// which is there to keep a crashing program from churning the cluster (Note [Backoff reset]):
+// the next attempt starts as soon as the lost pods are gone. Later ones in a row wait, and
+// there is a cap (Note [Lost-node restarts in a row]). status.consecutiveRestarts is left as
+// it was, unless the attempt had run stably, which starts it afresh as for any restart.
 // Its pods prefer nodes other than those lost (status.lostNodes, a preferred node affinity of
 // the highest weight, cleared once an attempt runs): a NotReady or tainted node repels them
 // anyway, but a node that went silent without the node controller's knowledge yet does not.
@@ -46,15 +56,54 @@
 // A node can die without the node controller's knowing for up to its grace period (50 s), and
 // the gang's agents notice in seconds (agent/barrier.hpp, Note [Heartbeats]): the agents that
 // exit 76 because pod R's agent went silent say so in the first line of their termination
-// message (`lockstep-silent-peer node=R`, Note [Silent peer] there). A failed pod of the
-// attempt with that line, while pod R of the attempt has not finished in the API, makes pod
-// R's node lost too, as above: the gang restarts with NodeLost, pod R is force-deleted, and
-// the next attempt prefers other nodes (its node is still Ready, so the scheduler would place
-// a new pod there). The line is read strictly (first line, a rank of the job), and whatever a
-// program could make the operator believe by forging it (its own logs become the termination
-// message when the agent did not write one) concerns its own job only: a restart and a
-// preference of the next attempt. With the node watch off (--node-watch=false) the line is
-// not read either, so that the operator then behaves as one that waits for eviction.
+// message (`lockstep-silent-peer node=R`, Note [Silent peer] there). A pod of the attempt that
+// failed with exit code 76 and that line, while pod R of the attempt is Running in the API
+// (not finished, not being deleted), makes pod R's node lost too, as above: the gang restarts
+// with NodeLost, pod R is force-deleted, and the next attempt prefers other nodes (its node is
+// still Ready, so the scheduler would place a new pod there). The line is read strictly
+// (first line, a rank of the job, exit code 76), but a program can still forge it: it may
+// write the container's termination-message file itself, and its own logs become the message
+// when the agent wrote none. So the agents' word is no more than a lost node's: what a forged
+// line buys is what a real loss buys, and is bounded the same way, one restart at once, then
+// restarts spaced by the doubling delay, and the job fails past the cap
+// (Note [Lost-node restarts in a row], below); every one of them a restart of its own job
+// only, whose force-deleted pod is its own. Requiring the node to look unhealthy as well would
+// cost every real silent node its point (the node controller says so 50 s later), and counting
+// the restart toward backoffLimit would fail a job with backoffLimit 0 on a node's death (and
+// the cluster tier's job, backoffLimit 1, on its second fault). With the node watch off
+// (--node-watch=false) the line is not read either, so that the operator then behaves as one
+// that waits for eviction.
+//
+// Note [Lost-node restarts in a row]
+// A node that is lost again and again is no longer a passing fault: a node NotReady or tainted
+// that the pods tolerate for a while (the scheduler puts the next attempt back on it), or a
+// program that forges the silent-peer line. Each restart creates every pod, force-deletes some
+// and records an Event, out of the operator's request budget that every job shares; without a
+// bound, such a job restarted once per reconcile pass, a thousand times past backoffLimit 3 in
+// a reproduction. So status.consecutiveNodeLostRestarts counts the lost-node restarts since an
+// attempt last ran for restart_backoff_reset (10 min, Note [Backoff reset]; an attempt that
+// ran that long starts the count afresh, as does a program failure's restart after one). The
+// first of a row starts the next attempt at once: a real lost node should cost no more than
+// its pods' deletion. The n-th (n >= 2) waits restart_delay(n - 1): --restart-backoff (10 s),
+// doubling up to --restart-backoff-max (5 min), the delays a crashing program gets. Past
+// kMaxNodeLostRestartsInARow (10) in a row, the next loss fails the job
+// (NodeLostRestartsExceeded): ten nodes lost without ten stable minutes between them is no
+// cluster a gang trains on. A fixed cap rather than backoffLimit, so that a job with
+// backoffLimit 0 still survives a node's death; ten at the default delays take about 25 minutes
+// (0, 10, 20, 40, 80, 160, 300 s, ...). The Restarted condition and the NodeLost Event say
+// which restart of the row it is, the cap, and the wait. restart_backoff_reset 0 never starts
+// the count afresh: the cap then bounds the lost-node restarts of the job's life.
+//
+// Note [Pods placed by hand]
+// spec.template.spec.nodeName binds every pod of the gang to one named node before any
+// scheduler sees it: gang scheduling (the PodGroup's minMember) and the scheduler's fit checks
+// are skipped, every rank lands on the same node, and a node that is missing or NotReady holds
+// pods that never start (a gang restart for each, before Note [Lost-node restarts in a row]).
+// The CRD refuses the field (a CEL rule naming it, which `lockstep validate` applies with the
+// same words); an object stored before the rule, or under an older CRD, gets no pod from the
+// operator: condition PodsBlocked (reason TemplateNodeName) names the field and what to use
+// instead (nodeSelector on kubernetes.io/hostname, or node affinity), and the job waits for the
+// template to change. Its pods already running are left alone.
 //
 // Node names, reasons, messages and taints reach conditions and Events; they come from the
 // API server, but another team's controller may write a node's status and taints, so the
@@ -90,6 +139,9 @@ struct NodeView {
 };
 
 inline constexpr size_t kMaxNodeTaints = 16;
+
+// Note [Lost-node restarts in a row]: the lost-node restarts a job may make in a row.
+inline constexpr int kMaxNodeLostRestartsInARow = 10;
 
 // Why `pod` has lost `node` (Note [Lost nodes]), e.g. "node worker-2 is NotReady
 // (Ready=Unknown, NodeStatusUnknown: Kubelet stopped posting node status) since

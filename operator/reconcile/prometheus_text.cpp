@@ -128,4 +128,22 @@ std::vector<Sample> samples_of(const std::string& text, const std::vector<std::s
   return out;
 }
 
+std::string series_of_job(const std::string& text, const std::string& ns, const std::string& name) {
+  std::string out;
+  size_t kept = 0;
+  for (size_t at = 0; at < text.size() && kept < kMaxSamples;) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(at, end - at);
+    at = end + 1;
+    if (line.empty() || line[0] == '#' || line.size() > kMaxLineBytes) continue;
+    auto sample = parse_sample(line);
+    if (!sample || sample->label("namespace") != ns || sample->label("trainingjob") != name) continue;
+    out += line;
+    out += '\n';
+    ++kept;
+  }
+  return out;
+}
+
 }  // namespace lockstep::reconcile

@@ -42,4 +42,13 @@ std::optional<Sample> parse_sample(const std::string& line);
 // kMaxSamples. Lines of other series are not parsed beyond their name.
 std::vector<Sample> samples_of(const std::string& text, const std::vector<std::string>& names);
 
+// Note [Host-network readings]
+// A pod with spec.hostNetwork has its node's address for status.podIP, so reading its agent
+// reads whatever listens on that port of the node: another job's hostNetwork agent there, or
+// any process of the node. So what is read of such a pod counts only where the series say they
+// are the job's: the lines whose labels carry namespace="<ns>" and trainingjob="<name>", as
+// every series of the job's own agents does (agent/metrics.cpp); every other line is dropped
+// before the readers see the text. (A pod with a network of its own is read as it serves.)
+std::string series_of_job(const std::string& text, const std::string& ns, const std::string& name);
+
 }  // namespace lockstep::reconcile

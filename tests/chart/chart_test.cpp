@@ -113,8 +113,10 @@ TEST(Chart, AgentImageIsAValueDefaultingToTheChartsVersion) {
 }
 
 // Note [Job isolation] (operator/reconcile/manifests.hpp): the operator learns its namespace
-// from the downward API and the monitoring namespace from a value; its own NetworkPolicy is
-// opt-in and admits only the monitoring namespace and the probe CIDRs, on the HTTP port.
+// from the downward API and the monitoring namespace and the jobs' default isolation from
+// values; its own NetworkPolicy is on by default (#40: any pod could read every tenant's job
+// names on /metrics) and admits only the monitoring namespace and the probe CIDRs, on the HTTP
+// port; networkPolicy.enabled=false is the way out.
 TEST(Chart, NetworkIsolationValues) {
   auto render = [](std::vector<std::string> set) {
     std::vector<std::string> args = {"template", "lockstep", source_path("charts/lockstep"), "-n", "ops"};
@@ -127,7 +129,9 @@ TEST(Chart, NetworkIsolationValues) {
     return by_kind;
   };
   auto plain = render({});
-  EXPECT_FALSE(plain.count("NetworkPolicy")) << "the operator's NetworkPolicy is opt-in";
+  ASSERT_TRUE(plain.count("NetworkPolicy")) << "the operator's NetworkPolicy is on by default";
+  EXPECT_EQ(plain["NetworkPolicy"]["spec"]["ingress"].size(), 0u) << "with no monitoring namespace, no peer";
+  EXPECT_FALSE(render({"--set", "networkPolicy.enabled=false"}).count("NetworkPolicy")) << "and can be turned off";
   ASSERT_TRUE(plain.count("Deployment"));
   const YAML::Node ctr = plain["Deployment"]["spec"]["template"]["spec"]["containers"][0];
   bool pod_namespace = false;
@@ -138,6 +142,11 @@ TEST(Chart, NetworkIsolationValues) {
   std::vector<std::string> args;
   for (const auto& a : ctr["args"]) args.push_back(a.as<std::string>());
   EXPECT_NE(std::find(args.begin(), args.end(), "--monitoring-namespace="), args.end());
+  EXPECT_NE(std::find(args.begin(), args.end(), "--default-isolation=None"), args.end());
+  args.clear();
+  for (const auto& a : render({"--set", "defaultIsolation=NetworkPolicy"})["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"])
+    args.push_back(a.as<std::string>());
+  EXPECT_NE(std::find(args.begin(), args.end(), "--default-isolation=NetworkPolicy"), args.end());
 
   auto on = render({"--set", "networkPolicy.enabled=true", "--set", "monitoringNamespace=monitoring", "--set",
                     "networkPolicy.probeCIDRs={10.0.0.0/16,fd00::/64}", "--set", "metrics.port=8081"});
@@ -221,7 +230,7 @@ TEST(Chart, RbacGrantsOnlyWhatTheOperatorUses) {
       "networking.k8s.io/networkpolicies/create", "networking.k8s.io/networkpolicies/delete",
       "scheduling.x-k8s.io/podgroups/list", "scheduling.x-k8s.io/podgroups/watch",
       "scheduling.x-k8s.io/podgroups/create", "scheduling.x-k8s.io/podgroups/delete",
-      "/events/create",
+      "/events/create", "/events/patch",  // Note [Repeated Events]
       // Note [Lost nodes]: the node watch, and a read of a node it has not seen.
       "/nodes/get", "/nodes/list", "/nodes/watch",
       "coordination.k8s.io/leases/get", "coordination.k8s.io/leases/create", "coordination.k8s.io/leases/update"};

@@ -151,6 +151,18 @@ TEST(Validate, TheQueueFieldsAreCheckedAsTheOperatorChecksThem) {
   EXPECT_NE(volcano.status.shell_code(), 0) << volcano.output;
   EXPECT_NE(volcano.output.find("spec.scheduling.schedulerName: Unsupported value: \"volcano\""), std::string::npos)
       << volcano.output;
+  // Note [Agent injection]: a mount over the agent in the container that runs it, in the
+  // operator's words (its PodsBlocked condition says the same).
+  std::ofstream(dir / "overlay.yaml") << "apiVersion: lockstep.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: v}\n"
+                                         "spec:\n  template:\n    spec:\n      volumes: [{name: bin, emptyDir: {}}]\n"
+                                         "      containers:\n      - name: trainer\n        image: lockstep/trainer:test\n"
+                                         "        volumeMounts: [{name: bin, mountPath: /data}, {name: bin, mountPath: "
+                                         "/lockstep/agent/lockstep-agent, subPath: x}]\n";
+  auto overlay = lockstep_cmd({"validate", (dir / "overlay.yaml").string()});
+  EXPECT_NE(overlay.status.shell_code(), 0) << overlay.output;
+  EXPECT_NE(overlay.output.find("spec.template.spec.containers[0].volumeMounts[1].mountPath: Invalid value: "
+                                "\"/lockstep/agent/lockstep-agent\""), std::string::npos)
+      << overlay.output;
   std::ofstream(dir / "plain.yaml") << "apiVersion: lockstep.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: v}\n"
                                        "spec:\n  scheduling: {schedulerName: volcano, gang: false}\n";
   EXPECT_EQ(lockstep_cmd({"validate", (dir / "plain.yaml").string()}).status.shell_code(), 0);

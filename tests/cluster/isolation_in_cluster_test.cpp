@@ -393,6 +393,25 @@ TEST_F(IsolationInCluster, AStrangerIsDroppedWhileTheIsolatedJobTrainsToSucceede
   }
   EXPECT_EQ(isolated_phase, "Running") << "the isolated job stopped training during the probes (raise kSteps)\n" << diagnose();
   EXPECT_EQ(open_phase, "Running") << "the open job stopped training during the probes (raise kSteps)\n" << diagnose();
+  // #40: the chart's own NetworkPolicy for the operator, on by default, admits no pod to its
+  // :8080 (no monitoringNamespace here) while the kubelet's probes still keep it Ready (helm
+  // --wait saw it Ready; it still is).
+  auto listed = cluster_kubectl({"-n", kOperatorNamespace, "get", "pods", "-l", "app.kubernetes.io/name=lockstep-operator", "-o", "json"});
+  json operator_pods = json::parse(listed.output.substr(std::min(listed.output.find('{'), listed.output.size())), nullptr, false);
+  ASSERT_TRUE(operator_pods.is_object() && !operator_pods["items"].empty()) << diagnose();
+  const json& operator_pod = operator_pods["items"][0];
+  const std::string operator_ip = operator_pod["status"].value("podIP", "");
+  ASSERT_FALSE(operator_ip.empty());
+  Probe to_operator = probe_from_stranger(stranger_ns, operator_ip, 8080);
+  std::cerr << "[cluster] " << to_operator.line() << "\n";
+  EXPECT_TRUE(dropped(to_operator)) << "the chart's NetworkPolicy did not keep the stranger from the operator's :8080: "
+                                    << to_operator.line();
+  bool operator_ready = false;
+  for (const auto& c : operator_pod["status"].value("conditions", json::array()))
+    operator_ready |= c.value("type", "") == "Ready" && c.value("status", "") == "True";
+  EXPECT_TRUE(operator_ready) << "the operator's probes pass under its own policy: " << operator_pod["status"].dump();
+  EXPECT_TRUE(get_json(kOperatorNamespace, "networkpolicy/lockstep-operator").is_object()) << "the chart's default";
+
   // The controller judged them: at least the stranger's two SYNs dropped (with their retries).
   ASSERT_TRUE(mid.count("scraped") && after.count("scraped")) << "the controller's /metrics stopped answering";
   const double drops = after["drop"] - mid["drop"], accepts = after["accept"] - mid["accept"];

@@ -16,6 +16,7 @@
 #include "kube/client.hpp"
 #include "kube/resource.hpp"
 #include "kube/rest_config.hpp"
+#include "chart_support.hpp"
 #include "kube_test_support.hpp"
 #include "kueue.hpp"
 #include "operator_process.hpp"
@@ -78,33 +79,13 @@ class KueueTest : public ::testing::Test {
     client_ = new Client(RestConfig::from_kubeconfig(control_plane()->kubeconfig()));
     // The operator runs as the chart's service account with kueue.enabled, under the chart's
     // RBAC and nothing more (tests/chart/chart_test.cpp checks the rules themselves).
-    const std::string kubeconfig = chart_service_account();
+    const std::string kubeconfig =
+        lockstep::test::chart_identity("lockstep", "lockstep-system", {{"kueue.enabled=true"}, ""}).kubeconfig;
     ASSERT_FALSE(kubeconfig.empty());
     operator_ = new OperatorProcess(kubeconfig, {"--progress-period=1s", "--agent-image=lockstep/agent:test",
                                                  "--leader-election-namespace=lockstep-system"});
     ASSERT_TRUE(operator_->wait_log("caches synced")) << operator_->log();
     ASSERT_TRUE(operator_->wait_log("Kueue Workload API (kueue.x-k8s.io/v1beta2) found")) << operator_->log();
-  }
-  // The chart's ServiceAccount and RBAC (kueue.enabled) applied, and a kubeconfig with its token.
-  static std::string chart_service_account() {
-    auto t = lockstep::run_capture({"helm", "template", "lockstep", source_path("charts/lockstep"), "-n", "lockstep-system",
-                                    "--set", "kueue.enabled=true"});
-    EXPECT_TRUE(t.status.success()) << t.output;
-    if (!t.status.success()) return "";
-    kubectl({"create", "namespace", "lockstep-system"});
-    std::string rbac;
-    for (const auto& doc : YAML::LoadAll(t.output)) {
-      if (!doc || !doc["kind"]) continue;
-      const std::string kind = doc["kind"].as<std::string>();
-      if (kind != "ServiceAccount" && kind.find("Role") == std::string::npos) continue;
-      YAML::Emitter out;
-      out << doc;
-      rbac += std::string("---\n") + out.c_str() + "\n";
-    }
-    auto a = kubectl({"apply", "-f", "-"}, rbac);
-    EXPECT_TRUE(a.status.success()) << a.output;
-    return lockstep::test::service_account_kubeconfig("lockstep-system", "lockstep-operator",
-                                                     ::testing::TempDir() + "/kueue-operator-kubeconfig");
   }
   static void TearDownTestSuite() {
     delete operator_;

@@ -144,13 +144,8 @@ class HostileTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!control_plane()) return;
-    for (const char* f : {"crds/lockstep.dev_trainingjobs.yaml", "tests/crds/podgroup.yaml"}) {
-      auto r = kubectl({"apply", "-f", source_path(f)});
-      ASSERT_TRUE(r.status.success()) << r.output;
-    }
-    auto w = kubectl({"wait", "--for=condition=Established", "crd/trainingjobs.lockstep.dev",
-                      "crd/podgroups.scheduling.x-k8s.io", "--timeout=60s"});
-    ASSERT_TRUE(w.status.success()) << w.output;
+    lockstep::test::apply_crds();
+    if (::testing::Test::HasFatalFailure()) return;
     client_ = new Client(RestConfig::from_kubeconfig(control_plane()->kubeconfig()));
   }
   static void TearDownTestSuite() {

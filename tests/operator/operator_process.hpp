@@ -15,6 +15,7 @@
 
 #include "http_server.hpp"
 #include "kube/client.hpp"
+#include "kube_test_support.hpp"
 #include "lockstep/process.hpp"
 #include "test_util.hpp"
 
@@ -25,6 +26,18 @@ struct OperatorOptions {
   bool http = true;  // serve /metrics, /healthz, /readyz on a free loopback port (else --http-port=0)
   std::vector<std::string> defaults;  // flags before the caller's (a flag given twice: the last wins)
 };
+
+// The TrainingJob CRD and the coscheduling plugin's PodGroup CRD on the suite's control plane,
+// established (a fatal failure if not).
+inline void apply_crds() {
+  for (const char* f : {"crds/lockstep.dev_trainingjobs.yaml", "tests/crds/podgroup.yaml"}) {
+    auto r = kubectl({"apply", "-f", source_path(f)});
+    ASSERT_TRUE(r.status.success()) << r.output;
+  }
+  auto w = kubectl({"wait", "--for=condition=Established", "crd/trainingjobs.lockstep.dev",
+                    "crd/podgroups.scheduling.x-k8s.io", "--timeout=60s"});
+  ASSERT_TRUE(w.status.success()) << w.output;
+}
 
 // lockstep-operator ($LOCKSTEP_OPERATOR_BIN) against `kubeconfig`, at --log-level=debug.
 class OperatorProcess {
@@ -69,6 +82,7 @@ class OperatorProcess {
     return r.output;
   }
   Process& process() { return proc_; }
+  int port() const { return port_; }  // its HTTP server's loopback port; 0 when off
   const std::string& identity_hint() const { return log_; }
 
  private:

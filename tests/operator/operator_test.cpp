@@ -24,6 +24,7 @@
 #include "kube_test_support.hpp"
 #include "operator_process.hpp"
 #include "lockstep/contract.hpp"
+#include "lockstep/text.hpp"
 #include "test_util.hpp"
 
 using namespace std::chrono_literals;
@@ -111,13 +112,8 @@ class OperatorTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!control_plane()) return;
-    for (const char* f : {"crds/lockstep.dev_trainingjobs.yaml", "tests/crds/podgroup.yaml"}) {
-      auto r = kubectl({"apply", "-f", source_path(f)});
-      ASSERT_TRUE(r.status.success()) << r.output;
-    }
-    auto w = kubectl({"wait", "--for=condition=Established", "crd/trainingjobs.lockstep.dev",
-                      "crd/podgroups.scheduling.x-k8s.io", "--timeout=60s"});
-    ASSERT_TRUE(w.status.success()) << w.output;
+    lockstep::test::apply_crds();
+    if (::testing::Test::HasFatalFailure()) return;
     client_ = new Client(RestConfig::from_kubeconfig(control_plane()->kubeconfig()));
     // Tests pause this operator (Paused) while one of their own acts; a leader resumed after
     // its renew deadline steps down and exits (Note [Fenced writes]), so its lease outlasts
@@ -822,6 +818,53 @@ TEST_F(OperatorTest, InjectedAgentPassesTheRestrictedPodSecurityStandard) {
   EXPECT_TRUE(pods("loose").empty());
 }
 
+// Note [Agent injection]: a template that mounts a volume over the agent in the container that
+// runs it gets no pod; the job's PodsBlocked condition names the field, as `lockstep validate` does.
+TEST_F(OperatorTest, ATemplateThatOverlaysTheAgentGetsNoPodAndItsConditionNamesTheField) {
+  std::string yaml = "apiVersion: lockstep.dev/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: overlay\n"
+                     "spec:\n  nodes: 1\n  template:\n    spec:\n      volumes: [{name: bin, emptyDir: {}}]\n"
+                     "      containers:\n      - name: trainer\n        image: lockstep/trainer:test\n"
+                     "        volumeMounts: [{name: bin, mountPath: /data}, {name: bin, mountPath: /lockstep/agent/lockstep-agent, subPath: x}]\n";
+  auto r = kubectl({"apply", "-n", ns_, "-f", "-"}, yaml);
+  ASSERT_TRUE(r.status.success()) << r.output;
+  ASSERT_TRUE(eventually([&] {
+    json j = job("overlay");
+    const json* c = condition(j, "PodsBlocked");
+    return c && (*c)["status"] == "True";
+  }, 20s)) << job("overlay") << operator_->log();
+  json j = job("overlay");
+  EXPECT_EQ((*condition(j, "PodsBlocked"))["reason"], "TemplateOverlaysAgent");
+  EXPECT_EQ((*condition(j, "PodsBlocked"))["message"].get<std::string>().rfind(
+                "spec.template.spec.containers[0].volumeMounts[1].mountPath: Invalid value: "
+                "\"/lockstep/agent/lockstep-agent\": the operator mounts the Lockstep agent at /lockstep/agent", 0), 0u);
+  EXPECT_TRUE(pods("overlay").empty());
+}
+
+// Note [Agent injection]: every mount of the agent's volume that the template makes (a sidecar's,
+// whole and a subPath, and an init container's) is read-only in the pods the API server admits;
+// the operator's own init container alone writes it.
+TEST_F(OperatorTest, EveryMountOfTheAgentVolumeIsReadOnlyInThePods) {
+  create_job("ro", 1, "",
+             "      - name: sidecar\n        image: busybox\n"
+             "        volumeMounts: [{name: lockstep-agent, mountPath: /agent},"
+             " {name: lockstep-agent, mountPath: /bin/agent, subPath: lockstep-agent, readOnly: false}]\n"
+             "      initContainers:\n      - name: fetch\n        image: busybox\n"
+             "        volumeMounts: [{name: lockstep-agent, mountPath: /agent}]\n");
+  ASSERT_TRUE(wait_pods("ro", 1)) << operator_->log();
+  const json spec = pods("ro")[0]["spec"];
+  int read_only = 0;
+  for (const char* list : {"containers", "initContainers"})
+    for (const auto& ctr : spec[list]) {
+      const bool ours = std::string(list) == "initContainers" && ctr["name"] == "lockstep-agent";
+      for (const auto& m : ctr.value("volumeMounts", json::array()))
+        if (m["name"] == "lockstep-agent") {
+          EXPECT_EQ(m.value("readOnly", false), !ours) << ctr["name"] << ": " << m;
+          read_only += m.value("readOnly", false);
+        }
+    }
+  EXPECT_EQ(read_only, 4) << "the trainer's, the sidecar's two and fetch's: " << spec;
+}
+
 // examples/restricted.yaml as written: the pods the operator makes of it are admitted where the
 // restricted Pod Security Standard is enforced, carry no service-account token, and list every
 // port they serve (Note [Job ports]).
@@ -1293,6 +1336,70 @@ TEST_F(OperatorTest, AFailedPodCreationIsReportedAsAnEvent) {
     return ev.output.find("does-not-exist") != std::string::npos;
   })) << "no FailedCreatePod event naming the missing PriorityClass";
   EXPECT_TRUE(pods("nopc").empty());
+}
+
+// Note [UTF-8 text]: a pod create refused with a long message in 3-byte characters (here an
+// admission policy's words) is reported as an Event whose text, cut at 1,024 bytes, would end
+// in the middle of a character. The cut is made on a boundary instead: the Event is recorded and
+// the job's status is written (a cut character made the reconcile throw before its status
+// write, on every retry).
+TEST_F(OperatorTest, AFailedPodCreateWhoseMessageIsCutMidCharacterStillGetsItsStatusWritten) {
+  const std::string policy = ns_ + "-refuse-pods";
+  struct Cleanup {
+    std::string policy;
+    ~Cleanup() {
+      kubectl({"delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", policy, "--ignore-not-found"});
+    }
+  } cleanup{policy};
+  std::string euros;  // 400 x U+20AC, 3 bytes each
+  for (int i = 0; i < 400; ++i) euros += "\xE2\x82\xAC";
+  // The words the policy gives, shifted by `pad` bytes so that byte 1,024 of the operator's Event
+  // text ("cannot create cut-0: " + the API server's message) falls inside a character.
+  auto words = [&](int pad) { return "[" + std::string(pad, 'x') + "]" + euros; };
+  auto apply_policy = [&](int pad) {
+    std::string yaml =
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata: {name: " + policy +
+        "}\nspec:\n  failurePolicy: Fail\n  matchConstraints:\n    resourceRules:\n"
+        "    - {apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE], resources: [pods]}\n"
+        "  validations:\n  - expression: \"false\"\n    messageExpression: \"'" + words(pad) + "'\"\n---\n"
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\nmetadata: {name: " + policy +
+        "}\nspec:\n  policyName: " + policy + "\n  validationActions: [Deny]\n  matchResources:\n"
+        "    namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: " + ns_ + "}}\n";
+    auto r = kubectl({"apply", "-f", "-"}, yaml);
+    ASSERT_TRUE(r.status.success()) << r.output;
+  };
+  // What the operator will say, read from a dry-run create of its pod once the policy refuses it.
+  const json probe = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", "cut-0"}}},
+                      {"spec", {{"containers", json::array({{{"name", "trainer"}, {"image", "lockstep/trainer:test"}}})}}}};
+  std::string event_text;
+  for (int pad = 0; pad < 3; ++pad) {
+    apply_policy(pad);
+    ASSERT_TRUE(eventually([&] {
+      auto r = client_->create(res::kPods.path(ns_) + "?dryRun=All", probe);
+      if (r.ok() || r.message().find(words(pad)) == std::string::npos) return false;
+      event_text = "cannot create cut-0: " + r.message();
+      return true;
+    }, 20s)) << "the policy does not refuse pods in " << ns_;
+    if (event_text.size() > 1024 && (static_cast<unsigned char>(event_text[1024]) & 0xC0) == 0x80) break;
+  }
+  ASSERT_GT(event_text.size(), 1024u);
+  ASSERT_EQ(static_cast<unsigned char>(event_text[1024]) & 0xC0, 0x80) << "byte 1,024 is not inside a character";
+
+  create_job("cut", 1);
+  ASSERT_TRUE(wait_phase("cut", "Pending", 30s)) << "no status written: " << job("cut") << "\n" << operator_->log();
+  std::string kept;
+  ASSERT_TRUE(eventually([&] {
+    kept = kubectl({"get", "events", "-n", ns_, "--field-selector", "involvedObject.name=cut,reason=FailedCreatePod",
+                    "-o", "jsonpath={.items[0].message}"}).output;
+    return !kept.empty();
+  }, 20s)) << "no FailedCreatePod Event";
+  EXPECT_GE(kept.size(), 1022u);
+  EXPECT_LT(kept.size(), 1024u) << "cut at the character's start, not in it";
+  EXPECT_EQ(event_text.compare(0, kept.size(), kept), 0) << kept;
+  EXPECT_EQ(lockstep::text::utf8_invalid_at(kept), std::string::npos);
+  EXPECT_TRUE(pods("cut").empty());
+  std::cout << "Event text " << event_text.size() << " bytes, byte 1024 inside a character; recorded "
+            << kept.size() << " bytes" << std::endl;
 }
 
 TEST_F(OperatorTest, PodsWithTheJobsLabelThatItDoesNotControlAreLeftAlone) {

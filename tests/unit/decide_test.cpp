@@ -1,6 +1,11 @@
 // reconcile::decide, table by table: observed state in, actions and status out.
 #include <gtest/gtest.h>
 
+#include <yaml-cpp/yaml.h>
+
+#include <functional>
+#include <iostream>
+
 #include "lockstep/contract.hpp"
 #include "pod_text.hpp"
 #include "reconcile/decide.hpp"
@@ -741,6 +746,12 @@ TEST(BackoffReset, TheCountIsKeptInTheStatus) {
   auto bad = JobStatus::from_json({{"restarts", 2}, {"consecutiveRestarts", 900}, {"nodeLostRestarts", -1}});
   EXPECT_EQ(bad.consecutive_restarts, 2);
   EXPECT_EQ(bad.node_lost_restarts, 0);
+  // Note [Lost-node restarts in a row]: the lost-node restarts in a row are some of them.
+  s.consecutive_node_lost_restarts = 1;
+  EXPECT_EQ(JobStatus::from_json(s.to_json()).consecutive_node_lost_restarts, 1);
+  EXPECT_EQ(old.consecutive_node_lost_restarts, 0);
+  auto forged = JobStatus::from_json({{"restarts", 5}, {"nodeLostRestarts", 2}, {"consecutiveNodeLostRestarts", 40}});
+  EXPECT_EQ(forged.consecutive_node_lost_restarts, 2);
 }
 
 // JobStatus's == is defaulted (C++20), and it decides whether the operator writes a status: so
@@ -755,6 +766,7 @@ TEST(StatusWrites, EveryFieldOfTheStatusDecidesAWrite) {
   s.restarts = 9;
   s.consecutive_restarts = 5;
   s.node_lost_restarts = 3;
+  s.consecutive_node_lost_restarts = 2;
   s.lost_nodes = {"node-a", "node-b"};
   s.in_place_restarts = 7;
   s.current_attempt_in_place_restarts = 2;
@@ -1116,4 +1128,301 @@ TEST(LostNodes, AnAgentsReportOfASilentPeerTakesThatPodsNodeForLost) {
   EXPECT_EQ(silent_peer("lockstep-silent-peer node=0"), 0);
   EXPECT_EQ(silent_peer("lockstep-silent-peer node=12\nrest"), 12);
   EXPECT_EQ(silent_peer(""), std::nullopt);
+}
+
+// Note [Lost nodes]: the agents' word names a silent pod only with the agent's own exit code,
+// and only a pod that runs: one that never started, or is already being deleted, is left as
+// the failure it is.
+TEST(LostNodes, ASilentPeerNeedsTheAgentsExitCodeAndARunningPod) {
+  auto judged_lost = [](int exit_code, const std::string& peer_phase, bool peer_deleting) {
+    auto in = gang_on(node("worker-2"));
+    PodView survivor = on(failed(0, exit_code, 1s), "worker-1");
+    survivor.termination_message = "lockstep-silent-peer node=1\nlockstep-agent: node 1's agent said nothing\n";
+    in.pods[0] = survivor;
+    in.pods[1].phase = peer_phase;
+    in.pods[1].deleting = peer_deleting;
+    auto d = decide(in);
+    return reason(d, "Restarted") == "NodeLost" || std::count(d.delete_pod_force.begin(), d.delete_pod_force.end(), true) > 0;
+  };
+  EXPECT_TRUE(judged_lost(lockstep::contract::kExitRendezvous, "Running", false)) << "the check itself";
+  EXPECT_FALSE(judged_lost(1, "Running", false)) << "a program's own exit 1 with a forged line";
+  EXPECT_FALSE(judged_lost(137, "Running", false));
+  EXPECT_FALSE(judged_lost(lockstep::contract::kExitRendezvous, "Pending", false)) << "it never ran";
+  EXPECT_FALSE(judged_lost(lockstep::contract::kExitRendezvous, "Running", true)) << "already being deleted";
+}
+
+// #40 item 3: lost-node restarts in a row back off and are capped (Note [Lost-node restarts in
+// a row]); a pod that never ran on its node is blocked, not lost; a template that sets nodeName
+// makes no pod (Note [Pods placed by hand]). Each trigger is driven through the real decide()
+// over simulated time, against a cluster that does the worst it can: every pod the operator
+// creates is put back where it fails again (bound to the bad node and running there, or failed
+// with a forged line) and every deletion is confirmed at once.
+namespace {
+
+// What the cluster makes of a pod the operator has just created, at `now`.
+using Place = std::function<void(PodView&, Time now)>;
+
+struct Simulation {
+  Observed in;
+  Options opt = backoff_options();
+  Place place;
+  std::vector<Time> restarts_at;  // when each gang restart was decided
+  int passes = 0, creates = 0, force_deletes = 0, events = 0;
+  std::map<std::string, int> events_by_reason;
+
+  Simulation(JobView j, std::map<std::string, NodeView> nodes, Place p) : place(std::move(p)) {
+    in = observed(std::move(j));
+    in.watch_nodes = true;
+    in.nodes = std::move(nodes);
+  }
+
+  Decision pass() {
+    ++passes;
+    Decision d = decide(in, opt);
+    for (size_t i = 0; i < d.delete_pods.size(); ++i) {
+      force_deletes += d.delete_pod_force[i] ? 1 : 0;
+      std::erase_if(in.pods, [&](const PodView& p) { return p.name == d.delete_pods[i]; });  // confirmed at once
+    }
+    if (d.status.restarts > in.job.status.restarts) restarts_at.push_back(in.now);
+    in.job.status = d.status;
+    for (int i : d.create_pods) {
+      PodView p = pod(i, "Pending", d.status.restarts);
+      p.uid += "-" + std::to_string(creates++);
+      place(p, in.now);
+      in.pods.push_back(p);
+    }
+    events += static_cast<int>(d.events.size());
+    for (const auto& e : d.events) ++events_by_reason[e.reason];
+    return d;
+  }
+  // A pass every millisecond for `span` (each create, delete and status write brings one), or
+  // until the job finishes.
+  void run_for(std::chrono::milliseconds span) {
+    for (const Time end = in.now + span; in.now < end && !in.job.status.finished(); in.now += 1ms) pass();
+  }
+  // Passes as the controller makes them: 1 ms after a pass that changed something, else when
+  // the decision asks to be requeued; until the job finishes or `limit` has passed.
+  void run_until_finished(std::chrono::milliseconds limit) {
+    for (const Time end = in.now + limit; in.now < end && !in.job.status.finished();) {
+      Decision d = pass();
+      if (!d.create_pods.empty() || !d.delete_pods.empty() || d.status_changed) in.now += 1ms;
+      else if (d.requeue_after) in.now += *d.requeue_after;
+      else break;
+    }
+  }
+  // The job's condition of `type` now: its reason and message ("" when it has none).
+  std::string why(const std::string& type) const {
+    const Condition* c = in.job.status.condition(type);
+    return c ? c->reason : "";
+  }
+  std::string said(const std::string& type) const {
+    const Condition* c = in.job.status.condition(type);
+    return c ? c->message : "";
+  }
+  double seconds_between_restarts(size_t k) const {  // between restart k and k+1 (from 0)
+    return std::chrono::duration<double>(restarts_at[k + 1] - restarts_at[k]).count();
+  }
+};
+
+// The restarts Note [Lost-node restarts in a row] allows in `span` from the first: the first's
+// attempt starts at once, so the second can follow at once; the n-th's attempt (n >= 2) waits
+// restart_delay(n - 1), so the (n+1)-th comes that much later, less up to a second (the
+// conditions' times are whole seconds, so a wait can start up to a second early).
+int allowed_restarts(std::chrono::milliseconds span, const Options& o) {
+  int allowed = 2;
+  std::chrono::milliseconds at{0};
+  for (int n = 2; n < o.max_node_lost_restarts_in_a_row; ++n) {
+    at += restart_delay(n - 1, o) - 1s;
+    if (at >= span) break;
+    ++allowed;
+  }
+  return allowed;
+}
+
+// Pods of the job bound to `node` and running there at once.
+Place run_on(const std::string& node, std::vector<Toleration> tolerations = {}) {
+  return [node, tolerations](PodView& p, Time) {
+    p.node_name = node;
+    p.phase = "Running";
+    p.ready = true;
+    p.tolerations = tolerations;
+  };
+}
+
+void expect_bounded_loop(const Simulation& sim, const Options& o) {
+  const int allowed = allowed_restarts(30s, o);
+  EXPECT_EQ(allowed, 4) << "two at once, one after 10 s, one after 20 s more (up to 2 s earlier)";
+  std::cout << "[ 30 s: " << sim.restarts_at.size() << " gang restarts (allowed " << allowed << "), " << sim.creates
+            << " pod creates, " << sim.force_deletes << " force deletes, " << sim.events << " Events, in " << sim.passes
+            << " passes ]\n";
+  EXPECT_LE(static_cast<int>(sim.restarts_at.size()), allowed);
+  ASSERT_GE(static_cast<int>(sim.restarts_at.size()), allowed - 1) << "the trigger did not restart the gang as often as it may";
+  EXPECT_EQ(sim.in.job.status.restarts, static_cast<int>(sim.restarts_at.size()));
+  EXPECT_EQ(sim.in.job.status.node_lost_restarts, sim.in.job.status.restarts) << "each was a lost node's";
+  EXPECT_EQ(sim.in.job.status.consecutive_node_lost_restarts, sim.in.job.status.restarts);
+  EXPECT_LT(sim.seconds_between_restarts(0), 0.01) << "the first of a row at once";
+  EXPECT_GE(sim.seconds_between_restarts(1), 9.0) << "the second after --restart-backoff";
+  EXPECT_EQ(sim.events_by_reason.at("NodeLost"), static_cast<int>(sim.restarts_at.size()));
+  EXPECT_EQ(sim.events, static_cast<int>(sim.restarts_at.size())) << "no other Event";
+  // Attempt 0 and one attempt after each restart but the last, whose attempt still waits.
+  EXPECT_EQ(sim.creates, 2 * static_cast<int>(sim.restarts_at.size()));
+  EXPECT_EQ(sim.in.job.status.phase, "Restarting");
+  EXPECT_NE(sim.said("Restarted").find("the next attempt after "), std::string::npos) << sim.said("Restarted");
+}
+
+}  // namespace
+
+TEST(LostNodeLoops, ANotReadyNodeThePodsArePutBackOnRestartsAtMostTheAllowedIn30s) {
+  Simulation sim(job(), {{"bad", node("bad", "False", "KubeletNotReady", "container runtime is down")}},
+                 run_on("bad", {{"node.kubernetes.io/not-ready", true, "", std::nullopt}}));
+  sim.run_for(30s);
+  expect_bounded_loop(sim, sim.opt);
+  EXPECT_EQ(sim.force_deletes, 2 * sim.in.job.status.restarts) << "both pods were on the lost node";
+}
+
+TEST(LostNodeLoops, ATaintThePodsTolerateForAWhileRestartsAtMostTheAllowedIn30s) {
+  NodeView tainted = node("bad");
+  tainted.no_execute = {{"example.com/gpu-unhealthy", "true"}};
+  Simulation sim(job(), {{"bad", tainted}}, run_on("bad", {{"example.com/gpu-unhealthy", true, "", 300}}));
+  sim.run_for(30s);
+  expect_bounded_loop(sim, sim.opt);
+}
+
+TEST(LostNodeLoops, AForgedSilentPeerLineRestartsAtMostTheAllowedIn30s) {
+  // Every attempt: rank 0's program writes the line and exits 76 at once; rank 1 runs on a
+  // healthy node.
+  Place forge = [](PodView& p, Time now) {
+    p.node_name = p.index == 0 ? "worker-1" : "worker-2";
+    p.phase = p.index == 0 ? "Failed" : "Running";
+    if (p.index != 0) return;
+    p.exit_code = lockstep::contract::kExitRendezvous;
+    p.finished_at = now;
+    p.termination_message = "lockstep-silent-peer node=1\n";
+  };
+  Simulation sim(job(), {{"worker-1", node("worker-1")}, {"worker-2", node("worker-2")}}, forge);
+  sim.run_for(30s);
+  expect_bounded_loop(sim, sim.opt);
+  EXPECT_EQ(sim.force_deletes, sim.in.job.status.restarts) << "the running pod on the healthy node, once a restart";
+}
+
+// The cap: past kMaxNodeLostRestartsInARow in a row the next loss fails the job, after waits
+// that doubled up to --restart-backoff-max.
+TEST(LostNodeLoops, PastTheCapInARowTheJobFails) {
+  Simulation sim(job(), {{"bad", node("bad", "Unknown", "NodeStatusUnknown")}}, run_on("bad"));
+  sim.run_until_finished(std::chrono::hours(2));
+  const int cap = sim.opt.max_node_lost_restarts_in_a_row;
+  EXPECT_EQ(cap, kMaxNodeLostRestartsInARow);
+  EXPECT_EQ(sim.in.job.status.phase, "Failed");
+  EXPECT_EQ(sim.why("Failed"), "NodeLostRestartsExceeded");
+  const std::string said = sim.said("Failed");
+  EXPECT_NE(said.find("restarted " + std::to_string(cap) + " times in a row for lost nodes"), std::string::npos) << said;
+  EXPECT_NE(said.find("node bad is NotReady"), std::string::npos) << said;
+  ASSERT_EQ(static_cast<int>(sim.restarts_at.size()), cap);
+  EXPECT_EQ(sim.in.job.status.node_lost_restarts, cap);
+  for (size_t k = 1; k + 1 < sim.restarts_at.size(); ++k) {
+    double want = std::chrono::duration<double>(restart_delay(static_cast<int>(k), sim.opt)).count();
+    EXPECT_GE(sim.seconds_between_restarts(k), want - 1.0) << "restart " << k + 2;
+  }
+  double total = std::chrono::duration<double>(sim.in.now - kNow).count();
+  std::cout << "[ " << cap << " lost-node restarts in a row, then Failed, " << total << " s after the first pass; "
+            << sim.events << " Events, " << sim.passes << " passes ]\n";
+  EXPECT_GE(total, 20 * 60.0) << "the waits doubled up to the 5 min cap";
+  EXPECT_EQ(sim.events_by_reason["NodeLost"], cap);
+  EXPECT_EQ(sim.events_by_reason["NodeLostRestartsExceeded"], 1);
+  EXPECT_TRUE(sim.in.pods.empty()) << "cleanPodPolicy Running: the last pods went";
+}
+
+// A template that sets nodeName gets no pod, however long: one PodsBlocked condition and Event.
+TEST(LostNodeLoops, ATemplateNodeNameMakesNoPodAndSaysWhy) {
+  JobView j = job();
+  j.template_node_name = "no-such-node";
+  Simulation sim(j, {}, run_on("no-such-node"));
+  sim.run_for(30s);
+  EXPECT_EQ(sim.creates, 0);
+  EXPECT_TRUE(sim.restarts_at.empty());
+  EXPECT_EQ(sim.events, 1);
+  EXPECT_EQ(sim.events_by_reason["PodsBlocked"], 1);
+  EXPECT_EQ(sim.why("PodsBlocked"), "TemplateNodeName");
+  EXPECT_NE(sim.said("PodsBlocked").find("while spec.template.spec.nodeName is set (no-such-node)"), std::string::npos)
+      << sim.said("PodsBlocked");
+  // In the words of the CRD's rule, which `lockstep validate` quotes too.
+  std::string rule_says;
+  YAML::Node crd = YAML::LoadFile(std::string(LOCKSTEP_SOURCE_DIR) + "/crds/lockstep.dev_trainingjobs.yaml");
+  for (const auto& rule : crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+                             ["template"]["properties"]["spec"]["x-kubernetes-validations"])
+    if (rule["rule"].as<std::string>() == "!has(self.nodeName)") rule_says = rule["message"].as<std::string>();
+  ASSERT_FALSE(rule_says.empty()) << "the CRD has no rule on spec.template.spec.nodeName";
+  EXPECT_NE(sim.said("PodsBlocked").find(rule_says), std::string::npos) << sim.said("PodsBlocked") << "\n" << rule_says;
+  EXPECT_EQ(sim.in.job.status.phase, "Pending");
+  // Once the template no longer sets it, the pods are made.
+  sim.in.job.template_node_name.clear();
+  EXPECT_EQ(sim.pass().create_pods, (std::vector<int>{0, 1}));
+}
+
+// A pod bound to a node that is gone (a webhook's nodeName, a node deleted before its kubelet
+// started the pod) never ran: PodsBlocked, no gang restart. Once Kubernetes deletes it (the pod
+// garbage collector), it is force-deleted and made again in the same attempt.
+TEST(LostNodeLoops, APodThatNeverRanOnAGoneNodeIsBlockedNotRestarted) {
+  NodeView gone;
+  gone.name = "no-such-node";
+  gone.gone = true;
+  Place bind_there = [](PodView& p, Time) {
+    p.node_name = "no-such-node";  // Pending: no kubelet ever starts it
+  };
+  Simulation sim(job(), {{"no-such-node", gone}}, bind_there);
+  sim.run_for(30s);
+  EXPECT_TRUE(sim.restarts_at.empty());
+  EXPECT_EQ(sim.in.job.status.restarts, 0);
+  EXPECT_EQ(sim.creates, 2);
+  EXPECT_EQ(sim.force_deletes, 0);
+  EXPECT_EQ(sim.events, 1);
+  EXPECT_EQ(sim.why("PodsBlocked"), "BoundToLostNode");
+  EXPECT_NE(sim.said("PodsBlocked").find("pod tj-0 never started on its node: node no-such-node is gone (deleted)"),
+            std::string::npos)
+      << sim.said("PodsBlocked");
+  // The pod garbage collector deletes them (gracefully; no kubelet confirms it): forced, then
+  // made again in attempt 0.
+  for (auto& p : sim.in.pods) p.deleting = true;
+  Decision d = sim.pass();
+  EXPECT_EQ(d.delete_pods, (std::vector<std::string>{"tj-0", "tj-1"}));
+  EXPECT_EQ(d.delete_pod_force, (std::vector<bool>{true, true}));
+  d = sim.pass();
+  EXPECT_EQ(d.create_pods, (std::vector<int>{0, 1}));
+  EXPECT_EQ(d.status.restarts, 0);
+}
+
+// The count in a row starts afresh after an attempt that ran for the stable stretch, whatever
+// ended it; the crash count does too after a lost node's restart of such an attempt.
+TEST(LostNodeLoops, AStableRunStartsTheRowAfresh) {
+  auto o = backoff_options();
+  JobView j = running_job();
+  j.status.restarts = j.status.node_lost_restarts = j.status.consecutive_node_lost_restarts = 5;
+  j.status.consecutive_restarts = 3;
+  auto lose = [&](std::chrono::seconds ran) {
+    JobView k = j;
+    ran_for(k, ran);
+    auto in = gang_on(node("worker-2", "Unknown", "NodeStatusUnknown"), k);
+    for (auto& p : in.pods) p.attempt = 5;
+    return decide(in, o);
+  };
+  auto quick = lose(1min);
+  EXPECT_EQ(quick.status.consecutive_node_lost_restarts, 6);
+  EXPECT_EQ(quick.status.consecutive_restarts, 3) << "a lost node is not the program's failure";
+  EXPECT_EQ(quick.requeue_after.value_or(0ms), restart_delay(5, o));
+  EXPECT_NE(message(quick, "Restarted").find("lost-node restart 6 in a row of at most 10, the next attempt after 2m40s"),
+            std::string::npos)
+      << message(quick, "Restarted");
+  auto stable = lose(10min);
+  EXPECT_EQ(stable.status.consecutive_node_lost_restarts, 1);
+  EXPECT_EQ(stable.status.consecutive_restarts, 0);
+  EXPECT_LE(stable.requeue_after.value_or(1h), 1ms);
+  EXPECT_NE(message(stable, "Restarted").find("lost-node restart 1 in a row of at most 10, the next attempt at once"),
+            std::string::npos)
+      << message(stable, "Restarted");
+  // A program's failure after a stable run starts the row of lost nodes afresh as well.
+  ran_for(j, 10min);
+  auto crash = decide(observed(j, {pod(0, "Failed", 5, 137), pod(1, "Running", 5)}), o);
+  EXPECT_EQ(crash.status.phase, "Restarting");
+  EXPECT_EQ(crash.status.consecutive_node_lost_restarts, 0);
+  EXPECT_EQ(crash.status.consecutive_restarts, 1);
 }

@@ -3,6 +3,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include "lockstep/contract.hpp"
+#include "lockstep/random.hpp"
+#include "pod_text.hpp"
 #include "reconcile/manifests.hpp"
 
 using namespace lockstep::reconcile;
@@ -238,18 +240,36 @@ TEST(PodManifest, MountsNoServiceAccountTokenUnlessTheTemplateAsks) {
 }
 
 // Note [Barrier secret]: the attempt's secret goes into the trainer container's env, and is
-// read back from a pod of that attempt for a pod recreated within it.
+// read back from the pod informer's cache (the pod's text, as every pod is read) for a pod
+// created later in the same attempt: from the trainer container only, and only a value of the
+// operator's own form.
 TEST(PodManifest, CarriesTheBarrierSecretAndItIsReadBack) {
   JobView j;
   j.name = "tj";
   j.ns = "team";
   j.nodes = 2;
-  const std::string secret(64, 'c');
+  const std::string secret = lockstep::random_hex(32);
   auto pod = pod_manifest(j, 1, 4, {}, secret);
-  EXPECT_EQ(barrier_secret_of(pod), secret);
-  EXPECT_EQ(barrier_secret_of(pod_manifest(j, 1, 4)), "") << "none unless given";
-  EXPECT_EQ(barrier_secret_of(json::object()), "");
-  EXPECT_EQ(barrier_secret_of(json{{"spec", {{"containers", "x"}}}}), "");
+  EXPECT_EQ(lockstep::test::pod_view(pod).barrier_secret, secret);
+  EXPECT_EQ(lockstep::test::pod_view(pod_manifest(j, 1, 4)).barrier_secret, "") << "none unless given";
+  EXPECT_EQ(lockstep::test::pod_view(json::object()).barrier_secret, "");
+  EXPECT_EQ(lockstep::test::pod_view(json{{"spec", {{"containers", "x"}}}}).barrier_secret, "");
+  // A sidecar's variable of that name, before the trainer container, is not the secret.
+  j.tmpl = json::parse(R"({"spec": {"containers": [
+      {"name": "sidecar", "env": [{"name": "LOCKSTEP_BARRIER_SECRET", "value": ")" + std::string(64, 'a') + R"("}]},
+      {"name": "trainer"}]}})");
+  auto with_sidecar = pod_manifest(j, 1, 4, {}, secret);
+  EXPECT_EQ(lockstep::test::pod_view(with_sidecar).barrier_secret, secret);
+  // Without a container named trainer, the first is the trainer container, as pod_manifest takes it.
+  j.tmpl = json::parse(R"({"spec": {"containers": [{"name": "main"}, {"name": "side"}]}})");
+  EXPECT_EQ(lockstep::test::pod_view(pod_manifest(j, 1, 4, {}, secret)).barrier_secret, secret);
+  // Not of the operator's form (a tenant's own pod, a template's value): none.
+  for (std::string forged : {std::string(63, 'a'), std::string(64, 'A'), std::string(64, 'g'), std::string(65, 'a')}) {
+    json p = pod;
+    for (auto& e : p["spec"]["containers"][0]["env"])
+      if (e["name"] == "LOCKSTEP_BARRIER_SECRET") e["value"] = forged;
+    EXPECT_EQ(lockstep::test::pod_view(p).barrier_secret, "") << forged;
+  }
   // Only in the env: not in labels or annotations, where more readers would see it.
   EXPECT_EQ(pod["metadata"].dump().find(secret), std::string::npos);
 }
@@ -349,4 +369,114 @@ TEST(PodManifest, OnePodPerNodeAddsAnAntiAffinityBetweenTheJobsPodsToTheTemplate
   json rule = pod_manifest(alone, 0, 0)["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
   ASSERT_EQ(rule.size(), 1u);
   EXPECT_EQ(rule[0]["labelSelector"]["matchLabels"][lockstep::contract::kLabelJobName], "a");
+}
+
+// Note [Agent injection]: every mount of the agent's volume in the template, whole or a subPath,
+// in a container or an init container, is read-only in the pod, whatever the template says; the
+// operator's own init container, which fills it, alone writes it. Without injection the volume
+// of that name is the template's own and left alone.
+TEST(PodManifest, EveryMountOfTheAgentVolumeIsReadOnly) {
+  JobView j;
+  j.name = "tj";
+  j.ns = "team";
+  j.tmpl = json::parse(R"({"spec": {
+    "volumes": [{"name": "lockstep-agent", "emptyDir": {}}],
+    "initContainers": [
+      {"name": "fetch", "image": "busybox", "volumeMounts": [{"name": "lockstep-agent", "mountPath": "/agent"}]}],
+    "containers": [
+      {"name": "trainer", "image": "img"},
+      {"name": "sidecar", "image": "busybox", "volumeMounts": [
+        {"name": "data", "mountPath": "/data"},
+        {"name": "lockstep-agent", "mountPath": "/agent", "readOnly": false},
+        {"name": "lockstep-agent", "mountPath": "/bin/agent", "subPath": "lockstep-agent"},
+        {"name": 5, "mountPath": "/odd"}]}]}})");
+  json pod = pod_manifest(j, 0, 0, AgentInjection{"lockstep/agent:1"});
+  const json& spec = pod["spec"];
+  int read_only = 0, writable = 0;
+  for (const char* list : {"containers", "initContainers"})
+    for (const auto& ctr : spec[list])
+      for (const auto& m : ctr.value("volumeMounts", json::array())) {
+        if (m["name"] != "lockstep-agent") continue;
+        const bool ours = ctr["name"] == "lockstep-agent" && std::string(list) == "initContainers";
+        (m.value("readOnly", false) ? read_only : writable) += 1;
+        EXPECT_EQ(m.value("readOnly", false), !ours) << ctr["name"] << ": " << m;
+      }
+  EXPECT_EQ(read_only, 4) << "the trainer's own, fetch's and the sidecar's two";
+  EXPECT_EQ(writable, 1) << "the operator's init container's";
+  EXPECT_EQ(spec["containers"][1]["volumeMounts"][0], json::parse(R"({"name": "data", "mountPath": "/data"})"));
+  EXPECT_EQ(spec["containers"][1]["volumeMounts"][3], json::parse(R"({"name": 5, "mountPath": "/odd"})"));
+
+  json plain = pod_manifest(j, 0, 0);
+  EXPECT_EQ(plain["spec"]["containers"][1]["volumeMounts"][1]["readOnly"], false);
+  EXPECT_FALSE(plain["spec"]["initContainers"][0]["volumeMounts"][0].contains("readOnly"));
+}
+
+// Note [Agent injection]: a mount (of any volume, a subPath too) or a device at or below
+// /lockstep/agent in the container that runs the agent would overlay it: agent_overlay names the
+// field. However the path is spelt; in that container only; never a mount of the agent's own
+// volume there, which the operator replaces.
+TEST(AgentOverlay, NamesAMountOrDeviceAtOrBelowTheAgentInTheContainerThatRunsIt) {
+  auto with_mount = [](const std::string& path, const std::string& extra = "") {
+    return json::parse(R"({"spec": {"containers": [{"name": "side", "image": "x"}, {"name": "trainer", "image": "x",
+        "volumeMounts": [{"name": "data", "mountPath": "/data"}, {"name": "bin", "mountPath": )" + json(path).dump() +
+                       extra + "}]}]}}");
+  };
+  for (const std::string path : {"/lockstep/agent", "/lockstep/agent/", "/lockstep/agent/lockstep-agent",
+                                 "/lockstep//agent", "/lockstep/./agent/lib", "/x/../lockstep/agent", "lockstep/agent",
+                                 "/../lockstep/agent/x"}) {
+    const std::string problem = agent_overlay(with_mount(path));
+    const std::string field = "spec.template.spec.containers[1].volumeMounts[1].mountPath: Invalid value: ";
+    EXPECT_EQ(problem.rfind(field + json(path).dump() + ": ", 0), 0u) << path << ": " << problem;
+  }
+  EXPECT_NE(agent_overlay(with_mount("/lockstep/agent/lockstep-agent", R"(, "subPath": "evil")")), "")
+      << "a subPath overlays too";
+  for (const std::string path : {"/lockstep", "/lockstep/agents", "/lockstep/agent-x", "/lockstep-install",
+                                 "/data/lockstep/agent", "/", ""})
+    EXPECT_EQ(agent_overlay(with_mount(path)), "") << path;
+  EXPECT_EQ(agent_overlay(with_mount("/lockstep/agent")),
+            "spec.template.spec.containers[1].volumeMounts[1].mountPath: Invalid value: \"/lockstep/agent\": the operator "
+            "mounts the Lockstep agent at /lockstep/agent in the container that runs it (the one named trainer), and a "
+            "mount at or below that path would hide or replace the agent; use a path outside /lockstep/agent");
+
+  // A device there does the same.
+  json device = json::parse(R"({"spec": {"containers": [{"name": "main", "image": "x",
+      "volumeDevices": [{"name": "disk", "devicePath": "/lockstep/agent/lockstep-agent"}]}]}})");
+  EXPECT_EQ(agent_overlay(device).rfind("spec.template.spec.containers[0].volumeDevices[0].devicePath: Invalid value: "
+                                        "\"/lockstep/agent/lockstep-agent\": the operator mounts the Lockstep agent at "
+                                        "/lockstep/agent in the container that runs it (the first, as none is named "
+                                        "trainer), and a device at or below",
+                                        0),
+            0u)
+      << agent_overlay(device);
+  // Another container may mount anything there: it does not run the agent.
+  EXPECT_EQ(agent_overlay(json::parse(R"({"spec": {"containers": [{"name": "trainer", "image": "x"},
+      {"name": "side", "image": "x", "volumeMounts": [{"name": "bin", "mountPath": "/lockstep/agent"}]}]}})")), "");
+  // The template's mount of the agent's own volume in that container is replaced by the operator's.
+  EXPECT_EQ(agent_overlay(json::parse(R"({"spec": {"containers": [{"name": "trainer", "image": "x",
+      "volumeMounts": [{"name": "lockstep-agent", "mountPath": "/lockstep/agent/x"}]}]}})")), "");
+  // Shapes the CRD lets through, or no template at all: nothing to name.
+  for (const char* odd : {R"({})", R"({"spec": {"containers": "x"}})", R"({"spec": {"containers": [{"name": "trainer",
+      "volumeMounts": [{"mountPath": 7}, "x", {"mountPath": "/lockstep/agent/y", "name": ["a"]}]}]}})"})
+    EXPECT_EQ(agent_overlay(json::parse(odd)).empty(), std::string(odd).find("/y") == std::string::npos) << odd;
+  EXPECT_EQ(agent_overlay(json()), "");
+}
+
+// Note [UTF-8 text]: an Event's message is cut at 1,024 bytes on a character boundary, whatever
+// character straddles the bound, so the Event can be sent (dump() throws on a cut character).
+TEST(EventManifest, CutsALongMessageOnACharacterBoundary) {
+  JobView j;
+  j.name = "tj";
+  j.ns = "team";
+  for (const std::string c : {"\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80"})
+    for (size_t shift = 0; shift < c.size(); ++shift) {
+      const std::string message = std::string(kMaxEventMessage - 1 - shift, 'a') + c + std::string(500, 'z');
+      json event = event_manifest(j, "Warning", "FailedCreatePod", message, "2026-01-01T00:00:00Z", "lockstep-operator");
+      const std::string kept = event["message"];
+      const size_t whole = kMaxEventMessage - 1 - shift + c.size();  // the character ends here
+      EXPECT_EQ(kept.size(), whole <= kMaxEventMessage ? kMaxEventMessage : kMaxEventMessage - 1 - shift)
+          << c.size() << "-byte character, shift " << shift;
+      EXPECT_EQ(message.compare(0, kept.size(), kept), 0);
+      EXPECT_NO_THROW((void)event.dump());
+    }
+  EXPECT_EQ(event_manifest(j, "Normal", "R", "short", "t", "c")["message"], "short");
 }

@@ -142,3 +142,39 @@ TEST(NodeIndex, ANodesJobsAreThoseWithAPodBoundToIt) {
   index.update(&b1, nullptr);
   EXPECT_EQ(index.nodes(), 0u);
 }
+
+// Note [Pods placed by hand]: a template's nodeName is read from the job (bounded, as a node's
+// name), also from a job whose cached view keeps no template (Note [Cached templates]).
+TEST(PlacedByHand, TheTemplatesNodeNameIsReadApartFromTheTemplate) {
+  json job = {{"metadata", {{"name", "tj"}, {"namespace", "ns"}}},
+              {"spec", {{"nodes", 2}, {"template", {{"spec", {{"nodeName", "worker-9"}, {"containers", json::array()}}}}}}}};
+  EXPECT_EQ(JobView::from_json(job).template_node_name, "worker-9");
+  job["status"] = {{"phase", "Failed"}};
+  JobRecord finished = JobRecord::from_json(job);
+  EXPECT_TRUE(finished.view.tmpl.empty());
+  EXPECT_EQ(finished.view.template_node_name, "worker-9");
+  job["spec"]["template"]["spec"]["nodeName"] = std::string(1000, 'n');
+  EXPECT_EQ(JobView::from_json(job).template_node_name.size(), kMaxNodeName);
+  job["spec"]["template"]["spec"].erase("nodeName");
+  EXPECT_EQ(JobView::from_json(job).template_node_name, "");
+  job["spec"]["template"]["spec"]["nodeName"] = 7;  // not a string: none (the API server would refuse it)
+  EXPECT_EQ(JobView::from_json(job).template_node_name, "");
+}
+
+// Note [Lost nodes]: the silent-peer line as the agent writes it, read from a pod's text with
+// the agent's exit code; a forged line reads the same, which is why the operator bounds what it
+// buys (Note [Lost-node restarts in a row]).
+TEST(SilentPeer, TheLineAndTheExitCodeAreReadFromThePodsText) {
+  json pod = {{"metadata", {{"name", "tj-0"}}},
+              {"spec", {{"nodeName", "worker-1"}}},
+              {"status",
+               {{"phase", "Failed"},
+                {"containerStatuses",
+                 {{{"name", "trainer"},
+                   {"state",
+                    {{"terminated",
+                      {{"exitCode", 76}, {"message", "lockstep-silent-peer node=1\nlockstep-agent: node 1 said nothing\n"}}}}}}}}}}};
+  PodView p = lockstep::test::pod_view(pod);
+  EXPECT_EQ(p.exit_code, 76);
+  EXPECT_EQ(silent_peer(p.termination_message), 1);
+}

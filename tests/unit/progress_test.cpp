@@ -19,6 +19,7 @@
 #include "lockstep/process.hpp"
 #include "reconcile/decide.hpp"
 #include "reconcile/progress.hpp"
+#include "reconcile/prometheus_text.hpp"
 
 using namespace lockstep::reconcile;
 using namespace std::chrono_literals;
@@ -123,6 +124,8 @@ TEST(Progress, StatusCarriesItAndAnUnchangedReadingWritesNothing) {
   job.status.nodes = {1, 1, 0, 0};
   in.job.status.nodes = {1, 1, 0, 0};
   in.progress = p;
+  in.job.status.isolation = "None";  // as the job's first status write left it (Note [Job isolation])
+  in.job.status.conditions.push_back(*decide(in).status.condition("Isolated"));
   EXPECT_FALSE(decide(in).status_changed);
   in.progress->step = 131;
   auto d = decide(in);
@@ -762,4 +765,25 @@ TEST(FinalProgress, ASucceededJobShowsRank0sLastStepAndNobodyElsesSays) {
   EXPECT_EQ(d.status.to_json()["progress"]["steps"], "200/200");  // all steps taken, as before
   d = succeed({"lockstep-progress step=12 total=0\n"}, std::nullopt);
   EXPECT_FALSE(d.status.progress.has_value());
+}
+
+// Note [Host-network readings]: only the lines naming the job are kept.
+TEST(Progress, AHostNetworkReadingKeepsOnlyTheJobsOwnSeries) {
+  const std::string text =
+      "# TYPE lockstep_step gauge\n"
+      "lockstep_step{namespace=\"ns\",node_rank=\"0\",rank=\"0\",trainingjob=\"tj\"} 12\n"
+      "lockstep_step{namespace=\"other\",node_rank=\"0\",rank=\"0\",trainingjob=\"tj\"} 13\n"
+      "lockstep_step{namespace=\"ns\",node_rank=\"0\",rank=\"0\",trainingjob=\"tj2\"} 14\n"
+      "lockstep_step{rank=\"0\"} 15\n"
+      "lockstep_step{namespace=\"ns\",rank=\"0\",trainingjob=\"tj\",x=\"trainingjob=\\\"tj\\\"\"} 16\n"
+      "lockstep_steps_total{trainingjob=\"tj\",namespace=\"ns\",rank=\"0\"} 5\n";
+  const std::string kept = series_of_job(text, "ns", "tj");
+  EXPECT_EQ(kept,
+            "lockstep_step{namespace=\"ns\",node_rank=\"0\",rank=\"0\",trainingjob=\"tj\"} 12\n"
+            "lockstep_step{namespace=\"ns\",rank=\"0\",trainingjob=\"tj\",x=\"trainingjob=\\\"tj\\\"\"} 16\n"
+            "lockstep_steps_total{trainingjob=\"tj\",namespace=\"ns\",rank=\"0\"} 5\n");
+  EXPECT_EQ(series_of_job("lockstep_step{rank=\"0\"} 15\n", "ns", "tj"), "");
+  auto s = parse_progress(kept, 0, Clock::from_time_t(0));
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->step, 16);
 }

@@ -1,0 +1,176 @@
+// lockstep/text.hpp (Note [UTF-8 text]): cuts at a character boundary, validity, and the bounds
+// of the texts the operator keeps of a pod.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "lockstep/text.hpp"
+#include "pod_text.hpp"
+
+using json = nlohmann::json;
+using lockstep::text::utf8_char_length;
+using lockstep::text::utf8_head;
+using lockstep::text::utf8_invalid_at;
+using lockstep::text::utf8_tail;
+using lockstep::text::utf8_valid;
+
+namespace {
+
+bool valid(const std::string& s) { return utf8_invalid_at(s) == std::string::npos; }
+
+// What nlohmann::json makes of `s` in a document: true when dump() takes it.
+bool dumps(const std::string& s) {
+  try {
+    (void)json{{"message", s}}.dump();
+    return true;
+  } catch (const json::type_error&) {
+    return false;
+  }
+}
+
+struct Character {
+  const char* name;
+  std::string bytes;
+};
+const std::vector<Character> kCharacters = {
+    {"2-byte U+00E9", "\xC3\xA9"}, {"3-byte U+20AC", "\xE2\x82\xAC"}, {"4-byte U+1F600", "\xF0\x9F\x98\x80"}};
+
+}  // namespace
+
+// A cut at every byte offset of text around a character of each length: never in the character,
+// never longer than asked, and as long as a boundary allows.
+TEST(Utf8Cut, AtEveryOffsetOfTwoThreeAndFourByteCharactersTheCutIsOnABoundary) {
+  for (const auto& c : kCharacters) {
+    SCOPED_TRACE(c.name);
+    const size_t len = c.bytes.size();
+    const std::string s = "ab" + c.bytes + "cd";  // the character at [2, 2 + len)
+    for (size_t max = 0; max <= s.size() + 1; ++max) {
+      SCOPED_TRACE("max " + std::to_string(max));
+      const std::string head = utf8_head(s, max), tail = utf8_tail(s, max);
+      EXPECT_LE(head.size(), max);
+      EXPECT_LE(tail.size(), max);
+      EXPECT_EQ(s.compare(0, head.size(), head), 0) << "a prefix";
+      EXPECT_EQ(s.compare(s.size() - tail.size(), tail.size(), tail), 0) << "a suffix";
+      EXPECT_TRUE(valid(head) && valid(tail));
+      EXPECT_TRUE(dumps(head) && dumps(tail));
+      // The longest prefix that ends on a boundary: the character whole or not at all.
+      const size_t want_head = max >= s.size() ? s.size() : max <= 2 ? max : max < 2 + len ? 2 : max;
+      EXPECT_EQ(head.size(), want_head);
+      // And the longest suffix that starts on one.
+      const size_t from = max >= s.size() ? 0 : s.size() - max;
+      const size_t want_tail = from <= 2 ? s.size() - from : from < 2 + len ? 2 : s.size() - from;
+      EXPECT_EQ(tail.size(), want_tail);
+    }
+    // A run of the character: a cut keeps whole characters only, as many as fit.
+    std::string run;
+    for (int i = 0; i < 9; ++i) run += c.bytes;
+    for (size_t max = 0; max <= run.size(); ++max) {
+      EXPECT_EQ(utf8_head(run, max).size(), max / len * len) << max;
+      EXPECT_EQ(utf8_tail(run, max).size(), max / len * len) << max;
+    }
+  }
+}
+
+// Text that is not UTF-8 has no boundary to find: the cut stays bounded, moving at most 3 bytes.
+TEST(Utf8Cut, OnTextThatIsNotUtf8TheCutStaysBounded) {
+  const std::string continuation(100, '\x80');
+  EXPECT_EQ(utf8_head(continuation, 50).size(), 50u);
+  EXPECT_EQ(utf8_tail(continuation, 50).size(), 50u);
+  EXPECT_EQ(utf8_head(continuation, 0), "");
+  EXPECT_EQ(utf8_tail(continuation, 0), "");
+  const std::string leads(100, '\xF0');  // lead bytes with no continuation: each a boundary
+  EXPECT_EQ(utf8_head(leads, 37).size(), 37u);
+  EXPECT_EQ(utf8_tail(leads, 37).size(), 37u);
+  // A text no longer than the bound comes back as it is, valid or not.
+  EXPECT_EQ(utf8_head("ab\xE2\x82", 4), "ab\xE2\x82");
+  EXPECT_EQ(utf8_tail("\x82\xAC", 2), "\x82\xAC");
+}
+
+// Each byte that begins no valid character becomes U+FFFD; valid text is kept as it is.
+TEST(Utf8Valid, ReplacesEachByteThatBeginsNoCharacter) {
+  const std::string r = "\xEF\xBF\xBD";
+  struct Case {
+    const char* what;
+    std::string in, out;
+    size_t invalid_at;
+  };
+  const Case cases[] = {
+      {"ASCII", "plain text\n", "plain text\n", std::string::npos},
+      {"every length", "\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80", "\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80",
+       std::string::npos},
+      {"a stray continuation byte", "a\x80z", "a" + r + "z", 1},
+      {"a character cut short at the end", "ab\xE2\x82", "ab" + r + r, 2},
+      {"a character cut short by ASCII", "\xF0\x9F" "a", r + r + "a", 0},
+      {"an overlong '/'", "\xC0\xAF", r + r, 0},
+      {"an overlong 3-byte form", "\xE0\x80\xAF", r + r + r, 0},
+      {"a surrogate", "x\xED\xA0\x80", "x" + r + r + r, 1},
+      {"past U+10FFFF", "\xF4\x90\x80\x80", r + r + r + r, 0},
+      {"a byte no character begins with", "\xFF", r, 0},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    EXPECT_EQ(utf8_invalid_at(c.in), c.invalid_at);
+    EXPECT_EQ(utf8_valid(c.in), c.out);
+    EXPECT_TRUE(valid(utf8_valid(c.in)));
+    EXPECT_TRUE(dumps(utf8_valid(c.in)));
+    // The hazard the rule is for: the text as it came cannot be dumped unless it was valid.
+    EXPECT_EQ(dumps(c.in), c.invalid_at == std::string::npos);
+  }
+  EXPECT_EQ(utf8_char_length(""), 0u);
+  EXPECT_EQ(utf8_char_length("\xF0\x9F\x98\x80tail"), 4u);
+}
+
+// The texts the pod informer keeps of a pod (Note [Lean caches]): the termination message's
+// last 1 KiB, the waiting and scheduling messages' first, each cut at a character boundary, so
+// a status or Event that quotes them can be dumped.
+TEST(PodRecord, KeepsEachMessageCutAtACharacterBoundary) {
+  for (const auto& c : kCharacters) {
+    for (size_t shift = 0; shift < c.bytes.size(); ++shift) {
+      SCOPED_TRACE(std::string(c.name) + ", shift " + std::to_string(shift));
+      // The character straddles the 1,024-byte bound from each side, at each of its offsets.
+      const std::string long_head = std::string(1023 - shift, 'h') + c.bytes + std::string(600, 'h');
+      const std::string long_tail = std::string(600, 't') + c.bytes + std::string(1023 - shift, 't');
+      const json pod = {
+          {"metadata", {{"name", "tj-0"}, {"namespace", "ns"}}},
+          {"status",
+           {{"phase", "Pending"},
+            {"conditions", json::array({{{"type", "PodScheduled"}, {"status", "False"}, {"reason", "Unschedulable"},
+                                          {"message", long_head}}})},
+            {"containerStatuses",
+             json::array({{{"name", "trainer"},
+                           {"state", {{"waiting", {{"reason", "ErrImagePull"}, {"message", long_head}}}}}},
+                          {{"name", "side"},
+                           {"state", {{"terminated", {{"exitCode", 1}, {"message", long_tail}}}}}}})}}}};
+      const auto record = lockstep::test::pod_record(pod);
+      for (const std::string* kept : {&record.view.unschedulable_message, &record.view.waiting_message}) {
+        EXPECT_LE(kept->size(), 1024u);
+        EXPECT_GE(kept->size(), 1021u);
+        EXPECT_EQ(long_head.compare(0, kept->size(), *kept), 0);
+        EXPECT_TRUE(valid(*kept));
+        EXPECT_TRUE(dumps(*kept));
+      }
+      const std::string& tail = record.view.termination_message;
+      EXPECT_LE(tail.size(), 1024u);
+      EXPECT_GE(tail.size(), 1021u);
+      EXPECT_EQ(long_tail.compare(long_tail.size() - tail.size(), tail.size(), tail), 0);
+      EXPECT_TRUE(valid(tail));
+    }
+  }
+}
+
+// Note [UTF-8 text]: a pod's text that is not UTF-8 is not read at all (the reader of pods
+// refuses the document), so nothing of it reaches a cache, a status or an Event unchecked.
+TEST(PodRecord, APodTextThatIsNotUtf8IsNotRead) {
+  const std::string text = R"({"metadata": {"name": "tj-0", "namespace": "ns"}, "status": {"phase": "Failed",
+      "containerStatuses": [{"name": "trainer", "state": {"terminated": {"exitCode": 1, "message": "bad )"
+                           "\xC3\x28" R"("}}}]}})";
+  lockstep::reconcile::RawPod raw;
+  EXPECT_FALSE(lockstep::controller::raw_pod_from_text(text, raw));
+  std::string fixed = text;
+  fixed.replace(fixed.find("\xC3\x28"), 2, "\xC3\xA9");
+  ASSERT_TRUE(lockstep::controller::raw_pod_from_text(fixed, raw)) << "the same document, valid";
+  ASSERT_EQ(raw.containers.size(), 1u);
+  EXPECT_EQ(raw.containers[0].terminated_message, "bad \xC3\xA9");
+}
