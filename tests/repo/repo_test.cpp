@@ -108,6 +108,39 @@ void scan_notes(const std::string& file, const std::string& text, std::vector<Me
 
 }  // namespace
 
+// The docs' code maps (a table row `| `operator/kube/` | ... `client` ... |`) name a folder of
+// the sources and, in backticks, the files in it by their stem: every one exists, so a renamed
+// file cannot leave its old name in the map (docs/operator.md still named `exposition` after
+// it became prometheus_text, and left out half of operator/controller/).
+TEST(Docs, EveryFileTheCodeMapsNameExists) {
+  static const std::regex row(R"(^\| `((?:operator|agent|trainer|cli|common|tests|bench|scripts)/[A-Za-z0-9_/]*/)` \| (.*)$)");
+  static const std::regex name("`([a-z][a-z0-9_]*)`");
+  std::vector<std::string> missing;
+  int names = 0;
+  for (const auto& entry : fs::directory_iterator(kRoot / "docs")) {
+    if (entry.path().extension() != ".md") continue;
+    for (const auto& line : lines_of(lockstep::test::read_file(entry.path().string()))) {
+      std::smatch m;
+      if (!std::regex_match(line, m, row)) continue;
+      const fs::path dir = kRoot / m[1].str();
+      const std::string what = m[2].str();
+      if (!fs::is_directory(dir)) {
+        missing.push_back(entry.path().filename().string() + ": " + m[1].str() + " is no folder");
+        continue;
+      }
+      for (auto n = std::sregex_iterator(what.begin(), what.end(), name); n != std::sregex_iterator(); ++n) {
+        const std::string stem = (*n)[1].str();
+        ++names;
+        bool found = fs::is_directory(dir / stem);
+        for (const char* ext : {".hpp", ".cpp", ".h", ".c", ".py", ".sh"}) found |= fs::exists(dir / (stem + ext));
+        if (!found) missing.push_back(entry.path().filename().string() + ": " + m[1].str() + " has no " + stem + ".*");
+      }
+    }
+  }
+  EXPECT_GT(names, 20) << "the code maps were not found (" << names << " names)";
+  EXPECT_TRUE(missing.empty()) << join(missing);
+}
+
 // Build files, scripts and sources cite docs/*.md for their reasons: every cited file exists
 // (cmake/LockstepTorch.cmake once cited a docs/dependencies.md that was never written).
 TEST(Docs, EveryCitedDocumentExists) {
