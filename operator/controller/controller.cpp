@@ -499,10 +499,7 @@ void Controller::warn_foreign_pod(const JobView& job, const PodRecord& pod) {
   if (pod.ref.deleting) return;
   const std::string& name = pod.ref.name;
   const std::string& owner = pod.ref.controller_uid;
-  {
-    std::lock_guard<std::mutex> lock(foreign_mu_);
-    if (!foreign_warned_.insert(job.ns + "/" + job.name + "/" + pod.ref.uid).second) return;
-  }
+  if (!foreign_.first_sight(job.ns + "/" + job.name, pod.ref.uid)) return;  // Note [Foreign children]
   bool takes_a_name = false;
   for (int i = 0; i < job.nodes; ++i) takes_a_name |= name == reconcile::pod_name(job, i);
   std::string msg = "pod " + name + " is labelled " + contract::kLabelJobName + "=" + job.name + " but " +
@@ -533,8 +530,7 @@ void Controller::delete_orphans(const std::string& ns, const std::string& name) 
     status_written_at_.erase(key);
     first_write_put_off_at_.erase(key);
   }
-  std::lock_guard<std::mutex> lock(foreign_mu_);
-  foreign_warned_.erase(foreign_warned_.lower_bound(key + "/"), foreign_warned_.lower_bound(key + "0"));  // '0' follows '/'
+  foreign_.forget_job(key);
 }
 
 bool Controller::reconcile(const std::string& key) {
@@ -648,29 +644,17 @@ void Controller::execute(const JobView& job, const std::string& resource_version
 // not list. The job is reconciled again at once, to say so in its Isolated condition, and once
 // the mark lapses, to try again (the other one may be gone). Should the cache only have been
 // behind the job's own create, its policy shows there first and the mark counts for nothing.
-constexpr std::chrono::seconds kNetworkPolicyTakenFor{60};
-
 void Controller::mark_network_policy_taken(const std::string& key, const std::string& uid) {
-  const auto now = std::chrono::steady_clock::now();
-  {
-    std::lock_guard<std::mutex> lock(foreign_mu_);
-    for (auto it = np_taken_.begin(); it != np_taken_.end();)  // lapsed marks go: bounded by the jobs
-      it = now - it->second.second >= kNetworkPolicyTakenFor ? np_taken_.erase(it) : std::next(it);
-    np_taken_[key] = {uid, now};
-  }
+  foreign_.mark_policy_taken(key, uid, std::chrono::steady_clock::now());
   LOCKSTEP_LOG(Info, "reconcile", key << ": a NetworkPolicy of the job's name that it does not own is there: left alone");
   queue_.add_after(key, std::chrono::milliseconds(500));
 }
 
 bool Controller::network_policy_taken(const std::string& key, const std::string& uid) {
-  std::lock_guard<std::mutex> lock(foreign_mu_);
-  auto it = np_taken_.find(key);
-  if (it == np_taken_.end() || it->second.first != uid) return false;
-  const auto age = std::chrono::steady_clock::now() - it->second.second;
-  if (age >= kNetworkPolicyTakenFor) return false;
+  auto left = foreign_.policy_taken(key, uid, std::chrono::steady_clock::now());
+  if (!left) return false;
   // Looked at again once the mark lapses (a later add_after of the key keeps the earliest).
-  queue_.add_after(key, std::chrono::duration_cast<std::chrono::milliseconds>(kNetworkPolicyTakenFor - age) +
-                            std::chrono::seconds(1));
+  queue_.add_after(key, std::chrono::duration_cast<std::chrono::milliseconds>(*left) + std::chrono::seconds(1));
   return true;
 }
 

@@ -19,6 +19,7 @@
 #include "controller/agent_reader.hpp"
 #include "controller/event_correlator.hpp"
 #include "controller/expectations.hpp"
+#include "controller/foreign_children.hpp"
 #include "controller/node_index.hpp"
 #include "controller/work_queue.hpp"
 #include "kube/client.hpp"
@@ -190,14 +191,11 @@ class Controller {
   std::map<std::string, JobProgress> progress_;  // by job key, under progress_mu_
   EventCorrelator events_;  // Note [Repeated Events]
   std::atomic<bool> event_patch_refused_logged_{false};
-  std::mutex foreign_mu_;
-  std::set<std::string> foreign_warned_;  // ns/job/pod-uid
-  // Note [Job isolation]: jobs whose NetworkPolicy create met one of their name that the
-  // informer does not hold (it lists only labelled ones), by job key: the job's uid and when.
-  // Taken for that long, then the create is tried again.
+  ForeignChildren foreign_;  // Note [Foreign children]
+  // Note [Job isolation]: whether job `key` meets a NetworkPolicy of its name that it does not
+  // own and the informer does not hold; queues it again for when the mark lapses.
   bool network_policy_taken(const std::string& key, const std::string& uid);
   void mark_network_policy_taken(const std::string& key, const std::string& uid);
-  std::map<std::string, std::pair<std::string, std::chrono::steady_clock::time_point>> np_taken_;  // under foreign_mu_
   // When each job's status was last written (Note [Batched status writes]).
   std::chrono::milliseconds status_write_wait(const std::string& key);
   std::mutex status_mu_;
