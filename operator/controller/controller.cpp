@@ -975,8 +975,11 @@ void Controller::take_readings(const std::vector<DueReading>& due, const std::ve
   std::lock_guard<std::mutex> lock(progress_mu_);
   for (size_t i = 0; i < due.size(); ++i) {
     const DueReading& d = due[i];
-    std::optional<std::string> body = answers[i].body;
-    if (body && d.host_network) body = reconcile::series_of_job(*body, d.ns, d.name);  // Note [Host-network readings]
+    // Note [Host-network readings]: of such a rank 0 only the job's own series are read; any
+    // other answer is read where it lies.
+    std::optional<std::string> own_series;
+    if (answers[i].body && d.host_network) own_series = reconcile::series_of_job(*answers[i].body, d.ns, d.name);
+    const std::optional<std::string>& body = d.host_network ? own_series : answers[i].body;
     if (!body) LOCKSTEP_LOG(Debug, "progress", d.key << ": no reading of rank 0's agent: " << answers[i].error);
     auto sample = body ? reconcile::parse_progress(*body, 0, at) : std::nullopt;
     auto in_place = body ? reconcile::parse_in_place(*body, d.attempt) : std::nullopt;

@@ -70,9 +70,10 @@ struct Pass {
   }
 
   // Sets a condition; lastTransitionTime moves only when its status changes. A False
-  // condition that was never True is not added.
+  // condition that was never True is not added, unless `add_false` (it says something of its
+  // own, as Isolated does).
   void condition(const std::string& type, const std::string& status, const std::string& reason,
-                 const std::string& message, bool new_transition = false) {
+                 const std::string& message, bool new_transition = false, bool add_false = false) {
     for (auto& c : s().conditions) {
       if (c.type != type) continue;
       if (c.status != status || new_transition) c.last_transition_time = now;
@@ -81,7 +82,7 @@ struct Pass {
       c.message = message;
       return;
     }
-    if (status == "False") return;
+    if (status == "False" && !add_false) return;
     s().conditions.push_back({type, status, reason, message, now});
   }
 
@@ -623,17 +624,9 @@ struct Pass {
                 ": any pod of the cluster can reach the job's rendezvous (masterPort), barrier (masterPort+1), "
                 "metrics.port and collective ports; set spec.isolation: NetworkPolicy to admit only the job's own pods";
     }
-    const std::string status = wanted && !taken ? "True" : "False";
     s().isolation = wanted && !taken ? "NetworkPolicy" : "None";
-    for (auto& c : s().conditions)
-      if (c.type == "Isolated") {
-        if (c.status != status) c.last_transition_time = now;
-        c.status = status;
-        c.reason = reason;
-        c.message = message;
-        return;
-      }
-    s().conditions.push_back({"Isolated", status, reason, message, now});  // False too: it says something
+    condition("Isolated", wanted && !taken ? "True" : "False", reason, message, /*new_transition=*/false,
+              /*add_false=*/true);
   }
 
 
