@@ -13,6 +13,7 @@
 #include <set>
 #include <thread>
 
+#include "chart_support.hpp"
 #include "kube_test_support.hpp"
 #include "test_util.hpp"
 
@@ -25,20 +26,7 @@ using lockstep::test::read_text;
 using lockstep::test::eventually;
 using lockstep::test::source_path;
 
-namespace {
-
-lockstep::RunResult helm(std::vector<std::string> args) {
-  args.insert(args.begin(), "helm");
-  std::map<std::string, std::string> env;
-  if (control_plane()) env["KUBECONFIG"] = control_plane()->kubeconfig();
-  env["HELM_CACHE_HOME"] = ::testing::TempDir() + "/helm-cache";
-  env["HELM_CONFIG_HOME"] = ::testing::TempDir() + "/helm-config";
-  env["HELM_DATA_HOME"] = ::testing::TempDir() + "/helm-data";
-  return run_capture(args, env, 120s);
-}
-
-
-}  // namespace
+using lockstep::test::helm;  // chart_support.hpp
 
 TEST(Chart, CarriesTheSameCrdAndDashboardsAsTheRepository) {
   EXPECT_EQ(read_text(source_path("charts/lockstep/crds/lockstep.dev_trainingjobs.yaml")),

@@ -280,45 +280,8 @@ TEST(AgentReader, StopEndsARoundPromptly) {
 
 // --- The listeners ----------------------------------------------------------------------------
 
-struct Get {
-  int status = 0;  // 0: no answer
-  long long ms = 0;
-  std::string body;
-};
-
-// One GET with a fresh connection, as the kubelet's probe and Prometheus make it; gives up
-// after `timeout`.
-Get http_get(int port, const std::string& path, std::chrono::milliseconds timeout = 3000ms) {
-  Get g;
-  auto t0 = Clock::now();
-  int fd = lockstep::test::dial_loopback(port, true);
-  if (fd < 0) return g;
-  std::string req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: Prometheus/2.42.0\r\n"
-                    "Accept: text/plain;version=0.0.4;q=1,*/*;q=0.1\r\nConnection: close\r\n\r\n";
-  std::string data;
-  size_t sent = 0;
-  while (ms_since(t0) < timeout.count()) {
-    pollfd p{fd, static_cast<short>(sent < req.size() ? POLLOUT : POLLIN), 0};
-    if (::poll(&p, 1, 20) <= 0) continue;
-    if (sent < req.size()) {
-      ssize_t n = ::send(fd, req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
-      if (n < 0 && errno != EAGAIN) break;
-      if (n > 0) sent += static_cast<size_t>(n);
-      continue;
-    }
-    char buf[16384];
-    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n < 0 && errno == EAGAIN) continue;
-    if (n <= 0) break;
-    data.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  g.ms = ms_since(t0);
-  if (data.rfind("HTTP/1.", 0) == 0 && data.size() >= 12) g.status = std::atoi(data.c_str() + 9);
-  size_t body = data.find("\r\n\r\n");
-  if (body != std::string::npos) g.body = data.substr(body + 4);
-  return g;
-}
+using lockstep::test::Get;
+using lockstep::test::http_get;  // test_util.hpp
 
 // Hostile peers against one port, from one thread: each kind keeps its number of connections
 // open, reconnecting as the server drops them.

@@ -66,47 +66,8 @@ Identity chart_identity(const std::string& release, const std::string& ns, const
   return lockstep::test::chart_identity(release, ns, {{}, drop_resource});
 }
 
-// One write as the API server's audit log recorded it.
-struct Write {
-  std::string user, verb, resource, subresource, ns, name;
-  int code = 0;
-  SysTime at;  // requestReceivedTimestamp: when the server took it
-};
-
-SysTime parse_micro_time(const std::string& s) {  // 2025-01-02T03:04:05.123456Z
-  std::tm tm{};
-  std::istringstream in(s.substr(0, 19));
-  in >> std::get_time(&tm, "%Y-%m-%dT%H:%M:%S");
-  auto t = std::chrono::system_clock::from_time_t(timegm(&tm));
-  if (s.size() > 20 && s[19] == '.') {
-    std::string frac = s.substr(20, s.find('Z') - 20);
-    frac.resize(6, '0');
-    t += std::chrono::microseconds(std::stol(frac));
-  }
-  return t;
-}
-
-std::vector<Write> audit_writes(const std::string& ns) {
-  std::ifstream in(control_plane()->audit_log());
-  std::vector<Write> out;
-  for (std::string line; std::getline(in, line);) {
-    json e = json::parse(line, nullptr, false);
-    if (!e.is_object() || e.value("stage", "") != "ResponseComplete") continue;
-    const json& obj = e.value("objectRef", json::object());
-    if (obj.value("namespace", "") != ns) continue;
-    Write w;
-    w.user = e["user"].value("username", "");
-    w.verb = e.value("verb", "");
-    w.resource = obj.value("resource", "");
-    w.subresource = obj.value("subresource", "");
-    w.ns = ns;
-    w.name = obj.value("name", "");
-    w.code = e.value("responseStatus", json::object()).value("code", 0);
-    w.at = parse_micro_time(e.value("requestReceivedTimestamp", ""));
-    out.push_back(w);
-  }
-  return out;
-}
+using Write = lockstep::test::AuditWrite;
+using lockstep::test::audit_writes;  // operator_process.hpp
 
 // Every holder the Lease has had from now on, in order, through a watch.
 class LeaseHolders {
@@ -355,12 +316,8 @@ TEST_F(HostileTest, ALeaderThatCannotRenewStopsBeforeTheNextOneStarts) {
 // operator's retries cost one create each, not 64; a job in another namespace gets its pods
 // meanwhile.
 TEST_F(HostileTest, ARefusingQuotaCostsFewCreatesAndOtherJobsStillRun) {
-  ASSERT_TRUE(kubectl({"create", "quota", "no-pods", "--hard=pods=0", "-n", ns_}).status.success());
-  // No controller-manager runs here: the test fills in the quota's status, as its quota
-  // controller would, for the admission plugin to enforce it.
-  auto q = kubectl({"patch", "resourcequota", "no-pods", "-n", ns_, "--subresource=status", "--type=merge", "-p",
-                    R"({"status": {"hard": {"pods": "0"}, "used": {"pods": "0"}}})"});
-  ASSERT_TRUE(q.status.success()) << q.output;
+  lockstep::test::pod_quota(ns_, "no-pods", 0, 0);
+  if (HasFatalFailure()) return;
   std::string other = create_namespace("hostile-other");
   OperatorProcess op(control_plane()->kubeconfig(), {"--leader-elect=false"});
   ASSERT_TRUE(op.wait_log("caches synced")) << op.log();

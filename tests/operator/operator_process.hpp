@@ -8,6 +8,9 @@
 
 #include <chrono>
 #include <fstream>
+#include <sstream>
+#include <iomanip>
+#include <ctime>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -27,16 +30,76 @@ struct OperatorOptions {
   std::vector<std::string> defaults;  // flags before the caller's (a flag given twice: the last wins)
 };
 
-// The TrainingJob CRD and the coscheduling plugin's PodGroup CRD on the suite's control plane,
-// established (a fatal failure if not).
-inline void apply_crds() {
-  for (const char* f : {"crds/lockstep.dev_trainingjobs.yaml", "tests/crds/podgroup.yaml"}) {
-    auto r = kubectl({"apply", "-f", source_path(f)});
-    ASSERT_TRUE(r.status.success()) << r.output;
-  }
+// The TrainingJob CRD (crds/, or the text `trainingjob_crd` when a test needs another) and the
+// coscheduling plugin's PodGroup CRD on the suite's control plane, established (a fatal failure
+// if not).
+inline void apply_crds(const std::string& trainingjob_crd = "") {
+  auto r = trainingjob_crd.empty() ? kubectl({"apply", "-f", source_path("crds/lockstep.dev_trainingjobs.yaml")})
+                                   : kubectl({"apply", "-f", "-"}, trainingjob_crd);
+  ASSERT_TRUE(r.status.success()) << r.output;
+  r = kubectl({"apply", "-f", source_path("tests/crds/podgroup.yaml")});
+  ASSERT_TRUE(r.status.success()) << r.output;
   auto w = kubectl({"wait", "--for=condition=Established", "crd/trainingjobs.lockstep.dev",
                     "crd/podgroups.scheduling.x-k8s.io", "--timeout=60s"});
   ASSERT_TRUE(w.status.success()) << w.output;
+}
+
+// One request in namespace `ns` as the API server's audit log recorded it (the suites that run
+// their control plane with ControlPlaneOptions::audit_writes): who sent it, what it did, with
+// what answer, and when the server took it.
+struct AuditWrite {
+  std::string user, verb, resource, subresource, ns, name;
+  int code = 0;
+  std::chrono::system_clock::time_point at;  // requestReceivedTimestamp: when the server took it
+};
+
+inline std::chrono::system_clock::time_point parse_micro_time(const std::string& s) {  // 2025-01-02T03:04:05.123456Z
+  std::tm tm{};
+  std::istringstream in(s.substr(0, 19));
+  in >> std::get_time(&tm, "%Y-%m-%dT%H:%M:%S");
+  auto t = std::chrono::system_clock::from_time_t(timegm(&tm));
+  if (s.size() > 20 && s[19] == '.') {
+    std::string frac = s.substr(20, s.find('Z') - 20);
+    frac.resize(6, '0');
+    t += std::chrono::microseconds(std::stol(frac));
+  }
+  return t;
+}
+
+inline std::vector<AuditWrite> audit_writes(const std::string& ns) {
+  std::ifstream in(control_plane()->audit_log());
+  std::vector<AuditWrite> out;
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json e = nlohmann::json::parse(line, nullptr, false);
+    if (!e.is_object() || e.value("stage", "") != "ResponseComplete") continue;
+    const nlohmann::json& obj = e.value("objectRef", nlohmann::json::object());
+    if (obj.value("namespace", "") != ns) continue;
+    AuditWrite w;
+    w.user = e["user"].value("username", "");
+    w.verb = e.value("verb", "");
+    w.resource = obj.value("resource", "");
+    w.subresource = obj.value("subresource", "");
+    w.ns = ns;
+    w.name = obj.value("name", "");
+    w.code = e.value("responseStatus", nlohmann::json::object()).value("code", 0);
+    w.at = parse_micro_time(e.value("requestReceivedTimestamp", ""));
+    out.push_back(w);
+  }
+  return out;
+}
+
+// A ResourceQuota `name` in `ns` of at most `hard` pods, made or changed, with `used` pods
+// counted. No controller-manager runs beside the suites' control plane: the test fills in the
+// quota's status, as its quota controller would, for the admission plugin to enforce it (which
+// then counts the pods it admits).
+inline void pod_quota(const std::string& ns, const std::string& name, int hard, int used) {
+  const std::string pods = std::to_string(hard);
+  auto q = kubectl({"apply", "-n", ns, "-f", "-"},
+                   "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: " + name + "}\nspec: {hard: {pods: \"" + pods + "\"}}\n");
+  ASSERT_TRUE(q.status.success()) << q.output;
+  q = kubectl({"patch", "resourcequota", name, "-n", ns, "--subresource=status", "--type=merge", "-p",
+               "{\"status\": {\"hard\": {\"pods\": \"" + pods + "\"}, \"used\": {\"pods\": \"" + std::to_string(used) + "\"}}}"});
+  ASSERT_TRUE(q.status.success()) << q.output;
 }
 
 // lockstep-operator ($LOCKSTEP_OPERATOR_BIN) against `kubeconfig`, at --log-level=debug.

@@ -24,6 +24,7 @@
 #include "kube_test_support.hpp"
 #include "lockstep/contract.hpp"
 #include "operator_process.hpp"
+#include "reconcile/time.hpp"
 #include "test_util.hpp"
 
 using namespace std::chrono_literals;
@@ -47,29 +48,13 @@ namespace {
 constexpr auto kWindow = 30s;
 constexpr int kAllowedRestarts = 4;
 
-std::string rfc3339(std::chrono::system_clock::time_point t) {
-  std::time_t tt = std::chrono::system_clock::to_time_t(t);
-  std::tm tm{};
-  gmtime_r(&tt, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 // The writes the API server's audit log recorded in namespace `ns` and took (2xx), by resource
 // and verb ("pods create", "events patch", ...); subresources (a pod's binding and status) apart.
-std::map<std::string, int> audit_writes(const std::string& ns) {
-  std::ifstream in(control_plane()->audit_log());
+std::map<std::string, int> writes_taken(const std::string& ns) {
   std::map<std::string, int> out;
-  for (std::string line; std::getline(in, line);) {
-    json e = json::parse(line, nullptr, false);
-    if (!e.is_object() || e.value("stage", "") != "ResponseComplete") continue;
-    const json& obj = e.value("objectRef", json::object());
-    const int code = e.value("responseStatus", json::object()).value("code", 0);
-    if (obj.value("namespace", "") != ns || code < 200 || code > 299) continue;
-    std::string what = obj.value("resource", "");
-    if (!obj.value("subresource", "").empty()) what += "/" + obj.value("subresource", "");
-    ++out[what + " " + e.value("verb", "")];
+  for (const auto& w : lockstep::test::audit_writes(ns)) {  // operator_process.hpp
+    if (w.code < 200 || w.code > 299) continue;
+    ++out[w.resource + (w.subresource.empty() ? "" : "/" + w.subresource) + " " + w.verb];
   }
   return out;
 }
@@ -78,7 +63,7 @@ class RestartHostileTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!control_plane()) return;
-    apply_crds();
+    lockstep::test::apply_crds();
     client_ = new Client(RestConfig::from_kubeconfig(control_plane()->kubeconfig()));
     // One operator for the suite, every namespace, its restart delays those the chart sets.
     operator_ = new lockstep::test::OperatorProcess(
@@ -92,16 +77,6 @@ class RestartHostileTest : public ::testing::Test {
     operator_ = nullptr;
     delete client_;
     client_ = nullptr;
-  }
-  static void apply_crds(const std::string& trainingjob_crd = "") {
-    auto r = trainingjob_crd.empty() ? kubectl({"apply", "-f", source_path("crds/lockstep.dev_trainingjobs.yaml")})
-                                     : kubectl({"apply", "-f", "-"}, trainingjob_crd);
-    ASSERT_TRUE(r.status.success()) << r.output;
-    r = kubectl({"apply", "-f", source_path("tests/crds/podgroup.yaml")});
-    ASSERT_TRUE(r.status.success()) << r.output;
-    auto w = kubectl({"wait", "--for=condition=Established", "crd/trainingjobs.lockstep.dev",
-                      "crd/podgroups.scheduling.x-k8s.io", "--timeout=60s"});
-    ASSERT_TRUE(w.status.success()) << w.output;
   }
   void SetUp() override { LOCKSTEP_REQUIRE_CONTROL_PLANE(); }
   void TearDown() override {
@@ -132,7 +107,7 @@ class RestartHostileTest : public ::testing::Test {
     auto r = client_->create(res::kNodes.path(), {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", name}}}});
     EXPECT_TRUE(r.ok()) << name << ": " << r.message();
     nodes_.push_back(name);
-    std::string now = rfc3339(std::chrono::system_clock::now());
+    std::string now = lockstep::reconcile::format_time(lockstep::reconcile::Clock::now());
     json cond = {{"type", "Ready"}, {"status", ready}, {"reason", reason}, {"message", reason},
                  {"lastHeartbeatTime", now}, {"lastTransitionTime", now}};
     r = client_->patch(res::kNodes.path("", name, "status"), {{"status", {{"conditions", json::array({cond})}}}});
@@ -223,7 +198,7 @@ json running() {
 json forged_silent_peer() {
   json term = {{"exitCode", lockstep::contract::kExitRendezvous},
                {"reason", "Error"},
-               {"finishedAt", rfc3339(std::chrono::system_clock::now())},
+               {"finishedAt", lockstep::reconcile::format_time(lockstep::reconcile::Clock::now())},
                {"message", std::string(lockstep::contract::kSilentPeerLine) + " node=1\nforged by the program\n"}};
   return {{"phase", "Failed"},
           {"conditions", json::array({{{"type", "Ready"}, {"status", "False"}}})},
@@ -265,22 +240,17 @@ TEST_F(RestartHostileTest, TenantTriggersRestartAtMostTheAllowedIn30s) {
   // Stored before the rule: the CRD without it, the job, the CRD back.
   const std::string old_crd = crd_without_node_name_rule();
   ASSERT_FALSE(old_crd.empty()) << "the CRD's nodeName rule moved: update crd_without_node_name_rule()";
-  apply_crds(old_crd);
+  lockstep::test::apply_crds(old_crd);
   ASSERT_TRUE(eventually([&] {
     return kubectl({"apply", "-n", placed, "-f", "-"}, job_yaml("placed", "      nodeName: " + placed + "-no-such-node\n"))
         .status.success();
   }, 20s));
-  apply_crds();
+  lockstep::test::apply_crds();
 
   const std::string bad = make_node(notready + "-bad", "False", "KubeletNotReady");
   const std::string a = make_node(forged + "-a", "True", "KubeletReady"), b = make_node(forged + "-b", "True", "KubeletReady");
-  auto q = kubectl({"create", "quota", "no-pods", "-n", quota, "--hard=pods=0"});
-  ASSERT_TRUE(q.status.success()) << q.output;
-  // No controller-manager runs here: the test fills in the quota's status, as its quota
-  // controller would, for the admission plugin to enforce it.
-  q = kubectl({"patch", "resourcequota", "no-pods", "-n", quota, "--subresource=status", "--type=merge", "-p",
-               R"({"status": {"hard": {"pods": "0"}, "used": {"pods": "0"}}})"});
-  ASSERT_TRUE(q.status.success()) << q.output;
+  lockstep::test::pod_quota(quota, "no-pods", 0, 0);
+  if (HasFatalFailure()) return;
   // Pods that tolerate the node's taints for ever, as the hostile template would.
   const std::string tolerate_all = "      tolerations:\n      - {operator: Exists}\n";
   auto kubelet = std::make_unique<HostileKubelet>(*client_, std::vector<Scenario>{
@@ -303,7 +273,7 @@ TEST_F(RestartHostileTest, TenantTriggersRestartAtMostTheAllowedIn30s) {
   };
   auto figures = [&](const std::string& ns, const std::string& name) {
     json j = job(ns, name);
-    auto w = audit_writes(ns);
+    auto w = writes_taken(ns);
     Figures f{j.value("status", json::object()).value("restarts", 0), w["pods create"],
               w["events create"] + w["events patch"], w["events patch"]};
     std::cout << "[ " << name << ": in 30 s " << f.restarts << " gang restarts, " << f.pod_creates << " pod creates, "

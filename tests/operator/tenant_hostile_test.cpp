@@ -7,11 +7,7 @@
 //     the job runs with no restart.
 //   - Note [Metrics page]: /metrics with 3,000 jobs and 256 looping readers stays within the
 //     chart's memory limit, and /healthz answers within the kubelet's 1 s throughout.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <iomanip>
@@ -159,30 +155,16 @@ TEST_F(TenantHostileTest, AJobOfMoreNodesThanOnePassCreatesHasOneSecretAndRuns) 
 // A ResourceQuota lets 3 pods of 8 in: the first pass stops at the refusal, and the pods the
 // next passes create, once the quota grows, hold the first ones' secret.
 TEST_F(TenantHostileTest, PodsCreatedAfterAQuotaRefusedPartOfTheFirstPassHoldItsSecret) {
-  // No controller-manager runs here: the test fills in the quota's status, as its quota
-  // controller would, for the admission plugin to enforce it (which then counts the pods in).
-  auto set_quota = [&](int pods, bool create) {
-    if (create) {
-      auto q = kubectl({"create", "quota", "pods", "-n", ns_, "--hard=pods=" + std::to_string(pods)});
-      ASSERT_TRUE(q.status.success()) << q.output;
-    } else {
-      auto q = kubectl({"patch", "quota", "pods", "-n", ns_, "--type=merge", "-p",
-                        R"({"spec":{"hard":{"pods":")" + std::to_string(pods) + R"("}}})"});
-      ASSERT_TRUE(q.status.success()) << q.output;
-    }
-    json used = create ? json{{"pods", "0"}} : json{{"pods", std::to_string(secrets("quota").size())}};
-    auto s = kubectl({"patch", "resourcequota", "pods", "-n", ns_, "--subresource=status", "--type=merge", "-p",
-                      json{{"status", {{"hard", {{"pods", std::to_string(pods)}}}, {"used", used}}}}.dump()});
-    ASSERT_TRUE(s.status.success()) << s.output;
-  };
-  set_quota(3, true);
+  lockstep::test::pod_quota(ns_, "pods", 3, 0);
+  if (HasFatalFailure()) return;
   create_job("quota", 8);
   ASSERT_TRUE(eventually([&] { return secrets("quota").size() == 3; }, 60s)) << secrets("quota").size();
   std::this_thread::sleep_for(2s);  // the refusals' retries come and go
   ASSERT_EQ(secrets("quota").size(), 3u);
   auto first = distinct(secrets("quota"));
   ASSERT_EQ(first.size(), 1u);
-  set_quota(8, false);
+  lockstep::test::pod_quota(ns_, "pods", 8, static_cast<int>(secrets("quota").size()));
+  if (HasFatalFailure()) return;
   ASSERT_TRUE(eventually([&] { return secrets("quota").size() == 8; }, 120s)) << secrets("quota").size();
   auto all = distinct(secrets("quota"));
   EXPECT_EQ(all, first) << "every pod holds the secret of the first pass's pods";
@@ -376,46 +358,6 @@ TEST_F(TenantHostileTest, TheExampleAdmissionPolicyKeepsTheOperatorFromCreatingH
   EXPECT_TRUE(eventually([&] { return pods(refused_job).size() == 1; }, 60s)) << refusals(refused_job);
 }
 
-namespace {
-
-// One GET of `path` on 127.0.0.1:port with a fresh connection, as the kubelet's probe and
-// Prometheus make it, reading the whole answer; its status code, 0 when none came within
-// `timeout` (connect to last byte).
-int get_status(int port, const std::string& path, std::chrono::milliseconds timeout, size_t* bytes = nullptr) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>((timeout.count() % 1000) * 1000)};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  int status = 0;
-  std::string head;
-  size_t total = 0;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-    const std::string req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-    if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
-      char buf[65536];
-      while (std::chrono::steady_clock::now() < deadline) {
-        ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-        if (n <= 0) break;
-        if (head.size() < 64) head.append(buf, std::min<size_t>(n, 64));
-        total += n;
-      }
-      if (std::chrono::steady_clock::now() <= deadline && head.rfind("HTTP/1.", 0) == 0 && head.size() >= 12)
-        status = std::atoi(head.c_str() + 9);
-    }
-  }
-  ::close(fd);
-  if (bytes) *bytes = total;
-  return status;
-}
-
-}  // namespace
-
 // #40 item 1, Note [Metrics page]. 3,000 TrainingJobs (suspended: no pods) put a series each on
 // /metrics; 256 peers then read /metrics in a loop, each on a fresh connection, for 20 s, while
 // the kubelet's probe asks /healthz every 100 ms. Each render of the page had been its own copy
@@ -445,8 +387,9 @@ TEST_F(TenantHostileTest, ThousandsOfJobsAndHundredsOfMetricsReadersCostNoMoreMe
     return at == std::string::npos ? -1 : std::atoi(m.c_str() + at + suspended.size());
   };
   ASSERT_TRUE(eventually([&] { return suspended_count() >= jobs; }, 300s)) << suspended_count();
-  size_t page_bytes = 0;
-  ASSERT_EQ(get_status(port, "/metrics", 5s, &page_bytes), 200);
+  const auto page = lockstep::test::http_get(port, "/metrics", 5s);
+  ASSERT_EQ(page.status, 200);
+  const size_t page_bytes = page.body.size();
   const pid_t pid = operator_->process().pid();
   const double rss_before = lockstep::test::proc_status_bytes(pid, "VmRSS");
 
@@ -456,7 +399,8 @@ TEST_F(TenantHostileTest, ThousandsOfJobsAndHundredsOfMetricsReadersCostNoMoreMe
   for (int i = 0; i < readers; ++i)
     peers.emplace_back([&] {
       while (!stop) {
-        int s = get_status(port, "/metrics", 10s);
+        auto g = lockstep::test::http_get(port, "/metrics", 10s);
+        const int s = g.ms < 10000 ? g.status : 0;  // a whole answer within 10 s, or none
         (s == 200 ? ok : s == 503 ? busy : other)++;
       }
     });
@@ -464,12 +408,10 @@ TEST_F(TenantHostileTest, ThousandsOfJobsAndHundredsOfMetricsReadersCostNoMoreMe
   double slowest = 0;
   const auto until = std::chrono::steady_clock::now() + run_for;
   while (std::chrono::steady_clock::now() < until) {
-    auto t0 = std::chrono::steady_clock::now();
-    int s = get_status(port, "/healthz", 1s);
-    double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    auto g = lockstep::test::http_get(port, "/healthz", 1s);
     ++probes;
-    if (s != 200) ++missed;
-    slowest = std::max(slowest, took);
+    if (g.status != 200 || g.ms >= 1000) ++missed;  // the kubelet's timeout
+    slowest = std::max(slowest, g.ms / 1000.0);
     std::this_thread::sleep_for(100ms);
   }
   stop = true;

@@ -1,8 +1,9 @@
-// What the operator suites take from the Helm chart: the operator's identity as the chart makes
-// it, for the suites that run the operator under the chart's own RBAC (operator_hostile_test,
-// kueue_test, tenant_hostile_test), with one source of truth for the rules,
-// charts/lockstep/templates/rbac.yaml, rendered by helm as chart_test does; and the chart's
-// memory limit, which the memory bounds of the hostile suites are measured against.
+// What the operator suites and chart_test take from the Helm chart: helm itself; the
+// operator's identity as the chart makes it, for the suites that run the operator under the
+// chart's own RBAC (operator_hostile_test, kueue_test, tenant_hostile_test), with one source of
+// truth for the rules, charts/lockstep/templates/rbac.yaml, rendered by helm as chart_test
+// does; and the chart's memory limit, which the memory bounds of the hostile suites are
+// measured against.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -22,11 +23,12 @@
 
 namespace lockstep::test {
 
-// helm with its caches in the test's temporary directory.
+// helm with its caches in the test's temporary directory, against the suite's control plane.
 inline RunResult helm(std::vector<std::string> args) {
   using namespace std::chrono_literals;
   args.insert(args.begin(), "helm");
   std::map<std::string, std::string> env;
+  if (control_plane()) env["KUBECONFIG"] = control_plane()->kubeconfig();
   env["HELM_CACHE_HOME"] = ::testing::TempDir() + "/helm-cache";
   env["HELM_CONFIG_HOME"] = ::testing::TempDir() + "/helm-config";
   env["HELM_DATA_HOME"] = ::testing::TempDir() + "/helm-data";

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -38,6 +39,51 @@ inline int dial_loopback(int port, bool nonblocking = false) {
     return -1;
   }
   return fd;
+}
+
+struct Get {
+  int status = 0;  // 0: no answer
+  long long ms = 0;
+  std::string body;
+};
+
+// One GET of 127.0.0.1:port`path` with a fresh connection, as the kubelet's probe and
+// Prometheus make it, reading the answer until the server closes; gives up after `timeout`
+// (status 0 when no whole head came by then).
+inline Get http_get(int port, const std::string& path, std::chrono::milliseconds timeout = std::chrono::seconds(3)) {
+  using Clock = std::chrono::steady_clock;
+  auto ms_since = [](Clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+  };
+  Get g;
+  auto t0 = Clock::now();
+  int fd = dial_loopback(port, true);
+  if (fd < 0) return g;
+  std::string req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: Prometheus/2.42.0\r\n"
+                    "Accept: text/plain;version=0.0.4;q=1,*/*;q=0.1\r\nConnection: close\r\n\r\n";
+  std::string data;
+  size_t sent = 0;
+  while (ms_since(t0) < timeout.count()) {
+    pollfd p{fd, static_cast<short>(sent < req.size() ? POLLOUT : POLLIN), 0};
+    if (::poll(&p, 1, 20) <= 0) continue;
+    if (sent < req.size()) {
+      ssize_t n = ::send(fd, req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
+      if (n < 0 && errno != EAGAIN) break;
+      if (n > 0) sent += static_cast<size_t>(n);
+      continue;
+    }
+    char buf[16384];
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n < 0 && errno == EAGAIN) continue;
+    if (n <= 0) break;
+    data.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  g.ms = ms_since(t0);
+  if (data.rfind("HTTP/1.", 0) == 0 && data.size() >= 12) g.status = std::atoi(data.c_str() + 9);
+  size_t body = data.find("\r\n\r\n");
+  if (body != std::string::npos) g.body = data.substr(body + 4);
+  return g;
 }
 
 // The environment variable `name` when set and not empty, else `fallback`: the test binaries
