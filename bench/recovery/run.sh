@@ -30,7 +30,7 @@ run() {  # run LABEL BINARY FILTER [ENV=VALUE...]: one scenario; its figures go 
   log "recovery: $label (several minutes; the test's own lines follow)"
   set +e
   env "$@" LOCKSTEP_RECOVERY_REPORT="$report" LOCKSTEP_K8S_BIN="$K8S_BIN" LOCKSTEP_REQUIRE_ALL=1 PATH="$PATH" \
-    "$BUILD_DIR/tests/$binary" --gtest_filter="$filter" 2>&1 | grep -E '^\[cluster\]|FAILED|Failure|SKIPPED'
+    "$BUILD_DIR/tests/cluster/$binary" --gtest_filter="$filter" 2>&1 | grep -E '^\[cluster\]|FAILED|Failure|SKIPPED'
   local rc=${PIPESTATUS[0]}
   set -e
   ((rc == 0)) || die "the scenario ($label) failed (exit $rc); its figures are not reported"
