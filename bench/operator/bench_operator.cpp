@@ -106,6 +106,264 @@ class PodCounter {
   std::thread thread_;
 };
 
+// --- The raw baseline (the default mode) ---------------------------------------------------
+//
+// Rounds alternate raw creates and operator creates (the file's steps 1 and 2) against one
+// control plane and one operator, which runs throughout; then the API-server CPU each kind of
+// request costs, and the results.
+
+struct RawOptions {
+  int jobs = 100, nodes = 8, concurrency = 32, workers = 4, parallelism = 8, rounds = 3;
+};
+
+// Client-side rate limits, far above what the API server takes here, so neither side's
+// token bucket ever delays a request (the operator's defaults are 50 and 100).
+const double kRawQps = 1e6;
+const int kRawBurst = 1000000;
+const char* const kOperatorQps = "100000";
+const char* const kOperatorBurst = "100000";
+
+std::string rate_limits() {
+  std::ostringstream limits;
+  limits << "client rate limits: raw qps " << std::fixed << std::setprecision(0) << kRawQps << " burst " << kRawBurst
+         << "; operator --kube-api-qps " << kOperatorQps << " --kube-api-burst " << kOperatorBurst;
+  return limits.str();
+}
+
+// The raw baseline's run: what every round shares, what each measured, and what the end read.
+struct RawRun {
+  explicit RawRun(const RawOptions& options) : o(options), total(options.jobs * options.nodes) {}
+  RawOptions o;
+  int total;
+  std::unique_ptr<lockstep::test::ControlPlane> cp;
+  std::map<std::string, std::string> env;
+  lockstep::kube::RestConfig config;
+  std::unique_ptr<lockstep::kube::Client> client;
+  json job_obj;  // the TrainingJob whose pods both sides create
+  lockstep::reconcile::JobView view;
+  lockstep::Process op;
+  int http_port = 0;
+  // One sample per round.
+  std::vector<double> raw_rates, op_rates, ratios, job_latency, api_cpu_raw, api_cpu_op, op_cpu, client_cpu;
+  bool complete = true;
+  // Read from the operator before it stops.
+  std::string metrics, breakdown;
+  long rss_kb = -1;
+  // The API server's CPU per request, ms.
+  double c_pod = 0, c_job = 0, c_svc = 0, c_pg = 0, c_status = 0, c_event = 0;
+};
+
+void print_raw_plan(const RawRun& run) {
+  const RawOptions& o = run.o;
+  std::cout << "bench/operator: " << o.jobs << " TrainingJobs x " << o.nodes << " pods = " << run.total
+            << " pods; raw baseline with " << o.concurrency << " concurrent clients; operator with " << o.workers
+            << " workers, --create-parallelism " << o.parallelism << "\n  " << rate_limits() << "\n";
+}
+
+// The control plane with the TrainingJob and PodGroup CRDs, and the benchmark's client; false
+// (kubectl's output printed) when a CRD does not apply.
+bool start_control_plane(RawRun& run) {
+  run.cp = lockstep::test::ControlPlane::start();
+  run.env = {{"KUBECONFIG", run.cp->kubeconfig()}};
+  for (const char* f : {"/crds/lockstep.dev_trainingjobs.yaml", "/tests/crds/podgroup.yaml"}) {
+    auto r = lockstep::run_capture({"kubectl", "apply", "-f", std::string(LOCKSTEP_SOURCE_DIR) + f}, run.env);
+    if (!r.status.success()) { std::cerr << r.output; return false; }
+  }
+  lockstep::run_capture({"kubectl", "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"}, run.env);
+
+  run.config = lockstep::kube::RestConfig::from_kubeconfig(run.cp->kubeconfig());
+  run.config.qps = kRawQps;
+  run.config.burst = kRawBurst;
+  run.client = std::make_unique<lockstep::kube::Client>(run.config);
+
+  // The pod each side creates is the same manifest: the operator's own.
+  run.job_obj = {{"metadata", {{"name", "raw"}, {"namespace", "raw"}, {"uid", "00000000-0000-0000-0000-000000000000"}}},
+                 {"spec", {{"nodes", run.o.nodes}, {"procsPerNode", 8}, {"strategy", "DDP"}, {"scheduling", {{"gang", true}}},
+                           {"template", {{"spec", {{"containers", json::array({{{"name", "trainer"}, {"image", "lockstep/trainer:bench"}}})}}}}}}}};
+  return true;
+}
+
+// The operator runs throughout, watching every namespace (its label selector skips the
+// raw pods). Rounds alternate raw and operator so drift on this shared machine hits both.
+void start_operator(RawRun& run) {
+  run.http_port = lockstep::free_loopback_port();
+  lockstep::SpawnOptions so;
+  so.argv = {LOCKSTEP_OPERATOR_BIN, "--kubeconfig", run.cp->kubeconfig(), "--workers", std::to_string(run.o.workers),
+             "--create-parallelism", std::to_string(run.o.parallelism), "--kube-api-qps", kOperatorQps, "--kube-api-burst",
+             kOperatorBurst, "--http-address", "127.0.0.1", "--http-port", std::to_string(run.http_port), "--log-level", "warn",
+             "--leader-elect", "false"};
+  so.output_path = run.cp->dir() + "/operator.log";
+  run.op = lockstep::Process::spawn(so);
+  for (int i = 0; i < 200; ++i) {
+    auto r = lockstep::run_capture({"curl", "-sf", "http://127.0.0.1:" + std::to_string(run.http_port) + "/readyz"}, {}, 5s);
+    if (r.status.success()) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  run.view = lockstep::reconcile::JobView::from_json(run.job_obj);
+}
+
+// A round's two namespaces: raw-N for the raw creates, bench-N for the operator's jobs.
+std::pair<std::string, std::string> create_round_namespaces(const RawRun& run, int round) {
+  std::string raw_ns = "raw-" + std::to_string(round), op_ns = "bench-" + std::to_string(round);
+  for (const auto& ns : {raw_ns, op_ns}) lockstep::run_capture({"kubectl", "create", "namespace", ns}, run.env);
+  return {raw_ns, op_ns};
+}
+
+// --- raw: the API server's own pod-create rate ---------------------------------------
+void time_raw_creates(RawRun& run, const std::string& raw_ns) {
+  const RawOptions& o = run.o;
+  std::atomic<int> raw_errors{0};
+  int raw_seen;
+  double raw_s;
+  {
+    PodCounter seen(run.config, raw_ns, o.nodes);
+    double api0 = bench::cpu_seconds(run.cp->apiserver_pid()), self0 = bench::cpu_seconds(getpid());
+    auto t_raw = Clock::now();
+    bench::parallel(run.total, o.concurrency, [&](int i) {
+      json pod = lockstep::reconcile::pod_manifest(run.view, i, 0);
+      pod["metadata"]["name"] = "raw-" + std::to_string(i);
+      pod["metadata"]["namespace"] = raw_ns;
+      pod["metadata"].erase("ownerReferences");
+      pod["metadata"]["labels"].erase("lockstep.dev/job-name");
+      if (!run.client->create(res::kPods.path(raw_ns), pod).ok()) ++raw_errors;
+    });
+    auto last = seen.wait(run.total - raw_errors, 60s, [] { return true; });
+    raw_s = std::chrono::duration<double>(last - t_raw).count();
+    raw_seen = seen.total();
+    run.api_cpu_raw.push_back(bench::cpu_seconds(run.cp->apiserver_pid()) - api0);
+    run.client_cpu.push_back(bench::cpu_seconds(getpid()) - self0);
+  }
+  run.raw_rates.push_back(raw_seen / raw_s);
+}
+
+// --- operator: TrainingJobs in, pods out ----------------------------------------------
+// Prints the round's line.
+void time_operator_creates(RawRun& run, const std::string& op_ns, int round) {
+  const RawOptions& o = run.o;
+  PodCounter counter(run.config, op_ns, o.nodes);
+  std::map<std::string, Clock::time_point> applied;
+  std::mutex applied_mu;
+  double api1 = bench::cpu_seconds(run.cp->apiserver_pid()), op1 = bench::cpu_seconds(run.op.pid());
+  auto t_op = Clock::now();
+  bench::parallel(o.jobs, o.concurrency, [&](int i) {
+    json tj = run.job_obj;
+    std::string name = "job-" + std::to_string(i);
+    tj["apiVersion"] = "lockstep.dev/v1alpha1";
+    tj["kind"] = "TrainingJob";
+    tj["metadata"] = {{"name", name}, {"namespace", op_ns}};
+    {
+      std::lock_guard<std::mutex> lock(applied_mu);
+      applied[name] = Clock::now();
+    }
+    auto r = run.client->create(res::kTrainingJobs.path(op_ns), tj);
+    if (!r.ok()) std::cerr << "apply " << name << ": " << r.message() << "\n";
+  });
+  auto last = counter.wait(run.total, 300s, [&] { return run.op.running(); });
+  double op_s = std::chrono::duration<double>(last - t_op).count();
+  run.api_cpu_op.push_back(bench::cpu_seconds(run.cp->apiserver_pid()) - api1);
+  run.op_cpu.push_back(bench::cpu_seconds(run.op.pid()) - op1);
+  run.complete &= counter.total() == run.total;
+  run.op_rates.push_back(counter.total() / op_s);
+  run.ratios.push_back(run.op_rates.back() / run.raw_rates.back());
+  for (const auto& [job, done] : counter.job_done())
+    run.job_latency.push_back(std::chrono::duration<double>(done - applied[job]).count());
+  std::cout << "  round " << round << "/" << o.rounds << ": raw " << std::fixed << std::setprecision(0) << run.raw_rates.back()
+            << " pods/s, operator " << run.op_rates.back() << " pods/s (" << counter.total() << "/" << run.total << " in "
+            << std::setprecision(2) << op_s << " s), ratio " << run.ratios.back() << std::endl;
+}
+
+// Reads the operator's metrics and memory, then stops it.
+void stop_operator(RawRun& run) {
+  run.metrics = lockstep::run_capture({"curl", "-s", "http://127.0.0.1:" + std::to_string(run.http_port) + "/metrics"}, {}, 10s).output;
+
+  run.rss_kb = bench::status_kb(run.op.pid(), "VmHWM:");
+  run.breakdown = memory_breakdown(run.op.pid());
+  run.op.terminate(10s);  // it would otherwise act on the objects below
+}
+
+// --- what each request costs the API server --------------------------------------------
+// The operator's pods come with a TrainingJob (the user's), a Service, a PodGroup, a
+// status write and an Event per job. Their measured API-server CPU bounds the ratio any
+// operator can reach on this machine, whatever its own efficiency.
+void measure_request_costs(RawRun& run) {
+  lockstep::kube::Client& client = *run.client;
+  lockstep::run_capture({"kubectl", "create", "namespace", "costs"}, run.env);
+  const int n = 200;
+  auto cost = [&](const std::function<void(int)>& request) {
+    double api0 = bench::cpu_seconds(run.cp->apiserver_pid());
+    bench::parallel(n, run.o.concurrency, request);
+    return (bench::cpu_seconds(run.cp->apiserver_pid()) - api0) / n * 1000;  // ms per request
+  };
+  json tj = run.job_obj;
+  tj["apiVersion"] = "lockstep.dev/v1alpha1";
+  tj["kind"] = "TrainingJob";
+  run.c_pod = cost([&](int i) {
+    json pod = lockstep::reconcile::pod_manifest(run.view, i, 0);
+    pod["metadata"] = {{"name", "c-" + std::to_string(i)}, {"namespace", "costs"}};
+    client.create(res::kPods.path("costs"), pod);
+  });
+  run.c_job = cost([&](int i) {
+    json j = tj;
+    j["metadata"] = {{"name", "c-" + std::to_string(i)}, {"namespace", "costs"}};
+    client.create(res::kTrainingJobs.path("costs"), j);
+  });
+  auto named = [&](int i) {
+    auto v = run.view;
+    v.name = "c-" + std::to_string(i);
+    v.ns = "costs";
+    return v;
+  };
+  run.c_svc = cost([&](int i) { client.create(res::kServices.path("costs"), lockstep::reconcile::service_manifest(named(i))); });
+  run.c_pg = cost([&](int i) { client.create(res::kPodGroups.path("costs"), lockstep::reconcile::podgroup_manifest(named(i))); });
+  run.c_status = cost([&](int i) {
+    lockstep::reconcile::JobStatus st;
+    st.phase = "Pending";
+    st.nodes.active = run.o.nodes;
+    client.patch(res::kTrainingJobs.path("costs", "c-" + std::to_string(i), "status"), {{"status", st.to_json()}});
+  });
+  run.c_event = cost([&](int i) {
+    client.create(res::kEvents.path("costs"), lockstep::reconcile::event_manifest(named(i), "Normal", "CreatedPods", "x",
+                                                                                 "2026-01-01T00:00:00Z", "bench"));
+  });
+}
+
+// The medians of the rounds, the request costs, and whether the targets are met.
+void print_raw_results(const RawRun& run) {
+  const RawOptions& o = run.o;
+  double per_job = o.nodes * run.c_pod + run.c_job + run.c_svc + run.c_pg + run.c_status + run.c_event;
+  double ceiling = o.nodes * run.c_pod / per_job;
+
+  double ratio = bench::percentile(run.ratios, 0.5);
+  std::string hist = "lockstep_operator_reconcile_duration_seconds";
+  std::cout << std::fixed << std::setprecision(3) << "\nresults: median of " << o.rounds << " rounds (" << o.jobs << " jobs x " << o.nodes
+            << " pods; kube-apiserver v1.34.4 on loopback; " << std::thread::hardware_concurrency() << " cores)\n"
+            << "  " << rate_limits() << "\n"
+            << "  raw pod creates:              " << std::setprecision(0) << bench::percentile(run.raw_rates, 0.5)
+            << " pods/s (" << o.concurrency << " clients)\n"
+            << "  operator, first apply -> all pods: " << std::setprecision(2) << run.total / bench::percentile(run.op_rates, 0.5)
+            << " s, " << std::setprecision(0) << bench::percentile(run.op_rates, 0.5) << " pods/s\n"
+            << "  ratio operator/raw:           " << std::setprecision(2) << ratio << " (rounds: " << [&] {
+                 std::ostringstream out;
+                 for (size_t i = 0; i < run.ratios.size(); ++i) out << (i ? ", " : "") << std::setprecision(2) << run.ratios[i];
+                 return out.str();
+               }() << "; target >= 0.70)\n"
+            << "  job apply -> all its pods:    p50 " << std::setprecision(3) << bench::percentile(run.job_latency, 0.5)
+            << " s, p99 " << bench::percentile(run.job_latency, 0.99) << " s\n"
+            << "  reconcile duration:           p50 " << bench::histogram_quantile(run.metrics, hist, 0.5) * 1000 << " ms, p99 "
+            << bench::histogram_quantile(run.metrics, hist, 0.99) * 1000 << " ms\n"
+            << "  CPU seconds per round:        apiserver " << std::setprecision(2) << bench::percentile(run.api_cpu_raw, 0.5)
+            << " (raw) vs " << bench::percentile(run.api_cpu_op, 0.5) << " (operator); operator " << bench::percentile(run.op_cpu, 0.5)
+            << "; raw client " << bench::percentile(run.client_cpu, 0.5) << "\n"
+            << "  API-server CPU per request:   pod " << std::setprecision(2) << run.c_pod << " ms, TrainingJob " << run.c_job
+            << ", Service " << run.c_svc << ", PodGroup " << run.c_pg << ", status patch " << run.c_status << ", Event " << run.c_event
+            << "\n  ratio ceiling from those:     " << o.nodes << " pods / (" << o.nodes
+            << " pods + job + Service + PodGroup + status + Event) = " << ceiling << "\n"
+            << "  operator peak RSS (VmHWM):    " << std::setprecision(1) << run.rss_kb / 1024.0
+            << " MB (target <= 30); at the end " << run.breakdown << "\n";
+  bool pass = run.complete && ratio >= 0.70 && run.rss_kb > 0 && run.rss_kb <= 30 * 1024;
+  std::cout << (pass ? "targets met\n" : "targets NOT met\n");
+}
+
 // --- Peer mode: lockstep-operator against Kubeflow training-operator -------------------------
 //
 // Both operators run at once against one control plane; rounds alternate (lockstep,
@@ -362,9 +620,25 @@ std::string joined(const std::vector<double>& v, int precision) {
   return o.str();
 }
 
-int run_peers(const PeerOptions& o) {
-  bench::catch_stop_signals();
-  const int total = o.jobs * o.nodes;
+// A peer run's state: the control plane and the operators, which take the rounds in turn.
+struct PeerRun {
+  PeerRun(const PeerOptions& options, std::unique_ptr<lockstep::test::ControlPlane> control_plane)
+      : o(options), cp(std::move(control_plane)) {}
+  const PeerOptions& o;
+  std::unique_ptr<lockstep::test::ControlPlane> cp;
+  std::map<std::string, std::string> env;
+  std::vector<std::unique_ptr<Operator>> ops;
+
+  // Stops every operator still running, then the control plane.
+  void stop_all() {
+    for (auto& op : ops)
+      if (op->proc.pid() > 0 && op->proc.running()) op->proc.terminate(5s);
+    if (cp) cp->stop();
+  }
+};
+
+// Whether Kubeflow takes part; if it does, its binary and CRD must be there (FlagError if not).
+bool check_kubeflow_files(const PeerOptions& o) {
   bool want_kubeflow = std::find(o.operators.begin(), o.operators.end(), "kubeflow") != o.operators.end();
   if (want_kubeflow) {
     if (::access(o.kubeflow_bin.c_str(), X_OK) != 0)
@@ -373,376 +647,249 @@ int run_peers(const PeerOptions& o) {
     if (::access(o.kubeflow_crd.c_str(), R_OK) != 0)
       throw lockstep::flags::FlagError("--kubeflow-crd: cannot read '" + o.kubeflow_crd + "'");
   }
+  return want_kubeflow;
+}
+
+void print_peer_plan(const PeerOptions& o) {
+  const int total = o.jobs * o.nodes;
   std::cout << "bench/operator: lockstep-operator against Kubeflow training-operator, " << o.jobs << " jobs x " << o.nodes
             << " pods = " << total << " pods a round, " << o.rounds << " rounds (operators in turn: " << [&] {
                  std::string s;
                  for (const auto& n : o.operators) s += (s.empty() ? "" : ", ") + n;
                  return s;
                }() << ")" << std::endl;
+}
 
-  std::unique_ptr<lockstep::test::ControlPlane> cp = lockstep::test::ControlPlane::start();
+// The TrainingJob and PodGroup CRDs, and Kubeflow's when it takes part.
+void create_peer_crds(PeerRun& run, bool want_kubeflow) {
+  std::vector<std::string> crds = {std::string(LOCKSTEP_SOURCE_DIR) + "/crds/lockstep.dev_trainingjobs.yaml",
+                                   std::string(LOCKSTEP_SOURCE_DIR) + "/tests/crds/podgroup.yaml"};
+  if (want_kubeflow) crds.push_back(run.o.kubeflow_crd);
+  for (const auto& f : crds) {
+    // create, not apply: Kubeflow's CRD is larger than apply's last-applied annotation allows
+    auto r = lockstep::run_capture({"kubectl", "create", "-f", f}, run.env);
+    if (!r.status.success()) throw std::runtime_error("kubectl create -f " + f + ": " + r.output);
+  }
+  lockstep::run_capture({"kubectl", "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"}, run.env);
+}
+
+// The operators --operators names, in its order, each with the job it is given.
+std::vector<std::unique_ptr<Operator>> make_operators(const PeerOptions& o) {
+  // The same pod each: the image and command lockstep's pods get (the agent, which would
+  // launch procsPerNode trainers), one pod per node.
+  json tj_spec = {{"nodes", o.nodes}, {"procsPerNode", 8}, {"strategy", "DDP"},
+                  {"template", {{"spec", {{"containers", json::array({{{"name", "trainer"}, {"image", "lockstep/trainer:bench"}}})}}}}}};
+  json probe = {{"metadata", {{"name", "probe"}, {"namespace", "probe"}, {"uid", "00000000-0000-0000-0000-000000000000"}}},
+                {"spec", tj_spec}};
+  json pod = lockstep::reconcile::pod_manifest(lockstep::reconcile::JobView::from_json(probe), 0, 0);
+  json container = {{"name", "pytorch"}, {"image", "lockstep/trainer:bench"}, {"command", pod["spec"]["containers"][0]["command"]}};
+
   std::vector<std::unique_ptr<Operator>> ops;
-  auto stop_all = [&] {
-    for (auto& op : ops)
-      if (op->proc.pid() > 0 && op->proc.running()) op->proc.terminate(5s);
-    if (cp) cp->stop();
-  };
-  try {
-    std::map<std::string, std::string> env = {{"KUBECONFIG", cp->kubeconfig()}};
-    std::vector<std::string> crds = {std::string(LOCKSTEP_SOURCE_DIR) + "/crds/lockstep.dev_trainingjobs.yaml",
-                                     std::string(LOCKSTEP_SOURCE_DIR) + "/tests/crds/podgroup.yaml"};
-    if (want_kubeflow) crds.push_back(o.kubeflow_crd);
-    for (const auto& f : crds) {
-      // create, not apply: Kubeflow's CRD is larger than apply's last-applied annotation allows
-      auto r = lockstep::run_capture({"kubectl", "create", "-f", f}, env);
-      if (!r.status.success()) throw std::runtime_error("kubectl create -f " + f + ": " + r.output);
+  for (const auto& name : o.operators) {
+    auto op = std::make_unique<Operator>();
+    op->name = name;
+    if (name == "lockstep") {
+      op->argv = {LOCKSTEP_OPERATOR_BIN};
+      op->request_counter = "lockstep_operator_api_requests_total";
+      op->job_label = "lockstep.dev/job-name";
+      op->job_resource = res::kTrainingJobs;
+      op->manifest = [tj_spec](const std::string& ns, const std::string& n) {
+        return json{{"apiVersion", "lockstep.dev/v1alpha1"}, {"kind", "TrainingJob"},
+                    {"metadata", {{"name", n}, {"namespace", ns}}}, {"spec", tj_spec}};
+      };
+    } else {
+      op->argv = {o.kubeflow_bin};
+      op->request_counter = "rest_client_requests_total";
+      op->job_label = "training.kubeflow.org/job-name";
+      op->job_resource = kPyTorchJobs;
+      int nodes = o.nodes;
+      op->manifest = [container, nodes](const std::string& ns, const std::string& n) {
+        auto replica = [&](int replicas) {
+          return json{{"replicas", replicas}, {"template", {{"spec", {{"containers", json::array({container})}}}}}};
+        };
+        json specs = {{"Master", replica(1)}};
+        if (nodes > 1) specs["Worker"] = replica(nodes - 1);
+        return json{{"apiVersion", "kubeflow.org/v1"}, {"kind", "PyTorchJob"}, {"metadata", {{"name", n}, {"namespace", ns}}},
+                    {"spec", {{"nprocPerNode", "8"}, {"pytorchReplicaSpecs", specs}}}};
+      };
     }
-    lockstep::run_capture({"kubectl", "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"}, env);
-    auto config = lockstep::kube::RestConfig::from_kubeconfig(cp->kubeconfig());
+    ops.push_back(std::move(op));
+  }
+  return ops;
+}
+
+// Starts the operators and prints their command lines.
+void start_operators(PeerRun& run, lockstep::kube::Client& client) {
+  // Kubeflow starts last: its start waits on its certificate.
+  for (auto& op : run.ops) {
+    if (op->name == "lockstep") start_lockstep(*op, *run.cp, run.o.lockstep_flags);
+    else start_kubeflow(*op, client, *run.cp, run.env, run.o.kubeflow_flags);
+  }
+  for (auto& op : run.ops) std::cout << "  " << op->name << ": " << lockstep::shell_join(op->argv) << "\n";
+  std::cout << std::flush;
+}
+
+// The medians of the rounds, side by side; false when a round did not create all its pods.
+bool print_peer_results(const PeerRun& run) {
+  const PeerOptions& o = run.o;
+  const auto& ops = run.ops;
+  std::cout << "\nresults: median of " << o.rounds << " rounds (" << o.jobs << " jobs x " << o.nodes
+            << " pods; kube-apiserver v1.34.4 on loopback; " << std::thread::hardware_concurrency() << " cores)\n";
+  auto med = [](const std::vector<double>& v) { return bench::percentile(v, 0.5); };
+  auto row = [&](const std::string& label, std::vector<double> Operator::*field, int prec,
+                 const std::string& unit) {
+    std::cout << "  " << std::left << std::setw(34) << label << std::right;
+    for (auto& op : ops)
+      std::cout << std::setw(10) << op->name << " " << std::fixed << std::setprecision(prec) << med((*op).*field) << unit
+                << " (" << joined((*op).*field, prec) << ")  ";
+    if (ops.size() == 2 && med((*ops[0]).*field) > 0)
+      std::cout << " " << ops[1]->name << "/" << ops[0]->name << " " << std::setprecision(2)
+                << med((*ops[1]).*field) / med((*ops[0]).*field);
+    std::cout << "\n";
+  };
+  row("first apply -> all pods", &Operator::seconds, 2, " s");
+  row("operator CPU seconds per round", &Operator::cpu, 2, " s");
+  row("peak RSS (VmHWM)", &Operator::rss_mb, 1, " MB");
+  row("API requests per job", &Operator::requests_per_job, 1, "");
+  bool complete = true;
+  for (auto& op : ops) {
+    if (!op->rss_per_round) std::cout << "  (" << op->name << "'s peak RSS is over its whole life: clear_refs was refused)\n";
+    if (op->incomplete_rounds) {
+      std::cout << "  " << op->name << ": " << op->incomplete_rounds << " rounds did not create all pods\n";
+      complete = false;
+    }
+  }
+  std::cout << std::flush;
+  return complete;
+}
+
+int run_peers(const PeerOptions& o) {
+  bench::catch_stop_signals();
+  const bool want_kubeflow = check_kubeflow_files(o);
+  print_peer_plan(o);
+  PeerRun run(o, lockstep::test::ControlPlane::start());
+  try {
+    run.env = {{"KUBECONFIG", run.cp->kubeconfig()}};
+    create_peer_crds(run, want_kubeflow);
+    auto config = lockstep::kube::RestConfig::from_kubeconfig(run.cp->kubeconfig());
     config.qps = 1e6;  // the benchmark's own applies never wait on a token bucket
     config.burst = 1000000;
     lockstep::kube::Client client(config);
-
-    // The same pod each: the image and command lockstep's pods get (the agent, which would
-    // launch procsPerNode trainers), one pod per node.
-    json tj_spec = {{"nodes", o.nodes}, {"procsPerNode", 8}, {"strategy", "DDP"},
-                    {"template", {{"spec", {{"containers", json::array({{{"name", "trainer"}, {"image", "lockstep/trainer:bench"}}})}}}}}};
-    json probe = {{"metadata", {{"name", "probe"}, {"namespace", "probe"}, {"uid", "00000000-0000-0000-0000-000000000000"}}},
-                  {"spec", tj_spec}};
-    json pod = lockstep::reconcile::pod_manifest(lockstep::reconcile::JobView::from_json(probe), 0, 0);
-    json container = {{"name", "pytorch"}, {"image", "lockstep/trainer:bench"}, {"command", pod["spec"]["containers"][0]["command"]}};
-
-    for (const auto& name : o.operators) {
-      auto op = std::make_unique<Operator>();
-      op->name = name;
-      if (name == "lockstep") {
-        op->argv = {LOCKSTEP_OPERATOR_BIN};
-        op->request_counter = "lockstep_operator_api_requests_total";
-        op->job_label = "lockstep.dev/job-name";
-        op->job_resource = res::kTrainingJobs;
-        op->manifest = [tj_spec](const std::string& ns, const std::string& n) {
-          return json{{"apiVersion", "lockstep.dev/v1alpha1"}, {"kind", "TrainingJob"},
-                      {"metadata", {{"name", n}, {"namespace", ns}}}, {"spec", tj_spec}};
-        };
-      } else {
-        op->argv = {o.kubeflow_bin};
-        op->request_counter = "rest_client_requests_total";
-        op->job_label = "training.kubeflow.org/job-name";
-        op->job_resource = kPyTorchJobs;
-        int nodes = o.nodes;
-        op->manifest = [container, nodes](const std::string& ns, const std::string& n) {
-          auto replica = [&](int replicas) {
-            return json{{"replicas", replicas}, {"template", {{"spec", {{"containers", json::array({container})}}}}}};
-          };
-          json specs = {{"Master", replica(1)}};
-          if (nodes > 1) specs["Worker"] = replica(nodes - 1);
-          return json{{"apiVersion", "kubeflow.org/v1"}, {"kind", "PyTorchJob"}, {"metadata", {{"name", n}, {"namespace", ns}}},
-                      {"spec", {{"nprocPerNode", "8"}, {"pytorchReplicaSpecs", specs}}}};
-        };
-      }
-      ops.push_back(std::move(op));
-    }
-    // Kubeflow starts last: its start waits on its certificate.
-    for (auto& op : ops) {
-      if (op->name == "lockstep") start_lockstep(*op, *cp, o.lockstep_flags);
-      else start_kubeflow(*op, client, *cp, env, o.kubeflow_flags);
-    }
-    for (auto& op : ops) std::cout << "  " << op->name << ": " << lockstep::shell_join(op->argv) << "\n";
-    std::cout << std::flush;
-
+    run.ops = make_operators(o);
+    start_operators(run, client);
     for (int round = 1; round <= o.rounds; ++round)
-      for (auto& op : ops) measure_round(*op, client, config, o, round);
-
-    std::cout << "\nresults: median of " << o.rounds << " rounds (" << o.jobs << " jobs x " << o.nodes
-              << " pods; kube-apiserver v1.34.4 on loopback; " << std::thread::hardware_concurrency() << " cores)\n";
-    auto med = [](const std::vector<double>& v) { return bench::percentile(v, 0.5); };
-    auto row = [&](const std::string& label, std::vector<double> Operator::*field, int prec,
-                   const std::string& unit) {
-      std::cout << "  " << std::left << std::setw(34) << label << std::right;
-      for (auto& op : ops)
-        std::cout << std::setw(10) << op->name << " " << std::fixed << std::setprecision(prec) << med((*op).*field) << unit
-                  << " (" << joined((*op).*field, prec) << ")  ";
-      if (ops.size() == 2 && med((*ops[0]).*field) > 0)
-        std::cout << " " << ops[1]->name << "/" << ops[0]->name << " " << std::setprecision(2)
-                  << med((*ops[1]).*field) / med((*ops[0]).*field);
-      std::cout << "\n";
-    };
-    row("first apply -> all pods", &Operator::seconds, 2, " s");
-    row("operator CPU seconds per round", &Operator::cpu, 2, " s");
-    row("peak RSS (VmHWM)", &Operator::rss_mb, 1, " MB");
-    row("API requests per job", &Operator::requests_per_job, 1, "");
-    bool complete = true;
-    for (auto& op : ops) {
-      if (!op->rss_per_round) std::cout << "  (" << op->name << "'s peak RSS is over its whole life: clear_refs was refused)\n";
-      if (op->incomplete_rounds) {
-        std::cout << "  " << op->name << ": " << op->incomplete_rounds << " rounds did not create all pods\n";
-        complete = false;
-      }
-    }
-    std::cout << std::flush;
-    stop_all();
+      for (auto& op : run.ops) measure_round(*op, client, config, o, round);
+    bool complete = print_peer_results(run);
+    run.stop_all();
     return complete ? 0 : 1;
   } catch (const Interrupted&) {
     std::cout << "\ninterrupted: stopping the operators and the control plane" << std::endl;
-    stop_all();
+    run.stop_all();
     return 130;
   } catch (...) {
-    stop_all();
+    run.stop_all();
     throw;
   }
+}
+
+// Runs the peer mode and exits with its status; a FlagError (a missing Kubeflow binary or CRD)
+// goes on to main, which exits 2.
+[[noreturn]] void run_peer_mode(const PeerOptions& peer) {
+  int rc = 1;
+  try {
+    rc = run_peers(peer);
+  } catch (const lockstep::flags::FlagError&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::cerr << "lockstep-bench-operator: " << e.what() << "\n";
+  }
+  std::fflush(nullptr);
+  ::_exit(rc);  // as main's: no static destructors of the HTTP client's threads
+}
+
+// --- The command line -------------------------------------------------------------------------
+
+// The raw baseline's flags, and the peer mode's when one of its flags is given.
+struct Flags {
+  RawOptions raw;
+  PeerOptions peer;
+  bool peer_mode = false;
+};
+
+// --operators: a comma-separated list of lockstep and kubeflow.
+std::vector<std::string> parse_operators(const std::string& v) {
+  using lockstep::flags::FlagError;
+  std::vector<std::string> operators;
+  std::stringstream in(v);
+  for (std::string name; std::getline(in, name, ',');) {
+    if (name != "lockstep" && name != "kubeflow")
+      throw FlagError("--operators: '" + name + "' is neither lockstep nor kubeflow (a comma-separated list)");
+    operators.push_back(name);
+  }
+  if (operators.empty()) throw FlagError("--operators: give lockstep, kubeflow or both");
+  return operators;
+}
+
+// Throws FlagError, naming the flag at fault.
+Flags parse_flags(int argc, char** argv) {
+  Flags f;
+  RawOptions& raw = f.raw;
+  PeerOptions& peer = f.peer;
+  bool raw_only_flag = false;
+  if (const char* e = std::getenv("LOCKSTEP_KUBEFLOW_BIN")) peer.kubeflow_bin = e;
+  if (const char* e = std::getenv("LOCKSTEP_KUBEFLOW_CRD")) peer.kubeflow_crd = e;
+  for (int i = 1; i < argc; ++i) {
+    std::string v;
+    using namespace lockstep::flags;
+    if (match(argc, argv, i, "--jobs", v)) raw.jobs = to_int("--jobs", v, 1, 10000);
+    else if (match(argc, argv, i, "--nodes", v)) raw.nodes = to_int("--nodes", v, 1, 512);
+    else if (match(argc, argv, i, "--concurrency", v)) raw.concurrency = to_int("--concurrency", v, 1, 256);
+    else if (match(argc, argv, i, "--rounds", v)) raw.rounds = to_int("--rounds", v, 1, 20);
+    else if (match(argc, argv, i, "--workers", v)) raw.workers = to_int("--workers", v, 1, 64), raw_only_flag = true;
+    else if (match(argc, argv, i, "--create-parallelism", v)) raw.parallelism = to_int("--create-parallelism", v, 1, 64), raw_only_flag = true;
+    else if (match(argc, argv, i, "--peer", v)) {
+      if (v != "kubeflow") throw FlagError("--peer must be 'kubeflow', not '" + v + "'");
+      f.peer_mode = true;
+    } else if (match(argc, argv, i, "--operators", v)) peer.operators = parse_operators(v), f.peer_mode = true;
+    else if (match(argc, argv, i, "--lockstep-flags", v)) peer.lockstep_flags = split_words(v), f.peer_mode = true;
+    else if (match(argc, argv, i, "--kubeflow-flags", v)) peer.kubeflow_flags = split_words(v), f.peer_mode = true;
+    else if (match(argc, argv, i, "--kubeflow-bin", v)) peer.kubeflow_bin = v;
+    else if (match(argc, argv, i, "--kubeflow-crd", v)) peer.kubeflow_crd = v;
+    else throw FlagError(std::string("unknown flag '") + argv[i] +
+                         "' (flags: --jobs --nodes --rounds --concurrency; raw baseline: --workers --create-parallelism; "
+                         "against Kubeflow: --peer kubeflow --operators --lockstep-flags --kubeflow-flags --kubeflow-bin "
+                         "--kubeflow-crd)");
+  }
+  if (f.peer_mode && raw_only_flag)
+    throw lockstep::flags::FlagError("--workers and --create-parallelism set the raw baseline's operator; against Kubeflow each "
+                    "operator runs at its defaults: give lockstep's through --lockstep-flags");
+  if (f.peer_mode) peer.jobs = raw.jobs, peer.nodes = raw.nodes, peer.rounds = raw.rounds, peer.concurrency = raw.concurrency;
+  return f;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int jobs = 100, nodes = 8, concurrency = 32, workers = 4, parallelism = 8, rounds = 3;
-  bool peer_mode = false, raw_only_flag = false;
-  PeerOptions peer;
-  if (const char* e = std::getenv("LOCKSTEP_KUBEFLOW_BIN")) peer.kubeflow_bin = e;
-  if (const char* e = std::getenv("LOCKSTEP_KUBEFLOW_CRD")) peer.kubeflow_crd = e;
+  Flags flags;
   try {
-    for (int i = 1; i < argc; ++i) {
-      std::string v;
-      using namespace lockstep::flags;
-      if (match(argc, argv, i, "--jobs", v)) jobs = to_int("--jobs", v, 1, 10000);
-      else if (match(argc, argv, i, "--nodes", v)) nodes = to_int("--nodes", v, 1, 512);
-      else if (match(argc, argv, i, "--concurrency", v)) concurrency = to_int("--concurrency", v, 1, 256);
-      else if (match(argc, argv, i, "--rounds", v)) rounds = to_int("--rounds", v, 1, 20);
-      else if (match(argc, argv, i, "--workers", v)) workers = to_int("--workers", v, 1, 64), raw_only_flag = true;
-      else if (match(argc, argv, i, "--create-parallelism", v)) parallelism = to_int("--create-parallelism", v, 1, 64), raw_only_flag = true;
-      else if (match(argc, argv, i, "--peer", v)) {
-        if (v != "kubeflow") throw FlagError("--peer must be 'kubeflow', not '" + v + "'");
-        peer_mode = true;
-      } else if (match(argc, argv, i, "--operators", v)) {
-        peer.operators.clear();
-        std::stringstream in(v);
-        for (std::string name; std::getline(in, name, ',');) {
-          if (name != "lockstep" && name != "kubeflow")
-            throw FlagError("--operators: '" + name + "' is neither lockstep nor kubeflow (a comma-separated list)");
-          peer.operators.push_back(name);
-        }
-        if (peer.operators.empty()) throw FlagError("--operators: give lockstep, kubeflow or both");
-        peer_mode = true;
-      } else if (match(argc, argv, i, "--lockstep-flags", v)) peer.lockstep_flags = split_words(v), peer_mode = true;
-      else if (match(argc, argv, i, "--kubeflow-flags", v)) peer.kubeflow_flags = split_words(v), peer_mode = true;
-      else if (match(argc, argv, i, "--kubeflow-bin", v)) peer.kubeflow_bin = v;
-      else if (match(argc, argv, i, "--kubeflow-crd", v)) peer.kubeflow_crd = v;
-      else throw FlagError(std::string("unknown flag '") + argv[i] +
-                           "' (flags: --jobs --nodes --rounds --concurrency; raw baseline: --workers --create-parallelism; "
-                           "against Kubeflow: --peer kubeflow --operators --lockstep-flags --kubeflow-flags --kubeflow-bin "
-                           "--kubeflow-crd)");
-    }
-    if (peer_mode && raw_only_flag)
-      throw lockstep::flags::FlagError("--workers and --create-parallelism set the raw baseline's operator; against Kubeflow each "
-                      "operator runs at its defaults: give lockstep's through --lockstep-flags");
-    if (peer_mode) {
-      peer.jobs = jobs, peer.nodes = nodes, peer.rounds = rounds, peer.concurrency = concurrency;
-      int rc = 1;
-      try {
-        rc = run_peers(peer);
-      } catch (const lockstep::flags::FlagError&) {
-        throw;
-      } catch (const std::exception& e) {
-        std::cerr << "lockstep-bench-operator: " << e.what() << "\n";
-      }
-      std::fflush(nullptr);
-      ::_exit(rc);  // as below: no static destructors of the HTTP client's threads
-    }
+    flags = parse_flags(argc, argv);
+    if (flags.peer_mode) run_peer_mode(flags.peer);
   } catch (const std::exception& e) {
     std::cerr << "lockstep-bench-operator: " << e.what() << "\n";
     return 2;
   }
-  const int total = jobs * nodes;
-  // Client-side rate limits, far above what the API server takes here, so neither side's
-  // token bucket ever delays a request (the operator's defaults are 50 and 100).
-  const double raw_qps = 1e6;
-  const int raw_burst = 1000000;
-  const std::string op_qps = "100000", op_burst = "100000";
-  std::ostringstream limits;
-  limits << "client rate limits: raw qps " << std::fixed << std::setprecision(0) << raw_qps << " burst " << raw_burst
-         << "; operator --kube-api-qps " << op_qps << " --kube-api-burst " << op_burst;
-  std::cout << "bench/operator: " << jobs << " TrainingJobs x " << nodes << " pods = " << total
-            << " pods; raw baseline with " << concurrency << " concurrent clients; operator with " << workers
-            << " workers, --create-parallelism " << parallelism << "\n  " << limits.str() << "\n";
-
-  auto cp = lockstep::test::ControlPlane::start();
-  std::map<std::string, std::string> env = {{"KUBECONFIG", cp->kubeconfig()}};
-  for (const char* f : {"/crds/lockstep.dev_trainingjobs.yaml", "/tests/crds/podgroup.yaml"}) {
-    auto r = lockstep::run_capture({"kubectl", "apply", "-f", std::string(LOCKSTEP_SOURCE_DIR) + f}, env);
-    if (!r.status.success()) { std::cerr << r.output; return 1; }
+  RawRun run(flags.raw);
+  print_raw_plan(run);
+  if (!start_control_plane(run)) return 1;
+  start_operator(run);
+  for (int round = 1; round <= run.o.rounds; ++round) {
+    auto [raw_ns, op_ns] = create_round_namespaces(run, round);
+    time_raw_creates(run, raw_ns);
+    time_operator_creates(run, op_ns, round);
   }
-  lockstep::run_capture({"kubectl", "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"}, env);
-
-  auto config = lockstep::kube::RestConfig::from_kubeconfig(cp->kubeconfig());
-  config.qps = raw_qps;
-  config.burst = raw_burst;
-  lockstep::kube::Client client(config);
-
-  // The pod each side creates is the same manifest: the operator's own.
-  json job_obj = {{"metadata", {{"name", "raw"}, {"namespace", "raw"}, {"uid", "00000000-0000-0000-0000-000000000000"}}},
-                  {"spec", {{"nodes", nodes}, {"procsPerNode", 8}, {"strategy", "DDP"}, {"scheduling", {{"gang", true}}},
-                            {"template", {{"spec", {{"containers", json::array({{{"name", "trainer"}, {"image", "lockstep/trainer:bench"}}})}}}}}}}};
-
-  // The operator runs throughout, watching every namespace (its label selector skips the
-  // raw pods). Rounds alternate raw and operator so drift on this shared machine hits both.
-  int http_port = lockstep::free_loopback_port();
-  lockstep::SpawnOptions so;
-  so.argv = {LOCKSTEP_OPERATOR_BIN, "--kubeconfig", cp->kubeconfig(), "--workers", std::to_string(workers),
-             "--create-parallelism", std::to_string(parallelism), "--kube-api-qps", op_qps, "--kube-api-burst",
-             op_burst, "--http-address", "127.0.0.1", "--http-port", std::to_string(http_port), "--log-level", "warn",
-             "--leader-elect", "false"};
-  so.output_path = cp->dir() + "/operator.log";
-  auto op = lockstep::Process::spawn(so);
-  for (int i = 0; i < 200; ++i) {
-    auto r = lockstep::run_capture({"curl", "-sf", "http://127.0.0.1:" + std::to_string(http_port) + "/readyz"}, {}, 5s);
-    if (r.status.success()) break;
-    std::this_thread::sleep_for(50ms);
-  }
-  auto view = lockstep::reconcile::JobView::from_json(job_obj);
-
-  std::vector<double> raw_rates, op_rates, ratios, job_latency, api_cpu_raw, api_cpu_op, op_cpu, client_cpu;
-  bool complete = true;
-  for (int round = 1; round <= rounds; ++round) {
-    std::string raw_ns = "raw-" + std::to_string(round), op_ns = "bench-" + std::to_string(round);
-    for (const auto& ns : {raw_ns, op_ns}) lockstep::run_capture({"kubectl", "create", "namespace", ns}, env);
-
-    // --- raw: the API server's own pod-create rate ---------------------------------------
-    std::atomic<int> raw_errors{0};
-    int raw_seen;
-    double raw_s;
-    {
-      PodCounter seen(config, raw_ns, nodes);
-      double api0 = bench::cpu_seconds(cp->apiserver_pid()), self0 = bench::cpu_seconds(getpid());
-      auto t_raw = Clock::now();
-      bench::parallel(total, concurrency, [&](int i) {
-        json pod = lockstep::reconcile::pod_manifest(view, i, 0);
-        pod["metadata"]["name"] = "raw-" + std::to_string(i);
-        pod["metadata"]["namespace"] = raw_ns;
-        pod["metadata"].erase("ownerReferences");
-        pod["metadata"]["labels"].erase("lockstep.dev/job-name");
-        if (!client.create(res::kPods.path(raw_ns), pod).ok()) ++raw_errors;
-      });
-      auto last = seen.wait(total - raw_errors, 60s, [] { return true; });
-      raw_s = std::chrono::duration<double>(last - t_raw).count();
-      raw_seen = seen.total();
-      api_cpu_raw.push_back(bench::cpu_seconds(cp->apiserver_pid()) - api0);
-      client_cpu.push_back(bench::cpu_seconds(getpid()) - self0);
-    }
-    raw_rates.push_back(raw_seen / raw_s);
-
-    // --- operator: TrainingJobs in, pods out ----------------------------------------------
-    PodCounter counter(config, op_ns, nodes);
-    std::map<std::string, Clock::time_point> applied;
-    std::mutex applied_mu;
-    double api1 = bench::cpu_seconds(cp->apiserver_pid()), op1 = bench::cpu_seconds(op.pid());
-    auto t_op = Clock::now();
-    bench::parallel(jobs, concurrency, [&](int i) {
-      json tj = job_obj;
-      std::string name = "job-" + std::to_string(i);
-      tj["apiVersion"] = "lockstep.dev/v1alpha1";
-      tj["kind"] = "TrainingJob";
-      tj["metadata"] = {{"name", name}, {"namespace", op_ns}};
-      {
-        std::lock_guard<std::mutex> lock(applied_mu);
-        applied[name] = Clock::now();
-      }
-      auto r = client.create(res::kTrainingJobs.path(op_ns), tj);
-      if (!r.ok()) std::cerr << "apply " << name << ": " << r.message() << "\n";
-    });
-    auto last = counter.wait(total, 300s, [&] { return op.running(); });
-    double op_s = std::chrono::duration<double>(last - t_op).count();
-    api_cpu_op.push_back(bench::cpu_seconds(cp->apiserver_pid()) - api1);
-    op_cpu.push_back(bench::cpu_seconds(op.pid()) - op1);
-    complete &= counter.total() == total;
-    op_rates.push_back(counter.total() / op_s);
-    ratios.push_back(op_rates.back() / raw_rates.back());
-    for (const auto& [job, done] : counter.job_done())
-      job_latency.push_back(std::chrono::duration<double>(done - applied[job]).count());
-    std::cout << "  round " << round << "/" << rounds << ": raw " << std::fixed << std::setprecision(0) << raw_rates.back()
-              << " pods/s, operator " << op_rates.back() << " pods/s (" << counter.total() << "/" << total << " in "
-              << std::setprecision(2) << op_s << " s), ratio " << ratios.back() << std::endl;
-  }
-
-  auto metrics = lockstep::run_capture({"curl", "-s", "http://127.0.0.1:" + std::to_string(http_port) + "/metrics"}, {}, 10s).output;
-
-  long rss_kb = bench::status_kb(op.pid(), "VmHWM:");
-  std::string breakdown = memory_breakdown(op.pid());
-  op.terminate(10s);  // it would otherwise act on the objects below
-
-  // --- what each request costs the API server --------------------------------------------
-  // The operator's pods come with a TrainingJob (the user's), a Service, a PodGroup, a
-  // status write and an Event per job. Their measured API-server CPU bounds the ratio any
-  // operator can reach on this machine, whatever its own efficiency.
-  lockstep::run_capture({"kubectl", "create", "namespace", "costs"}, env);
-  const int n = 200;
-  auto cost = [&](const std::function<void(int)>& request) {
-    double api0 = bench::cpu_seconds(cp->apiserver_pid());
-    bench::parallel(n, concurrency, request);
-    return (bench::cpu_seconds(cp->apiserver_pid()) - api0) / n * 1000;  // ms per request
-  };
-  json tj = job_obj;
-  tj["apiVersion"] = "lockstep.dev/v1alpha1";
-  tj["kind"] = "TrainingJob";
-  double c_pod = cost([&](int i) {
-    json pod = lockstep::reconcile::pod_manifest(view, i, 0);
-    pod["metadata"] = {{"name", "c-" + std::to_string(i)}, {"namespace", "costs"}};
-    client.create(res::kPods.path("costs"), pod);
-  });
-  double c_job = cost([&](int i) {
-    json j = tj;
-    j["metadata"] = {{"name", "c-" + std::to_string(i)}, {"namespace", "costs"}};
-    client.create(res::kTrainingJobs.path("costs"), j);
-  });
-  auto named = [&](int i) {
-    auto v = view;
-    v.name = "c-" + std::to_string(i);
-    v.ns = "costs";
-    return v;
-  };
-  double c_svc = cost([&](int i) { client.create(res::kServices.path("costs"), lockstep::reconcile::service_manifest(named(i))); });
-  double c_pg = cost([&](int i) { client.create(res::kPodGroups.path("costs"), lockstep::reconcile::podgroup_manifest(named(i))); });
-  double c_status = cost([&](int i) {
-    lockstep::reconcile::JobStatus st;
-    st.phase = "Pending";
-    st.nodes.active = nodes;
-    client.patch(res::kTrainingJobs.path("costs", "c-" + std::to_string(i), "status"), {{"status", st.to_json()}});
-  });
-  double c_event = cost([&](int i) {
-    client.create(res::kEvents.path("costs"), lockstep::reconcile::event_manifest(named(i), "Normal", "CreatedPods", "x",
-                                                                                 "2026-01-01T00:00:00Z", "bench"));
-  });
-  double per_job = nodes * c_pod + c_job + c_svc + c_pg + c_status + c_event;
-  double ceiling = nodes * c_pod / per_job;
-
-  double ratio = bench::percentile(ratios, 0.5);
-  std::string hist = "lockstep_operator_reconcile_duration_seconds";
-  std::cout << std::fixed << std::setprecision(3) << "\nresults: median of " << rounds << " rounds (" << jobs << " jobs x " << nodes
-            << " pods; kube-apiserver v1.34.4 on loopback; " << std::thread::hardware_concurrency() << " cores)\n"
-            << "  " << limits.str() << "\n"
-            << "  raw pod creates:              " << std::setprecision(0) << bench::percentile(raw_rates, 0.5)
-            << " pods/s (" << concurrency << " clients)\n"
-            << "  operator, first apply -> all pods: " << std::setprecision(2) << total / bench::percentile(op_rates, 0.5)
-            << " s, " << std::setprecision(0) << bench::percentile(op_rates, 0.5) << " pods/s\n"
-            << "  ratio operator/raw:           " << std::setprecision(2) << ratio << " (rounds: " << [&] {
-                 std::ostringstream o;
-                 for (size_t i = 0; i < ratios.size(); ++i) o << (i ? ", " : "") << std::setprecision(2) << ratios[i];
-                 return o.str();
-               }() << "; target >= 0.70)\n"
-            << "  job apply -> all its pods:    p50 " << std::setprecision(3) << bench::percentile(job_latency, 0.5)
-            << " s, p99 " << bench::percentile(job_latency, 0.99) << " s\n"
-            << "  reconcile duration:           p50 " << bench::histogram_quantile(metrics, hist, 0.5) * 1000 << " ms, p99 "
-            << bench::histogram_quantile(metrics, hist, 0.99) * 1000 << " ms\n"
-            << "  CPU seconds per round:        apiserver " << std::setprecision(2) << bench::percentile(api_cpu_raw, 0.5)
-            << " (raw) vs " << bench::percentile(api_cpu_op, 0.5) << " (operator); operator " << bench::percentile(op_cpu, 0.5)
-            << "; raw client " << bench::percentile(client_cpu, 0.5) << "\n"
-            << "  API-server CPU per request:   pod " << std::setprecision(2) << c_pod << " ms, TrainingJob " << c_job
-            << ", Service " << c_svc << ", PodGroup " << c_pg << ", status patch " << c_status << ", Event " << c_event
-            << "\n  ratio ceiling from those:     " << nodes << " pods / (" << nodes
-            << " pods + job + Service + PodGroup + status + Event) = " << ceiling << "\n"
-            << "  operator peak RSS (VmHWM):    " << std::setprecision(1) << rss_kb / 1024.0
-            << " MB (target <= 30); at the end " << breakdown << "\n";
-  bool pass = complete && ratio >= 0.70 && rss_kb > 0 && rss_kb <= 30 * 1024;
-  std::cout << (pass ? "targets met\n" : "targets NOT met\n");
+  stop_operator(run);
+  measure_request_costs(run);
+  print_raw_results(run);
   std::fflush(nullptr);
-  ::_exit(complete ? 0 : 1);
+  ::_exit(run.complete ? 0 : 1);
 }

@@ -495,149 +495,558 @@ int missing(const std::string& what) {
   return require ? 1 : 77;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Options o = parse(argc, argv);
-  bench::catch_stop_signals();
+// Exit 77 (1 under LOCKSTEP_REQUIRE_ALL=1) when a binary the benchmark needs is missing, else 0.
+int check_prerequisites(const Options& o) {
   std::string k8s_bin = env_or("LOCKSTEP_K8S_BIN", "");
   if (k8s_bin.empty() || !fs::exists(k8s_bin + "/kube-apiserver") || !fs::exists(k8s_bin + "/etcd"))
     return missing("etcd and kube-apiserver not found in LOCKSTEP_K8S_BIN='" + k8s_bin + "'");
   if (!fs::exists(o.kwok)) return missing("kwok not found at " + o.kwok + " (LOCKSTEP_KWOK_BIN)");
   if (!fs::exists(o.scheduler)) return missing("the gang scheduler not found at " + o.scheduler + " (LOCKSTEP_GANG_SCHEDULER_BIN)");
   if (!lockstep::run_capture({"sh", "-c", "command -v kubectl"}).status.success()) return missing("kubectl not on PATH");
+  return 0;
+}
 
-  const int total = o.jobs * o.gang;
-  const bool storm = o.storm_percent > 0;
-  const double qps = operator_qps(o.operator_args);
-  std::cout << "bench/scale: " << (o.kueue ? "with Kueue: " : "") << o.jobs << " TrainingJobs x " << o.gang << " pods = " << total << " pods on " << o.nodes
-            << " KWOK nodes; gang scheduler " << kGangScheduler << "; pods succeed " << o.succeed_after.count()
-            << " ms after they run" << (storm ? " once released" : "") << "; storm " << o.storm_percent
-            << "% of running pods; operator flags: " << (o.operator_args.empty() ? "(defaults)" : lockstep::shell_join(o.operator_args))
-            << " (--kube-api-qps " << qps << "); " << std::thread::hardware_concurrency() << " cores" << std::endl;
+// --- The run ------------------------------------------------------------------------------------
 
-  int rc = 0;
-  auto t_start = Clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t_start).count(); };
+// What lives for the whole run: the options, the clock, and what the teardown stops.
+struct Run {
+  explicit Run(Options options)
+      : o(std::move(options)), total(o.jobs * o.gang), storm(o.storm_percent > 0), qps(operator_qps(o.operator_args)) {}
+  Options o;
+  const int total;    // pods
+  const bool storm;   // a storm is to come: the pods are held until phase 3
+  const double qps;   // the operator's --kube-api-qps
+  Clock::time_point t_start;
   std::unique_ptr<lockstep::test::ControlPlane> cp;
   lockstep::Process kwok, scheduler, op;
   std::string metrics_url;
+
+  double elapsed() const { return std::chrono::duration<double>(Clock::now() - t_start).count(); }
+};
+
+void print_plan(const Run& run) {
+  const Options& o = run.o;
+  std::cout << "bench/scale: " << (o.kueue ? "with Kueue: " : "") << o.jobs << " TrainingJobs x " << o.gang << " pods = " << run.total << " pods on " << o.nodes
+            << " KWOK nodes; gang scheduler " << kGangScheduler << "; pods succeed " << o.succeed_after.count()
+            << " ms after they run" << (run.storm ? " once released" : "") << "; storm " << o.storm_percent
+            << "% of running pods; operator flags: " << (o.operator_args.empty() ? "(defaults)" : lockstep::shell_join(o.operator_args))
+            << " (--kube-api-qps " << run.qps << "); " << std::thread::hardware_concurrency() << " cores" << std::endl;
+}
+
+// --- set-up -------------------------------------------------------------------------------------
+
+// The control plane, the TrainingJob and PodGroup CRDs, and the benchmark's namespace.
+void start_control_plane(Run& run) {
+  lockstep::test::ControlPlaneOptions cpo;
+  if (!run.o.keep_dir.empty()) {
+    cpo.dir = run.o.keep_dir;
+    cpo.keep_dir = true;
+  }
+  run.cp = lockstep::test::ControlPlane::start(cpo);
+  std::cout << "  control plane up in " << fmt(run.cp->startup_seconds()) << " s (" << run.cp->dir() << ")" << std::endl;
+  std::map<std::string, std::string> env = {{"KUBECONFIG", run.cp->kubeconfig()}};
+  for (const char* f : {"/crds/lockstep.dev_trainingjobs.yaml", "/tests/cluster/cosched/podgroup-crd.yaml"}) {
+    auto r = lockstep::run_capture({"kubectl", "apply", "--server-side", "-f", std::string(LOCKSTEP_SOURCE_DIR) + f}, env);
+    if (!r.status.success()) throw std::runtime_error("kubectl apply " + std::string(f) + ": " + r.output);
+  }
+  lockstep::run_capture({"kubectl", "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"}, env);
+  lockstep::run_capture({"kubectl", "create", "namespace", kNamespace}, env);
+}
+
+// --kueue: Kueue, a ClusterQueue whose quota admits every job at once, and the LocalQueue
+// the jobs name.
+std::unique_ptr<lockstep::test::Kueue> start_kueue(const Run& run) {
+  if (auto why = lockstep::test::Kueue::missing(); !why.empty()) throw std::runtime_error("--kueue: " + why);
+  lockstep::test::KueueOptions ko;
+  ko.pods_ready_timeout = std::chrono::seconds(3600);  // no eviction: admission and requests are measured
+  if (!run.o.keep_dir.empty()) ko.dir = run.o.keep_dir + "/kueue";
+  auto t_kueue = Clock::now();
+  auto kueue = lockstep::test::Kueue::start(run.cp->kubeconfig(), ko);
+  const std::string cpus = std::to_string(run.total), memory = std::to_string(2 * run.total) + "Gi";
+  std::map<std::string, std::string> env = {{"KUBECONFIG", run.cp->kubeconfig()}};
+  auto q = lockstep::run_capture(
+      {"kubectl", "apply", "-f", "-"}, env, 60s,
+      "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ResourceFlavor\nmetadata: {name: bench}\n---\n"
+      "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: bench}\nspec:\n  namespaceSelector: {}\n"
+      "  resourceGroups:\n  - coveredResources: [cpu, memory]\n    flavors:\n    - name: bench\n      resources:\n"
+      "      - {name: cpu, nominalQuota: " + cpus + "}\n      - {name: memory, nominalQuota: " + memory + "}\n---\n"
+      "apiVersion: kueue.x-k8s.io/v1beta2\nkind: LocalQueue\nmetadata: {name: bench, namespace: " + std::string(kNamespace) +
+      "}\nspec: {clusterQueue: bench}\n");
+  if (!q.status.success()) throw std::runtime_error("the Kueue queues: " + q.output);
+  std::cout << "  Kueue ready in " << fmt(std::chrono::duration<double>(Clock::now() - t_kueue).count())
+            << " s; ClusterQueue of " << cpus << " CPUs and " << memory << ": every job fits at once" << std::endl;
+  return kueue;
+}
+
+lockstep::kube::RestConfig client_config(const Run& run) {
+  auto config = lockstep::kube::RestConfig::from_kubeconfig(run.cp->kubeconfig());
+  config.qps = 1e6;  // the benchmark's own requests never wait on a client-side limit
+  config.burst = 1000000;
+  return config;
+}
+
+// --- fake nodes and KWOK --------------------------------------------------------------
+void create_nodes(const Run& run, lockstep::kube::Client& client) {
+  std::atomic<int> node_errors{0};
+  bench::parallel(run.o.nodes, 16, [&](int i) {
+    json alloc = {{"cpu", "32"}, {"memory", "256Gi"}, {"pods", "110"}};
+    json node = {{"apiVersion", "v1"}, {"kind", "Node"},
+                 {"metadata", {{"name", "kwok-node-" + std::to_string(i)}, {"annotations", {{kNodeAnnotation, "fake"}}},
+                               {"labels", {{"type", "kwok"}, {"kubernetes.io/hostname", "kwok-node-" + std::to_string(i)}}}}},
+                 {"status", {{"allocatable", alloc}, {"capacity", alloc}}}};
+    if (!client.create("/api/v1/nodes", node).ok()) ++node_errors;
+    // Admission taints a new node not-ready; the node lifecycle controller, not run here, would
+    // lift it once KWOK reports the node Ready.
+    else if (!client.patch("/api/v1/nodes/" + node["metadata"]["name"].get<std::string>(), {{"spec", {{"taints", nullptr}}}}).ok())
+      ++node_errors;
+  });
+  if (node_errors) throw std::runtime_error(std::to_string(node_errors) + " nodes could not be created");
+}
+
+// KWOK with this benchmark's Stages, until it reports every node Ready.
+void start_kwok(Run& run, lockstep::kube::Client& client) {
+  const std::string dir = run.cp->dir();
+  {
+    std::ofstream(dir + "/kwok.yaml") << kwok_stages(run.o.succeed_after);
+    lockstep::SpawnOptions so;
+    so.argv = {run.o.kwok, "--kubeconfig", run.cp->kubeconfig(), "--config", dir + "/kwok.yaml", "--manage-all-nodes=false",
+               "--manage-nodes-with-annotation-selector=" + std::string(kNodeAnnotation) + "=fake",
+               "--server-address", "127.0.0.1:" + std::to_string(lockstep::free_loopback_port()),
+               "--node-lease-duration-seconds", "3600"};  // no node controller here reads leases
+    so.env = {{"HOME", dir}};                             // no ~/.kwok/kwok.yaml of this machine's
+    so.output_path = dir + "/kwok.log";
+    so.new_process_group = true;  // Ctrl-C reaches the benchmark, which stops everything in order
+    run.kwok = lockstep::Process::spawn(so);
+  }
+  auto t_nodes = Clock::now();
+  for (int ready = 0; ready < run.o.nodes;) {
+    if (g_stop || !run.kwok.running()) throw std::runtime_error(g_stop ? "interrupted" : "kwok exited: " + lockstep::test::tail_file(dir + "/kwok.log"));
+    if (Clock::now() - t_nodes > 300s) throw std::runtime_error("nodes not Ready within 300 s: " + std::to_string(ready));
+    std::this_thread::sleep_for(1s);
+    auto r = client.get("/api/v1/nodes");
+    ready = 0;
+    for (const auto& n : r.body["items"])
+      for (const auto& c : n["status"].value("conditions", json::array()))
+        ready += c.value("type", "") == "Ready" && c.value("status", "") == "True";
+  }
+  std::cout << "  " << run.o.nodes << " KWOK nodes Ready in " << fmt(std::chrono::duration<double>(Clock::now() - t_nodes).count())
+            << " s" << std::endl;
+}
+
+// --- the gang scheduler -----------------------------------------------------------------
+void start_scheduler(Run& run) {
+  const std::string dir = run.cp->dir();
+  std::ofstream(dir + "/scheduler.yaml") << scheduler_config(run.cp->kubeconfig());
+  int port = lockstep::free_loopback_port();
+  lockstep::SpawnOptions so;
+  so.argv = {run.o.scheduler, "--config", dir + "/scheduler.yaml", "--authentication-kubeconfig", run.cp->kubeconfig(),
+             "--authorization-kubeconfig", run.cp->kubeconfig(), "--bind-address", "127.0.0.1", "--secure-port",
+             std::to_string(port), "--v=1"};
+  so.output_path = dir + "/scheduler.log";
+  so.new_process_group = true;
+  run.scheduler = lockstep::Process::spawn(so);
+  if (!wait_ready("https://127.0.0.1:" + std::to_string(port) + "/readyz", 120s, [&] { return run.scheduler.running(); }))
+    throw std::runtime_error(g_stop ? "interrupted" : "the gang scheduler is not ready: " + lockstep::test::tail_file(dir + "/scheduler.log"));
+}
+
+// --- the operator ---------------------------------------------------------------------------
+void start_operator(Run& run) {
+  const std::string dir = run.cp->dir();
+  int port = lockstep::free_loopback_port();
+  lockstep::SpawnOptions so;
+  so.argv = {LOCKSTEP_OPERATOR_BIN, "--kubeconfig", run.cp->kubeconfig(), "--http-address", "127.0.0.1", "--http-port",
+             std::to_string(port), "--leader-elect", "false", "--log-level", "warn"};
+  so.argv.insert(so.argv.end(), run.o.operator_args.begin(), run.o.operator_args.end());
+  so.output_path = dir + "/operator.log";
+  so.new_process_group = true;
+  run.op = lockstep::Process::spawn(so);
+  run.metrics_url = "http://127.0.0.1:" + std::to_string(port) + "/metrics";
+  if (!wait_ready("http://127.0.0.1:" + std::to_string(port) + "/readyz", 120s, [&] { return run.op.running(); }))
+    throw std::runtime_error(g_stop ? "interrupted" : "the operator is not ready: " + lockstep::test::tail_file(dir + "/operator.log"));
+}
+
+// --- what the phases share ------------------------------------------------------------------
+
+// The phases' shared state: the client, the benchmark's view of the cluster, the operator's
+// readings at the start of phase 1, the jobs the storm hit, and the report they write.
+struct Phases {
+  Phases(Run& r, lockstep::kube::Client& c, Cluster& cl) : run(r), o(r.o), client(c), cluster(cl) {}
+  Run& run;
+  const Options& o;
+  lockstep::kube::Client& client;
+  Cluster& cluster;
+  // Each /metrics read costs the operator CPU (about 17 ms at 1,250 jobs on 2 busy cores: the
+  // per-job series), so it is read every 5 s and the reads' own cost is measured at the end.
+  int scrapes = 0;
+  double peak_rate = 0;  // the operator's highest request rate over 5 s (wait_for)
+  double op_cpu0 = 0, req0 = 0;
+  Clock::time_point t_apply;
+  bool ok = false;  // every phase so far finished
+  std::set<std::string> hit;
   std::ostringstream report;
-  bool checks_ok = true;
+
+  std::string scrape() {
+    ++scrapes;
+    return lockstep::run_capture({"curl", "-sf", run.metrics_url}, {}, 10s).output;
+  }
+  double since_apply(Clock::time_point t) const { return std::chrono::duration<double>(t - t_apply).count(); }
+};
+
+double requests(const std::string& m) { return bench::metric_sum(m, "lockstep_operator_api_requests_total"); }
+
+// Waits until done() holds, with a progress line every 5 s; false on timeout, Ctrl-C or a
+// component gone. Reads the operator's request count with each line, for its highest rate
+// over 5 s (peak_rate).
+bool wait_for(Phases& p, const std::string& what, const std::function<bool()>& done) {
+  Run& run = p.run;
+  auto start = Clock::now(), last_sample = start;
+  std::deque<std::pair<Clock::time_point, double>> samples{{start, requests(p.scrape())}};
+  std::string m;
+  while (!done()) {
+    std::string problem = g_stop ? "interrupted" : !run.op.running() ? "the operator exited" : !run.kwok.running() ? "kwok exited"
+                          : !run.scheduler.running() ? "the scheduler exited" : !run.cp->healthy() ? "the control plane died"
+                          : Clock::now() - start > p.o.timeout ? "timed out after " + std::to_string(p.o.timeout.count()) + " s" : "";
+    if (!problem.empty()) {
+      std::cout << "  " << what << ": " << problem << std::endl;
+      return false;
+    }
+    std::this_thread::sleep_for(200ms);
+    if (Clock::now() - last_sample < 5s) continue;
+    last_sample = Clock::now();
+    m = p.scrape();
+    samples.emplace_back(last_sample, requests(m));
+    while (samples.size() > 2 && samples.back().first - samples[1].first >= 5s) samples.pop_front();
+    double window = std::chrono::duration<double>(samples.back().first - samples.front().first).count();
+    double rate = window > 0 ? (samples.back().second - samples.front().second) / window : 0;
+    if (window >= 4.5) p.peak_rate = std::max(p.peak_rate, rate);
+    auto c = p.cluster.counts();
+    std::ostringstream jobs;
+    for (const auto& [phase, n] : c.jobs) jobs << " " << phase << " " << n;
+    std::cout << "  [" << fmt(run.elapsed(), 0) << " s] " << what << ": pods created " << p.cluster.created << ", bound "
+              << c.bound << ", Running " << c.running << ", Succeeded " << c.succeeded << ", Failed " << c.failed
+              << "; jobs" << jobs.str() << "; operator " << fmt(bench::cpu_seconds(run.op.pid())) << " CPU s, RSS "
+              << fmt(bench::status_kb(run.op.pid(), "VmRSS:") / 1024.0) << " MB, " << fmt(rate, 0) << " req/s, queue max "
+              << bench::metric_sum(m, "lockstep_operator_workqueue_depth_max") << std::endl;
+  }
+  return true;
+}
+
+// --- 1. apply ---------------------------------------------------------------------------------
+
+// TrainingJob job-I: `gang` pods for the gang scheduler, held (kHoldLabel) while a storm is to come.
+json training_job(const Run& run, int i) {
+  const Options& o = run.o;
+  json labels = run.storm ? json{{kHoldLabel, "true"}} : json::object();
+  json md = {{"name", "job-" + std::to_string(i)}, {"namespace", kNamespace}};
+  if (o.kueue) md["labels"] = {{"kueue.x-k8s.io/queue-name", "bench"}};
+  return {{"apiVersion", "lockstep.dev/v1alpha1"}, {"kind", "TrainingJob"},
+          {"metadata", md},
+          {"spec", {{"nodes", o.gang}, {"procsPerNode", 1}, {"strategy", "DDP"},
+                    {"scheduling", {{"gang", true}, {"schedulerName", kGangScheduler}}},
+                    {"template", {{"metadata", {{"labels", labels}}},
+                                  {"spec", {{"containers", json::array({{{"name", "trainer"}, {"image", "lockstep/trainer:bench"},
+                                                                          {"resources", {{"requests", {{"cpu", "1"}, {"memory", "2Gi"}}}}}}})}}}}}}}};
+}
+
+void report_apply(Phases& p, double created_s, double running_s, double succeeded_s);
+
+// Applies every job, then waits until all their pods exist and every job runs (with a storm
+// to come) or has succeeded (without one).
+void phase1_apply(Phases& p) {
+  const Options& o = p.o;
+  std::cout << "phase 1: apply " << o.jobs << " TrainingJobs" << std::endl;
+  p.op_cpu0 = bench::cpu_seconds(p.run.op.pid());
+  p.req0 = requests(p.scrape());
+  p.t_apply = Clock::now();
+  std::atomic<int> apply_errors{0};
+  bench::parallel(o.jobs, 16, [&](int i) {
+    auto r = p.client.create(res::kTrainingJobs.path(kNamespace), training_job(p.run, i));
+    if (!r.ok()) {
+      if (apply_errors++ < 3) std::cerr << "  apply job-" << i << ": " << r.message() << "\n";
+    }
+  });
+  double apply_s = std::chrono::duration<double>(Clock::now() - p.t_apply).count();
+  std::cout << "  applied in " << fmt(apply_s) << " s (" << apply_errors << " errors)" << std::endl;
+  p.ok = apply_errors == 0 && wait_for(p, "phase 1", [&] { return p.cluster.created >= p.run.total; });
+  double created_s = -1;
+  if (p.ok) {
+    std::lock_guard<std::mutex> lock(p.cluster.mu);
+    created_s = p.since_apply(p.cluster.last_created);
+  }
+  double running_s = -1, succeeded_s = -1;
+  if (p.ok && p.run.storm) {
+    p.ok = wait_for(p, "phase 1", [&] { return p.cluster.job_count("Running") == o.jobs && p.cluster.counts().running == p.run.total; });
+    if (p.ok) running_s = p.since_apply(Clock::now());
+  } else if (p.ok) {
+    p.ok = wait_for(p, "phase 1", [&] { return p.cluster.job_count("Succeeded") == o.jobs; });
+    if (p.ok) succeeded_s = p.since_apply(Clock::now());
+  }
+  report_apply(p, created_s, running_s, succeeded_s);
+}
+
+void report_apply(Phases& p, double created_s, double running_s, double succeeded_s) {
+  const Options& o = p.o;
+  const int total = p.run.total;
+  double op_cpu1 = bench::cpu_seconds(p.run.op.pid());
+  std::string m1 = p.scrape();
+  double req1 = requests(m1);
+  p.report << "  phase 1 (" << o.jobs << " jobs x " << o.gang << " pods):\n"
+           << "    apply -> all " << total << " pods created:   " << (created_s < 0 ? "not reached (" + std::to_string(p.cluster.created) + " created)" : fmt(created_s) + " s (" + fmt(total / created_s, 0) + " pods/s)") << "\n";
+  if (p.run.storm) p.report << "    apply -> all jobs Running:       " << (running_s < 0 ? "not reached" : fmt(running_s) + " s") << "\n";
+  else p.report << "    apply -> all jobs Succeeded:     " << (succeeded_s < 0 ? "not reached" : fmt(succeeded_s) + " s") << "\n";
+  p.report << "    operator CPU:                    " << fmt(op_cpu1 - p.op_cpu0, 2) << " s = " << fmt((op_cpu1 - p.op_cpu0) / (p.cluster.created / 1000.0), 3)
+           << " s per 1,000 pods (target <= 1 ms per pod)\n"
+           << "    operator API requests:           " << fmt(req1 - p.req0, 0) << " = " << fmt((req1 - p.req0) / o.jobs, 2) << " per job ("
+           << requests_by_verb(m1, o.jobs) << " per job, since start)\n"
+           << "    operator request rate:           " << fmt((req1 - p.req0) / std::max(1e-9, p.since_apply(Clock::now())), 1)
+           << " req/s on average (--kube-api-qps " << p.run.qps << ")\n";
+}
+
+// --- 2. the storm -------------------------------------------------------------------------------
+
+// The pods the storm fails: `--storm-percent` of all pods, drawn from the Running ones (seed
+// 15), with the UID each failure is meant for.
+struct Victims {
+  std::vector<std::string> names;
+  std::map<std::string, std::string> uids;
+};
+
+Victims pick_victims(Phases& p) {
+  Victims v;
+  {
+    std::lock_guard<std::mutex> lock(p.cluster.mu);
+    for (const auto& [name, pod] : p.cluster.pods)
+      if (pod.phase == "Running") {
+        v.names.push_back(name);
+        v.uids[name] = pod.uid;
+      }
+  }
+  std::mt19937 rng(15);
+  std::shuffle(v.names.begin(), v.names.end(), rng);
+  v.names.resize(static_cast<size_t>(p.run.total) * p.o.storm_percent / 100);
+  return v;
+}
+
+std::string utc_now() {
+  char buf[32];
+  std::time_t t = std::time(nullptr);
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return std::string(buf);
+}
+
+// A failed pod's status as the kubelet would write it (exit code `exit_code`), for a
+// strategic-merge patch conditional on the pod's UID.
+json failed_status(const std::string& uid, int exit_code, const std::string& now) {
+  return {{"metadata", {{"uid", uid}}}, {"status", {{"phase", "Failed"}, {"reason", "Error"},
+         {"conditions", json::array({{{"type", "Ready"}, {"status", "False"}, {"lastTransitionTime", now}},
+                                     {{"type", "ContainersReady"}, {"status", "False"}, {"lastTransitionTime", now}}})},
+         {"containerStatuses", json::array({{{"name", "trainer"}, {"image", "lockstep/trainer:bench"}, {"imageID", ""},
+                                             {"ready", false}, {"started", false}, {"restartCount", 0},
+                                             {"state", {{"terminated", {{"exitCode", exit_code}, {"reason", "Error"},
+                                                                        {"startedAt", now}, {"finishedAt", now}}}}}}})}}}};
+}
+
+// The operator's readings as the storm starts.
+struct StormStart {
+  double op_cpu = 0, requests = 0, gang_restarts = 0;
+  Clock::time_point t;
+};
+
+void report_storm(Phases& p, size_t failed, const StormStart& s, double recovered_s);
+
+// Fails the victims at once, then waits until every job hit runs again as attempt 1.
+void phase2_storm(Phases& p) {
+  if (!p.ok || !p.run.storm) return;
+  const Options& o = p.o;
+  Victims v = pick_victims(p);
+  const auto& names = v.names;
+  for (const auto& n : names) p.hit.insert(n.substr(0, n.rfind('-')));
+  std::cout << "phase 2: storm: " << names.size() << " running pods fail at once (exit code " << o.storm_exit_code << "), "
+            << p.hit.size() << " jobs hit" << std::endl;
+  StormStart s;
+  s.op_cpu = bench::cpu_seconds(p.run.op.pid());
+  s.requests = requests(p.scrape());
+  s.gang_restarts = bench::metric_sum(p.scrape(), "lockstep_operator_gang_restarts_total");
+  p.peak_rate = 0;
+  s.t = Clock::now();
+  // A pod can be gone before its failure is written: another pod of its gang failed first
+  // and the operator's gang restart deleted it. That is the storm working, not an error;
+  // the patch names the pod's UID, so it never fails the next attempt's pod of that name.
+  std::atomic<int> patch_errors{0}, already_gone{0};
+  std::string now = utc_now();
+  bench::parallel(static_cast<int>(names.size()), 32, [&](int i) {
+    json status = failed_status(v.uids[names[i]], o.storm_exit_code, now);
+    auto r = p.client.patch(res::kPods.path(kNamespace, names[i], "status"), status, lockstep::kube::PatchType::StrategicMerge);
+    if (r.ok()) return;
+    if (r.not_found() || r.conflict()) ++already_gone;
+    else if (patch_errors++ < 3) std::cerr << "  fail " << names[i] << ": " << r.message() << "\n";
+  });
+  double patch_s = std::chrono::duration<double>(Clock::now() - s.t).count();
+  std::cout << "  " << names.size() - already_gone << " pods Failed in " << fmt(patch_s, 2) << " s (" << already_gone
+            << " already deleted by their gang's restart; " << patch_errors << " errors)" << std::endl;
+  p.ok = patch_errors == 0 && wait_for(p, "phase 2", [&] {
+    std::lock_guard<std::mutex> lock(p.cluster.mu);
+    for (const auto& job : p.hit)
+      if (!p.cluster.running_in(job, o.gang, 1)) return false;
+    return true;
+  });
+  double recovered_s = p.ok ? std::chrono::duration<double>(Clock::now() - s.t).count() : -1;
+  report_storm(p, names.size(), s, recovered_s);
+}
+
+void report_storm(Phases& p, size_t failed, const StormStart& s, double recovered_s) {
+  const Options& o = p.o;
+  std::string m2 = p.scrape();
+  double req3 = requests(m2), storm_s = std::chrono::duration<double>(Clock::now() - s.t).count();
+  int restarted = 0;
+  {
+    std::lock_guard<std::mutex> lock(p.cluster.mu);
+    for (const auto& [name, j] : p.cluster.jobs) restarted += j.restarts > 0;
+  }
+  p.report << "  phase 2 (storm: " << failed << " of " << p.run.total << " running pods Failed, exit code " << o.storm_exit_code
+           << ", " << p.hit.size() << " jobs hit):\n"
+           << "    storm -> every job hit Running again (all pods of attempt 1): " << (recovered_s < 0 ? "not reached" : fmt(recovered_s) + " s")
+           << " (includes the operator's --restart-backoff)\n"
+           << "    gang restarts: " << fmt(bench::metric_sum(m2, "lockstep_operator_gang_restarts_total") - s.gang_restarts, 0)
+           << " (lockstep_operator_gang_restarts_total); jobs with status.restarts > 0: " << restarted << "\n"
+           << "    operator requests: " << fmt(req3 - s.requests, 0) << " in " << fmt(storm_s) << " s = " << fmt((req3 - s.requests) / storm_s, 1)
+           << " req/s on average, " << (p.peak_rate > 0 ? fmt(p.peak_rate, 1) : std::string("n/a")) << " req/s at most over 5 s (--kube-api-qps " << p.run.qps
+           << ", burst above it allowed by --kube-api-burst)\n"
+           << "    operator CPU: " << fmt(bench::cpu_seconds(p.run.op.pid()) - s.op_cpu, 2) << " s\n";
+}
+
+// --- 3. complete -----------------------------------------------------------------------------------
+
+// Releases every pod (removes the hold label), then waits until every job has succeeded.
+void phase3_complete(Phases& p) {
+  if (!p.ok || !p.run.storm) return;
+  std::vector<std::string> names;
+  {
+    std::lock_guard<std::mutex> lock(p.cluster.mu);
+    for (const auto& [name, pod] : p.cluster.pods) names.push_back(name);
+  }
+  std::cout << "phase 3: release " << names.size() << " pods to succeed" << std::endl;
+  auto t_release = Clock::now();
+  std::atomic<int> errors{0};
+  bench::parallel(static_cast<int>(names.size()), 32, [&](int i) {
+    auto r = p.client.patch(res::kPods.path(kNamespace, names[i]), {{"metadata", {{"labels", {{kHoldLabel, nullptr}}}}}});
+    if (!r.ok() && !r.not_found() && errors++ < 3) std::cerr << "  release " << names[i] << ": " << r.message() << "\n";
+  });
+  p.ok = errors == 0 && wait_for(p, "phase 3", [&] { return p.cluster.job_count("Succeeded") == p.o.jobs; });
+  double done_s = p.ok ? std::chrono::duration<double>(Clock::now() - t_release).count() : -1;
+  p.report << "  phase 3: release -> all jobs Succeeded: " << (done_s < 0 ? "not reached" : fmt(done_s) + " s")
+           << " (pods succeed " << p.o.succeed_after.count() << " ms after release); apply -> all Succeeded: "
+           << (done_s < 0 ? "not reached" : fmt(p.since_apply(Clock::now())) + " s") << "\n";
+}
+
+// --- checks ------------------------------------------------------------------------------------------
+
+// The operator's totals over the run, read once it is quiet.
+struct Totals {
+  std::string m;       // its /metrics
+  int run_scrapes;     // the benchmark's reads of it during the run
+  double scrape_cpu;   // the operator's CPU seconds per read
+  long hwm, rss;       // kB
+  double op_cpu, req;  // since phase 1 started
+};
+
+Totals read_totals(Phases& p) {
+  Totals t;
+  t.m = p.scrape();
+  // What the benchmark's own /metrics reads cost the operator, read 10 times now (quiet).
+  t.run_scrapes = p.scrapes;
+  double s0 = bench::cpu_seconds(p.run.op.pid());
+  for (int i = 0; i < 10; ++i) p.scrape();
+  t.scrape_cpu = (bench::cpu_seconds(p.run.op.pid()) - s0) / 10;
+  t.hwm = bench::status_kb(p.run.op.pid(), "VmHWM:"), t.rss = bench::status_kb(p.run.op.pid(), "VmRSS:");
+  t.op_cpu = s0 - p.op_cpu0, t.req = requests(t.m) - p.req0;
+  return t;
+}
+
+// Every job Succeeded, no duplicate pod, the expected restarts: the failures (none when all
+// hold), with a line of counts added to the report.
+std::vector<std::string> check_jobs(Phases& p) {
+  const Options& o = p.o;
+  Cluster& cluster = p.cluster;
+  std::vector<std::string> failures;
+  std::lock_guard<std::mutex> lock(cluster.mu);
+  int succeeded = 0, dup_alive = 0, wrong_count = 0, wrong_restarts = 0, expected_pods = 0;
+  for (const auto& [name, j] : cluster.jobs) {
+    succeeded += j.phase == "Succeeded";
+    bool was_hit = p.hit.count(name) > 0;
+    if (j.restarts != (was_hit ? 1 : 0)) ++wrong_restarts;
+    expected_pods += o.gang * (1 + j.restarts);
+    for (int i = 0; i < o.gang; ++i) {
+      auto s = cluster.slots.find({name, i});
+      size_t n = s == cluster.slots.end() ? 0 : s->second.uids.size();
+      if (n != static_cast<size_t>(1 + j.restarts)) ++wrong_count;
+      if (s != cluster.slots.end() && s->second.max_alive > 1) ++dup_alive;
+    }
+  }
+  if (p.ok && succeeded != o.jobs) failures.push_back(std::to_string(o.jobs - succeeded) + " jobs not Succeeded");
+  if (!p.ok) failures.push_back("a phase did not finish (see above)");
+  if (static_cast<int>(cluster.jobs.size()) != o.jobs) failures.push_back("the watch saw " + std::to_string(cluster.jobs.size()) + " jobs");
+  if (dup_alive) failures.push_back(std::to_string(dup_alive) + " job indexes had two pods alive at once");
+  if (p.ok && wrong_count) failures.push_back(std::to_string(wrong_count) + " job indexes had a pod count other than 1 + status.restarts");
+  if (p.ok && wrong_restarts) failures.push_back(std::to_string(wrong_restarts) + " jobs restarted other than once when hit, never otherwise");
+  p.report << "  checks: jobs Succeeded " << succeeded << "/" << o.jobs << "; pods created " << cluster.created << " (expected "
+           << expected_pods << " = " << o.gang << " x (1 + restarts) per job); indexes with two pods alive at once: " << dup_alive
+           << "; indexes with a pod count other than 1 + restarts: " << wrong_count << "; jobs with unexpected restarts: "
+           << wrong_restarts << "\n";
+  return failures;
+}
+
+void report_whole_run(Phases& p, const Totals& t) {
+  const Run& run = p.run;
+  const std::string& m = t.m;
+  double per_k = p.cluster.created / 1000.0;
+  p.report << "  whole run (" << p.cluster.created << " pods created):\n"
+           << "    reconcile duration:  p50 " << fmt(bench::histogram_quantile(m, "lockstep_operator_reconcile_duration_seconds", 0.5) * 1000, 2)
+           << " ms, p99 " << fmt(bench::histogram_quantile(m, "lockstep_operator_reconcile_duration_seconds", 0.99) * 1000, 2) << " ms ("
+           << fmt(bench::metric_sum(m, "lockstep_operator_reconcile_duration_seconds_count"), 0) << " reconciles)\n"
+           << "    work queue depth at most: " << fmt(bench::metric_sum(m, "lockstep_operator_workqueue_depth_max"), 0) << " jobs\n"
+           << "    operator RSS:        peak (VmHWM) " << fmt(t.hwm / 1024.0) << " MB, at the end " << fmt(t.rss / 1024.0)
+           << " MB (anonymous " << fmt(bench::status_kb(run.op.pid(), "RssAnon:") / 1024.0) << " MB, files " << fmt(bench::status_kb(run.op.pid(), "RssFile:") / 1024.0)
+           << " MB; target <= 64 MB at 10,000 pods: " << (t.hwm > 0 && t.hwm <= 64 * 1024 ? "met" : "NOT met") << ")\n"
+           << "    operator CPU:        " << fmt(t.op_cpu, 2) << " s = " << fmt(t.op_cpu / per_k, 3) << " s per 1,000 pods ("
+           << fmt(t.op_cpu / per_k, 3) << " ms per pod; target <= 1 ms per pod: " << (t.op_cpu / per_k <= 1.0 ? "met" : "NOT met") << ")\n"
+           << "      of which the benchmark's " << t.run_scrapes << " /metrics reads: about " << fmt(t.run_scrapes * t.scrape_cpu, 2) << " s ("
+           << fmt(t.scrape_cpu * 1000, 1) << " ms each); without them " << fmt((t.op_cpu - t.run_scrapes * t.scrape_cpu) / per_k, 3) << " ms per pod\n"
+           << "    API requests:        " << fmt(t.req, 0) << " = " << fmt(t.req / p.o.jobs, 2) << " per job (" << requests_by_verb(m, p.o.jobs)
+           << " per job, since start; watches included)\n"
+           << "    apiserver CPU: " << fmt(bench::cpu_seconds(run.cp->apiserver_pid()), 1) << " s, etcd " << fmt(bench::cpu_seconds(run.cp->etcd_pid()), 1)
+           << " s, kwok " << fmt(bench::cpu_seconds(run.kwok.pid()), 1) << " s, scheduler " << fmt(bench::cpu_seconds(run.scheduler.pid()), 1)
+           << " s (since each started)\n";
+}
+
+// Prints the report and the checks' verdict; true when every check passed.
+bool print_results(Phases& p, const std::vector<std::string>& failures) {
+  bool checks_ok = failures.empty();
+  std::cout << "\nresults (kube-apiserver " << "v1.34.4 on loopback, KWOK " LOCKSTEP_KWOK_VERSION ", scheduler-plugins "
+            << LOCKSTEP_SCHEDULER_PLUGINS_VERSION << " Coscheduling; " << std::thread::hardware_concurrency() << " cores):\n"
+            << p.report.str();
+  for (const auto& f : failures) std::cout << "  CHECK FAILED: " << f << "\n";
+  std::cout << (checks_ok ? "checks passed" : "checks FAILED") << std::endl;
+  return checks_ok;
+}
+
+// --- the run, in order ------------------------------------------------------------------------
+
+// The set-up, the three phases and the checks: 0 when every check passed, 1 when one failed or
+// something broke (printed), 130 on Ctrl-C. Kueue, the client and the watches end here; what
+// they ran on is stopped afterwards (stop_everything).
+int run_phases(Run& run) {
   try {
-    lockstep::test::ControlPlaneOptions cpo;
-    if (!o.keep_dir.empty()) {
-      cpo.dir = o.keep_dir;
-      cpo.keep_dir = true;
-    }
-    cp = lockstep::test::ControlPlane::start(cpo);
-    const std::string dir = cp->dir();
-    std::cout << "  control plane up in " << fmt(cp->startup_seconds()) << " s (" << dir << ")" << std::endl;
-    std::map<std::string, std::string> env = {{"KUBECONFIG", cp->kubeconfig()}};
-    for (const char* f : {"/crds/lockstep.dev_trainingjobs.yaml", "/tests/cluster/cosched/podgroup-crd.yaml"}) {
-      auto r = lockstep::run_capture({"kubectl", "apply", "--server-side", "-f", std::string(LOCKSTEP_SOURCE_DIR) + f}, env);
-      if (!r.status.success()) throw std::runtime_error("kubectl apply " + std::string(f) + ": " + r.output);
-    }
-    lockstep::run_capture({"kubectl", "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"}, env);
-    lockstep::run_capture({"kubectl", "create", "namespace", kNamespace}, env);
+    start_control_plane(run);
     std::unique_ptr<lockstep::test::Kueue> kueue;
-    if (o.kueue) {
-      if (auto why = lockstep::test::Kueue::missing(); !why.empty()) throw std::runtime_error("--kueue: " + why);
-      lockstep::test::KueueOptions ko;
-      ko.pods_ready_timeout = std::chrono::seconds(3600);  // no eviction: admission and requests are measured
-      if (!o.keep_dir.empty()) ko.dir = o.keep_dir + "/kueue";
-      auto t_kueue = Clock::now();
-      kueue = lockstep::test::Kueue::start(cp->kubeconfig(), ko);
-      const std::string cpus = std::to_string(total), memory = std::to_string(2 * total) + "Gi";
-      auto q = lockstep::run_capture(
-          {"kubectl", "apply", "-f", "-"}, env, 60s,
-          "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ResourceFlavor\nmetadata: {name: bench}\n---\n"
-          "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: bench}\nspec:\n  namespaceSelector: {}\n"
-          "  resourceGroups:\n  - coveredResources: [cpu, memory]\n    flavors:\n    - name: bench\n      resources:\n"
-          "      - {name: cpu, nominalQuota: " + cpus + "}\n      - {name: memory, nominalQuota: " + memory + "}\n---\n"
-          "apiVersion: kueue.x-k8s.io/v1beta2\nkind: LocalQueue\nmetadata: {name: bench, namespace: " + std::string(kNamespace) +
-          "}\nspec: {clusterQueue: bench}\n");
-      if (!q.status.success()) throw std::runtime_error("the Kueue queues: " + q.output);
-      std::cout << "  Kueue ready in " << fmt(std::chrono::duration<double>(Clock::now() - t_kueue).count())
-                << " s; ClusterQueue of " << cpus << " CPUs and " << memory << ": every job fits at once" << std::endl;
-    }
-
-    auto config = lockstep::kube::RestConfig::from_kubeconfig(cp->kubeconfig());
-    config.qps = 1e6;  // the benchmark's own requests never wait on a client-side limit
-    config.burst = 1000000;
+    if (run.o.kueue) kueue = start_kueue(run);
+    auto config = client_config(run);
     lockstep::kube::Client client(config);
-
-    // --- fake nodes and KWOK --------------------------------------------------------------
-    std::atomic<int> node_errors{0};
-    bench::parallel(o.nodes, 16, [&](int i) {
-      json alloc = {{"cpu", "32"}, {"memory", "256Gi"}, {"pods", "110"}};
-      json node = {{"apiVersion", "v1"}, {"kind", "Node"},
-                   {"metadata", {{"name", "kwok-node-" + std::to_string(i)}, {"annotations", {{kNodeAnnotation, "fake"}}},
-                                 {"labels", {{"type", "kwok"}, {"kubernetes.io/hostname", "kwok-node-" + std::to_string(i)}}}}},
-                   {"status", {{"allocatable", alloc}, {"capacity", alloc}}}};
-      if (!client.create("/api/v1/nodes", node).ok()) ++node_errors;
-      // Admission taints a new node not-ready; the node lifecycle controller, not run here, would
-      // lift it once KWOK reports the node Ready.
-      else if (!client.patch("/api/v1/nodes/" + node["metadata"]["name"].get<std::string>(), {{"spec", {{"taints", nullptr}}}}).ok())
-        ++node_errors;
-    });
-    if (node_errors) throw std::runtime_error(std::to_string(node_errors) + " nodes could not be created");
-    {
-      std::ofstream(dir + "/kwok.yaml") << kwok_stages(o.succeed_after);
-      lockstep::SpawnOptions so;
-      so.argv = {o.kwok, "--kubeconfig", cp->kubeconfig(), "--config", dir + "/kwok.yaml", "--manage-all-nodes=false",
-                 "--manage-nodes-with-annotation-selector=" + std::string(kNodeAnnotation) + "=fake",
-                 "--server-address", "127.0.0.1:" + std::to_string(lockstep::free_loopback_port()),
-                 "--node-lease-duration-seconds", "3600"};  // no node controller here reads leases
-      so.env = {{"HOME", dir}};                             // no ~/.kwok/kwok.yaml of this machine's
-      so.output_path = dir + "/kwok.log";
-      so.new_process_group = true;  // Ctrl-C reaches the benchmark, which stops everything in order
-      kwok = lockstep::Process::spawn(so);
-    }
-    auto t_nodes = Clock::now();
-    for (int ready = 0; ready < o.nodes;) {
-      if (g_stop || !kwok.running()) throw std::runtime_error(g_stop ? "interrupted" : "kwok exited: " + lockstep::test::tail_file(dir + "/kwok.log"));
-      if (Clock::now() - t_nodes > 300s) throw std::runtime_error("nodes not Ready within 300 s: " + std::to_string(ready));
-      std::this_thread::sleep_for(1s);
-      auto r = client.get("/api/v1/nodes");
-      ready = 0;
-      for (const auto& n : r.body["items"])
-        for (const auto& c : n["status"].value("conditions", json::array()))
-          ready += c.value("type", "") == "Ready" && c.value("status", "") == "True";
-    }
-    std::cout << "  " << o.nodes << " KWOK nodes Ready in " << fmt(std::chrono::duration<double>(Clock::now() - t_nodes).count())
-              << " s" << std::endl;
-
-    // --- the gang scheduler -----------------------------------------------------------------
-    {
-      std::ofstream(dir + "/scheduler.yaml") << scheduler_config(cp->kubeconfig());
-      int port = lockstep::free_loopback_port();
-      lockstep::SpawnOptions so;
-      so.argv = {o.scheduler, "--config", dir + "/scheduler.yaml", "--authentication-kubeconfig", cp->kubeconfig(),
-                 "--authorization-kubeconfig", cp->kubeconfig(), "--bind-address", "127.0.0.1", "--secure-port",
-                 std::to_string(port), "--v=1"};
-      so.output_path = dir + "/scheduler.log";
-      so.new_process_group = true;
-      scheduler = lockstep::Process::spawn(so);
-      if (!wait_ready("https://127.0.0.1:" + std::to_string(port) + "/readyz", 120s, [&] { return scheduler.running(); }))
-        throw std::runtime_error(g_stop ? "interrupted" : "the gang scheduler is not ready: " + lockstep::test::tail_file(dir + "/scheduler.log"));
-    }
-
-    // --- the operator ---------------------------------------------------------------------------
-    {
-      int port = lockstep::free_loopback_port();
-      lockstep::SpawnOptions so;
-      so.argv = {LOCKSTEP_OPERATOR_BIN, "--kubeconfig", cp->kubeconfig(), "--http-address", "127.0.0.1", "--http-port",
-                 std::to_string(port), "--leader-elect", "false", "--log-level", "warn"};
-      so.argv.insert(so.argv.end(), o.operator_args.begin(), o.operator_args.end());
-      so.output_path = dir + "/operator.log";
-      so.new_process_group = true;
-      op = lockstep::Process::spawn(so);
-      metrics_url = "http://127.0.0.1:" + std::to_string(port) + "/metrics";
-      if (!wait_ready("http://127.0.0.1:" + std::to_string(port) + "/readyz", 120s, [&] { return op.running(); }))
-        throw std::runtime_error(g_stop ? "interrupted" : "the operator is not ready: " + lockstep::test::tail_file(dir + "/operator.log"));
-    }
-    std::cout << "  gang scheduler and operator ready; set-up took " << fmt(elapsed()) << " s" << std::endl;
+    create_nodes(run, client);
+    start_kwok(run, client);
+    start_scheduler(run);
+    start_operator(run);
+    std::cout << "  gang scheduler and operator ready; set-up took " << fmt(run.elapsed()) << " s" << std::endl;
 
     Cluster cluster;
     Reaper reaper(config);
@@ -648,268 +1057,40 @@ int main(int argc, char** argv) {
     });
     Watcher job_watch(config, res::kTrainingJobs.path(kNamespace), [&](const std::string& t, const json& obj) { cluster.on_job(t, obj); });
 
-    // Each /metrics read costs the operator CPU (about 17 ms at 1,250 jobs on 2 busy cores: the
-    // per-job series), so it is read every 5 s and the reads' own cost is measured at the end.
-    int scrapes = 0;
-    auto scrape = [&] {
-      ++scrapes;
-      return lockstep::run_capture({"curl", "-sf", metrics_url}, {}, 10s).output;
-    };
-    auto requests = [&](const std::string& m) { return bench::metric_sum(m, "lockstep_operator_api_requests_total"); };
-    // Waits until done() holds, with a progress line every 5 s; false on timeout, Ctrl-C or a
-    // component gone. Reads the operator's request count with each line, for its highest rate
-    // over 5 s (peak_rate).
-    double peak_rate = 0;
-    auto wait_for = [&](const std::string& what, const std::function<bool()>& done) {
-      auto start = Clock::now(), last_sample = start;
-      std::deque<std::pair<Clock::time_point, double>> samples{{start, requests(scrape())}};
-      std::string m;
-      while (!done()) {
-        std::string problem = g_stop ? "interrupted" : !op.running() ? "the operator exited" : !kwok.running() ? "kwok exited"
-                              : !scheduler.running() ? "the scheduler exited" : !cp->healthy() ? "the control plane died"
-                              : Clock::now() - start > o.timeout ? "timed out after " + std::to_string(o.timeout.count()) + " s" : "";
-        if (!problem.empty()) {
-          std::cout << "  " << what << ": " << problem << std::endl;
-          return false;
-        }
-        std::this_thread::sleep_for(200ms);
-        if (Clock::now() - last_sample < 5s) continue;
-        last_sample = Clock::now();
-        m = scrape();
-        samples.emplace_back(last_sample, requests(m));
-        while (samples.size() > 2 && samples.back().first - samples[1].first >= 5s) samples.pop_front();
-        double window = std::chrono::duration<double>(samples.back().first - samples.front().first).count();
-        double rate = window > 0 ? (samples.back().second - samples.front().second) / window : 0;
-        if (window >= 4.5) peak_rate = std::max(peak_rate, rate);
-        auto c = cluster.counts();
-        std::ostringstream jobs;
-        for (const auto& [phase, n] : c.jobs) jobs << " " << phase << " " << n;
-        std::cout << "  [" << fmt(elapsed(), 0) << " s] " << what << ": pods created " << cluster.created << ", bound "
-                  << c.bound << ", Running " << c.running << ", Succeeded " << c.succeeded << ", Failed " << c.failed
-                  << "; jobs" << jobs.str() << "; operator " << fmt(bench::cpu_seconds(op.pid())) << " CPU s, RSS "
-                  << fmt(bench::status_kb(op.pid(), "VmRSS:") / 1024.0) << " MB, " << fmt(rate, 0) << " req/s, queue max "
-                  << bench::metric_sum(m, "lockstep_operator_workqueue_depth_max") << std::endl;
-      }
-      return true;
-    };
-
-    // --- 1. apply ---------------------------------------------------------------------------------
-    std::cout << "phase 1: apply " << o.jobs << " TrainingJobs" << std::endl;
-    double op_cpu0 = bench::cpu_seconds(op.pid()), req0 = requests(scrape());
-    auto t_apply = Clock::now();
-    std::atomic<int> apply_errors{0};
-    bench::parallel(o.jobs, 16, [&](int i) {
-      json labels = storm ? json{{kHoldLabel, "true"}} : json::object();
-      json md = {{"name", "job-" + std::to_string(i)}, {"namespace", kNamespace}};
-      if (o.kueue) md["labels"] = {{"kueue.x-k8s.io/queue-name", "bench"}};
-      json tj = {{"apiVersion", "lockstep.dev/v1alpha1"}, {"kind", "TrainingJob"},
-                 {"metadata", md},
-                 {"spec", {{"nodes", o.gang}, {"procsPerNode", 1}, {"strategy", "DDP"},
-                           {"scheduling", {{"gang", true}, {"schedulerName", kGangScheduler}}},
-                           {"template", {{"metadata", {{"labels", labels}}},
-                                         {"spec", {{"containers", json::array({{{"name", "trainer"}, {"image", "lockstep/trainer:bench"},
-                                                                                 {"resources", {{"requests", {{"cpu", "1"}, {"memory", "2Gi"}}}}}}})}}}}}}}};
-      auto r = client.create(res::kTrainingJobs.path(kNamespace), tj);
-      if (!r.ok()) {
-        if (apply_errors++ < 3) std::cerr << "  apply job-" << i << ": " << r.message() << "\n";
-      }
-    });
-    double apply_s = std::chrono::duration<double>(Clock::now() - t_apply).count();
-    std::cout << "  applied in " << fmt(apply_s) << " s (" << apply_errors << " errors)" << std::endl;
-    auto since_apply = [&](Clock::time_point t) { return std::chrono::duration<double>(t - t_apply).count(); };
-    bool ok = apply_errors == 0 && wait_for("phase 1", [&] { return cluster.created >= total; });
-    double created_s = -1;
-    if (ok) {
-      std::lock_guard<std::mutex> lock(cluster.mu);
-      created_s = since_apply(cluster.last_created);
-    }
-    double running_s = -1, succeeded_s = -1;
-    if (ok && storm) {
-      ok = wait_for("phase 1", [&] { return cluster.job_count("Running") == o.jobs && cluster.counts().running == total; });
-      if (ok) running_s = since_apply(Clock::now());
-    } else if (ok) {
-      ok = wait_for("phase 1", [&] { return cluster.job_count("Succeeded") == o.jobs; });
-      if (ok) succeeded_s = since_apply(Clock::now());
-    }
-    double op_cpu1 = bench::cpu_seconds(op.pid());
-    std::string m1 = scrape();
-    double req1 = requests(m1);
-    report << "  phase 1 (" << o.jobs << " jobs x " << o.gang << " pods):\n"
-           << "    apply -> all " << total << " pods created:   " << (created_s < 0 ? "not reached (" + std::to_string(cluster.created) + " created)" : fmt(created_s) + " s (" + fmt(total / created_s, 0) + " pods/s)") << "\n";
-    if (storm) report << "    apply -> all jobs Running:       " << (running_s < 0 ? "not reached" : fmt(running_s) + " s") << "\n";
-    else report << "    apply -> all jobs Succeeded:     " << (succeeded_s < 0 ? "not reached" : fmt(succeeded_s) + " s") << "\n";
-    report << "    operator CPU:                    " << fmt(op_cpu1 - op_cpu0, 2) << " s = " << fmt((op_cpu1 - op_cpu0) / (cluster.created / 1000.0), 3)
-           << " s per 1,000 pods (target <= 1 ms per pod)\n"
-           << "    operator API requests:           " << fmt(req1 - req0, 0) << " = " << fmt((req1 - req0) / o.jobs, 2) << " per job ("
-           << requests_by_verb(m1, o.jobs) << " per job, since start)\n"
-           << "    operator request rate:           " << fmt((req1 - req0) / std::max(1e-9, since_apply(Clock::now())), 1)
-           << " req/s on average (--kube-api-qps " << qps << ")\n";
-
-    // --- 2. the storm -------------------------------------------------------------------------------
-    std::set<std::string> hit;
-    if (ok && storm) {
-      std::vector<std::string> names;
-      std::map<std::string, std::string> uids;  // the pod each failure is meant for
-      {
-        std::lock_guard<std::mutex> lock(cluster.mu);
-        for (const auto& [name, p] : cluster.pods)
-          if (p.phase == "Running") {
-            names.push_back(name);
-            uids[name] = p.uid;
-          }
-      }
-      std::mt19937 rng(15);
-      std::shuffle(names.begin(), names.end(), rng);
-      names.resize(static_cast<size_t>(total) * o.storm_percent / 100);
-      for (const auto& n : names) hit.insert(n.substr(0, n.rfind('-')));
-      std::cout << "phase 2: storm: " << names.size() << " running pods fail at once (exit code " << o.storm_exit_code << "), "
-                << hit.size() << " jobs hit" << std::endl;
-      double op_cpu2 = bench::cpu_seconds(op.pid()), req2 = requests(scrape()), gang0 = bench::metric_sum(scrape(), "lockstep_operator_gang_restarts_total");
-      peak_rate = 0;
-      auto t_storm = Clock::now();
-      // A pod can be gone before its failure is written: another pod of its gang failed first
-      // and the operator's gang restart deleted it. That is the storm working, not an error;
-      // the patch names the pod's UID, so it never fails the next attempt's pod of that name.
-      std::atomic<int> patch_errors{0}, already_gone{0};
-      std::string now = [] {
-        char buf[32];
-        std::time_t t = std::time(nullptr);
-        std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-        return std::string(buf);
-      }();
-      bench::parallel(static_cast<int>(names.size()), 32, [&](int i) {
-        json status = {{"metadata", {{"uid", uids[names[i]]}}}, {"status", {{"phase", "Failed"}, {"reason", "Error"},
-                                   {"conditions", json::array({{{"type", "Ready"}, {"status", "False"}, {"lastTransitionTime", now}},
-                                                               {{"type", "ContainersReady"}, {"status", "False"}, {"lastTransitionTime", now}}})},
-                                   {"containerStatuses", json::array({{{"name", "trainer"}, {"image", "lockstep/trainer:bench"}, {"imageID", ""},
-                                                                       {"ready", false}, {"started", false}, {"restartCount", 0},
-                                                                       {"state", {{"terminated", {{"exitCode", o.storm_exit_code}, {"reason", "Error"},
-                                                                                                  {"startedAt", now}, {"finishedAt", now}}}}}}})}}}};
-        auto r = client.patch(res::kPods.path(kNamespace, names[i], "status"), status, lockstep::kube::PatchType::StrategicMerge);
-        if (r.ok()) return;
-        if (r.not_found() || r.conflict()) ++already_gone;
-        else if (patch_errors++ < 3) std::cerr << "  fail " << names[i] << ": " << r.message() << "\n";
-      });
-      double patch_s = std::chrono::duration<double>(Clock::now() - t_storm).count();
-      std::cout << "  " << names.size() - already_gone << " pods Failed in " << fmt(patch_s, 2) << " s (" << already_gone
-                << " already deleted by their gang's restart; " << patch_errors << " errors)" << std::endl;
-      ok = patch_errors == 0 && wait_for("phase 2", [&] {
-        std::lock_guard<std::mutex> lock(cluster.mu);
-        for (const auto& job : hit)
-          if (!cluster.running_in(job, o.gang, 1)) return false;
-        return true;
-      });
-      double recovered_s = ok ? std::chrono::duration<double>(Clock::now() - t_storm).count() : -1;
-      std::string m2 = scrape();
-      double req3 = requests(m2), storm_s = std::chrono::duration<double>(Clock::now() - t_storm).count();
-      int restarted = 0;
-      {
-        std::lock_guard<std::mutex> lock(cluster.mu);
-        for (const auto& [name, j] : cluster.jobs) restarted += j.restarts > 0;
-      }
-      report << "  phase 2 (storm: " << names.size() << " of " << total << " running pods Failed, exit code " << o.storm_exit_code
-             << ", " << hit.size() << " jobs hit):\n"
-             << "    storm -> every job hit Running again (all pods of attempt 1): " << (recovered_s < 0 ? "not reached" : fmt(recovered_s) + " s")
-             << " (includes the operator's --restart-backoff)\n"
-             << "    gang restarts: " << fmt(bench::metric_sum(m2, "lockstep_operator_gang_restarts_total") - gang0, 0)
-             << " (lockstep_operator_gang_restarts_total); jobs with status.restarts > 0: " << restarted << "\n"
-             << "    operator requests: " << fmt(req3 - req2, 0) << " in " << fmt(storm_s) << " s = " << fmt((req3 - req2) / storm_s, 1)
-             << " req/s on average, " << (peak_rate > 0 ? fmt(peak_rate, 1) : std::string("n/a")) << " req/s at most over 5 s (--kube-api-qps " << qps
-             << ", burst above it allowed by --kube-api-burst)\n"
-             << "    operator CPU: " << fmt(bench::cpu_seconds(op.pid()) - op_cpu2, 2) << " s\n";
-    }
-
-    // --- 3. complete -----------------------------------------------------------------------------------
-    if (ok && storm) {
-      std::vector<std::string> names;
-      {
-        std::lock_guard<std::mutex> lock(cluster.mu);
-        for (const auto& [name, p] : cluster.pods) names.push_back(name);
-      }
-      std::cout << "phase 3: release " << names.size() << " pods to succeed" << std::endl;
-      auto t_release = Clock::now();
-      std::atomic<int> errors{0};
-      bench::parallel(static_cast<int>(names.size()), 32, [&](int i) {
-        auto r = client.patch(res::kPods.path(kNamespace, names[i]), {{"metadata", {{"labels", {{kHoldLabel, nullptr}}}}}});
-        if (!r.ok() && !r.not_found() && errors++ < 3) std::cerr << "  release " << names[i] << ": " << r.message() << "\n";
-      });
-      ok = errors == 0 && wait_for("phase 3", [&] { return cluster.job_count("Succeeded") == o.jobs; });
-      double done_s = ok ? std::chrono::duration<double>(Clock::now() - t_release).count() : -1;
-      report << "  phase 3: release -> all jobs Succeeded: " << (done_s < 0 ? "not reached" : fmt(done_s) + " s")
-             << " (pods succeed " << o.succeed_after.count() << " ms after release); apply -> all Succeeded: "
-             << (done_s < 0 ? "not reached" : fmt(since_apply(Clock::now())) + " s") << "\n";
-    }
-
-    // --- checks ------------------------------------------------------------------------------------------
-    std::string m = scrape();
-    // What the benchmark's own /metrics reads cost the operator, read 10 times now (quiet).
-    int run_scrapes = scrapes;
-    double s0 = bench::cpu_seconds(op.pid());
-    for (int i = 0; i < 10; ++i) scrape();
-    double scrape_cpu = (bench::cpu_seconds(op.pid()) - s0) / 10;
-    long hwm = bench::status_kb(op.pid(), "VmHWM:"), rss = bench::status_kb(op.pid(), "VmRSS:");
-    double op_cpu = s0 - op_cpu0, req = requests(m) - req0;
-    std::vector<std::string> failures;
-    {
-      std::lock_guard<std::mutex> lock(cluster.mu);
-      int succeeded = 0, dup_alive = 0, wrong_count = 0, wrong_restarts = 0, expected_pods = 0;
-      for (const auto& [name, j] : cluster.jobs) {
-        succeeded += j.phase == "Succeeded";
-        bool was_hit = hit.count(name) > 0;
-        if (j.restarts != (was_hit ? 1 : 0)) ++wrong_restarts;
-        expected_pods += o.gang * (1 + j.restarts);
-        for (int i = 0; i < o.gang; ++i) {
-          auto s = cluster.slots.find({name, i});
-          size_t n = s == cluster.slots.end() ? 0 : s->second.uids.size();
-          if (n != static_cast<size_t>(1 + j.restarts)) ++wrong_count;
-          if (s != cluster.slots.end() && s->second.max_alive > 1) ++dup_alive;
-        }
-      }
-      if (ok && succeeded != o.jobs) failures.push_back(std::to_string(o.jobs - succeeded) + " jobs not Succeeded");
-      if (!ok) failures.push_back("a phase did not finish (see above)");
-      if (static_cast<int>(cluster.jobs.size()) != o.jobs) failures.push_back("the watch saw " + std::to_string(cluster.jobs.size()) + " jobs");
-      if (dup_alive) failures.push_back(std::to_string(dup_alive) + " job indexes had two pods alive at once");
-      if (ok && wrong_count) failures.push_back(std::to_string(wrong_count) + " job indexes had a pod count other than 1 + status.restarts");
-      if (ok && wrong_restarts) failures.push_back(std::to_string(wrong_restarts) + " jobs restarted other than once when hit, never otherwise");
-      report << "  checks: jobs Succeeded " << succeeded << "/" << o.jobs << "; pods created " << cluster.created << " (expected "
-             << expected_pods << " = " << o.gang << " x (1 + restarts) per job); indexes with two pods alive at once: " << dup_alive
-             << "; indexes with a pod count other than 1 + restarts: " << wrong_count << "; jobs with unexpected restarts: "
-             << wrong_restarts << "\n";
-    }
-    double per_k = cluster.created / 1000.0;
-    report << "  whole run (" << cluster.created << " pods created):\n"
-           << "    reconcile duration:  p50 " << fmt(bench::histogram_quantile(m, "lockstep_operator_reconcile_duration_seconds", 0.5) * 1000, 2)
-           << " ms, p99 " << fmt(bench::histogram_quantile(m, "lockstep_operator_reconcile_duration_seconds", 0.99) * 1000, 2) << " ms ("
-           << fmt(bench::metric_sum(m, "lockstep_operator_reconcile_duration_seconds_count"), 0) << " reconciles)\n"
-           << "    work queue depth at most: " << fmt(bench::metric_sum(m, "lockstep_operator_workqueue_depth_max"), 0) << " jobs\n"
-           << "    operator RSS:        peak (VmHWM) " << fmt(hwm / 1024.0) << " MB, at the end " << fmt(rss / 1024.0)
-           << " MB (anonymous " << fmt(bench::status_kb(op.pid(), "RssAnon:") / 1024.0) << " MB, files " << fmt(bench::status_kb(op.pid(), "RssFile:") / 1024.0)
-           << " MB; target <= 64 MB at 10,000 pods: " << (hwm > 0 && hwm <= 64 * 1024 ? "met" : "NOT met") << ")\n"
-           << "    operator CPU:        " << fmt(op_cpu, 2) << " s = " << fmt(op_cpu / per_k, 3) << " s per 1,000 pods ("
-           << fmt(op_cpu / per_k, 3) << " ms per pod; target <= 1 ms per pod: " << (op_cpu / per_k <= 1.0 ? "met" : "NOT met") << ")\n"
-           << "      of which the benchmark's " << run_scrapes << " /metrics reads: about " << fmt(run_scrapes * scrape_cpu, 2) << " s ("
-           << fmt(scrape_cpu * 1000, 1) << " ms each); without them " << fmt((op_cpu - run_scrapes * scrape_cpu) / per_k, 3) << " ms per pod\n"
-           << "    API requests:        " << fmt(req, 0) << " = " << fmt(req / o.jobs, 2) << " per job (" << requests_by_verb(m, o.jobs)
-           << " per job, since start; watches included)\n"
-           << "    apiserver CPU: " << fmt(bench::cpu_seconds(cp->apiserver_pid()), 1) << " s, etcd " << fmt(bench::cpu_seconds(cp->etcd_pid()), 1)
-           << " s, kwok " << fmt(bench::cpu_seconds(kwok.pid()), 1) << " s, scheduler " << fmt(bench::cpu_seconds(scheduler.pid()), 1)
-           << " s (since each started)\n";
-    checks_ok = failures.empty();
-    std::cout << "\nresults (kube-apiserver " << "v1.34.4 on loopback, KWOK " LOCKSTEP_KWOK_VERSION ", scheduler-plugins "
-              << LOCKSTEP_SCHEDULER_PLUGINS_VERSION << " Coscheduling; " << std::thread::hardware_concurrency() << " cores):\n"
-              << report.str();
-    for (const auto& f : failures) std::cout << "  CHECK FAILED: " << f << "\n";
-    std::cout << (checks_ok ? "checks passed" : "checks FAILED") << std::endl;
-    rc = g_stop ? 130 : checks_ok ? 0 : 1;
+    Phases p(run, client, cluster);
+    phase1_apply(p);
+    phase2_storm(p);
+    phase3_complete(p);
+    Totals totals = read_totals(p);
+    std::vector<std::string> failures = check_jobs(p);
+    report_whole_run(p, totals);
+    bool checks_ok = print_results(p, failures);
+    return g_stop ? 130 : checks_ok ? 0 : 1;
   } catch (const std::exception& e) {
     std::cout << "bench/scale: " << (g_stop ? "interrupted" : std::string("error: ") + e.what()) << std::endl;
-    rc = g_stop ? 130 : 1;
+    return g_stop ? 130 : 1;
   }
-  // Stop everything, the operator first (it would act on what goes away), the control plane last.
+}
+
+// Stops everything, the operator first (it would act on what goes away), the control plane last.
+void stop_everything(Run& run) {
   std::cout << "stopping the operator, the scheduler, kwok and the control plane" << std::endl;
-  for (auto* p : {&op, &scheduler, &kwok})
+  for (auto* p : {&run.op, &run.scheduler, &run.kwok})
     if (p->pid() > 0) p->terminate(5s);
-  if (cp) cp->stop();
+  if (run.cp) run.cp->stop();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o = parse(argc, argv);
+  bench::catch_stop_signals();
+  if (int rc = check_prerequisites(o)) return rc;
+  Run run(std::move(o));
+  print_plan(run);
+  run.t_start = Clock::now();
+  int rc = run_phases(run);
+  stop_everything(run);
   std::fflush(nullptr);
   ::_exit(rc);
 }
