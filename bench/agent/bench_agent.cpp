@@ -164,7 +164,7 @@ ProbeRun run_probe_once(bool probe, const std::string& torch, const std::string&
   so.unset_env = {"LOCKSTEP_PYTHON_PROBE_DIR", "OMP_NUM_THREADS", "LOCKSTEP_METRICS_SOCKET"};
   so.output_path = out + "/agent.log";
   r.code = lockstep::Process::spawn(so).wait().shell_code();
-  // Note [Gloo's exit race] (agent/python/lockstep/_pytorch.py): PyTorch 2.11 sometimes aborts
+  // Note [Gloo's exit race] (agent/python/lockstep/_exit_wait.py): PyTorch 2.11 sometimes aborts
   // a Gloo program after its last line, which the probe's exit wait avoids and a run with the
   // probe off does not. The figures are in the ranks' files by then; the run counts.
   if (r.code == 134) {

@@ -35,7 +35,7 @@ def main():
         return 64
     timing_dir, script = sys.argv[1], sys.argv[2]
     sys.argv = sys.argv[2:]
-    from lockstep import _pytorch  # the probe's module; loading it imports no torch
+    from lockstep import _ddp, _pytorch  # the probe's modules; loading them imports no torch
 
     timing = {"hook_ns": [], "ddp_stats_ns": [], "hook_cpu_ns": [], "ddp_stats_cpu_ns": []}
 
@@ -52,8 +52,8 @@ def main():
         return call
 
     _pytorch._Probe._after_optimizer_step = timed(_pytorch._Probe._after_optimizer_step, "hook_ns", "hook_cpu_ns")
-    _pytorch._LoggerReader.set_runtime_stats_and_log = timed(
-        _pytorch._LoggerReader.set_runtime_stats_and_log, "ddp_stats_ns", "ddp_stats_cpu_ns")
+    _ddp._LoggerReader.set_runtime_stats_and_log = timed(
+        _ddp._LoggerReader.set_runtime_stats_and_log, "ddp_stats_ns", "ddp_stats_cpu_ns")
 
     def write():
         path = os.path.join(timing_dir, "timing-%s.json" % os.environ.get("RANK", "0"))

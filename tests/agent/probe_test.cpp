@@ -1,8 +1,8 @@
-// The Python probe (agent/python; Note [Python probe] in agent/config.cpp, Notes in
-// agent/python/lockstep/_pytorch.py): unmodified Python programs run by real lockstep-agent
-// processes on loopback, their step reports read from /metrics and the step log and checked
-// against what the programs measure themselves; and the agent's side of it (configuration,
-// where the probe is found, the workers' PYTHONPATH).
+// The Python probe (agent/python; Note [Python probe] in agent/config.cpp, Notes in the
+// modules of agent/python/lockstep/, which _pytorch.py maps): unmodified Python programs run by
+// real lockstep-agent processes on loopback, their step reports read from /metrics and the step
+// log and checked against what the programs measure themselves; and the agent's side of it
+// (configuration, where the probe is found, the workers' PYTHONPATH).
 //
 // Tests that run PyTorch need a Python tree with torch 2.11 on PYTHONPATH, named by
 // LOCKSTEP_PYTHON_TORCH (the CPU-only tree at ~/.cache/lockstep/python-torch-2.11.0-cpu, or
@@ -309,7 +309,9 @@ TEST(ProbeConfig, TheInstalledAgentFindsTheProbeInItsInstallTree) {
   auto in = lockstep::run_capture({cmake, "--install", build, "--component", "agent", "--prefix", prefix}, {}, 120s);
   ASSERT_EQ(in.status.shell_code(), 0) << in.output;
   for (const char* f : {"sitecustomize.py", "lockstep/__init__.py", "lockstep/_probe.py", "lockstep/_pytorch.py",
-                        "lockstep/_stop.py"})
+                        "lockstep/_steps.py", "lockstep/_ddp.py", "lockstep/_fsdp.py", "lockstep/_comm_figures.py",
+                        "lockstep/_own_figures.py", "lockstep/_step_report.py", "lockstep/_channel.py",
+                        "lockstep/_exit_wait.py", "lockstep/_stop.py"})
     EXPECT_TRUE(fs::exists(prefix + "/share/lockstep/python/" + f)) << f;
   auto r = lockstep::run_capture({prefix + "/bin/lockstep-agent", "--no-metrics", "--stall-timeout", "1h", "--", "/bin/sh", "-c",
                                   "echo \"PYTHONPATH=$PYTHONPATH\""},

@@ -128,7 +128,7 @@ def main():
     # Every rank done before any tears Gloo down: a rank that left first has made a peer still in
     # destroy_process_group abort ("terminate called without an active exception"), probe or none.
     # Even after it, Gloo's threads can abort the exit; under the agent the probe waits them out
-    # (Note [Gloo's exit race] in agent/python/lockstep/_pytorch.py).
+    # (Note [Gloo's exit race] in `agent/python/lockstep/_exit_wait.py`).
     dist.barrier()
     dist.destroy_process_group()
 
