@@ -274,6 +274,37 @@ TEST(Scripts, ShellcheckFindsNoWarningInAnyShellScript) {
   EXPECT_TRUE(r.status.success()) << lockstep::shell_join(argv) << ":\n" << r.output;
 }
 
+// pyflakes (Debian's pyflakes3, installed by scripts/setup.sh) over every Python file git has or
+// would add (tracked, or new and not ignored): unused and undefined names, imports shadowed or
+// never used, f-strings without placeholders.
+TEST(Python, PyflakesFindsNoWarningInAnyPythonFile) {
+  const std::string pyflakes = lockstep::test::env_or("LOCKSTEP_PYFLAKES", "pyflakes3");
+  bool installed = false;
+  std::string why;
+  try {  // run_capture throws when there is no such program
+    auto version = lockstep::run_capture({pyflakes, "--version"}, {}, 30s);
+    installed = version.status.success();
+    why = version.output;
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  if (!installed) {
+    const char* all = std::getenv("LOCKSTEP_REQUIRE_ALL");
+    if (all && std::string(all) == "1") FAIL() << "pyflakes3 is not installed (scripts/setup.sh installs it): " << why;
+    GTEST_SKIP() << "SKIPPED: pyflakes3 is not installed (apt-get install pyflakes3; scripts/setup.sh does)";
+  }
+  auto listed = lockstep::run_capture(
+      {"git", "-C", kRoot.string(), "ls-files", "--cached", "--others", "--exclude-standard", "--", "*.py"}, {}, 60s);
+  if (!listed.status.success()) GTEST_SKIP() << "SKIPPED: " << kRoot << " is not a git checkout: " << listed.output;
+  std::vector<std::string> argv = {pyflakes};
+  for (const auto& f : lines_of(listed.output)) {
+    if (fs::is_regular_file(kRoot / f)) argv.push_back((kRoot / f).string());  // not one deleted but not yet committed
+  }
+  EXPECT_GT(argv.size() - 1, 20u);
+  auto r = lockstep::run_capture(argv, {}, 300s);
+  EXPECT_TRUE(r.status.success()) << pyflakes << " over " << argv.size() - 1 << " Python files:\n" << join(lines_of(r.output));
+}
+
 // Note [Set-up gates] (tests/CMakeLists.txt): the set-up test a fixture's tests wait behind,
 // against a background step played by this test: it waits while the step runs, passes when the
 // step succeeded or reached the stage asked for, fails with the end of the step's output when it
