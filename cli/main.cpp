@@ -12,7 +12,7 @@ namespace {
 const char* kUsage = R"(usage: lockstep COMMAND [ARGS]
   run FILE.yaml        run the TrainingJob locally (spec.nodes agents on loopback)
   validate FILE.yaml   check a TrainingJob with the same rules as the cluster's CRD
-  plan [--model tiny|gpt2-124m | --params 7.5B | --file JOB.yaml] [--gpus N] [--gpu-memory-gb G]
+  plan [--model NAME | --params 7.5B | --file JOB.yaml] [--gpus N] [--gpu-memory-gb G]
        [--seq-len S] [--micro-batch B] [--activation-checkpointing]
                        per-GPU memory under DDP, ZeRO-1, ZeRO-2 and FSDP, and the recommendation
   --version, --help

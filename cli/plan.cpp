@@ -6,17 +6,21 @@
 #include <optional>
 #include <sstream>
 
-#include "memory_plan.hpp"
+#include "lockstep/flags.hpp"
+#include "lockstep/memory_plan.hpp"
+#include "lockstep/model_shapes.hpp"
 #include "validate.hpp"
 
 namespace lockstep::cli {
 namespace {
 
-const char* kPlanUsage = R"(usage: lockstep plan [--model tiny|gpt2-124m | --params N | --file JOB.yaml] [--gpus N]
+// The models are the trainer's presets (lockstep/model_shapes.hpp): one list.
+std::string plan_usage() {
+  return R"(usage: lockstep plan [--model NAME | --params N | --file JOB.yaml] [--gpus N]
                      [--gpu-memory-gb G] [--seq-len S] [--micro-batch B] [--activation-checkpointing]
   Per-GPU memory of the model states (and activations, for a known model) under DDP, ZeRO-1,
   ZeRO-2 and FSDP, and the strategy the trainer's Auto would pick.
-  --model NAME              tiny or gpt2-124m (default gpt2-124m)
+  --model NAME              one of )" + models::names() + R"( (default gpt2-124m)
   --params N                a parameter count instead of a model, such as 124M, 7.5B or 1.3e9
   --file JOB.yaml           the model, batch and GPU count of a TrainingJob
   --gpus N                  data-parallel GPUs, a whole number >= 1 (default 8)
@@ -25,6 +29,7 @@ const char* kPlanUsage = R"(usage: lockstep plan [--model tiny|gpt2-124m | --par
   --micro-batch B           sequences per GPU per step, a whole number >= 1 (default 1)
   --activation-checkpointing  activations recomputed in backward
 )";
+}
 
 // Each flag's own words: what it is and what is valid, as every user-facing error must say.
 double parse_count(const std::string& flag, const std::string& v) {  // 124M, 7.5B, 1.3e9
@@ -74,29 +79,30 @@ struct PlanRequest {
   bool checkpointing = false;
 };
 
-// The flags into `req`; an exit code where the command ends here (--help: 0, a bad flag: 2).
+// The flags into `req`, each --flag value or --flag=value (lockstep/flags.hpp); an exit code
+// where the command ends here (--help: 0, a bad flag: 2).
 std::optional<int> parse_plan_flags(const std::vector<std::string>& args, PlanRequest& req) {
   try {
     for (size_t i = 0; i < args.size(); ++i) {
-      auto next = [&]() -> std::string {
-        if (i + 1 >= args.size()) throw std::invalid_argument(args[i] + " needs a value (lockstep plan --help lists each flag)");
-        return args[++i];
-      };
-      const std::string& a = args[i];
+      const std::string a = args[i];
+      std::string v;
       if (a == "--help" || a == "-h") {
-        std::cout << kPlanUsage;
+        std::cout << plan_usage();
         return 0;
       }
-      if (a == "--model") { req.model = next(); req.model_given = true; }
-      else if (a == "--params") req.params = parse_count(a, next());
-      else if (a == "--file") req.file = next();
-      else if (a == "--gpus") req.gpus = parse_whole(a, next(), "GPUs");
-      else if (a == "--gpu-memory-gb") req.memory_gb = parse_gb(a, next());
-      else if (a == "--seq-len") req.seq = parse_whole(a, next(), "tokens");
-      else if (a == "--micro-batch") req.micro = parse_whole(a, next(), "sequences per GPU");
+      if (flags::match(args, i, "--model", v)) { req.model = v; req.model_given = true; }
+      else if (flags::match(args, i, "--params", v)) req.params = parse_count("--params", v);
+      else if (flags::match(args, i, "--file", v)) req.file = v;
+      else if (flags::match(args, i, "--gpus", v)) req.gpus = parse_whole("--gpus", v, "GPUs");
+      else if (flags::match(args, i, "--gpu-memory-gb", v)) req.memory_gb = parse_gb("--gpu-memory-gb", v);
+      else if (flags::match(args, i, "--seq-len", v)) req.seq = parse_whole("--seq-len", v, "tokens");
+      else if (flags::match(args, i, "--micro-batch", v)) req.micro = parse_whole("--micro-batch", v, "sequences per GPU");
       else if (a == "--activation-checkpointing") req.checkpointing = true;
       else throw std::invalid_argument("unknown flag '" + a + "' (see lockstep plan --help)");
     }
+  } catch (const flags::FlagError& e) {  // a flag without its value
+    std::cerr << "lockstep plan: " << e.what() << " (lockstep plan --help lists each flag)\n";
+    return 2;
   } catch (const std::invalid_argument& e) {
     std::cerr << "lockstep plan: " << e.what() << "\n";
     return 2;
@@ -132,10 +138,10 @@ bool read_job_file(PlanRequest& req) {
 }
 
 // The table: each strategy's per-GPU memory, and the choice.
-void print_plan(const PlanRequest& req, const std::string& model, const plan::TransformerShape& shape, double params) {
+void print_plan(const PlanRequest& req, const std::string& label, const plan::TransformerShape& shape, double params) {
   const int n = static_cast<int>(req.gpus);
   const double act = shape.layers > 0 ? plan::activation_bytes(shape, req.checkpointing) : 0;
-  std::cout << std::fixed << std::setprecision(1) << "model: " << (shape.layers > 0 ? model : "custom") << ", "
+  std::cout << std::fixed << std::setprecision(1) << "model: " << label << ", "
             << params / 1e6 << "M parameters; " << n << " GPUs x " << req.memory_gb << " GB; mixed-precision Adam (16 bytes/parameter)\n";
   if (shape.layers > 0)
     std::cout << "activations per GPU: " << gb(act) << " (sequence " << static_cast<long>(shape.seq) << ", micro-batch "
@@ -169,16 +175,23 @@ int plan_command(const std::vector<std::string>& args) {
   double vocab = 50257;
   std::string model = req.model;
   if (req.params > 0 && !req.model_given && req.file.empty()) model = "custom";  // a bare count: model states only
-  if (model == "custom") {}
-  else if (model == "gpt2-124m") shape = {12, 768, 12, 1024, req.micro};
-  else if (model == "tiny") { shape = {2, 64, 2, 64, req.micro}; vocab = 256; }
-  else if (req.params == 0) {
-    std::cerr << "lockstep plan: unknown --model '" << model << "'; valid: tiny, gpt2-124m, or give --params\n";
+  const models::Preset* preset = model == "custom" ? nullptr : models::find(model);
+  if (preset && preset->kind == models::Kind::Gpt) {
+    const models::Shape& m = preset->shape;
+    shape = {static_cast<double>(m.layers), static_cast<double>(m.width), static_cast<double>(m.heads),
+             static_cast<double>(m.context), req.micro};
+    vocab = static_cast<double>(m.vocab);
+  } else if (!preset && model != "custom" && req.params == 0) {
+    std::cerr << "lockstep plan: unknown --model '" << model << "'; valid: " << models::names() << ", or give --params\n";
     return 2;
   }
   if (req.seq > 0) shape.seq = req.seq;
-  double params = req.params > 0 ? req.params : plan::gpt_parameters(shape.layers, shape.width, vocab, shape.seq);
-  print_plan(req, model, shape, params);
+  // The MLP's activations are not modelled (Korthikanti's formula is a transformer layer's).
+  const bool mlp = preset && preset->kind == models::Kind::Mlp;
+  double params = req.params > 0 ? req.params
+                  : mlp ? plan::mlp_parameters(static_cast<double>(preset->shape.width), static_cast<double>(preset->shape.vocab))
+                        : plan::gpt_parameters(shape.layers, shape.width, vocab, shape.seq);
+  print_plan(req, shape.layers > 0 || mlp ? model : "custom", shape, params);
   return 0;
 }
 

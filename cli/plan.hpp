@@ -1,5 +1,6 @@
 // `lockstep plan`: per-GPU memory of a model under DDP, ZeRO-1, ZeRO-2 and FSDP (ZeRO-3), and
-// the strategy the trainer's Auto would pick (the same code: trainer/memory_plan.hpp).
+// the strategy the trainer's Auto would pick (the same code and models: lockstep/memory_plan.hpp,
+// lockstep/model_shapes.hpp).
 #pragma once
 
 #include <string>

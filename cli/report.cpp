@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "lockstep/contract.hpp"
+#include "lockstep/time_text.hpp"
 
 #include "report_page.hpp"  // kReportPage: cli/report_page.html, embedded at build time
 
@@ -51,9 +52,10 @@ std::string fixed(double v, int digits) {
   return o.str();
 }
 
+// The run's length: "12.3 s", or from a minute on as `lockstep run` says it, "3m20s".
 std::string seconds_text(double s) {
-  if (s >= 60) return std::to_string(static_cast<int>(s / 60)) + " min " + std::to_string(static_cast<int>(std::fmod(s, 60))) + " s";
-  return fixed(s, 1) + " s";
+  if (s >= 60) return time_text::compact_duration(static_cast<long long>(s));
+  return time_text::seconds(s, 1);
 }
 
 // Replaces the one occurrence of `key` in `page`.

@@ -19,6 +19,7 @@
 #include "lockstep/contract.hpp"
 #include "lockstep/random.hpp"
 #include "lockstep/process.hpp"
+#include "lockstep/time_text.hpp"
 #include "reconcile/failure_policy.hpp"
 #include "reconcile/job.hpp"
 #include "reconcile/manifests.hpp"
@@ -68,13 +69,8 @@ std::string tool_path() {
   return path + (env ? env : "/usr/bin:/bin");
 }
 
-std::string fmt_duration(double s) {
-  std::ostringstream o;
-  if (s >= 3600) o << static_cast<int>(s / 3600) << "h" << static_cast<int>(std::fmod(s, 3600) / 60) << "m";
-  else if (s >= 60) o << static_cast<int>(s / 60) << "m" << static_cast<int>(std::fmod(s, 60)) << "s";
-  else o << static_cast<int>(s + 0.5) << "s";
-  return o.str();
-}
+// The ETA and the run's length as the operator writes a job's ETA: "45s", "3m20s", "2h05m".
+std::string fmt_duration(double s) { return time_text::compact_duration(std::llround(s)); }
 
 // Where the pod path `path` lives, judged as the cluster would: the volume mounted at the
 // longest mountPath containing it. Anything but an emptyDir (a persistentVolumeClaim,

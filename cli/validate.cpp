@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "crd_text.hpp"
+#include "lockstep/flags.hpp"
 #include "lockstep/text.hpp"
 
 using json = nlohmann::json;
@@ -515,13 +516,15 @@ std::vector<std::string> known_cel_rules() {
   return out;
 }
 
+// Read with the programs' own matcher (lockstep/flags.hpp).
 std::optional<std::string> arg_value(const std::vector<std::string>& args, const std::string& flag) {
   std::optional<std::string> value;
   for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i].size() > flag.size() && args[i].compare(0, flag.size() + 1, flag + "=") == 0)
-      value = args[i].substr(flag.size() + 1);
-    else if (args[i] == flag && i + 1 < args.size())
-      value = args[++i];
+    std::string v;
+    try {
+      if (flags::match(args, i, flag, v)) value = v;
+    } catch (const flags::FlagError&) {  // given last without a value: as if not given
+    }
   }
   return value;
 }

@@ -1,6 +1,7 @@
 #include "model.hpp"
 
-#include "memory_plan.hpp"
+#include "lockstep/memory_plan.hpp"
+#include "lockstep/model_shapes.hpp"
 
 #include <cmath>
 #include <stdexcept>
@@ -23,20 +24,18 @@ torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
 
 }  // namespace
 
+// The presets are lockstep/model_shapes.hpp's table, which `lockstep plan` sizes too; "mlp"
+// gives the MLP's width and vocabulary (tiny's).
 GptConfig GptConfig::preset(const std::string& name) {
+  const models::Preset* p = models::find(name);
+  if (!p) throw std::invalid_argument("--model: unknown preset '" + name + "'; valid: " + models::names());
   GptConfig c;
-  if (name == "tiny") return c;  // 2 layers, 2 heads, width 64, context 64, vocabulary 256
-  // GPT-2 small and GPT-2 XL (bench/trainer/gpu.sh: MFU at 1.5B): context 1024, GPT-2's vocabulary.
-  if (name == "gpt2-124m" || name == "gpt2-1558m") {
-    const bool xl = name == "gpt2-1558m";
-    c.n_layer = xl ? 48 : 12;
-    c.n_head = xl ? 25 : 12;
-    c.n_embd = xl ? 1600 : 768;
-    c.block_size = 1024;
-    c.vocab_size = 50257;
-    return c;
-  }
-  throw std::invalid_argument("--model: unknown preset '" + name + "'; valid: tiny, gpt2-124m, gpt2-1558m, mlp");
+  c.n_layer = p->shape.layers;
+  c.n_head = p->shape.heads;
+  c.n_embd = p->shape.width;
+  c.block_size = p->shape.context;
+  c.vocab_size = p->shape.vocab;
+  return c;
 }
 
 int64_t GptConfig::parameters() const {

@@ -14,7 +14,7 @@ namespace lockstep::trainer {
 
 struct GptConfig {
   int64_t n_layer = 2, n_head = 2, n_embd = 64, block_size = 64, vocab_size = 256;
-  static GptConfig preset(const std::string& name);  // "tiny" | "gpt2-124m"; throws naming valid ones
+  static GptConfig preset(const std::string& name);  // lockstep/model_shapes.hpp; throws naming valid ones
   int64_t parameters() const;                         // exact count, tied embeddings counted once
 };
 

@@ -31,6 +31,7 @@
 
 #include "checkpoint.hpp"
 #include "lockstep/contract.hpp"
+#include "lockstep/flags.hpp"
 #include "recompute.hpp"
 #include "data.hpp"
 #include "stop.hpp"
@@ -38,7 +39,7 @@
 #include "dist.hpp"
 #include "fsdp.hpp"
 #include "optim.hpp"
-#include "memory_plan.hpp"
+#include "lockstep/memory_plan.hpp"
 #include "model.hpp"
 #include "profile.hpp"
 
@@ -236,14 +237,16 @@ Options parse_options(const std::vector<std::string>& args) {
   if (const char* s = std::getenv(lockstep::contract::kRestartAttempt); s && *s)
     o.attempt = integer(lockstep::contract::kRestartAttempt, s, 0);
   for (size_t i = 0; i < args.size(); ++i) {
-    std::string a = args[i], v;
-    auto eq = a.find('=');
-    bool has_value = eq != std::string::npos;
-    if (has_value) { v = a.substr(eq + 1); a = a.substr(0, eq); }
+    // --name=value or --name value (lockstep/flags.hpp); a switch ignores a value given with '='.
+    const std::string a = args[i].substr(0, args[i].find('='));
     auto value = [&]() -> std::string {
-      if (has_value) return v;
-      if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
-      return args[++i];
+      std::string v;
+      try {
+        flags::match(args, i, a, v);
+      } catch (const flags::FlagError& e) {  // "--model needs a value"
+        throw std::invalid_argument(e.what());
+      }
+      return v;
     };
     if (a == "--model") o.model = value();
     else if (a == "--n-layer") o.n_layer = integer(a, value(), 1);

@@ -3,8 +3,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <ctime>
 #include <mutex>
+
+#include "lockstep/time_text.hpp"
 
 namespace lockstep::log {
 namespace {
@@ -35,15 +36,9 @@ bool parse_level(const std::string& s, Level& out) {
 bool enabled(Level level) { return static_cast<int>(level) >= g_level.load(); }
 
 void write(Level level, const std::string& component, const std::string& message) {
-  auto now = std::chrono::system_clock::now();
-  std::time_t t = std::chrono::system_clock::to_time_t(now);
-  int ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char ts[32];
-  std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
+  const std::string ts = time_text::rfc3339(std::chrono::system_clock::now(), 3);  // 2026-11-22T00:42:38.123Z
   std::lock_guard<std::mutex> lock(g_mu);
-  std::fprintf(stderr, "%s.%03dZ %s %s: %s\n", ts, ms, name(level), component.c_str(), message.c_str());
+  std::fprintf(stderr, "%s %s %s: %s\n", ts.c_str(), name(level), component.c_str(), message.c_str());
   std::fflush(stderr);
 }
 

@@ -18,6 +18,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "lockstep/text.hpp"
+
 namespace lockstep::kube::http {
 namespace {
 
@@ -50,12 +52,6 @@ bool icontains(std::string_view hay, std::string_view needle) {
 
 bool digit(char c) { return c >= '0' && c <= '9'; }
 bool xdigit(char c) { return digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
 
 // A printable excerpt of bytes that were not what was expected, for an error message.
 std::string excerpt(std::string_view s) {
@@ -287,7 +283,7 @@ bool read_head(Connection& c, Head& h, std::string& error, bool& got_bytes) {
       rest = next == std::string_view::npos ? std::string_view{} : rest.substr(next + 2);
       size_t colon = field.find(':');
       if (colon == std::string_view::npos) continue;
-      std::string_view name = field.substr(0, colon), value = trim(field.substr(colon + 1));
+      std::string_view name = field.substr(0, colon), value = text::trim(field.substr(colon + 1));
       if (iequals(name, "content-length")) {
         long long v = 0;
         if (value.empty() || value.size() > 18 || !std::all_of(value.begin(), value.end(), digit)) {
@@ -355,7 +351,7 @@ bool read_body(Connection& c, Head& h, const Sink& sink, bool& stopped, std::str
     std::string line;
     for (;;) {
       if (!read_line(c, line, error)) return false;
-      std::string_view size_text = trim(std::string_view(line).substr(0, line.find(';')));
+      std::string_view size_text = text::trim(std::string_view(line).substr(0, line.find(';')));
       unsigned long long size = 0;
       if (size_text.empty() || size_text.size() > 15 || !std::all_of(size_text.begin(), size_text.end(), xdigit)) {
         error = "bad chunk size '" + excerpt(line) + "'";

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <set>
 
+#include "lockstep/time_text.hpp"
 #include "reconcile/prometheus_text.hpp"
 #include "reconcile/in_place.hpp"
 
@@ -151,40 +152,9 @@ std::optional<Progress> final_progress(std::optional<Progress> last, const std::
   return last;
 }
 
-std::string format_duration(long long s) {
-  if (s < 0) s = 0;
-  auto two = [](long long v) {
-    std::string out = std::to_string(v);
-    if (v < 10) out.insert(out.begin(), '0');
-    return out;
-  };
-  if (s < 60) return std::to_string(s) + "s";
-  if (s < 3600) return std::to_string(s / 60) + "m" + two(s % 60) + "s";
-  if (s < 86400) return std::to_string(s / 3600) + "h" + two(s / 60 % 60) + "m";
-  return std::to_string(s / 86400) + "d" + two(s / 3600 % 24) + "h";
-}
+// One compact duration for the status, the messages and the command line (lockstep/time_text.hpp).
+std::string format_duration(long long s) { return time_text::compact_duration(s); }
 
-std::optional<long long> parse_duration(const std::string& text) {
-  long long total = 0;
-  size_t i = 0;
-  bool any = false;
-  while (i < text.size()) {
-    size_t j = i;
-    while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
-    if (j == i || j == text.size() || j - i > 12) return std::nullopt;
-    long long v = std::stoll(text.substr(i, j - i));
-    switch (text[j]) {
-      case 'd': total += v * 86400; break;
-      case 'h': total += v * 3600; break;
-      case 'm': total += v * 60; break;
-      case 's': total += v; break;
-      default: return std::nullopt;
-    }
-    any = true;
-    i = j + 1;
-  }
-  if (!any) return std::nullopt;
-  return total;
-}
+std::optional<long long> parse_duration(const std::string& text) { return time_text::parse_compact_duration(text); }
 
 }  // namespace lockstep::reconcile

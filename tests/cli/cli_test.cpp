@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "lockstep/model_shapes.hpp"
 #include "lockstep/process.hpp"
 #include "test_util.hpp"
 #include "validate.hpp"
@@ -216,6 +217,29 @@ TEST(Plan, PrintsThePublishedZeroFigures) {
   EXPECT_NE(r.output.find("recommended: FSDP"), std::string::npos) << r.output;
   auto small = lockstep_cmd({"plan", "--model", "gpt2-124m", "--gpus", "8", "--gpu-memory-gb", "80"});
   EXPECT_NE(small.output.find("recommended: DDP"), std::string::npos) << small.output;
+}
+
+// The models are the trainer's own (lockstep/model_shapes.hpp, one list): `plan` sizes GPT-2 XL
+// from its shape (1,557,611,200 parameters, 16 bytes each under DDP), plans every preset the
+// trainer's --model takes, and an unknown model's error and the usage list them all.
+TEST(Plan, KnowsEveryTrainerPresetIncludingGpt2Xl) {
+  auto xl = lockstep_cmd({"plan", "--model", "gpt2-1558m", "--gpus", "8"});
+  ASSERT_EQ(xl.status.shell_code(), 0) << xl.output;
+  EXPECT_NE(xl.output.find("model: gpt2-1558m, 1557.6M parameters; 8 GPUs"), std::string::npos) << xl.output;
+  EXPECT_TRUE(std::regex_search(xl.output, std::regex(R"(\nDDP\s+3\.1 GB\s+3\.1 GB\s+18\.7 GB\s+24\.9 GB)"))) << xl.output;
+  EXPECT_NE(xl.output.find("activations per GPU: "), std::string::npos) << xl.output;
+  auto usage = lockstep_cmd({"plan", "--help"});
+  EXPECT_NE(usage.output.find(lockstep::models::names()), std::string::npos) << usage.output;
+  auto bad = lockstep_cmd({"plan", "--model", "gpt5"});
+  EXPECT_EQ(bad.status.shell_code(), 2) << bad.output;
+  EXPECT_NE(bad.output.find("unknown --model 'gpt5'; valid: " + lockstep::models::names()), std::string::npos) << bad.output;
+  for (const auto& p : lockstep::models::kPresets) {
+    SCOPED_TRACE(std::string(p.name));
+    auto r = lockstep_cmd({"plan", "--model=" + std::string(p.name)});
+    EXPECT_EQ(r.status.shell_code(), 0) << r.output;
+    EXPECT_NE(r.output.find("model: " + std::string(p.name) + ", "), std::string::npos) << r.output;
+    EXPECT_NE(bad.output.find(std::string(p.name)), std::string::npos) << bad.output;
+  }
 }
 
 // A job's trainer args are read as its program reads them: `--model tiny` (a separate value)

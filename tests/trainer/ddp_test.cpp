@@ -13,7 +13,7 @@
 #include <regex>
 #include <sstream>
 
-#include "../../trainer/memory_plan.hpp"
+#include "lockstep/memory_plan.hpp"
 #include "lockstep/process.hpp"
 #include "test_util.hpp"
 #include "trainer_test_util.hpp"

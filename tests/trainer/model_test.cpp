@@ -7,7 +7,10 @@
 #include <map>
 #include <string>
 
+#include "lockstep/memory_plan.hpp"
+#include "lockstep/model_shapes.hpp"
 #include "model.hpp"
+#include "train.hpp"
 
 namespace {
 
@@ -49,6 +52,35 @@ TEST(Model, EveryLinearLayerAddsItsBiasInItsMatrixProduct) {
   ops = operators_of([&] { mlp->forward(idx); });
   EXPECT_EQ(ops["aten::addmm"], 3);
   EXPECT_EQ(ops["aten::add_"], 0);
+}
+
+// The presets are lockstep/model_shapes.hpp's table, the one `lockstep plan` sizes: each is
+// accepted, the memory plan's counts are the modules' own, and the flag's error and --help list
+// every preset.
+TEST(Model, PresetsAreTheSharedTableAndThePlansCountsAreTheModulesOwn) {
+  for (const auto& p : lockstep::models::kPresets) {
+    GptConfig c = GptConfig::preset(std::string(p.name));
+    EXPECT_EQ(c.n_layer, p.shape.layers) << p.name;
+    EXPECT_EQ(c.n_embd, p.shape.width) << p.name;
+    EXPECT_EQ(c.vocab_size, p.shape.vocab) << p.name;
+  }
+  GptConfig tiny = GptConfig::preset("tiny");
+  Gpt gpt(tiny);
+  int64_t n = 0;
+  for (const auto& t : gpt->parameters()) n += t.numel();
+  EXPECT_EQ(n, tiny.parameters()) << "tied head counted once";
+  Mlp mlp(tiny.vocab_size, tiny.n_embd);
+  n = 0;
+  for (const auto& t : mlp->parameters()) n += t.numel();
+  EXPECT_EQ(static_cast<double>(n), lockstep::plan::mlp_parameters(static_cast<double>(tiny.n_embd),
+                                                                    static_cast<double>(tiny.vocab_size)));
+  try {
+    GptConfig::preset("gpt5");
+    FAIL() << "an unknown preset must be refused";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "--model: unknown preset 'gpt5'; valid: " + lockstep::models::names());
+  }
+  EXPECT_NE(std::string(kUsage).find(lockstep::models::names(" | ")), std::string::npos) << "--help lists every preset";
 }
 
 }  // namespace

@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "lockstep/process.hpp"
-#include "memory_plan.hpp"
+#include "lockstep/memory_plan.hpp"
 #include "model.hpp"
 #include "test_util.hpp"
 #include "trainer_test_util.hpp"

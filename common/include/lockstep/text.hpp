@@ -1,5 +1,5 @@
 // Text that a component bounds or passes on: cut at a UTF-8 character boundary, and made valid
-// UTF-8 where it arrives as raw bytes. Header-only and standard library only, so the operator,
+// UTF-8 where it arrives as raw bytes; and trimmed of surrounding whitespace. Header-only and standard library only, so the operator,
 // the agent, the command line and the trainer use the same words.
 //
 // Note [UTF-8 text]
@@ -99,6 +99,14 @@ inline std::string utf8_tail(std::string_view s, size_t max_bytes) {
   for (int k = 0; k < 3 && start < s.size() && detail::continuation(s[start]); ++k) ++start;
   if (start < s.size() && detail::continuation(s[start])) start = s.size() - max_bytes;
   return std::string(s.substr(start));
+}
+
+// `s` without any of `chars` at either end; by default spaces and tabs (HTTP's optional
+// whitespace around a header's value).
+inline std::string_view trim(std::string_view s, std::string_view chars = " \t") {
+  const size_t b = s.find_first_not_of(chars);
+  if (b == std::string_view::npos) return s.substr(s.size());
+  return s.substr(b, s.find_last_not_of(chars) - b + 1);
 }
 
 }  // namespace lockstep::text

@@ -1,6 +1,7 @@
 // Per-rank memory of model states and activations under DDP, ZeRO-1, ZeRO-2 and FSDP
 // (ZeRO-3), and the strategy Auto picks. Pure arithmetic, standard library only, shared by
-// the trainer (strategy Auto) and the `lockstep plan` command.
+// the trainer (strategy Auto) and the `lockstep plan` command (the models they size:
+// lockstep/model_shapes.hpp).
 //
 // Model states, per the ZeRO paper (Rajbhandari et al. 2020, section 3.1), for mixed-
 // precision Adam: 2 bytes of 16-bit parameters, 2 of 16-bit gradients and K = 12 of
@@ -43,6 +44,13 @@ inline double gpt_parameters(double layers, double width, double vocab, double c
   const double c = width;
   const double block = 2 * 2 * c + (c * 3 * c + 3 * c) + (c * c + c) + (c * 4 * c + 4 * c) + (4 * c * c + c);
   return vocab * c + context * c + layers * block + 2 * c;
+}
+
+// Parameters of the small MLP in trainer/model.hpp: the embedding, two hidden layers (C to 4C
+// and back) and the vocabulary head.
+inline double mlp_parameters(double width, double vocab) {
+  const double c = width;
+  return vocab * c + (c * 4 * c + 4 * c) + (4 * c * c + c) + (c * vocab + vocab);
 }
 
 struct TransformerShape {

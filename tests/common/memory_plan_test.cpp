@@ -1,7 +1,7 @@
 // plan::model_states against the ZeRO paper's published figures, and the Auto choice.
 #include <gtest/gtest.h>
 
-#include "memory_plan.hpp"
+#include "lockstep/memory_plan.hpp"
 
 using namespace lockstep::plan;
 
