@@ -35,7 +35,7 @@ struct Config {
   // Note [Barrier trust]: the job's secret (LOCKSTEP_BARRIER_SECRET), never logged; empty: none.
   // The agent takes it out of its environment, so no worker sees it.
   std::string barrier_secret;
-  // Note [Heartbeats] in barrier.hpp: a peer of the restart barrier (node 0's agent, or a
+  // Note [Heartbeats] in barrier/server.hpp: a peer of the restart barrier (node 0's agent, or a
   // member) that says nothing this long is lost, and so is an agent that was silent itself this
   // long. LOCKSTEP_PEER_TIMEOUT, --peer-timeout (older name: LOCKSTEP_BARRIER_TIMEOUT,
   // --barrier-timeout). 0: no checks; otherwise at least kMinPeerTimeout.

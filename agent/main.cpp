@@ -36,7 +36,7 @@ void log_plan(const Config& cfg) {
                                 << " s after a rank's last one; first step: "
                                 << (cfg.first_step_detection() ? "within " + std::to_string(cfg.first_step_timeout.count() / 1000) + " s of the start"
                                                                : std::string("not watched (--first-step-timeout, LOCKSTEP_FIRST_STEP_TIMEOUT)")));
-  if (cfg.peer_checks())  // Note [Heartbeats] in barrier.hpp
+  if (cfg.peer_checks())  // Note [Heartbeats] in barrier/server.hpp
     LOCKSTEP_LOG(Info, "agent", "heartbeats: every " << cfg.heartbeat_interval().count() / 1000.0
                                 << " s over the restart barrier; an agent silent for " << cfg.peer_timeout.count() / 1000.0
                                 << " s is lost (" << cfg.peer_timeout_from << ")");

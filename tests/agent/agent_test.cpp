@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "agent_support.hpp"
 #include "lockstep/contract.hpp"
 #include "lockstep/process.hpp"
 #include "test_util.hpp"
@@ -17,22 +18,16 @@
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 using lockstep::Process;
+using lockstep::test::agent_bin;
 using lockstep::test::descendants;
 using lockstep::test::env_or;
 using lockstep::test::eventually;
 
 namespace {
 
-std::string agent_bin() { return env_or("LOCKSTEP_AGENT_BIN", "lockstep-agent"); }
 std::string worker_bin() { return env_or("LOCKSTEP_TEST_WORKER_BIN", "lockstep-test-worker"); }
 
-
-std::string temp_dir(const std::string& name) {
-  std::string d = ::testing::TempDir() + "/agent-" + name + "-" + std::to_string(::getpid());
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+std::string temp_dir(const std::string& name) { return lockstep::test::fresh_temp_dir("agent-" + name); }
 
 // One agent: a node of a job, with its output in a file.
 struct Agent {
@@ -704,7 +699,7 @@ TEST(InPlace, EveryNodesTerminationMessageQuotesTheFailingRankOnAnotherNode) {
   EXPECT_NE(a0.output().find("last lines of rank 1 (node 1):"), std::string::npos) << a0.output();
 }
 
-// ---- A silent node (Note [Heartbeats] in agent/barrier.hpp) ----
+// ---- A silent node (Note [Heartbeats] in agent/barrier/server.hpp) ----
 
 // An agent and every process below it, the agent first.
 std::vector<pid_t> process_tree(const Agent& a) {

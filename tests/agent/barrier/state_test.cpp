@@ -5,7 +5,7 @@
 #include <chrono>
 #include <string>
 
-#include "barrier.hpp"
+#include "barrier/state.hpp"
 #include "lockstep/contract.hpp"
 
 using namespace lockstep::agent;

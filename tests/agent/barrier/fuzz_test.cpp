@@ -1,4 +1,4 @@
-// Hostile input for the restart barrier (Note [Barrier trust] in agent/barrier.hpp), as
+// Hostile input for the restart barrier (Note [Barrier trust] in agent/barrier/trust.hpp), as
 // fuzz_test.cpp does for the CLI's and operator's parsers: the line decoder, what a member's
 // report becomes after sanitizing, and the server's line handling fed seeded random streams
 // over real connections. Never a crash or a hang; what reaches status is always valid UTF-8,
@@ -12,8 +12,12 @@
 #include <random>
 #include <thread>
 
+#include "barrier/client.hpp"
+#include "barrier/codec.hpp"
+#include "barrier/server.hpp"
+#include "barrier/trust.hpp"
+#include "barrier/verdict.hpp"
 #include "test_util.hpp"
-#include "barrier.hpp"
 
 namespace agent = lockstep::agent;
 using namespace std::chrono_literals;

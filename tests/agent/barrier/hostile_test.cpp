@@ -1,4 +1,4 @@
-// The restart barrier in a hostile shared cluster (Note [Barrier trust] in agent/barrier.hpp;
+// The restart barrier in a hostile shared cluster (Note [Barrier trust] in agent/barrier/trust.hpp;
 // issue #26): strangers on loopback against the real BarrierServer and real lockstep-agent
 // processes. A stranger learns nothing from a refusal, cannot join or report, cannot delay
 // the start, cannot make the agent hold memory or spin at the fd limit, and its text never
@@ -19,7 +19,11 @@
 #include <thread>
 #include <utility>
 
-#include "barrier.hpp"
+#include "agent_support.hpp"
+#include "barrier/client.hpp"
+#include "barrier/codec.hpp"
+#include "barrier/server.hpp"
+#include "barrier/trust.hpp"
 #include "lockstep/contract.hpp"
 #include "lockstep/process.hpp"
 #include "test_util.hpp"
@@ -28,7 +32,7 @@ using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 namespace agent = lockstep::agent;
 using lockstep::Process;
-using lockstep::test::env_or;
+using lockstep::test::agent_bin;
 using lockstep::test::eventually;
 
 namespace {
@@ -37,14 +41,7 @@ const std::string kSecret = "0123456789abcdef0123456789abcdef0123456789abcdef012
 const std::string kRunId = "uid-7f3e-secret-run";
 constexpr int kAttempt = 3;
 
-std::string agent_bin() { return env_or("LOCKSTEP_AGENT_BIN", "lockstep-agent"); }
-
-std::string temp_dir(const std::string& name) {
-  std::string d = ::testing::TempDir() + "/barrier-hostile-" + name + "-" + std::to_string(::getpid());
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+std::string temp_dir(const std::string& name) { return lockstep::test::fresh_temp_dir("barrier-hostile-" + name); }
 
 
 void send_all(int fd, const std::string& s) {
