@@ -77,16 +77,7 @@ int port_of(int fd) {
   return ntohs(a.sin_port);
 }
 
-
-bool send_all(int fd, const std::string& s) {
-  size_t off = 0;
-  while (off < s.size()) {
-    ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    off += static_cast<size_t>(n);
-  }
-  return true;
-}
+using lockstep::test::send_all;  // test_util.hpp
 
 // A fake agent: accepts on loopback and runs `serve` on each connection in its own thread
 // until the peer is gone or the fake is destroyed.

@@ -88,12 +88,7 @@ class KueueTest : public ::testing::Test {
     ASSERT_TRUE(operator_->wait_log("Kueue Workload API (kueue.x-k8s.io/v1beta2) found")) << operator_->log();
   }
   static void TearDownTestSuite() {
-    delete operator_;
-    operator_ = nullptr;
-    delete kueue_;
-    kueue_ = nullptr;
-    delete client_;
-    client_ = nullptr;
+    lockstep::test::delete_in_order(operator_, kueue_, client_);
   }
   void SetUp() override {
     LOCKSTEP_REQUIRE_CONTROL_PLANE();

@@ -72,23 +72,14 @@ using lockstep::test::audit_writes;  // operator_process.hpp
 // Every holder the Lease has had from now on, in order, through a watch.
 class LeaseHolders {
  public:
-  LeaseHolders(Client& client, const std::string& ns) {
-    std::string path = res::kLeases.path(ns) + "?fieldSelector=" + lockstep::kube::url_encode("metadata.name=lockstep-operator");
-    auto list = client.get(path);
-    std::string rv = list.ok() ? list.body["metadata"].value("resourceVersion", "") : "";
-    thread_ = std::thread([this, &client, path, rv] {
-      client.watch(path, rv, 120, [this](const std::string& type, json& obj) {
-        if (type == "BOOKMARK") return;
-        std::string h = obj["spec"].value("holderIdentity", "");
-        std::lock_guard<std::mutex> lock(mu_);
-        if (holders_.empty() || holders_.back() != h) holders_.push_back(h);
-      }, cancel_);
-    });
-  }
-  ~LeaseHolders() {
-    cancel_.cancel();
-    thread_.join();
-  }
+  LeaseHolders(Client& client, const std::string& ns)
+      : watch_(client, res::kLeases.path(ns) + "?fieldSelector=" + lockstep::kube::url_encode("metadata.name=lockstep-operator"),
+               120, [this](const std::string& type, json& obj) {
+                 if (type == "BOOKMARK") return;
+                 std::string h = obj["spec"].value("holderIdentity", "");
+                 std::lock_guard<std::mutex> lock(mu_);
+                 if (holders_.empty() || holders_.back() != h) holders_.push_back(h);
+               }) {}
   std::vector<std::string> holders() {
     std::lock_guard<std::mutex> lock(mu_);
     return holders_;
@@ -97,17 +88,13 @@ class LeaseHolders {
  private:
   std::mutex mu_;
   std::vector<std::string> holders_;
-  lockstep::kube::Cancellation cancel_;
-  std::thread thread_;
+  lockstep::test::Watch watch_;  // last (operator_process.hpp)
 };
 
 class HostileTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (!control_plane()) return;
-    lockstep::test::apply_crds();
-    if (::testing::Test::HasFatalFailure()) return;
-    client_ = new Client(RestConfig::from_kubeconfig(control_plane()->kubeconfig()));
+    client_ = lockstep::test::apply_crds_and_connect();
   }
   static void TearDownTestSuite() {
     delete client_;

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <iomanip>
 #include <ctime>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -42,6 +43,15 @@ inline void apply_crds(const std::string& trainingjob_crd = "") {
   auto w = kubectl({"wait", "--for=condition=Established", "crd/trainingjobs.lockstep.dev",
                     "crd/podgroups.scheduling.x-k8s.io", "--timeout=60s"});
   ASSERT_TRUE(w.status.success()) << w.output;
+}
+
+// A suite's start: the CRDs on its control plane (apply_crds) and a client of it; nullptr
+// without a control plane or when the CRDs were not established (apply_crds' fatal failure).
+inline kube::Client* apply_crds_and_connect() {
+  if (!control_plane()) return nullptr;
+  apply_crds();
+  if (::testing::Test::HasFatalFailure()) return nullptr;
+  return new kube::Client(kube::RestConfig::from_kubeconfig(control_plane()->kubeconfig()));
 }
 
 // One request in namespace `ns` as the API server's audit log recorded it (the suites that run
@@ -180,27 +190,41 @@ class FakeAgent {
   op::HttpServer server_;  // last: it stops before the members its handler reads
 };
 
+// A watch of a list path (a collection, perhaps with a selector) from now on: from the list's
+// resourceVersion, each event handed to `on_event` on a thread of its own, until destroyed. A
+// class that owns one declares it last, so the thread ends before the members it writes.
+class Watch {
+ public:
+  using OnEvent = std::function<void(const std::string& type, nlohmann::json& obj)>;
+  Watch(kube::Client& client, const std::string& path, int timeout_seconds, OnEvent on_event) {
+    auto list = client.get(path);
+    std::string rv = list.ok() ? list.body["metadata"].value("resourceVersion", "") : "";
+    thread_ = std::thread([this, &client, path, rv, timeout_seconds, on_event = std::move(on_event)] {
+      client.watch(path, rv, timeout_seconds, on_event, cancel_);
+    });
+  }
+  ~Watch() {
+    cancel_.cancel();
+    thread_.join();
+  }
+
+ private:
+  kube::Cancellation cancel_;
+  std::thread thread_;
+};
+
 // Every version of the objects a list path (a collection, perhaps with a selector) shows from
 // now on, through a watch: each ADDED, MODIFIED and DELETED object, in order.
 class History {
  public:
-  History(kube::Client& client, const std::string& path) {
-    auto list = client.get(path);
-    std::string rv = list.ok() ? list.body["metadata"].value("resourceVersion", "") : "";
-    thread_ = std::thread([this, &client, path, rv] {
-      client.watch(path, rv, 300, [this](const std::string& type, nlohmann::json& obj) {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (type != "BOOKMARK") versions_.push_back(obj);
-      }, cancel_);
-    });
-  }
+  History(kube::Client& client, const std::string& path)
+      : watch_(client, path, 300, [this](const std::string& type, nlohmann::json& obj) {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (type != "BOOKMARK") versions_.push_back(obj);
+        }) {}
   // The versions of object `name` of `collection`.
   History(kube::Client& client, const std::string& collection, const std::string& name)
       : History(client, collection + "?fieldSelector=" + kube::url_encode("metadata.name=" + name)) {}
-  ~History() {
-    cancel_.cancel();
-    thread_.join();
-  }
   std::vector<nlohmann::json> versions() {
     std::lock_guard<std::mutex> lock(mu_);
     return versions_;
@@ -209,8 +233,7 @@ class History {
  private:
   std::mutex mu_;
   std::vector<nlohmann::json> versions_;
-  kube::Cancellation cancel_;
-  std::thread thread_;
+  Watch watch_;  // last (see Watch)
 };
 
 }  // namespace lockstep::test

@@ -72,12 +72,7 @@ class RestartHostileTest : public ::testing::Test {
         {"restart-hostile-operator", false, {}});
     ASSERT_TRUE(operator_->wait_log("caches synced")) << operator_->log();
   }
-  static void TearDownTestSuite() {
-    delete operator_;
-    operator_ = nullptr;
-    delete client_;
-    client_ = nullptr;
-  }
+  static void TearDownTestSuite() { lockstep::test::delete_in_order(operator_, client_); }
   void SetUp() override { LOCKSTEP_REQUIRE_CONTROL_PLANE(); }
   void TearDown() override {
     if (!client_) return;

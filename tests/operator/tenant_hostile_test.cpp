@@ -42,10 +42,8 @@ namespace {
 class TenantHostileTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (!control_plane()) return;
-    lockstep::test::apply_crds();
-    if (::testing::Test::HasFatalFailure()) return;
-    client_ = new Client(RestConfig::from_kubeconfig(control_plane()->kubeconfig()));
+    client_ = lockstep::test::apply_crds_and_connect();
+    if (!client_) return;
     identity_ = new lockstep::test::ChartIdentity(lockstep::test::chart_identity("tenant", "lockstep-tenant"));
     // The chart's defaults but for the restart backoff (a restart, if one came, shows at once).
     operator_ = new lockstep::test::OperatorProcess(identity_->kubeconfig,
@@ -54,12 +52,7 @@ class TenantHostileTest : public ::testing::Test {
     ASSERT_TRUE(operator_->wait_log("caches synced", 60s)) << operator_->log();
   }
   static void TearDownTestSuite() {
-    delete operator_;
-    operator_ = nullptr;
-    delete identity_;
-    identity_ = nullptr;
-    delete client_;
-    client_ = nullptr;
+    lockstep::test::delete_in_order(operator_, identity_, client_);
   }
   void SetUp() override {
     LOCKSTEP_REQUIRE_CONTROL_PLANE();

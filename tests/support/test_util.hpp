@@ -41,6 +41,17 @@ inline int dial_loopback(int port, bool nonblocking = false) {
   return fd;
 }
 
+// Writes all of `s` to socket `fd`; false when the peer is gone first (no SIGPIPE).
+inline bool send_all(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    off += static_cast<size_t>(n);
+  }
+  return true;
+}
+
 struct Get {
   int status = 0;  // 0: no answer
   long long ms = 0;
@@ -172,6 +183,13 @@ inline void on_stop_signal(std::function<void(int)> tear_down) {
     tear_down(sig);
     ::_exit(128 + sig);
   }).detach();
+}
+
+// A suite's shared objects (its operator, its client, ...) deleted in the order given, each
+// pointer cleared: TearDownTestSuite's work.
+template <class... T>
+void delete_in_order(T*&... objects) {
+  ((delete objects, objects = nullptr), ...);
 }
 
 }  // namespace lockstep::test

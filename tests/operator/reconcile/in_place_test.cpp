@@ -2,6 +2,7 @@
 // agent, counted into the job's status across gang attempts (Note [In-place restarts]).
 #include <gtest/gtest.h>
 
+#include "decide_inputs.hpp"
 #include "reconcile/decide.hpp"
 #include "reconcile/prometheus_text.hpp"
 #include "reconcile/in_place.hpp"
@@ -11,10 +12,11 @@
 
 using namespace lockstep::reconcile;
 using namespace std::chrono_literals;
+using lockstep::test::kNow;  // decide_inputs.hpp (its pods also carry a uid, which no case here reads)
+using lockstep::test::pod;
 
 namespace {
 
-const Time kNow = Clock::from_time_t(1'800'000'000);
 const Time kRestartedAt = kNow - 12s;
 
 // What node 0's agent serves, trimmed to the series that matter: agent-level series carry no
@@ -35,17 +37,6 @@ std::string agent_text(int restarts, int attempt = 0, bool info = true) {
 }
 
 InPlaceReading reading(int restarts, int attempt = 0) { return *parse_in_place(agent_text(restarts, attempt), attempt); }
-
-PodView pod(int index, const std::string& phase, int attempt = 0, int exit_code = -1) {
-  PodView p;
-  p.name = "tj-" + std::to_string(index);
-  p.index = index;
-  p.attempt = attempt;
-  p.phase = phase;
-  p.ready = phase == "Running";
-  p.exit_code = exit_code;
-  return p;
-}
 
 // A job of two pods running attempt `attempt` since kNow - 60 s, with a budget of 3.
 Observed running(int attempt = 0) {
@@ -76,24 +67,6 @@ std::vector<Event> events_of(const Decision& d, const std::string& reason) {
 }
 
 }  // namespace
-
-TEST(Exposition, ReadsNamesLabelsAndValuesAndSkipsTheRest) {
-  auto s = parse_sample(R"(lockstep_last_restart_info{kind="in_place",reason="Stall",msg="a \"b\" \\ c"} 1)");
-  ASSERT_TRUE(s.has_value());
-  EXPECT_EQ(s->name, "lockstep_last_restart_info");
-  EXPECT_EQ(s->label("reason"), "Stall");
-  EXPECT_EQ(s->label("msg"), "a \"b\" \\ c");
-  EXPECT_FALSE(s->label("rank").has_value());
-  EXPECT_EQ(s->value, 1);
-  EXPECT_EQ(parse_sample("lockstep_operator_leader 1 1700000000000")->value, 1);  // with a timestamp
-  EXPECT_TRUE(std::isnan(parse_sample("x{a=\"1\"} NaN")->value));
-  for (const char* bad : {"# TYPE x counter", "", "x{a=\"1\" 3", "x{a=1} 3", "{a=\"1\"} 3", "x", "x{} y"})
-    EXPECT_FALSE(parse_sample(bad).has_value()) << bad;
-  auto all = samples_of("a 1\nab 2\r\nb{c=\"}\"} 3\n# a 4\nbroken{ 5\na{} 6\n", {"a", "b"});
-  ASSERT_EQ(all.size(), 3u);  // not ab (another name sharing the prefix), not the comment or the broken line
-  EXPECT_EQ(all[1].label("c"), "}");
-  EXPECT_EQ(all[2].value, 6);
-}
 
 TEST(InPlace, ParsesTheAgentsSeries) {
   auto r = parse_in_place(agent_text(2), 0);

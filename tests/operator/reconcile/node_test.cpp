@@ -1,8 +1,7 @@
-// What the operator keeps of a node and judges from it (reconcile/node.hpp, Note [Lost nodes]),
-// and which jobs a node's change queues (controller/node_index.hpp).
+// What the operator keeps of a node and judges from it (reconcile/node.hpp, Note [Lost nodes]).
+// Which jobs a node's change queues: controller/node_index_test.cpp.
 #include <gtest/gtest.h>
 
-#include "controller/node_index.hpp"
 #include "pod_text.hpp"
 #include "reconcile/node.hpp"
 
@@ -112,53 +111,6 @@ TEST(Tolerations, APodKeepsThoseThatMayTolerateANoExecuteTaint) {
   PodView many = lockstep::test::pod_view(pod);
   EXPECT_EQ(many.tolerations.size(), kMaxTolerations);
   EXPECT_TRUE(many.tolerations_cut);
-}
-
-TEST(NodeIndex, ANodesJobsAreThoseWithAPodBoundToIt) {
-  auto pod = [](const std::string& job, const std::string& name, const std::string& node) {
-    PodRecord r;
-    r.ref.ns = "ns";
-    r.ref.name = name;
-    r.ref.job = job;
-    r.view.name = name;
-    r.view.node_name = node;
-    return r;
-  };
-  lockstep::controller::NodeIndex index;
-  auto a0 = pod("a", "a-0", ""), a0_bound = pod("a", "a-0", "worker-1"), a1 = pod("a", "a-1", "worker-1");
-  auto b0 = pod("b", "b-0", "worker-1"), b1 = pod("b", "b-1", "worker-2");
-  index.update(nullptr, &a0);  // not bound yet
-  EXPECT_EQ(index.nodes(), 0u);
-  index.update(&a0, &a0_bound);
-  for (auto* p : {&a1, &b0, &b1}) index.update(nullptr, p);
-  EXPECT_EQ(index.jobs_on("worker-1"), (std::vector<std::string>{"ns/a", "ns/b"}));
-  EXPECT_EQ(index.jobs_on("worker-2"), (std::vector<std::string>{"ns/b"}));
-  EXPECT_TRUE(index.jobs_on("worker-3").empty());
-  index.update(&b0, nullptr);
-  EXPECT_EQ(index.jobs_on("worker-1"), (std::vector<std::string>{"ns/a"}));
-  index.update(&a0_bound, nullptr);
-  EXPECT_EQ(index.jobs_on("worker-1"), (std::vector<std::string>{"ns/a"})) << "a-1 is still there";
-  index.update(&a1, nullptr);
-  index.update(&b1, nullptr);
-  EXPECT_EQ(index.nodes(), 0u);
-}
-
-// Note [Pods placed by hand]: a template's nodeName is read from the job (bounded, as a node's
-// name), also from a job whose cached view keeps no template (Note [Cached templates]).
-TEST(PlacedByHand, TheTemplatesNodeNameIsReadApartFromTheTemplate) {
-  json job = {{"metadata", {{"name", "tj"}, {"namespace", "ns"}}},
-              {"spec", {{"nodes", 2}, {"template", {{"spec", {{"nodeName", "worker-9"}, {"containers", json::array()}}}}}}}};
-  EXPECT_EQ(JobView::from_json(job).template_node_name, "worker-9");
-  job["status"] = {{"phase", "Failed"}};
-  JobRecord finished = JobRecord::from_json(job);
-  EXPECT_TRUE(finished.view.tmpl.empty());
-  EXPECT_EQ(finished.view.template_node_name, "worker-9");
-  job["spec"]["template"]["spec"]["nodeName"] = std::string(1000, 'n');
-  EXPECT_EQ(JobView::from_json(job).template_node_name.size(), kMaxNodeName);
-  job["spec"]["template"]["spec"].erase("nodeName");
-  EXPECT_EQ(JobView::from_json(job).template_node_name, "");
-  job["spec"]["template"]["spec"]["nodeName"] = 7;  // not a string: none (the API server would refuse it)
-  EXPECT_EQ(JobView::from_json(job).template_node_name, "");
 }
 
 // Note [Lost nodes]: the silent-peer line as the agent writes it, read from a pod's text with

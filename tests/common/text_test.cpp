@@ -1,5 +1,5 @@
-// lockstep/text.hpp (Note [UTF-8 text]): cuts at a character boundary, validity, and the bounds
-// of the texts the operator keeps of a pod.
+// lockstep/text.hpp (Note [UTF-8 text]): cuts at a character boundary and validity. The bounds of
+// the texts the operator keeps of a pod: tests/operator/reconcile/job_test.cpp.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "lockstep/text.hpp"
-#include "pod_text.hpp"
+#include "utf8_samples.hpp"
 
 using json = nlohmann::json;
 using lockstep::text::utf8_char_length;
@@ -15,29 +15,9 @@ using lockstep::text::utf8_head;
 using lockstep::text::utf8_invalid_at;
 using lockstep::text::utf8_tail;
 using lockstep::text::utf8_valid;
-
-namespace {
-
-bool valid(const std::string& s) { return utf8_invalid_at(s) == std::string::npos; }
-
-// What nlohmann::json makes of `s` in a document: true when dump() takes it.
-bool dumps(const std::string& s) {
-  try {
-    (void)json{{"message", s}}.dump();
-    return true;
-  } catch (const json::type_error&) {
-    return false;
-  }
-}
-
-struct Character {
-  const char* name;
-  std::string bytes;
-};
-const std::vector<Character> kCharacters = {
-    {"2-byte U+00E9", "\xC3\xA9"}, {"3-byte U+20AC", "\xE2\x82\xAC"}, {"4-byte U+1F600", "\xF0\x9F\x98\x80"}};
-
-}  // namespace
+using lockstep::test::dumps;
+using lockstep::test::kCharacters;
+using lockstep::test::valid;
 
 // A cut at every byte offset of text around a character of each length: never in the character,
 // never longer than asked, and as long as a boundary allows.
@@ -120,57 +100,4 @@ TEST(Utf8Valid, ReplacesEachByteThatBeginsNoCharacter) {
   }
   EXPECT_EQ(utf8_char_length(""), 0u);
   EXPECT_EQ(utf8_char_length("\xF0\x9F\x98\x80tail"), 4u);
-}
-
-// The texts the pod informer keeps of a pod (Note [Lean caches]): the termination message's
-// last 1 KiB, the waiting and scheduling messages' first, each cut at a character boundary, so
-// a status or Event that quotes them can be dumped.
-TEST(PodRecord, KeepsEachMessageCutAtACharacterBoundary) {
-  for (const auto& c : kCharacters) {
-    for (size_t shift = 0; shift < c.bytes.size(); ++shift) {
-      SCOPED_TRACE(std::string(c.name) + ", shift " + std::to_string(shift));
-      // The character straddles the 1,024-byte bound from each side, at each of its offsets.
-      const std::string long_head = std::string(1023 - shift, 'h') + c.bytes + std::string(600, 'h');
-      const std::string long_tail = std::string(600, 't') + c.bytes + std::string(1023 - shift, 't');
-      const json pod = {
-          {"metadata", {{"name", "tj-0"}, {"namespace", "ns"}}},
-          {"status",
-           {{"phase", "Pending"},
-            {"conditions", json::array({{{"type", "PodScheduled"}, {"status", "False"}, {"reason", "Unschedulable"},
-                                          {"message", long_head}}})},
-            {"containerStatuses",
-             json::array({{{"name", "trainer"},
-                           {"state", {{"waiting", {{"reason", "ErrImagePull"}, {"message", long_head}}}}}},
-                          {{"name", "side"},
-                           {"state", {{"terminated", {{"exitCode", 1}, {"message", long_tail}}}}}}})}}}};
-      const auto record = lockstep::test::pod_record(pod);
-      for (const std::string* kept : {&record.view.unschedulable_message, &record.view.waiting_message}) {
-        EXPECT_LE(kept->size(), 1024u);
-        EXPECT_GE(kept->size(), 1021u);
-        EXPECT_EQ(long_head.compare(0, kept->size(), *kept), 0);
-        EXPECT_TRUE(valid(*kept));
-        EXPECT_TRUE(dumps(*kept));
-      }
-      const std::string& tail = record.view.termination_message;
-      EXPECT_LE(tail.size(), 1024u);
-      EXPECT_GE(tail.size(), 1021u);
-      EXPECT_EQ(long_tail.compare(long_tail.size() - tail.size(), tail.size(), tail), 0);
-      EXPECT_TRUE(valid(tail));
-    }
-  }
-}
-
-// Note [UTF-8 text]: a pod's text that is not UTF-8 is not read at all (the reader of pods
-// refuses the document), so nothing of it reaches a cache, a status or an Event unchecked.
-TEST(PodRecord, APodTextThatIsNotUtf8IsNotRead) {
-  const std::string text = R"({"metadata": {"name": "tj-0", "namespace": "ns"}, "status": {"phase": "Failed",
-      "containerStatuses": [{"name": "trainer", "state": {"terminated": {"exitCode": 1, "message": "bad )"
-                           "\xC3\x28" R"("}}}]}})";
-  lockstep::reconcile::RawPod raw;
-  EXPECT_FALSE(lockstep::controller::raw_pod_from_text(text, raw));
-  std::string fixed = text;
-  fixed.replace(fixed.find("\xC3\x28"), 2, "\xC3\xA9");
-  ASSERT_TRUE(lockstep::controller::raw_pod_from_text(fixed, raw)) << "the same document, valid";
-  ASSERT_EQ(raw.containers.size(), 1u);
-  EXPECT_EQ(raw.containers[0].terminated_message, "bad \xC3\xA9");
 }

@@ -1,21 +1,20 @@
 // The pod informer's one reader of pods (Note [Pod text] in controller/pod_event.hpp), from a
 // list item's text and a watch event's alike, against an independent reading of the parsed
 // pod (reference_raw_pod below), for pods as kubelets write them in every state decide() reads
-// and pods of odd shapes; and the Service and PodGroup informers' prune (controller::child_prune),
-// which leaves out only what ChildRef never reads.
+// and pods of odd shapes; a pod's text that is not UTF-8 is not read. The Service and PodGroup
+// informers' prune: child_prune_test.cpp.
 #include <gtest/gtest.h>
 
 #include "controller/controller.hpp"
 #include "controller/pod_event.hpp"
 #include "kube/prune.hpp"
 #include "lockstep/contract.hpp"
+#include "pod_text.hpp"
 #include "reconcile/job.hpp"
 
-using lockstep::kube::parse_pruned;
-using lockstep::kube::PruneRoot;
-using lockstep::reconcile::ChildRef;
 using lockstep::reconcile::PodRecord;
 using lockstep::reconcile::RawPod;
+using lockstep::test::kubelet_pod;  // pod_text.hpp
 using nlohmann::json;
 
 namespace {
@@ -109,31 +108,6 @@ PodRecord read(const json& pod) {
   PodRecord r;
   EXPECT_TRUE(lockstep::controller::pod_from_text(pod.dump(), head, r)) << pod.dump();
   return r;
-}
-
-// A pod as the API server sends it, with the status a kubelet writes.
-json kubelet_pod(const json& status) {
-  json pod = json::parse(R"({
-    "kind": "Pod", "apiVersion": "v1",
-    "metadata": {
-      "name": "train-1", "namespace": "team-a", "uid": "7f1c-pod", "resourceVersion": "4711",
-      "creationTimestamp": "2026-11-24T10:00:00Z", "generation": 1,
-      "labels": {"lockstep.dev/job-name": "train", "lockstep.dev/node-rank": "1",
-                 "lockstep.dev/restart-attempt": "2", "app": "x"},
-      "annotations": {"note": "a"},
-      "ownerReferences": [{"apiVersion": "lockstep.dev/v1alpha1", "kind": "TrainingJob", "name": "train",
-                           "uid": "job-uid", "controller": true, "blockOwnerDeletion": true}],
-      "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]
-    },
-    "spec": {"nodeName": "node-7", "containers": [{"name": "trainer", "image": "lockstep/trainer:1"}],
-             "volumes": [{"name": "ckpt", "emptyDir": {}}], "schedulerName": "default-scheduler",
-             "tolerations": [
-               {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
-               {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-               {"key": "example.com/maintenance", "operator": "Equal", "value": "planned", "effect": "NoExecute"}]}
-  })");
-  pod["status"] = status;
-  return pod;
 }
 
 json conditions(const std::string& ready) {
@@ -241,19 +215,6 @@ TEST(PodText, AListItemGivesTheRecordOfTheWholePodAndItsKeyAndVersion) {
     EXPECT_FALSE(lockstep::controller::pod_from_text(bad, head, record)) << bad;
 }
 
-TEST(ChildPrune, AServiceOrPodGroupKeepsOnlyItsMetadata) {
-  auto prune = lockstep::controller::child_prune();
-  json pg = kubelet_pod({{"phase", "Running"}, {"running", 8}, {"succeeded", 0}});
-  pg["kind"] = "PodGroup";
-  pg["spec"] = {{"minMember", 8}};
-  json pruned = parse_pruned(pg.dump(), &prune, PruneRoot::Document);
-  EXPECT_FALSE(pruned.contains("spec"));
-  EXPECT_FALSE(pruned.contains("status"));
-  EXPECT_TRUE(ChildRef::from_json(pruned) == ChildRef::from_json(pg));
-  EXPECT_EQ(ChildRef::from_json(pruned).controller_uid, "job-uid");
-  EXPECT_EQ(ChildRef::from_json(pruned).job, "train");
-}
-
 // Note [Pod text]: the pod informer reads each watch event's text straight into the record;
 // for every pod above, and for pods of odd shapes, that is the reference's record of the whole
 // pod, with the event's type, key and version.
@@ -323,4 +284,19 @@ TEST(PodText, AWatchEventGivesTheRecordOfTheWholePod) {
   EXPECT_EQ(head.resource_version, "9000");
   EXPECT_FALSE(lockstep::controller::pod_event_from_text(R"({"type":"MODIFIED","object":{"metadata":)", head, record));
   EXPECT_EQ(head.type, "");
+}
+
+// Note [UTF-8 text]: a pod's text that is not UTF-8 is not read at all (the reader of pods
+// refuses the document), so nothing of it reaches a cache, a status or an Event unchecked.
+TEST(PodRecord, APodTextThatIsNotUtf8IsNotRead) {
+  const std::string text = R"({"metadata": {"name": "tj-0", "namespace": "ns"}, "status": {"phase": "Failed",
+      "containerStatuses": [{"name": "trainer", "state": {"terminated": {"exitCode": 1, "message": "bad )"
+                           "\xC3\x28" R"("}}}]}})";
+  lockstep::reconcile::RawPod raw;
+  EXPECT_FALSE(lockstep::controller::raw_pod_from_text(text, raw));
+  std::string fixed = text;
+  fixed.replace(fixed.find("\xC3\x28"), 2, "\xC3\xA9");
+  ASSERT_TRUE(lockstep::controller::raw_pod_from_text(fixed, raw)) << "the same document, valid";
+  ASSERT_EQ(raw.containers.size(), 1u);
+  EXPECT_EQ(raw.containers[0].terminated_message, "bad \xC3\xA9");
 }

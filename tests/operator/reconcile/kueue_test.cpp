@@ -3,6 +3,7 @@
 // Workload's states to what the gang does.
 #include <gtest/gtest.h>
 
+#include "decide_inputs.hpp"
 #include "lockstep/contract.hpp"
 #include "reconcile/decide.hpp"
 #include "reconcile/in_place.hpp"
@@ -12,10 +13,10 @@
 using namespace lockstep::reconcile;
 using namespace std::chrono_literals;
 using json = nlohmann::json;
+using lockstep::test::kNow;  // decide_inputs.hpp
+using lockstep::test::pod;
 
 namespace {
-
-const Time kNow = Clock::from_time_t(1'800'000'000);
 
 JobView queued_job(int nodes = 2) {
   JobView j;
@@ -28,17 +29,6 @@ JobView queued_job(int nodes = 2) {
   j.tmpl = json{{"spec", {{"containers", json::array({{{"name", "trainer"}, {"image", "img"},
                                                          {"resources", {{"requests", {{"cpu", "1"}}}}}}})}}}};
   return j;
-}
-
-PodView pod(int index, const std::string& phase, int attempt = 0) {
-  PodView p;
-  p.name = "tj-" + std::to_string(index);
-  p.uid = "uid-" + std::to_string(index) + "-" + std::to_string(attempt);
-  p.index = index;
-  p.attempt = attempt;
-  p.phase = phase;
-  p.ready = phase == "Running";
-  return p;
 }
 
 WorkloadView workload(const JobView& j, std::vector<Condition> conds = {}, bool admission = false) {
@@ -74,12 +64,7 @@ WorkloadView admitted(const JobView& j, std::vector<Condition> extra = {}) {
 }
 
 Observed observed(JobView j, std::optional<WorkloadView> wl, std::vector<PodView> pods = {}) {
-  Observed o;
-  o.job = std::move(j);
-  o.pods = std::move(pods);
-  o.service_exists = true;
-  o.podgroup_exists = true;
-  o.now = kNow;
+  Observed o = lockstep::test::observed(std::move(j), std::move(pods));
   o.kueue_served = true;
   o.workload = std::move(wl);
   return o;

@@ -7,7 +7,7 @@
 #include <iostream>
 
 #include "lockstep/contract.hpp"
-#include "pod_text.hpp"
+#include "decide_inputs.hpp"
 #include "reconcile/decide.hpp"
 #include "reconcile/failure_policy.hpp"
 #include "reconcile/manifests.hpp"
@@ -15,10 +15,11 @@
 using namespace lockstep::reconcile;
 using namespace std::chrono_literals;
 using json = nlohmann::json;
+using lockstep::test::kNow;  // decide_inputs.hpp
+using lockstep::test::observed;
+using lockstep::test::pod;
 
 namespace {
-
-const Time kNow = Clock::from_time_t(1'800'000'000);
 
 JobView job(int nodes = 2) {
   JobView j;
@@ -30,33 +31,11 @@ JobView job(int nodes = 2) {
   return j;
 }
 
-PodView pod(int index, const std::string& phase, int attempt = 0, int exit_code = -1) {
-  PodView p;
-  p.name = "tj-" + std::to_string(index);
-  p.uid = "uid-" + std::to_string(index) + "-" + std::to_string(attempt);
-  p.index = index;
-  p.attempt = attempt;
-  p.phase = phase;
-  p.ready = phase == "Running";
-  p.exit_code = exit_code;
-  return p;
-}
-
 // A failed pod whose container ended `ago` before kNow.
 PodView failed(int index, int exit_code, std::chrono::seconds ago, int attempt = 0) {
   PodView p = pod(index, "Failed", attempt, exit_code);
   p.finished_at = kNow - ago;
   return p;
-}
-
-Observed observed(JobView j, std::vector<PodView> pods = {}) {
-  Observed o;
-  o.job = std::move(j);
-  o.pods = std::move(pods);
-  o.service_exists = true;
-  o.podgroup_exists = true;
-  o.now = kNow;
-  return o;
 }
 
 // A job whose status says it has been running (all pods seen Running) since kNow - 60 s.
@@ -530,43 +509,6 @@ TEST(FailureMessage, QuotesTheLastLineOfTheTerminationMessage) {
   EXPECT_EQ(describe_failure(p0).size(), std::string("pod tj-0 failed with exit code 64: \"").size() + 300 + 4);
 }
 
-TEST(PodView, ReadsWhyAPendingPodWaitsAndTheCacheKeepsIt) {
-  nlohmann::json pod = {
-      {"metadata", {{"name", "tj-0"}}},
-      {"status",
-       {{"phase", "Pending"},
-        {"conditions",
-         {{{"type", "PodScheduled"}, {"status", "False"}, {"reason", "Unschedulable"}, {"message", "0/1 nodes"}}}},
-        {"containerStatuses",
-         {{{"name", lockstep::contract::kTrainerContainer},
-           {"state", {{"waiting", {{"reason", "ErrImagePull"}, {"message", std::string(5000, 'm')}}}}}}}}}}};
-  for (const auto& p : {lockstep::test::pod_view(pod), lockstep::test::pod_record(pod).view}) {
-    EXPECT_EQ(p.unschedulable_message, "0/1 nodes");
-    EXPECT_EQ(p.waiting_reason, "ErrImagePull");
-    EXPECT_GE(p.waiting_message.size(), 1024u);
-  }
-  EXPECT_EQ(lockstep::test::pod_record(pod).view.waiting_message.size(), 1024u);  // the cache keeps a bounded message
-}
-
-TEST(PodView, ReadsTheTrainerContainersTerminationTimeAndTheCacheKeepsIt) {
-  nlohmann::json pod = {
-      {"metadata", {{"name", "tj-1"}, {"labels", {{lockstep::contract::kLabelNodeRank, "1"}}}}},
-      {"status",
-       {{"phase", "Failed"},
-        {"containerStatuses",
-         {{{"name", "sidecar"}, {"state", {{"terminated", {{"exitCode", 2}, {"finishedAt", "2026-11-22T10:00:09Z"}}}}}},
-          {{"name", lockstep::contract::kTrainerContainer},
-           {"state",
-            {{"terminated",
-              {{"exitCode", 137}, {"reason", "OOMKilled"}, {"finishedAt", "2026-11-22T10:00:05Z"}}}}}}}}}}};
-  for (const auto& p : {lockstep::test::pod_view(pod), lockstep::test::pod_record(pod).view}) {
-    EXPECT_EQ(p.exit_code, 137);
-    EXPECT_EQ(p.reason, "OOMKilled");
-    ASSERT_TRUE(p.finished_at.has_value());
-    EXPECT_EQ(format_time(*p.finished_at), "2026-11-22T10:00:05Z");
-  }
-}
-
 TEST(RestartDelay, DoublesUpToTheCap) {
   Options o;
   o.restart_backoff = 10s;
@@ -576,32 +518,6 @@ TEST(RestartDelay, DoublesUpToTheCap) {
   EXPECT_EQ(restart_delay(3, o), 40s);
   EXPECT_EQ(restart_delay(4, o), 60s);
   EXPECT_EQ(restart_delay(30, o), 60s);
-}
-
-TEST(Time, RoundTripsRfc3339) {
-  auto t = parse_time("2026-11-22T00:42:38Z");
-  ASSERT_TRUE(t.has_value());
-  EXPECT_EQ(format_time(*t), "2026-11-22T00:42:38Z");
-  EXPECT_TRUE(parse_time("2026-11-22T00:42:38.123456Z").has_value());
-  EXPECT_FALSE(parse_time("yesterday").has_value());
-}
-
-// What PodView reads of a pod: its rank and attempt labels, and for a deleted one when it is
-// due to be gone and what holds it (Note [Pods that do not terminate]).
-TEST(PodView, ReadsRankAttemptDeletionAndFinalizers) {
-  nlohmann::json pod = {{"metadata",
-                         {{"name", "tj-1"}, {"namespace", "ns"}, {"uid", "u"},
-                          {"deletionTimestamp", "2027-01-15T08:00:00Z"},
-                          {"finalizers", {"example.com/hold", "example.com/other"}},
-                          {"labels", {{lockstep::contract::kLabelNodeRank, "1"}, {lockstep::contract::kLabelRestartAttempt, "2"}}}}},
-                        {"status", {{"phase", "Running"}}}};
-  PodView p = lockstep::test::pod_view(pod);
-  EXPECT_EQ(p.index, 1);
-  EXPECT_EQ(p.attempt, 2);
-  EXPECT_TRUE(p.deleting);
-  ASSERT_TRUE(p.deletion_due.has_value());
-  EXPECT_EQ(format_time(*p.deletion_due), "2027-01-15T08:00:00Z");
-  EXPECT_EQ(p.finalizers, "example.com/hold, example.com/other");
 }
 
 // Note [Job isolation]: the policy follows spec.isolation whatever the phase.
