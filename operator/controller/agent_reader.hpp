@@ -12,8 +12,9 @@
 // deadline per `max_in_flight` of them, not one each; and the memory they may hold is at most
 // max_in_flight x max_bytes (16 MiB at the defaults), whatever they send.
 //   A round ends within kStopLatency of `stop` being set, whatever the agents do: the progress
-// thread passes the controller's stopping flag, so a replica that loses its lease or is asked
-// to stop joins that thread at once, not after a deadline (http_hostile_test checks both).
+// thread (progress_poller.hpp) passes its stopping flag, set as the controller stops, so a
+// replica that loses its lease or is asked to stop joins that thread at once, not after a
+// deadline (http_hostile_test checks both).
 #pragma once
 
 #include <atomic>

@@ -4,14 +4,11 @@
 #include <atomic>
 #include <charconv>
 
-#include "controller/agent_reader.hpp"
 #include "controller/pod_event.hpp"
 #include "controller/slow_start.hpp"
 #include "lockstep/contract.hpp"
 #include "lockstep/log.hpp"
 #include "lockstep/random.hpp"
-#include "reconcile/in_place.hpp"
-#include "reconcile/prometheus_text.hpp"
 #include "reconcile/kueue.hpp"
 #include "reconcile/manifests.hpp"
 
@@ -67,13 +64,6 @@ std::pair<std::string, std::string> split_key(const std::string& key) {
   return {key.substr(0, slash), key.substr(slash + 1)};
 }
 
-// How long until `due`, rounded up to the next millisecond; 0 when it has passed.
-std::chrono::milliseconds wait_until(std::chrono::steady_clock::time_point due) {
-  auto now = std::chrono::steady_clock::now();
-  if (due <= now) return std::chrono::milliseconds(0);
-  return std::chrono::duration_cast<std::chrono::milliseconds>(due - now) + std::chrono::milliseconds(1);
-}
-
 }  // namespace
 
 bool hold_for_expectations(Expectations& expectations, WorkQueue& queue, const std::string& key) {
@@ -83,7 +73,21 @@ bool hold_for_expectations(Expectations& expectations, WorkQueue& queue, const s
 }
 
 Controller::Controller(kube::Client& client, Config config, op::Metrics& metrics)
-    : client_(client), config_(std::move(config)), metrics_(metrics) {}
+    : client_(client),
+      config_(std::move(config)),
+      metrics_(metrics),
+      podgroup_api_(client_, config_.podgroup_check_period, stopping_, [this] { return podgroup_informer(); }),
+      kueue_api_(client_, config_.kueue_check_period, config_.watch_namespace, stopping_,
+                 [this] { return kueue_informers(); }),
+      progress_(config_.progress_period, progress_sources()),
+      status_batcher_(config_.status_batch_period) {}
+
+// What the progress thread reads of the caches, and how it queues a job.
+ProgressPoller::Sources Controller::progress_sources() {
+  return {[this] { return jobs_->list(); },
+          [this](const std::string& ns, const std::string& name) { return pods_->get(ns, name); },
+          [this](const std::string& key) { queue_.add(key); }};
+}
 
 Controller::~Controller() { stop(); }
 
@@ -101,7 +105,7 @@ kube::InformerBase::Options Controller::child_options(bool pods) const {
 // move), a pod's condition timestamps, a re-list that found the object as it was. At 4,000
 // pods they were a quarter of the operator's reconciles (bench/operator/RESULTS.md). Deadlines
 // and backoffs queue themselves (add_after), and the resync period still visits every job.
-Controller::ChildInformer::Handler Controller::child_handler() {
+ChildInformer::Handler Controller::child_handler() {
   return [this](const ChildInformer::Ptr& old, const ChildInformer::Ptr& now) {
     if (old && now && *old == *now) return;
     on_child(old.get(), now.get());
@@ -153,8 +157,8 @@ void Controller::start_informers() {
   pods_->start();
   services_->start();
   network_policies_->start();
-  gang_support();  // starts the PodGroup informer when that API is installed
-  kueue_served();  // and the Workload informer when Kueue's is
+  podgroup_api_.check();  // starts the PodGroup informer when that API is installed
+  kueue_api_.served();    // and the Workload informer when Kueue's is
   start_node_watch();
 }
 
@@ -191,9 +195,9 @@ void Controller::start_node_watch() {
 }
 
 bool Controller::synced() const {
-  auto* podgroups = podgroups_ptr_.load();
-  auto* workloads = workloads_ptr_.load();
-  auto* flavors = flavors_ptr_.load();
+  auto* podgroups = podgroup_api_.informer();
+  auto* workloads = kueue_api_.workloads();
+  auto* flavors = kueue_api_.flavors();
   return jobs_ && jobs_->synced() && pods_->synced() && services_->synced() && network_policies_->synced() &&
          (!podgroups || podgroups->synced()) && (!nodes_ || nodes_->synced()) && (!workloads || workloads->synced()) &&
          (!flavors || flavors->synced());
@@ -210,25 +214,21 @@ bool Controller::wait_for_sync(std::chrono::seconds timeout, const std::function
 
 void Controller::start_workers() {
   for (int i = 0; i < config_.workers; ++i) workers_.emplace_back([this] { worker(); });
-  if (config_.progress_period.count() > 0) progress_thread_ = std::thread([this] { poll_progress(); });
+  progress_.start();
 }
 
 void Controller::stop() {
   if (stopping_.exchange(true)) return;
   queue_.shutdown();
-  {
-    std::lock_guard<std::mutex> lock(progress_mu_);
-    progress_cv_.notify_all();
-  }
-  if (progress_thread_.joinable()) progress_thread_.join();
+  progress_.stop();
   for (auto& t : workers_)
     if (t.joinable()) t.join();
-  std::lock_guard<std::mutex> lock(gang_mu_);  // no PodGroup informer starts after this
-  std::lock_guard<std::mutex> kueue_lock(kueue_mu_);  // nor a Workload informer
-  for (kube::InformerBase* inf : std::initializer_list<kube::InformerBase*>{jobs_.get(), pods_.get(), services_.get(), network_policies_.get(),
-                                                                          podgroups_.get(), nodes_.get(), workloads_.get(),
-                                                                          flavors_.get()})
+  for (kube::InformerBase* inf :
+       std::initializer_list<kube::InformerBase*>{jobs_.get(), pods_.get(), services_.get(), network_policies_.get()})
     if (inf) inf->stop();
+  podgroup_api_.stop();  // no PodGroup informer starts after this
+  if (nodes_) nodes_->stop();
+  kueue_api_.stop();  // nor a Workload informer
 }
 
 void Controller::worker() {
@@ -251,104 +251,40 @@ void Controller::worker() {
   }
 }
 
-// Note [PodGroup API discovery]
-// Whether scheduling.x-k8s.io/v1alpha1 PodGroups exist is asked of API discovery at start
-// and again every podgroup_check_period, so an API installed (or removed) while the
-// operator runs is noticed. The PodGroup informer starts the first time the API is found;
-// until it has synced, a PodGroup that already exists shows as a 409 on create, which is
-// taken as success.
-reconcile::GangSupport Controller::gang_support() {
-  std::lock_guard<std::mutex> lock(gang_mu_);
-  auto now = std::chrono::steady_clock::now();
-  if (gang_checked_ == std::chrono::steady_clock::time_point{} || now - gang_checked_ >= config_.podgroup_check_period) {
-    auto r = client_.get("/apis/" + res::kPodGroups.group + "/" + res::kPodGroups.version);
-    bool found = false;
-    if (r.ok())
-      for (const auto& resource : r.body.value("resources", json::array()))
-        found |= resource.value("name", "") == res::kPodGroups.plural;
-    if (r.ok() || r.not_found()) {
-      if (found != gang_available_ || gang_checked_ == std::chrono::steady_clock::time_point{})
-        LOCKSTEP_LOG(Info, "operator", "PodGroup API (scheduling.x-k8s.io/v1alpha1) " << (found ? "found" : "not installed"));
-      gang_available_ = found;
-      gang_checked_ = now;
-    }
-    if (gang_available_ && !podgroups_ && !stopping_) {
-      auto options = child_options(false);
-      // Jobs reconciled before this cache filled saw no PodGroups (a PodGroup deleted in
-      // that window sent us no event): every job is looked at again once it has.
-      options.on_synced = [this] {
-        for (const auto& job : jobs_->list()) queue_.add(job->view.ns + "/" + job->view.name);
-      };
-      podgroups_ = std::make_unique<ChildInformer>(client_, res::kPodGroups, options, child_typed(), child_handler());
-      podgroups_->start();
-      podgroups_ptr_ = podgroups_.get();
-    }
-  }
-  return gang_available_ ? reconcile::GangSupport::Available : reconcile::GangSupport::Unavailable;
+// The PodGroup informer, made once Note [PodGroup API discovery] finds the API.
+std::unique_ptr<ChildInformer> Controller::podgroup_informer() {
+  auto options = child_options(false);
+  // Jobs reconciled before this cache filled saw no PodGroups (a PodGroup deleted in
+  // that window sent us no event): every job is looked at again once it has.
+  options.on_synced = [this] {
+    for (const auto& job : jobs_->list()) queue_.add(job->view.ns + "/" + job->view.name);
+  };
+  return std::make_unique<ChildInformer>(client_, res::kPodGroups, options, child_typed(), child_handler());
 }
 
-// Note [Kueue API discovery]
-// As for PodGroups (Note [PodGroup API discovery]): whether kueue.x-k8s.io/v1beta2 Workloads are
-// served is asked of API discovery at start and every kueue_check_period. The first time they
-// are, a list of one Workload says whether RBAC lets the operator use them (the chart's
-// kueue.enabled grants it); if it does not, the operator says so once and treats Kueue as not
-// there: a job that names a queue then waits, and its condition says why. Otherwise the
-// Workload informer (the jobs' own, by their job-name label) and the ResourceFlavor informer
-// (for the flavors' node labels and tolerations) start.
-bool Controller::kueue_served() {
-  std::lock_guard<std::mutex> lock(kueue_mu_);
-  auto now = std::chrono::steady_clock::now();
-  const bool first = kueue_checked_ == std::chrono::steady_clock::time_point{};
-  if (!first && now - kueue_checked_ < config_.kueue_check_period) return kueue_available_;
-  auto r = client_.get("/apis/" + res::kWorkloads.group + "/" + res::kWorkloads.version);
-  bool found = false;
-  if (r.ok())
-    for (const auto& resource : r.body.value("resources", json::array()))
-      found |= resource.value("name", "") == res::kWorkloads.plural;
-  if (!r.ok() && !r.not_found()) return kueue_available_;  // asked again next time
-  kueue_checked_ = now;
-  if (found && !workloads_) {
-    auto probe = client_.get(res::kWorkloads.path(config_.watch_namespace) + "?limit=1", &kube::kDiscardBody);
-    auto flavor_probe = client_.get(res::kResourceFlavors.path() + "?limit=1", &kube::kDiscardBody);
-    if (probe.status == 403 || flavor_probe.status == 403) {
-      if (first || kueue_available_)
-        LOCKSTEP_LOG(Warn, "operator", "Kueue's Workload API is served but RBAC does not let the operator use it (it "
-                                       "needs Workloads and ResourceFlavors: the chart's kueue.enabled grants them); "
-                                       "jobs that name a queue wait: "
-                                           << (probe.status == 403 ? probe.message() : flavor_probe.message()));
-      kueue_available_ = false;
-      return false;
-    }
-  }
-  if (found != kueue_available_ || first)
-    LOCKSTEP_LOG(Info, "operator", "Kueue Workload API (kueue.x-k8s.io/v1beta2) " << (found ? "found" : "not served"));
-  kueue_available_ = found;
-  if (found && !workloads_ && !stopping_) {
-    kube::InformerBase::Options o = child_options(false);
-    o.prune = kWorkloadPrune;
-    o.on_synced = [this] {
-      for (const auto& job : jobs_->list()) queue_.add(job->view.ns + "/" + job->view.name);
-    };
-    workloads_ = std::make_unique<WorkloadInformer>(
-        client_, res::kWorkloads, o,
-        WorkloadInformer::Typed{[](json& obj) { return reconcile::WorkloadView::from_json(obj); },
-                                [](const reconcile::WorkloadView& w) { return w.owner_key(); }, {}, {}},
-        [this](const WorkloadInformer::Ptr& old, const WorkloadInformer::Ptr& now) {
-          if (old && now && *old == *now) return;
-          on_workload(old.get(), now.get());
-        });
-    kube::InformerBase::Options fo;
-    fo.prune = kube::Prune{{{"metadata", "managedFields"}, {"status"}}};
-    flavors_ = std::make_unique<FlavorInformer>(
-        client_, res::kResourceFlavors, fo,
-        FlavorInformer::Typed{[](json& obj) { return reconcile::FlavorView::from_json(obj); }, {}, {}, {}},
-        [](const FlavorInformer::Ptr&, const FlavorInformer::Ptr&) {});
-    workloads_->start();
-    flavors_->start();
-    workloads_ptr_ = workloads_.get();
-    flavors_ptr_ = flavors_.get();
-  }
-  return kueue_available_;
+// The Workload and ResourceFlavor informers, made once Note [Kueue API discovery] finds the API.
+KueueDiscovery::Informers Controller::kueue_informers() {
+  kube::InformerBase::Options o = child_options(false);
+  o.prune = kWorkloadPrune;
+  o.on_synced = [this] {
+    for (const auto& job : jobs_->list()) queue_.add(job->view.ns + "/" + job->view.name);
+  };
+  KueueDiscovery::Informers made;
+  made.workloads = std::make_unique<WorkloadInformer>(
+      client_, res::kWorkloads, o,
+      WorkloadInformer::Typed{[](json& obj) { return reconcile::WorkloadView::from_json(obj); },
+                              [](const reconcile::WorkloadView& w) { return w.owner_key(); }, {}, {}},
+      [this](const WorkloadInformer::Ptr& old, const WorkloadInformer::Ptr& now) {
+        if (old && now && *old == *now) return;
+        on_workload(old.get(), now.get());
+      });
+  kube::InformerBase::Options fo;
+  fo.prune = kube::Prune{{{"metadata", "managedFields"}, {"status"}}};
+  made.flavors = std::make_unique<FlavorInformer>(
+      client_, res::kResourceFlavors, fo,
+      FlavorInformer::Typed{[](json& obj) { return reconcile::FlavorView::from_json(obj); }, {}, {}, {}},
+      [](const FlavorInformer::Ptr&, const FlavorInformer::Ptr&) {});
+  return made;
 }
 
 void Controller::on_workload(const reconcile::WorkloadView* old, const reconcile::WorkloadView* now) {
@@ -456,7 +392,7 @@ kube::Response Controller::drop_finalizer(const reconcile::WorkloadView& wl) {
 // The job is gone; its Workload (which the garbage collector deletes, held by Kueue's
 // finalizer) keeps the quota until the job's pods are gone too, then is let go.
 void Controller::release_workloads(const std::string& key) {
-  auto* workloads = workloads_ptr_.load();
+  auto* workloads = kueue_api_.workloads();
   if (!workloads) return;
   for (const auto& p : pods_->by_index(key))
     if (!p->view.finished()) return;  // their deletion events bring us back
@@ -474,7 +410,7 @@ void Controller::release_workloads(const std::string& key) {
 // read (and said when it cannot be).
 std::vector<reconcile::FlavorView> Controller::assigned_flavors(const reconcile::WorkloadView& wl, const std::string& key) {
   std::vector<reconcile::FlavorView> flavors;
-  auto* cache = flavors_ptr_.load();
+  auto* cache = kueue_api_.flavors();
   for (const auto& name : wl.flavors) {
     if (cache)
       if (auto f = cache->get("", name)) {
@@ -520,16 +456,12 @@ void Controller::delete_orphans(const std::string& ns, const std::string& name) 
     if (r.ok()) LOCKSTEP_LOG(Info, "reconcile", key << ": deleted orphaned " << resource.kind << " " << child.name);
   };
   for (const auto& pod : pods_->by_index(key)) remove(res::kPods, pod->ref);
-  for (auto* inf : {services_.get(), network_policies_.get(), podgroups_ptr_.load()})
+  for (auto* inf : {services_.get(), network_policies_.get(), podgroup_api_.informer()})
     if (inf)
       for (const auto& child : inf->by_index(key)) remove(inf->resource(), *child);
   release_workloads(key);
   expectations_.forget(key);
-  {
-    std::lock_guard<std::mutex> lock(status_mu_);
-    status_written_at_.erase(key);
-    first_write_put_off_at_.erase(key);
-  }
+  status_batcher_.forget(key);
   foreign_.forget_job(key);
 }
 
@@ -549,8 +481,8 @@ bool Controller::reconcile(const std::string& key) {
   reconcile::Observed in;
   in.job = obj->view;
   in.now = reconcile::Clock::now();
-  in.gang_support = gang_support();
-  read_agent(key, in);
+  in.gang_support = podgroup_api_.check();
+  progress_.read_agent(key, in);
   for (const auto& p : pods_->by_index(key)) {
     if (p->ref.controller_uid != in.job.uid) {
       warn_foreign_pod(in.job, *p);  // not ours to delete, whatever its label says
@@ -563,12 +495,12 @@ bool Controller::reconcile(const std::string& key) {
   auto np = network_policies_->get(ns, name);
   if (np && np->controller_uid == in.job.uid && !np->deleting) in.network_policy_uid = np->uid;
   in.network_policy_taken = (np && np->controller_uid != in.job.uid) || network_policy_taken(key, in.job.uid);
-  auto* podgroups = podgroups_ptr_.load();  // after gang_support(), which may start it
+  auto* podgroups = podgroup_api_.informer();  // after check(), which may start it
   auto pg = podgroups ? podgroups->get(ns, name) : nullptr;
   in.podgroup_exists = pg && pg->controller_uid == in.job.uid;
   observe_nodes(in);
-  in.kueue_served = kueue_served();
-  if (auto* workloads = workloads_ptr_.load())
+  in.kueue_served = kueue_api_.served();
+  if (auto* workloads = kueue_api_.workloads())
     if (auto wl = workloads->get(ns, reconcile::workload_name(in.job)); wl && wl->controller_uid == in.job.uid)
       in.workload = *wl;
   // With no readings of the agents (--progress-period=0), the gang is together once every pod runs.
@@ -774,39 +706,12 @@ void Controller::delete_pods(const JobView& job, const Decision& d, const std::s
 bool Controller::write_status(const JobView& job, const std::string& resource_version, const Decision& d,
                               const std::string& key, bool& ok) {
   const std::string& ns = job.ns;
-  // Note [Batched status writes]
-  // Pods of a gang start, get ready and finish within moments of each other, and each step
-  // changes the job's node counts: written one by one, that was a status write (and its watch
-  // event and reconcile back) per pod: 12.7 writes per job over bench/operator's 4,000-pod run
-  // with its storm, 7.3 batched (RESULTS.md). A write that changes nothing but the counts (and progress)
-  // waits until status_batch_period after the job's last write; the reconcile is queued for
-  // then and writes the counts as they are by that time. So does a new job's first write
-  // while it only says Pending and Created: its pods often run within the period, and then
-  // one write says Running with both conditions (bench/operator counts the writes per job;
-  // startTime is then that of the write, at most one period after the job was first seen). So
-  // does a queued job's first write (Queued, or Pending once admitted, with the Queued condition).
-  // (The Isolated condition, in every first write, does not hurry it: Note [Job isolation].)
-  // Any other change of phase, conditions, restarts or times, and any write with events, goes
-  // out at once.
+  // Note [Batched status writes] in status_batcher.hpp: a write that changes only the counts,
+  // or a new job's first, may wait.
   bool deferred = false;
-  if (d.status_changed && d.events.empty() && config_.status_batch_period.count() > 0) {
-    reconcile::JobStatus counts_only = job.status;
-    counts_only.nodes = d.status.nodes;
-    counts_only.progress = d.status.progress;
-    // A queued job's first write (Queued, then perhaps Pending once admitted) waits the same way:
-    // Kueue often admits within the period (docs/kueue.md).
-    const bool first_pending = job.status.phase.empty() && (d.status.phase == "Pending" || d.status.phase == "Queued") &&
-                               std::all_of(d.status.conditions.begin(), d.status.conditions.end(),
-                                           [](const reconcile::Condition& c) {
-                                             return c.type == "Created" || c.type == "Queued" || c.type == "Isolated";
-                                           });
-    if (counts_only == d.status || first_pending) {
-      auto wait = first_pending ? first_write_wait(key) : status_write_wait(key);
-      if (wait.count() > 0) {
-        queue_.add_after(key, wait);
-        deferred = true;
-      }
-    }
+  if (auto wait = status_batcher_.wait(key, job.status, d, std::chrono::steady_clock::now()); wait.count() > 0) {
+    queue_.add_after(key, wait);
+    deferred = true;
   }
   bool status_written = !d.status_changed;
   if (d.status_changed && !deferred) {
@@ -824,11 +729,7 @@ bool Controller::write_status(const JobView& job, const std::string& resource_ve
       }
     } else {
       status_written = true;
-      {
-        std::lock_guard<std::mutex> lock(status_mu_);
-        status_written_at_[key] = std::chrono::steady_clock::now();
-        first_write_put_off_at_.erase(key);
-      }
+      status_batcher_.written(key, std::chrono::steady_clock::now());
       expectations_.expect_version(key, r.body["metadata"].value("resourceVersion", ""));
       if (d.status.restarts > job.status.restarts) metrics_.gang_restarts.Increment();
     }
@@ -837,19 +738,6 @@ bool Controller::write_status(const JobView& job, const std::string& resource_ve
                                           << " -> " << d.status.phase);
   }
   return status_written;
-}
-
-std::chrono::milliseconds Controller::status_write_wait(const std::string& key) {
-  std::lock_guard<std::mutex> lock(status_mu_);
-  auto it = status_written_at_.find(key);
-  if (it == status_written_at_.end()) return std::chrono::milliseconds(0);
-  return wait_until(it->second + config_.status_batch_period);
-}
-
-std::chrono::milliseconds Controller::first_write_wait(const std::string& key) {
-  std::lock_guard<std::mutex> lock(status_mu_);
-  return wait_until(first_write_put_off_at_.emplace(key, std::chrono::steady_clock::now()).first->second +
-                    config_.status_batch_period);
 }
 
 // Note [Repeated Events] (event_correlator.hpp): a repeat within the window counts on the Event
@@ -890,134 +778,6 @@ void Controller::record_event(const JobView& job, const std::string& type, const
   auto r = client_.create(res::kEvents.path(job.ns), event, &kube::kDiscardBody);
   if (r.ok()) events_.recorded(key, name, now);
   else LOCKSTEP_LOG(Warn, "reconcile", who << " not recorded: " << r.message());
-}
-
-// Note [Progress], Note [Progress schedule]: a scan every second (or every period, when
-// shorter) finds the running jobs whose rank 0 is due a reading; they are read together
-// (Note [Reading agents]). A reading is kept with the one before it, and the job is queued
-// only when it changed what the reconcile reads; the reconcile writes the status only when
-// what `kubectl get tj` shows changed. The same text carries the agents' in-place restarts
-// (Note [In-place restarts]), kept for the reconcile to count.
-//   A scan costs a map lookup per running job (0.5 ms for 1,250), and a pod lookup for each one
-// due; a reading, one HTTP GET and the parse of its page (0.2 ms of CPU for an agent of 8
-// ranks, docs/operator.md).
-void Controller::poll_progress() {
-  const auto tick = std::min<std::chrono::milliseconds>(config_.progress_period, std::chrono::seconds(1));
-  std::vector<DueReading> due;
-  std::vector<AgentTarget> targets;
-  unsigned long scan = 0;
-  std::unique_lock<std::mutex> lock(progress_mu_);
-  while (!stopping_) {
-    progress_cv_.wait_for(lock, tick, [this] { return stopping_.load(); });
-    if (stopping_) break;
-    lock.unlock();
-    due.clear();
-    targets.clear();
-    find_due_readings(++scan, due, targets);
-    auto answers = read_agents(targets, AgentLimits{}, &stopping_);
-    take_readings(due, answers);
-    lock.lock();
-  }
-}
-
-// Scan `scan`: the running jobs whose rank 0 is due a reading, and where to read it; and the
-// schedule of those that cannot be read yet, or whose attempt's pod is new.
-void Controller::find_due_readings(unsigned long scan, std::vector<DueReading>& due, std::vector<AgentTarget>& targets) {
-  auto jobs = jobs_->list();
-  auto now = std::chrono::steady_clock::now();
-  std::lock_guard<std::mutex> lock(progress_mu_);
-  for (const auto& obj : jobs) {
-    const JobView& job = obj->view;
-    if (job.status.phase != "Running") continue;
-    std::string key = job.ns + "/" + job.name;
-    auto it = progress_.find(key);
-    if (it != progress_.end()) {
-      it->second.seen = scan;
-      if (now < it->second.due) continue;
-    }
-    auto pod = pods_->get(job.ns, reconcile::pod_name(job, 0));
-    // Only the job's own rank 0 of its current attempt speaks for it.
-    bool readable = pod && pod->ref.controller_uid == job.uid && !pod->view.ip.empty() &&
-                    pod->view.phase == "Running" && pod->view.attempt == job.status.restarts;
-    if (!readable) {
-      // Looked at again on the job's schedule, so a pod that never gets an IP (KWOK's) costs a
-      // pod lookup per period, not one per scan.
-      if (it == progress_.end())
-        it = progress_.emplace(key, JobProgress("", reconcile::ReadingSchedule(reconcile::kFirstReading,
-                                                                               config_.progress_period),
-                                                now)).first;
-      else
-        it->second.due = now + it->second.schedule.after(reconcile::ReadingSchedule::Found::Nothing);
-      it->second.seen = scan;
-      continue;
-    }
-    const PodView& view = pod->view;
-    if (it == progress_.end() || it->second.attempt_pod != view.uid) {
-      // Newly running, or a new attempt's pod: afresh, its first reading soon.
-      it = progress_.insert_or_assign(key, JobProgress(view.uid, reconcile::ReadingSchedule(reconcile::kFirstReading,
-                                                                                            config_.progress_period),
-                                                       now)).first;
-      it->second.seen = scan;
-      continue;
-    }
-    due.push_back({key, view.uid, view.attempt, job.nodes * job.procs_per_node, view.host_network, job.ns, job.name});
-    targets.push_back({view.ip, job.metrics_port});
-  }
-  for (auto it = progress_.begin(); it != progress_.end();)  // jobs no longer running
-    it = it->second.seen == scan ? std::next(it) : progress_.erase(it);
-}
-
-// The answers of the agents read, kept beside the reading before; a job is queued only when its
-// reading changed what the reconcile reads.
-void Controller::take_readings(const std::vector<DueReading>& due, const std::vector<AgentAnswer>& answers) {
-  const auto now = std::chrono::steady_clock::now();
-  const auto at = reconcile::Clock::now();
-  std::lock_guard<std::mutex> lock(progress_mu_);
-  for (size_t i = 0; i < due.size(); ++i) {
-    const DueReading& d = due[i];
-    // Note [Host-network readings]: of such a rank 0 only the job's own series are read; any
-    // other answer is read where it lies.
-    std::optional<std::string> own_series;
-    if (answers[i].body && d.host_network) own_series = reconcile::series_of_job(*answers[i].body, d.ns, d.name);
-    const std::optional<std::string>& body = d.host_network ? own_series : answers[i].body;
-    if (!body) LOCKSTEP_LOG(Debug, "progress", d.key << ": no reading of rank 0's agent: " << answers[i].error);
-    auto sample = body ? reconcile::parse_progress(*body, 0, at) : std::nullopt;
-    auto in_place = body ? reconcile::parse_in_place(*body, d.attempt) : std::nullopt;
-    auto it = progress_.find(d.key);
-    if (it == progress_.end() || it->second.attempt_pod != d.pod_uid) continue;  // gone meanwhile
-    JobProgress& jp = it->second;
-    bool changed = false;
-    auto found = reconcile::ReadingSchedule::Found::Nothing;
-    if (sample) {
-      if (jp.last && sample->step < jp.last->step) jp.last.reset();  // it went back to a checkpoint
-      bool rate = jp.last && sample->step > jp.last->step && sample->at > jp.last->at;
-      found = rate ? reconcile::ReadingSchedule::Found::Rate : reconcile::ReadingSchedule::Found::Step;
-      auto p = reconcile::progress_between(jp.last, *sample, d.world);
-      changed |= !(jp.progress == p);
-      jp.progress = p;
-      jp.last = sample;
-    }
-    if (in_place && !(jp.in_place == in_place)) {
-      jp.in_place = in_place;
-      changed = true;
-    }
-    if (body && !jp.workers_started && reconcile::parse_workers_started(*body, d.attempt)) {
-      jp.workers_started = true;
-      jp.attempt = d.attempt;
-      changed = true;
-    }
-    jp.due = now + jp.schedule.after(found);
-    if (changed) queue_.add(d.key);
-  }
-}
-
-void Controller::read_agent(const std::string& key, reconcile::Observed& in) {
-  std::lock_guard<std::mutex> lock(progress_mu_);
-  auto it = progress_.find(key);
-  if (it == progress_.end()) return;
-  in.progress = it->second.progress;
-  in.in_place = it->second.in_place;
-  in.gang_joined = it->second.workers_started && it->second.attempt == in.job.status.restarts;
 }
 
 void Controller::refresh_metrics() {

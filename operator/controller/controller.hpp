@@ -5,22 +5,22 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <optional>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "controller/agent_reader.hpp"
+#include "controller/api_discovery.hpp"
 #include "controller/event_correlator.hpp"
 #include "controller/expectations.hpp"
 #include "controller/foreign_children.hpp"
 #include "controller/node_index.hpp"
+#include "controller/progress_poller.hpp"
+#include "controller/status_batcher.hpp"
 #include "controller/work_queue.hpp"
 #include "kube/client.hpp"
 #include "kube/informer.hpp"
@@ -104,10 +104,9 @@ class Controller {
                     const std::string& message);
   void delete_orphans(const std::string& ns, const std::string& name);
   void warn_foreign_pod(const reconcile::JobView& job, const reconcile::PodRecord& pod);  // Note [Pods we do not control]
-  reconcile::GangSupport gang_support();  // may start the PodGroup informer
-  // Note [Kueue API discovery]: whether the Workload API is served and ours to use; may start
-  // the Workload and ResourceFlavor informers.
-  bool kueue_served();
+  // The informers API discovery starts once it finds their API (api_discovery.hpp).
+  std::unique_ptr<ChildInformer> podgroup_informer();
+  KueueDiscovery::Informers kueue_informers();
   void on_workload(const reconcile::WorkloadView* old, const reconcile::WorkloadView* now);
   // The Workload writes a decision asks for (Note [One Workload per job]).
   void write_workload(const reconcile::JobView& job, const reconcile::Decision& d,
@@ -122,18 +121,7 @@ class Controller {
   kube::Response drop_finalizer(const reconcile::WorkloadView& wl);
   kube::InformerBase::Options child_options(bool pods) const;
   void on_child(const reconcile::ChildRef* old, const reconcile::ChildRef* now);
-  void poll_progress();  // the progress thread: Note [Progress]
-  struct DueReading {    // a running job whose rank 0 is due a reading
-    std::string key, pod_uid;
-    int attempt, world;
-    // Note [Host-network readings]: rank 0 has its node's address; only the job's series count.
-    bool host_network = false;
-    std::string ns, name;
-  };
-  void find_due_readings(unsigned long scan, std::vector<DueReading>& due, std::vector<AgentTarget>& targets);
-  void take_readings(const std::vector<DueReading>& due, const std::vector<AgentAnswer>& answers);
-  // The latest reading of the job's rank 0 agent, into in.progress and in.in_place.
-  void read_agent(const std::string& key, reconcile::Observed& in);
+  ProgressPoller::Sources progress_sources();
   void start_node_watch();  // unless --node-watch=false or RBAC forbids it (Note [Lost nodes])
   // The nodes in.pods are bound to, into in.nodes (Note [Lost nodes]).
   void observe_nodes(reconcile::Observed& in);
@@ -141,54 +129,25 @@ class Controller {
   kube::Client& client_;
   Config config_;
   op::Metrics& metrics_;
+  std::atomic<bool> stopping_{false};
   WorkQueue queue_;
   Expectations expectations_;
   using JobInformer = kube::Informer<reconcile::JobRecord>;
   using PodInformer = kube::Informer<reconcile::PodRecord>;
-  using ChildInformer = kube::Informer<reconcile::ChildRef>;  // Services, NetworkPolicies, PodGroups
   using NodeInformer = kube::Informer<reconcile::NodeView>;
   ChildInformer::Handler child_handler();  // on_child for a Service, NetworkPolicy or PodGroup change
   std::unique_ptr<JobInformer> jobs_;
   std::unique_ptr<PodInformer> pods_;
   std::unique_ptr<ChildInformer> services_;
   std::unique_ptr<ChildInformer> network_policies_;
-  std::unique_ptr<ChildInformer> podgroups_;            // started by gang_support(), under gang_mu_
-  std::atomic<ChildInformer*> podgroups_ptr_{nullptr};  // read without the lock
   std::unique_ptr<NodeInformer> nodes_;                 // null while the node watch is off
-  using WorkloadInformer = kube::Informer<reconcile::WorkloadView>;
-  using FlavorInformer = kube::Informer<reconcile::FlavorView>;
-  std::unique_ptr<WorkloadInformer> workloads_;  // started by kueue_served(), under kueue_mu_
-  std::unique_ptr<FlavorInformer> flavors_;
-  std::atomic<WorkloadInformer*> workloads_ptr_{nullptr};  // read without the lock
-  std::atomic<FlavorInformer*> flavors_ptr_{nullptr};
-  std::mutex kueue_mu_;
-  std::chrono::steady_clock::time_point kueue_checked_{};
-  bool kueue_available_ = false;
+  PodGroupDiscovery podgroup_api_;  // and the PodGroup informer, once found
+  KueueDiscovery kueue_api_;        // and the Workload and ResourceFlavor informers, once found
 
   NodeIndex node_index_;                                // which jobs have pods on each node
   std::vector<std::thread> workers_;
-  std::atomic<bool> stopping_{false};
-  std::thread progress_thread_;
-  std::mutex progress_mu_;
-  std::condition_variable progress_cv_;
-  struct JobProgress {
-    JobProgress(std::string pod, reconcile::ReadingSchedule s, std::chrono::steady_clock::time_point at)
-        : attempt_pod(std::move(pod)), schedule(s), due(at + s.interval()) {}
-    // The pod uid the samples came from; another one starts afresh. "" while the job's rank 0
-    // cannot be read (no IP yet): then `due` is when to look at it again.
-    std::string attempt_pod;
-    std::optional<reconcile::ProgressSample> last;
-    std::optional<reconcile::Progress> progress;
-    std::optional<reconcile::InPlaceReading> in_place;  // Note [In-place restarts]
-    reconcile::ReadingSchedule schedule;                // Note [Progress schedule]
-    // Rank 0's agent of this attempt has started its workers: the gang is together (Kueue's
-    // PodsReady, Note [One Workload per job]); once seen, kept for the attempt's pod.
-    bool workers_started = false;
-    int attempt = -1;
-    std::chrono::steady_clock::time_point due;          // the next reading
-    unsigned long seen = 0;                             // the last scan that found the job running
-  };
-  std::map<std::string, JobProgress> progress_;  // by job key, under progress_mu_
+  ProgressPoller progress_;  // Note [Progress]
+  StatusBatcher status_batcher_;  // Note [Batched status writes]
   EventCorrelator events_;  // Note [Repeated Events]
   std::atomic<bool> event_patch_refused_logged_{false};
   ForeignChildren foreign_;  // Note [Foreign children]
@@ -196,16 +155,6 @@ class Controller {
   // own and the informer does not hold; queues it again for when the mark lapses.
   bool network_policy_taken(const std::string& key, const std::string& uid);
   void mark_network_policy_taken(const std::string& key, const std::string& uid);
-  // When each job's status was last written (Note [Batched status writes]).
-  std::chrono::milliseconds status_write_wait(const std::string& key);
-  std::mutex status_mu_;
-  std::map<std::string, std::chrono::steady_clock::time_point> status_written_at_;
-  // A new job's first write, put off since then (Note [Batched status writes]).
-  std::chrono::milliseconds first_write_wait(const std::string& key);
-  std::map<std::string, std::chrono::steady_clock::time_point> first_write_put_off_at_;
-  std::mutex gang_mu_;
-  std::chrono::steady_clock::time_point gang_checked_{};
-  bool gang_available_ = false;
 };
 
 }  // namespace lockstep::controller

@@ -237,7 +237,7 @@ TEST(AgentReader, SilentAgentsCostADeadlinePerMaxInFlight) {
 }
 
 // A replica that loses its lease or is asked to stop sets the controller's stopping flag,
-// which the progress thread passes to read_agents (Controller::poll_progress): the round ends
+// which the progress thread passes to read_agents (ProgressPoller::poll): the round ends
 // within kStopLatency of it, whatever the agents do.
 TEST(AgentReader, StopEndsARoundPromptly) {
   int silent = listen_loopback(256);
