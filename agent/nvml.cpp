@@ -14,6 +14,7 @@
 #include <set>
 
 #include "lockstep/log.hpp"
+#include "lockstep/text.hpp"
 
 using namespace prometheus;
 
@@ -32,12 +33,7 @@ struct ConfLimits {
   int max_depth = 8;
 };
 
-std::string trim(const std::string& s) {
-  const char* ws = " \t\r\n\v\f";
-  auto b = s.find_first_not_of(ws);
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(ws) - b + 1);
-}
+std::string trim(const std::string& s) { return std::string(text::trim(s, " \t\r\n\v\f")); }
 
 // A directory entry worth trying: absolute, printable, not absurdly long; without trailing slashes.
 bool plausible_dir(std::string& d) {

@@ -19,6 +19,7 @@
 #include "lockstep/contract.hpp"
 #include "lockstep/log.hpp"
 #include "lockstep/random.hpp"
+#include "lockstep/time_text.hpp"
 #include "lockstep/text.hpp"
 #include "stall_watch.hpp"
 #include "termination_message.hpp"
@@ -55,16 +56,8 @@ std::optional<Message> next_message(BarrierClient& barrier, std::chrono::millise
 }
 
 // Note [Heartbeats]'s messages: a measured silence ("6.03 s") and a setting ("6 s", "2.5 s").
-std::string seconds_text(std::chrono::milliseconds d) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f s", static_cast<double>(d.count()) / 1000.0);
-  return buf;
-}
-std::string setting_text(std::chrono::milliseconds d) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g s", static_cast<double>(d.count()) / 1000.0);
-  return buf;
-}
+std::string seconds_text(std::chrono::milliseconds d) { return time_text::seconds(static_cast<double>(d.count()) / 1000.0, 2); }
+std::string setting_text(std::chrono::milliseconds d) { return time_text::setting_seconds(d); }
 
 sigset_t stop_signals() {
   sigset_t s;

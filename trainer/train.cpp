@@ -40,6 +40,7 @@
 #include "fsdp.hpp"
 #include "optim.hpp"
 #include "lockstep/memory_plan.hpp"
+#include "lockstep/time_text.hpp"
 #include "model.hpp"
 #include "profile.hpp"
 
@@ -688,12 +689,6 @@ int64_t resume(const Options& o, const CheckpointTarget& ckpt, std::vector<torch
   return *step;
 }
 
-std::string seconds3(double s) {
-  std::ostringstream out;
-  out << std::fixed << std::setprecision(3) << s;
-  return out.str();
-}
-
 // Note [Stop vote]: whether every rank stops after `step` (0-based), just done; the same answer
 // on every rank, read once the step has ended on the device. Says so when it does.
 bool stop_agreed(const Options& o, const Parallelism& p, const Dist& dist, int64_t step) {
@@ -711,7 +706,7 @@ bool stop_agreed(const Options& o, const Parallelism& p, const Dist& dist, int64
   stop::stopping();
   const int sig = stop::signal_received();
   std::cout << "lockstep-trainer: rank " << dist.rank << ": stop agreed after step " << step + 1 << " ("
-            << (sig ? std::string(stop::signal_name(sig)) + " here " + seconds3(stop::seconds_since_signal()) + " s ago"
+            << (sig ? std::string(stop::signal_name(sig)) + " here " + time_text::seconds(stop::seconds_since_signal(), 3) + " ago"
                     : "another rank's signal")
             << ")" << std::endl;
   return true;

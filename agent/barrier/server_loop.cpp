@@ -20,6 +20,7 @@
 #include "lockstep/contract.hpp"
 #include "lockstep/log.hpp"
 #include "lockstep/random.hpp"
+#include "lockstep/time_text.hpp"
 
 namespace lockstep::agent {
 namespace {
@@ -74,16 +75,8 @@ class RefusalLog {
 };
 
 // Note [Heartbeats]'s messages: a measured silence ("6.03 s") and a setting ("6 s", "2.5 s").
-std::string seconds_text(Clock::duration d) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f s", std::chrono::duration<double>(d).count());
-  return buf;
-}
-std::string setting_text(std::chrono::milliseconds d) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g s", static_cast<double>(d.count()) / 1000.0);
-  return buf;
-}
+std::string seconds_text(Clock::duration d) { return time_text::seconds(std::chrono::duration<double>(d).count(), 2); }
+std::string setting_text(std::chrono::milliseconds d) { return time_text::setting_seconds(d); }
 
 // BarrierServer's thread: the I/O of the restart barrier (accepting, reading every peer within
 // Note [Barrier trust]'s bounds, writing without blocking, heartbeats, freezes), with the

@@ -13,6 +13,8 @@
 #include <memory>
 #include <string_view>
 
+#include "lockstep/text.hpp"
+
 namespace lockstep::controller {
 namespace {
 
@@ -24,12 +26,6 @@ bool iequals(std::string_view a, std::string_view b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
            return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
          });
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
 }
 
 struct Read {
@@ -68,7 +64,7 @@ std::string read_head(Read& r) {
     std::string_view line = head.substr(start, eol == std::string_view::npos ? std::string_view::npos : eol - start);
     size_t colon = line.find(':');
     if (colon == std::string_view::npos) return "a malformed header line";
-    std::string_view name = line.substr(0, colon), value = trim(line.substr(colon + 1));
+    std::string_view name = line.substr(0, colon), value = text::trim(line.substr(colon + 1));
     if (iequals(name, "Transfer-Encoding") && !iequals(value, "identity"))
       return "a transfer encoding other than identity (the request was HTTP/1.0)";
     if (iequals(name, "Content-Length")) {

@@ -5,6 +5,7 @@
 
 #include "kube/resource.hpp"
 #include "lockstep/log.hpp"
+#include "lockstep/time_text.hpp"
 
 using json = nlohmann::json;
 
@@ -12,16 +13,7 @@ namespace lockstep::kube {
 namespace {
 
 std::string micro_time() {  // metav1.MicroTime: RFC 3339 with microseconds
-  auto now = std::chrono::system_clock::now();
-  std::time_t t = std::chrono::system_clock::to_time_t(now);
-  auto us = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() % 1000000;
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[40];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  char out[64];
-  std::snprintf(out, sizeof out, "%s.%06lldZ", buf, static_cast<long long>(us));
-  return out;
+  return time_text::rfc3339(std::chrono::system_clock::now(), 6);
 }
 
 bool sleep_unless(const std::atomic<bool>& stop, std::chrono::milliseconds d) {

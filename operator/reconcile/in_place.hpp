@@ -56,7 +56,7 @@ std::optional<InPlaceReading> parse_in_place(const std::string& metrics_text, in
 // Whether rank 0's agent of gang attempt `attempt` has started its workers: a
 // lockstep_worker_up sample of 1 while lockstep_restart_attempt says `attempt`. The agents start
 // workers only once every node's agent joined the rendezvous (Note [Restart barrier] in
-// agent/barrier.hpp), so this is Kueue's PodsReady (Note [One Workload per job] in kueue.hpp).
+// agent/barrier/state.hpp), so this is Kueue's PodsReady (Note [One Workload per job] in kueue.hpp).
 bool parse_workers_started(const std::string& metrics_text, int attempt);
 // The last restart's cause, e.g. "rank 3 exited with code 137 (WorkerFailed)".
 std::string describe_in_place_cause(const InPlaceReading& r);

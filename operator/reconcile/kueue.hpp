@@ -21,7 +21,7 @@
 //     (a pod carrying it would be a Workload of its own under Kueue's pod integration);
 //   * PodsReady is written from what the agents know: True once rank 0's agent of the current
 //     attempt has started its workers, which it does only when every node's agent joined the
-//     rendezvous (Note [Restart barrier] in agent/barrier.hpp); not container readiness. An
+//     rendezvous (Note [Restart barrier] in agent/barrier/state.hpp); not container readiness. An
 //     in-place restart is invisible to Kueue; a gang restart (pods recreated) makes it False
 //     WaitForRecovery until the new gang is together again (then True Recovered);
 //   * Evicted=True (preemption, the PodsReady timeout, deactivation, a stopped queue): every

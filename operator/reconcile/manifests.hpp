@@ -88,7 +88,7 @@ std::string agent_overlay(const nlohmann::json& pod_template);
 
 // Note [Barrier secret]
 // The agents of a gang attempt prove to node 0's agent that they hold one secret (Note
-// [Barrier trust] in agent/barrier.hpp). The operator draws it, 32 random bytes, when it
+// [Barrier trust] in agent/barrier/trust.hpp). The operator draws it, 32 random bytes, when it
 // creates the first pod of an attempt and writes it into the trainer container's env
 // (LOCKSTEP_BARRIER_SECRET) of each pod: no Secret object, no RBAC beyond creating pods, and a
 // new attempt's pods share nothing with the old one's, which fences the old ranks out.

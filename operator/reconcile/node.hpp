@@ -54,7 +54,7 @@
 // "Heartbeats"). Pods on healthy nodes are deleted gracefully, as for any gang restart.
 //
 // A node can die without the node controller's knowing for up to its grace period (50 s), and
-// the gang's agents notice in seconds (agent/barrier.hpp, Note [Heartbeats]): the agents that
+// the gang's agents notice in seconds (agent/barrier/server.hpp, Note [Heartbeats]): the agents that
 // exit 76 because pod R's agent went silent say so in the first line of their termination
 // message (`lockstep-silent-peer node=R`, Note [Silent peer] there). A pod of the attempt that
 // failed with exit code 76 and that line, while pod R of the attempt is Running in the API

@@ -92,7 +92,7 @@ inline constexpr std::chrono::milliseconds kFirstReading{2000};
 // rank 0's progress as its container's termination message (/dev/termination-log, or
 // LOCKSTEP_TERMINATION_LOG):
 //   lockstep-progress step=N[ total=M]
-// (total when the program said one; agent/supervisor.cpp). The kubelet copies it into the
+// (total when the program said one; agent/termination_message.cpp). The kubelet copies it into the
 // pod's status (containerStatuses[].state.terminated.message), which the pod informer already
 // reads. When the job Succeeds, decide() takes rank 0's line (the current attempt's pod of
 // index 0 that the job controls, nobody else's) over the last reading: the run's last step, and

@@ -237,7 +237,7 @@ TEST(StepReportFuzz, HostileDatagramsAreCountedAsMalformedOnTheRealSocket) {
   EXPECT_EQ(s.metrics.progress()[0].last_step, 1) << "the 64 KB datagram's step=7 must not have been parsed";
 }
 
-// Note [Reports in batches] (agent/python/lockstep/_pytorch.py): a datagram may carry several
+// Note [Reports in batches] (agent/python/lockstep/_channel.py): a datagram may carry several
 // steps' reports, one a line; each line stands or falls on its own.
 TEST(StepReport, ADatagramOfSeveralLinesIsOneReportALine) {
   std::vector<long long> steps;

@@ -35,7 +35,7 @@ inline constexpr const char* kAgentPort = "LOCKSTEP_AGENT_PORT";
 // sizes each worker's OMP_NUM_THREADS by them (Note [Worker threads] in agent/worker_env.cpp).
 inline constexpr const char* kCpuRequest = "LOCKSTEP_CPU_REQUEST";
 inline constexpr const char* kCpuLimit = "LOCKSTEP_CPU_LIMIT";
-// The restart barrier's secret (Note [Barrier trust] in agent/barrier.hpp): 32 random bytes in
+// The restart barrier's secret (Note [Barrier trust] in agent/barrier/trust.hpp): 32 random bytes in
 // hex, drawn by the operator for each gang attempt; the agents prove they hold it. The agent
 // removes it from its environment before any worker starts.
 inline constexpr const char* kBarrierSecret = "LOCKSTEP_BARRIER_SECRET";
@@ -105,7 +105,7 @@ inline constexpr int kExitCollective = 77;
 inline constexpr int kExitUsage = 64;        // bad flags or environment (permanent)
 
 // The first line of an agent's termination message when its gang ended because another node's
-// agent went silent (Note [Silent peer] in agent/barrier.hpp): `lockstep-silent-peer node=R`,
+// agent went silent (Note [Silent peer] in agent/barrier/state.hpp): `lockstep-silent-peer node=R`,
 // R that node's rank. The operator reads it (Note [Lost nodes] in operator/reconcile/node.hpp).
 inline constexpr const char* kSilentPeerLine = "lockstep-silent-peer";
 
@@ -123,7 +123,7 @@ inline bool exit_code_retryable(int code) { return code <= 0 || code >= 128 || e
 // (agent/step_report.cpp) and keeps them, under the same names, in its step log
 // (agent/metrics.cpp, Note [Step log]), which `lockstep run` follows and draws its report from
 // (cli/run.cpp, cli/report.cpp). The Python probe writes the same names
-// (agent/python/lockstep/_pytorch.py); probe_test's runs read them back through the agent.
+// (agent/python/lockstep/_step_report.py); probe_test's runs read them back through the agent.
 namespace report {
 inline constexpr const char* kStep = "step";
 inline constexpr const char* kStepSeconds = "step_s";

@@ -13,8 +13,8 @@
 //     encoder writes U+FFFD for bytes that are not UTF-8, a termination message's as the kubelet
 //     read it). Other text is made valid, or refused, or escaped to ASCII where it arrives: a
 //     worker's output is made valid (utf8_valid) in the agent's termination message
-//     (agent/supervisor.cpp); a peer's text on the restart barrier is cleaned (clean_text in
-//     agent/barrier.hpp); a label of an agent's /metrics that is not UTF-8 makes its line
+//     (agent/termination_message.cpp); a peer's text on the restart barrier is cleaned (clean_text in
+//     agent/barrier/trust.hpp); a label of an agent's /metrics that is not UTF-8 makes its line
 //     unread (Note [Untrusted exposition]); the node and Workload texts the operator quotes are
 //     printable ASCII (printable in operator/reconcile/node.hpp); `lockstep validate` and
 //     `lockstep run` refuse a manifest that is not UTF-8 (utf8_invalid_at).
