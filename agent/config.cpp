@@ -234,7 +234,7 @@ void read_env(const std::map<std::string, std::string>& env, Config& cfg, Unsett
   cfg.cpu_limit_millis = env_int(env, {c::kCpuLimit}, 0, 0, 100000000);
   if (lookup(env, {c::kRestartPolicy}, v, from)) cfg.restart_policy = v;
   if (lookup(env, {c::kBarrierSecret}, v, from)) cfg.barrier_secret = v;
-  // Note [Heartbeats]: the older name first, so the newer wins where both are set.
+  // See Note [Heartbeats]: the older name first, so the newer wins where both are set.
   for (const char* name : {c::kBarrierTimeout, c::kPeerTimeout})
     if (lookup(env, {name}, v, from)) {
       cfg.peer_timeout = env_duration(env, name, cfg.peer_timeout);

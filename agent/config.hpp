@@ -17,7 +17,7 @@ struct ConfigError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Note [Heartbeats]: the shortest peer timeout other than 0 (off), two heartbeats of 1 s.
+// See Note [Heartbeats]: the shortest peer timeout other than 0 (off), two heartbeats of 1 s.
 inline constexpr std::chrono::seconds kMinPeerTimeout{2};
 
 struct Config {
@@ -32,7 +32,7 @@ struct Config {
   int max_restarts = 0;
   std::string restart_policy = "OnFailure";  // LOCKSTEP_RESTART_POLICY: OnFailure | ExitCode | Never
   int agent_port = 0;                        // LOCKSTEP_AGENT_PORT; 0: the master port + 1
-  // Note [Barrier trust]: the job's secret (LOCKSTEP_BARRIER_SECRET), never logged; empty: none.
+  // See Note [Barrier trust]: the job's secret (LOCKSTEP_BARRIER_SECRET), never logged; empty: none.
   // The agent takes it out of its environment, so no worker sees it.
   std::string barrier_secret;
   // Note [Heartbeats] in barrier/server.hpp: a peer of the restart barrier (node 0's agent, or a
@@ -64,7 +64,7 @@ struct Config {
   std::chrono::milliseconds grace_period{std::chrono::seconds(25)};
   std::string log_dir;            // per-rank files instead of prefixed passthrough
   std::string step_log_dir;       // each rank's step reports appended to DIR/rank-N.jsonl
-  // Note [Python probe]: the directory (sitecustomize.py and the lockstep package) put first
+  // See Note [Python probe]: the directory (sitecustomize.py and the lockstep package) put first
   // on every worker's PYTHONPATH when the worker has a step socket. Empty: no probe, because
   // it is switched off (python_probe false: LOCKSTEP_PYTHON_PROBE=0, --no-python-probe) or
   // was not found (python_probe_note says where the agent looked).
@@ -85,7 +85,7 @@ struct Config {
   int world_size() const { return nnodes * nproc_per_node; }
   int barrier_port() const { return agent_port > 0 ? agent_port : master_port % 65535 + 1; }
   bool stall_detection() const { return stall_timeout.count() > 0; }
-  // Note [Heartbeats]: silence is judged only between the agents of a job of several nodes.
+  // See Note [Heartbeats]: silence is judged only between the agents of a job of several nodes.
   bool peer_checks() const { return peer_timeout.count() > 0 && nnodes > 1; }
   std::chrono::milliseconds heartbeat_interval() const {
     return peer_timeout.count() > 0 ? std::min<std::chrono::milliseconds>(std::chrono::seconds(1), peer_timeout / 4)
@@ -106,7 +106,7 @@ struct Config {
 Config load_config(const std::map<std::string, std::string>& env, const std::vector<std::string>& args,
                    const std::string& self_exe = "");
 
-// Note [Python probe]: the probe directory for an agent whose executable is `self_exe`.
+// See Note [Python probe]: the probe directory for an agent whose executable is `self_exe`.
 // `given` (from `given_by`, a flag or variable) when not empty: it must hold sitecustomize.py
 // and lockstep/__init__.py, else ConfigError naming `given_by`. Otherwise the first of
 // <dir of self_exe>/python (the build tree) and <dir of self_exe>/../share/lockstep/python
@@ -115,7 +115,7 @@ Config load_config(const std::map<std::string, std::string>& env, const std::vec
 std::string find_python_probe_dir(const std::string& given, const std::string& given_by, const std::string& self_exe,
                                   std::string* note = nullptr);
 
-// Note [NCCL profiler plugin]: the plugin for an agent whose executable is `self_exe`.
+// See Note [NCCL profiler plugin]: the plugin for an agent whose executable is `self_exe`.
 // `given` (LOCKSTEP_NCCL_PROFILER): "0" is off (""), an absolute path is that file (it must
 // exist, else ConfigError), "1" or "" looks for libnccl-profiler-lockstep.so beside self_exe
 // (the build tree, the bundle) and in <dir of self_exe>/../lib/lockstep (an install); ""

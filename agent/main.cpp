@@ -17,7 +17,7 @@
 namespace {
 using namespace lockstep::agent;
 
-// Note [Barrier trust]: the secret is the agent's alone. Out of the environment the workers
+// See Note [Barrier trust]: the secret is the agent's alone. Out of the environment the workers
 // inherit, and overwritten where the kernel shows it (/proc/<pid>/environ).
 void hide_barrier_secret() {
   if (char* secret = std::getenv(lockstep::contract::kBarrierSecret)) {

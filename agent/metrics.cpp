@@ -80,7 +80,7 @@ Metrics::Metrics(const Config& cfg, const std::string& socket_dir)
   if (cfg.metrics_port > 0) {
     endpoint_ = cfg.metrics_address + ":" + std::to_string(cfg.metrics_port);
     try {
-      // Note [Listener limits]: a few slow peers must not blind Prometheus and the operator.
+      // See Note [Listener limits]: a few slow peers must not blind Prometheus and the operator.
       exposer_ = std::make_unique<Exposer>(civetweb_options(endpoint_, kAgentListener));
     } catch (const std::exception& e) {
       throw std::runtime_error("cannot serve /metrics on " + endpoint_ + " (LOCKSTEP_METRICS_PORT or --metrics-port): " +
@@ -292,7 +292,7 @@ void Metrics::record(int local_rank, const StepReport& s) {
     return;
   }
   if (s.step_s) r.step_duration->Observe(*s.step_s);
-  // Note [Measured series only]: made on first use.
+  // See Note [Measured series only]: made on first use.
   auto counter = [&](Counter*& c, Family<Counter>* f) -> Counter& { return c ? *c : *(c = &f->Add(r.labels)); };
   auto gauge = [&](Gauge*& g, Family<Gauge>* f) -> Gauge& { return g ? *g : *(g = &f->Add(r.labels)); };
   if (s.compute_s) counter(r.compute, compute_family_).Increment(*s.compute_s);

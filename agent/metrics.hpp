@@ -94,7 +94,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* comm_seconds_;
   prometheus::Family<prometheus::Counter>* comm_bytes_;
   prometheus::Family<prometheus::Counter>* comm_exposed_by_op_;
-  // Note [NCCL profiler plugin]: NCCL's own timing of every operation, by op.
+  // See Note [NCCL profiler plugin]: NCCL's own timing of every operation, by op.
   prometheus::Family<prometheus::Counter>*nccl_seconds_, *nccl_bytes_, *nccl_ops_;
   prometheus::Counter* restarts_;
   prometheus::Counter* in_place_;

@@ -284,7 +284,7 @@ int Supervisor::join_barrier(BarrierClient& barrier, const std::string& host, in
 }
 
 int Supervisor::run() {
-  // Note [The agent as init]: orphans below us come to us even when we are not PID 1.
+  // See Note [The agent as init]: orphans below us come to us even when we are not PID 1.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   if (metrics_) {  // Note [Python probe]: said once, as the agent says what else it watches
     if (!cfg_.python_probe_dir.empty())
@@ -303,9 +303,9 @@ int Supervisor::run() {
                                   "(every NCCL operation timed; LOCKSTEP_NCCL_PROFILER=0 turns it off)");
   }
   if (!wait_for_master()) return contract::kExitRendezvous;
-  // Note [Restart barrier]: node 0's agent serves it; a single node keeps it on loopback.
+  // See Note [Restart barrier]: node 0's agent serves it; a single node keeps it on loopback.
   std::unique_ptr<BarrierServer> server;
-  // Note [Barrier trust]: a single node is its own peer, so it can draw its own secret.
+  // See Note [Barrier trust]: a single node is its own peer, so it can draw its own secret.
   if (cfg_.nnodes == 1 && cfg_.barrier_secret.empty()) cfg_.barrier_secret = random_hex(32);
   if (cfg_.node_rank == 0) {
     try {
@@ -317,7 +317,7 @@ int Supervisor::run() {
   }
   BarrierClient barrier;
   barrier.set_heartbeat_interval(cfg_.heartbeat_interval());
-  // Note [Heartbeats]: every loop below ticks the barrier, the WorkerGroup's stop included.
+  // See Note [Heartbeats]: every loop below ticks the barrier, the WorkerGroup's stop included.
   struct Ticking {
     Supervisor& s;
     ~Ticking() {
@@ -359,7 +359,7 @@ Supervisor::Generation Supervisor::watch_generation(int gen, BarrierClient& barr
       r.exit = finish(128 + sig, std::string("stopped by ") + strsignal(sig), nullptr);
       return r;
     }
-    // Note [Heartbeats]: a thawed agent acts on nothing it reads or sees after the freeze.
+    // See Note [Heartbeats]: a thawed agent acts on nothing it reads or sees after the freeze.
     barrier.tick();
     if (std::string why = own_silence(barrier); !why.empty()) {
       barrier.close();  // node 0's agent learns at once, if it is still there
@@ -443,7 +443,7 @@ std::optional<int> Supervisor::await_verdict(int& gen, BarrierClient& barrier, c
     }
     auto m = next_message(barrier, std::chrono::milliseconds(50), gen);
     group_.reap_orphans();
-    // Note [Heartbeats]: a thawed agent never starts workers again; a finished one has none
+    // See Note [Heartbeats]: a thawed agent never starts workers again; a finished one has none
     // to stop and leaves as finished, as when the barrier is lost.
     if (std::string why = own_silence(barrier); !why.empty()) {
       barrier.close();

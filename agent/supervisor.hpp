@@ -50,10 +50,10 @@ class Supervisor {
   std::optional<int> await_verdict(int& gen, BarrierClient& barrier, const Generation& g);
   bool wait_for_master();
   int join_barrier(BarrierClient& barrier, const std::string& host, int port);
-  // Note [Heartbeats]: ticks the barrier's client, if there is one (in loops that may outlast
+  // See Note [Heartbeats]: ticks the barrier's client, if there is one (in loops that may outlast
   // a heartbeat interval).
   void keep_alive();
-  // Note [Heartbeats]: why this agent's membership has ended, or "" while it holds: its own
+  // See Note [Heartbeats]: why this agent's membership has ended, or "" while it holds: its own
   // silence (it was frozen); node 0's agent lost or silent.
   std::string own_silence(const BarrierClient& barrier) const;
   std::string server_gone(const BarrierClient& barrier) const;

@@ -85,7 +85,7 @@ void write_progress_summary(const Metrics& metrics) {
 void write_termination_message(const std::string& why, const std::vector<std::string>& tail, int silent_peer) {
   std::string text = "lockstep-agent: " + why + "\n";
   for (const auto& l : tail) text += l + "\n";
-  // Note [Silent peer]: the operator's line first, and never cut: the rest keeps its end. A
+  // See Note [Silent peer]: the operator's line first, and never cut: the rest keeps its end. A
   // worker's output is any bytes: made UTF-8 before the cut (Note [UTF-8 text]).
   const std::string first = silent_peer >= 0 ? std::string(contract::kSilentPeerLine) + " node=" + std::to_string(silent_peer) + "\n" : "";
   write_termination_log(first + lockstep::text::utf8_tail(lockstep::text::utf8_valid(text), 4096 - first.size()));

@@ -66,11 +66,11 @@ std::map<std::string, std::string> worker_env(const Config& cfg, int local_rank,
   // process instead of hanging it.
   auto nccl = inherited.find("TORCH_NCCL_ASYNC_ERROR_HANDLING");
   env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = nccl != inherited.end() ? nccl->second : "1";
-  // Note [Worker threads]: the user's choice if any, else the container's share of CPU.
+  // See Note [Worker threads]: the user's choice if any, else the container's share of CPU.
   if (!inherited.count("OMP_NUM_THREADS"))
     if (int threads = cfg.worker_threads(); threads > 0) env["OMP_NUM_THREADS"] = std::to_string(threads);
   if (!metrics_socket.empty()) env[contract::kMetricsSocket] = metrics_socket;
-  // Note [Python probe]: first on the path, the image's and the pod's entries kept after it
+  // See Note [Python probe]: first on the path, the image's and the pod's entries kept after it
   // (an empty entry would add the working directory, so none is made). Only with a socket:
   // without one the probe would have nowhere to report.
   if (!metrics_socket.empty() && !cfg.python_probe_dir.empty()) {
@@ -78,7 +78,7 @@ std::map<std::string, std::string> worker_env(const Config& cfg, int local_rank,
     const bool theirs = inherited_path != inherited.end() && !inherited_path->second.empty();
     env["PYTHONPATH"] = cfg.python_probe_dir + (theirs ? ":" + inherited_path->second : "");
   }
-  // Note [NCCL profiler plugin]: only with a socket (the plugin reports there), and never over
+  // See Note [NCCL profiler plugin]: only with a socket (the plugin reports there), and never over
   // a plugin the pod or the image chose ("none" included).
   if (!metrics_socket.empty() && !cfg.nccl_profiler.empty() && !inherited.count(contract::kNcclProfilerPlugin))
     env[contract::kNcclProfilerPlugin] = cfg.nccl_profiler;

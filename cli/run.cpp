@@ -161,7 +161,7 @@ class LocalRun {
   int start_gang(int attempt) {
     agents_.clear();
     int out_fd = -1;
-    // Note [Barrier secret]: one per gang attempt, as the operator draws it.
+    // See Note [Barrier secret]: one per gang attempt, as the operator draws it.
     const std::string secret = lockstep::random_hex(32);
     for (int i = 0; i < nodes_; ++i) {
       SpawnOptions so = node_process(i, attempt, secret);
@@ -197,7 +197,7 @@ class LocalRun {
     for (const char* k : {contract::kMasterPort, contract::kPetMasterPort}) so.env[k] = std::to_string(master_port_);
     so.env[contract::kMetricsPort] = std::to_string(metrics_ports_[i]);
     so.env[contract::kAgentPort] = std::to_string(agent_port_);
-    // Note [Worker threads]: what the downward API gives a pod, with this machine shared by
+    // See Note [Worker threads]: what the downward API gives a pod, with this machine shared by
     // the job's nodes: the container's CPU request, and its limit or, without one, this
     // machine's cores over the nodes (a node's allocatable CPU on a cluster).
     so.env[contract::kCpuRequest] = std::to_string(cpu_millis(ctr, "requests"));

@@ -398,7 +398,7 @@ json yaml_to_json_text(const std::string& text, const std::string& name) {
   try {
     // A manifest file may hold other objects beside the job (a ConfigMap with the script, as
     // examples/pytorch-script.yaml does): of several documents, the one TrainingJob is read.
-    // Note [YAML documents]: not YAML::LoadAll.
+    // See Note [YAML documents]: not YAML::LoadAll.
     std::vector<YAML::Node> docs = load_documents(text, name);
     std::vector<YAML::Node> jobs;
     std::string kinds;

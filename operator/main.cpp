@@ -41,10 +41,10 @@ struct Options {
   std::chrono::milliseconds status_batch_period{1000};
   std::chrono::milliseconds progress_period{30000};
   std::chrono::milliseconds podgroup_check_period{60000};
-  // Note [Agent injection]: the image the agent is copied from into every pod.
+  // See Note [Agent injection]: the image the agent is copied from into every pod.
   std::string agent_image = std::string("lockstep/agent:") + LOCKSTEP_VERSION;
   std::string agent_image_pull_policy = "IfNotPresent";
-  // Note [Job isolation]: whom a job's NetworkPolicy admits on its metrics port.
+  // See Note [Job isolation]: whom a job's NetworkPolicy admits on its metrics port.
   std::string operator_namespace, monitoring_namespace;
   lockstep::reconcile::Isolation default_isolation = lockstep::reconcile::Isolation::None;
 };
@@ -218,7 +218,7 @@ std::unique_ptr<lockstep::op::HttpServer> serve_http(const Options& opt, lockste
                                                      const std::atomic<bool>& leading) {
   if (opt.http_port == 0) return nullptr;
   using lockstep::op::HttpAnswer;
-  // Note [Metrics page]: made at most once a second, shared by its readers, 8 of them at once.
+  // See Note [Metrics page]: made at most once a second, shared by its readers, 8 of them at once.
   auto page = std::make_shared<lockstep::op::MetricsPage>([c = &controller, m = &metrics] {
     c->refresh_metrics();
     return m->render();
@@ -312,7 +312,7 @@ int main(int argc, char** argv) {
   client.set_observer(observe);
   lockstep::controller::Controller controller(client, controller_config(opt), metrics);
 
-  // Note [Fenced writes]: the Lease has a client of its own, each request bounded by the renew
+  // See Note [Fenced writes]: the Lease has a client of its own, each request bounded by the renew
   // deadline; the controller's client writes only while leading() holds.
   lockstep::kube::RestConfig lease_config = config;
   lease_config.request_timeout = opt.renew_deadline;

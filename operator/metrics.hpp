@@ -86,7 +86,7 @@ struct Metrics {
   std::map<std::string, JobSeries> job_series_;  // by namespace/name
 };
 
-// Note [Metrics page]: the /metrics text, made at most once per `max_age` and shared by its
+// See Note [Metrics page]: the /metrics text, made at most once per `max_age` and shared by its
 // readers, at most `max_readers` of them at once.
 class MetricsPage {
  public:

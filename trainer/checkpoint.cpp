@@ -92,7 +92,7 @@ Manifest read_manifest(const std::string& path) {
   return m;
 }
 
-// Note [Checkpoint owner]: a MANIFEST that names no job is no job's own.
+// See Note [Checkpoint owner]: a MANIFEST that names no job is no job's own.
 bool owned_by(const Manifest& m, const std::string& job_uid) { return job_uid.empty() || m.job == job_uid; }
 
 // The complete checkpoints in `dir` that `job_uid` owns (any, for ""), newest first, and the
@@ -237,7 +237,7 @@ std::string write_rank_file(const CheckpointTarget& t, int64_t step, const std::
   return "";
 }
 
-// Note [Checkpoint fencing]: the attempt that fenced the directory last, when it is a later
+// See Note [Checkpoint fencing]: the attempt that fenced the directory last, when it is a later
 // attempt of this job than `t`'s; nullopt otherwise (no FENCE, another job's, no attempt).
 std::optional<int64_t> later_fence(const CheckpointTarget& t) {
   if (t.attempt < 0) return std::nullopt;
@@ -310,7 +310,7 @@ void prepare_checkpoint_dir(const CheckpointTarget& t, const Dist& dist, std::ch
                   << std::endl;
     }
   }
-  // Note [Checkpoint fencing]: rank 0 fences the directory for this attempt, or finds that a
+  // See Note [Checkpoint fencing]: rank 0 fences the directory for this attempt, or finds that a
   // later one did; every rank learns which below.
   std::string fenced;
   if (t.rank == 0 && t.attempt >= 0) {
@@ -420,7 +420,7 @@ std::optional<int64_t> resume_in(const CheckpointTarget& t, const std::string& d
                                   std::to_string(r) + ": " + std::to_string(listed[2 * r]) + ", newest step " +
                                   std::to_string(listed[2 * r + 1]) + "), so they would resume from different steps; " +
                                   shared_storage_hint(dir));
-  // Note [Checkpoint fallback]: the newest checkpoint every rank can verify.
+  // See Note [Checkpoint fallback]: the newest checkpoint every rank can verify.
   std::vector<std::string> skipped;
   for (int64_t step : steps) {
     const std::string step_dir = dir + "/" + step_name(step);
@@ -454,7 +454,7 @@ std::optional<int64_t> resume_in(const CheckpointTarget& t, const std::string& d
 
 std::optional<int64_t> load_checkpoint(const CheckpointTarget& t, std::vector<torch::Tensor>& tensors,
                                        torch::optim::Optimizer& optimizer, const Dist& dist) {
-  // Note [Checkpoint owner]: this job's own checkpoints first.
+  // See Note [Checkpoint owner]: this job's own checkpoints first.
   const Found here = find_checkpoints(t.dir, t.job_uid);
   if (!here.own.empty() || t.resume_from.empty()) {
     if (here.own.empty() && here.foreign_step >= 0)

@@ -20,7 +20,7 @@ Ddp::Ddp(torch::nn::Module& model, c10::intrusive_ptr<c10d::Backend> pg, int64_t
   for (const auto& p : params_) total_bytes += p.numel() * static_cast<int64_t>(p.element_size());
   bucket_bytes = std::min(bucket_bytes, std::max<int64_t>(total_bytes / 4, 16 << 10));
   first_bucket_bytes = std::min(first_bucket_bytes, bucket_bytes / 2);
-  // Note [Bucket order]: reverse registration order, first bucket smaller.
+  // See Note [Bucket order]: reverse registration order, first bucket smaller.
   Bucket current;
   int64_t bytes = 0, cap = first_bucket_bytes, elems = 0;
   auto close = [&] {
@@ -42,7 +42,7 @@ Ddp::Ddp(torch::nn::Module& model, c10::intrusive_ptr<c10d::Backend> pg, int64_t
     bytes += b;
   }
   close();
-  // Note [Stop vote]: the last bucket launched carries one float more, the step's stop vote.
+  // See Note [Stop vote]: the last bucket launched carries one float more, the step's stop vote.
   if (!buckets_.empty()) {
     auto& last = buckets_.back();
     last.flat = torch::zeros({last.flat.numel() + 1}, last.flat.options());

@@ -63,7 +63,7 @@ class Ddp {
   void device_figures(CommStats& s);
   size_t buckets() const { return buckets_.size(); }
   const std::vector<std::string>& collective_log() const { return log_; }
-  // Note [Stop vote]: `vote` is read as the last bucket is launched and rides in it, one float
+  // See Note [Stop vote]: `vote` is read as the last bucket is launched and rides in it, one float
   // after the gradients; vote_sum() is its sum over the ranks from the last synchronised step
   // (a 1-element tensor on the gradients' device; undefined before the first).
   void set_vote(std::function<float()> vote) { vote_ = std::move(vote); }

@@ -66,7 +66,7 @@ std::string storage_error_text(int err) {
 
 namespace {
 
-// Note [Temporaries on a shared volume]: `tmp` made anew for this write, never opened through
+// See Note [Temporaries on a shared volume]: `tmp` made anew for this write, never opened through
 // whatever is at its name; a regular file there (a temporary a killed writer of the same pid
 // left) is removed first, once.
 int open_temporary(const std::string& tmp) {

@@ -385,7 +385,7 @@ void Fsdp::device_figures(CommStats& s) {
 torch::Tensor Fsdp::clip_grad_norm(double max_norm) {
   const auto local = shards();
   auto sq = grad_norm_squared(local);  // this rank's shards; their sum over ranks is the whole
-  // Note [Stop vote]: the vote rides as a second float.
+  // See Note [Stop vote]: the vote rides as a second float.
   auto both = torch::cat({sq, torch::full({1}, vote_ ? vote_() : 0.0f, sq.options())});
   std::vector<at::Tensor> t{both};
   pg_->allreduce(t)->wait();

@@ -47,7 +47,7 @@ class Fsdp {
   // Clips by the global gradient norm over all shards (as clip_grad_norm_), an all-reduce of
   // one float and no host synchronisation; returns the norm before clipping.
   torch::Tensor clip_grad_norm(double max_norm);
-  // Note [Stop vote]: `vote` rides in clip_grad_norm's all-reduce as a second float; vote_sum()
+  // See Note [Stop vote]: `vote` rides in clip_grad_norm's all-reduce as a second float; vote_sum()
   // is its sum over the ranks from the last clip_grad_norm (undefined before the first).
   void set_vote(std::function<float()> vote) { vote_ = std::move(vote); }
   torch::Tensor vote_sum() const { return vote_sum_; }

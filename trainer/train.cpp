@@ -689,7 +689,7 @@ int64_t resume(const Options& o, const CheckpointTarget& ckpt, std::vector<torch
   return *step;
 }
 
-// Note [Stop vote]: whether every rank stops after `step` (0-based), just done; the same answer
+// See Note [Stop vote]: whether every rank stops after `step` (0-based), just done; the same answer
 // on every rank, read once the step has ended on the device. Says so when it does.
 bool stop_agreed(const Options& o, const Parallelism& p, const Dist& dist, int64_t step) {
   bool agreed;
@@ -728,7 +728,7 @@ double save_if_due(const Options& o, const CheckpointTarget& ckpt, int64_t step,
   return took;
 }
 
-// Note [Stop on request]: the lines of a stop agreed after step `done` (1-based), once its
+// See Note [Stop on request]: the lines of a stop agreed after step `done` (1-based), once its
 // checkpoint is written (`save_s` seconds) or there is no directory; returns the exit code.
 int stopped(const Options& o, int64_t done, double save_s, const Dist& dist) {
   const int sig = stop::signal_received();

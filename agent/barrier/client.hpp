@@ -19,7 +19,7 @@ class BarrierClient {
   ~BarrierClient();
   BarrierClient(const BarrierClient&) = delete;
   BarrierClient& operator=(const BarrierClient&) = delete;
-  // Note [Heartbeats]: how often this agent says ALIVE once it has said HELLO.
+  // See Note [Heartbeats]: how often this agent says ALIVE once it has said HELLO.
   void set_heartbeat_interval(std::chrono::milliseconds interval) { interval_ = interval; }
   // One attempt to connect; false (and `error` says why) if it failed.
   bool connect(const std::string& host, int port, std::string& error);
@@ -30,14 +30,14 @@ class BarrierClient {
   // The next message, waiting at most `timeout`; nullopt if none. lost() once the server's
   // side is closed. Ticks (below).
   std::optional<Message> poll(std::chrono::milliseconds timeout);
-  // Note [Heartbeats]: sends this agent's ALIVE when due, writes what is queued and reads what
+  // See Note [Heartbeats]: sends this agent's ALIVE when due, writes what is queued and reads what
   // the server sent (kept for poll), never blocking. Call at least every 100 ms once HELLO is
   // said, whatever else the agent is doing.
   void tick();
   // Closes the connection at once (a fenced agent: Note [Heartbeats]); lost() from then on.
   void close();
   bool lost() const { return lost_; }
-  // Note [Heartbeats]: how long the server has said nothing (0 before HELLO), and the longest
+  // See Note [Heartbeats]: how long the server has said nothing (0 before HELLO), and the longest
   // this agent went between two ticks since it said HELLO (its own silence).
   std::chrono::milliseconds server_silence() const;
   std::chrono::milliseconds own_silence() const { return own_silence_; }

@@ -75,7 +75,7 @@ class BarrierServer {
   BarrierServer(const BarrierServer&) = delete;
   BarrierServer& operator=(const BarrierServer&) = delete;
   int port() const { return port_; }
-  // Note [Heartbeats]: why this server stopped serving after a freeze, or "" while it serves.
+  // See Note [Heartbeats]: why this server stopped serving after a freeze, or "" while it serves.
   std::string fenced() const;
 
  private:

@@ -107,7 +107,7 @@ class ServerLoop {
   // Waits (at most 200 ms) for the wake pipe, the listener and every connection that may be
   // read or written.
   void poll_round();
-  // Note [Heartbeats]: a round this late means this thread was frozen (or starved) longer
+  // See Note [Heartbeats]: a round this late means this thread was frozen (or starved) longer
   // than the peer timeout: the members have given this server up. Before anything is read or
   // accepted, it closes every connection and its listener without a word, and serves no more.
   bool frozen();
@@ -133,7 +133,7 @@ class ServerLoop {
   void apply(const BarrierState::Out& out);
   void hello(Conn& c, const Message& m);
   void handle(Conn& c, const Message& m);
-  // Note [Heartbeats]: a member's ALIVE, which carries nothing the server keeps. True when
+  // See Note [Heartbeats]: a member's ALIVE, which carries nothing the server keeps. True when
   // `line` is one (handled: the member may be closed for its size).
   bool heartbeat(Conn& c, const char* line, size_t len);
   // Reads what `c` sent (at most 64 KiB a round, so no peer starves the others, and no more of a
@@ -198,7 +198,7 @@ void ServerLoop::run() {
 
 void ServerLoop::poll_round() {
   const auto now = Clock::now();
-  // Note [Heartbeats]: each member's read budget refills at kMemberReadRate; one that has
+  // See Note [Heartbeats]: each member's read budget refills at kMemberReadRate; one that has
   // spent it is not read (nor polled for input) until it has some again.
   const double refill = std::chrono::duration<double>(now - last_refill).count() * kMemberReadRate;
   last_refill = now;
@@ -255,7 +255,7 @@ void ServerLoop::check_deadlines() {
       if (c->closing) c->dead = true;
       else drop(*c, "no HELLO within " + std::to_string(kHelloTimeout.count()) + " s");
     }
-  // Note [Heartbeats]: a member silent for the peer timeout is lost, as if it had closed.
+  // See Note [Heartbeats]: a member silent for the peer timeout is lost, as if it had closed.
   if (checks && state.phase() != Phase::Finished)
     for (auto& c : conns)
       if (c->node >= 0 && !c->dead && node_conn[c->node] == c.get() && t - c->heard > cfg_.peer_timeout) {

@@ -98,7 +98,7 @@ void BarrierState::finish(int code, const std::string& why, const std::optional<
   Message m = failure_message("EXIT", gen_, cause);
   m.fields["exit"] = std::to_string(code);
   m.fields["why"] = why;
-  // Note [Silent peer]: the generation ends because that member went silent.
+  // See Note [Silent peer]: the generation ends because that member went silent.
   if (code == contract::kExitRendezvous && silent_node_ >= 0) m.fields["silent"] = std::to_string(silent_node_);
   out.broadcast.push_back(std::move(m));
   phase_ = Phase::Finished;

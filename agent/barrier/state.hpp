@@ -84,7 +84,7 @@ class BarrierState {
   // Its connection is gone (closed, or dropped for its conduct): no longer a member. The
   // decision about it comes with lost(), once the round's reading is over.
   void left(int node) { members_[static_cast<size_t>(node)] = false; }
-  // Note [Silent peer]: the member went silent; the first such one is named in the EXIT.
+  // See Note [Silent peer]: the member went silent; the first such one is named in the EXIT.
   void silent(int node) {
     if (silent_node_ < 0) silent_node_ = node;
   }

@@ -36,14 +36,14 @@
 
 namespace lockstep::agent {
 
-// Note [Barrier trust]: the server's bounds.
+// See Note [Barrier trust]: the server's bounds.
 inline constexpr size_t kMaxUnjoinedBytes = 4096;        // what a peer may send before it has joined
 inline constexpr size_t kMaxLineBytes = 64 * 1024;       // one line of a member
 inline constexpr size_t kMaxQueuedBytes = 256 * 1024;    // output waiting for one peer to read it
 inline constexpr int kMaxUnjoined = 64;                  // connections that have not joined
 inline constexpr std::chrono::seconds kHelloTimeout{10}; // from accept to a valid HELLO
 inline constexpr std::chrono::milliseconds kAcceptBackoff{100};  // at EMFILE / ENFILE
-// Note [Heartbeats]: the longest heartbeat line a member may send, and how much of a member's
+// See Note [Heartbeats]: the longest heartbeat line a member may send, and how much of a member's
 // input the server reads a second (a burst of kMemberReadBurst). A member's own traffic is a
 // few lines of at most ~40 KiB in a generation and 6 bytes a second.
 inline constexpr size_t kMaxHeartbeatBytes = 64;
@@ -54,7 +54,7 @@ inline constexpr const char* kRefusal =
     "refused by node 0's agent: this agent did not prove it belongs to the job's current gang attempt "
     "(LOCKSTEP_BARRIER_SECRET, the run id and LOCKSTEP_RESTART_ATTEMPT must be those of node 0's pod)";
 
-// Note [Barrier trust]: the challenge-response. The input is unambiguous (fixed fields first,
+// See Note [Barrier trust]: the challenge-response. The input is unambiguous (fixed fields first,
 // the run id, which may hold anything, last).
 std::string barrier_proof_input(const std::string& nonce, int node, int attempt, const std::string& run_id);
 std::string barrier_proof(const std::string& secret, const std::string& nonce, int node, int attempt,

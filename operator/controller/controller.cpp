@@ -162,7 +162,7 @@ void Controller::start_informers() {
   start_node_watch();
 }
 
-// Note [Lost nodes]: a node's change queues the jobs with pods on it, and no other. Without
+// See Note [Lost nodes]: a node's change queues the jobs with pods on it, and no other. Without
 // leave to list nodes the operator says so once and runs on without the watch, as with
 // --node-watch=false: its informer would retry the refused list for ever, and the caches
 // would never count as synced.
@@ -359,7 +359,7 @@ void Controller::write_workload(const JobView& job, const Decision& d, const std
     return;
   }
   if (w.set_active) {
-    // Note [Who deactivates]: the annotation says the inactivity is the operator's own.
+    // See Note [Who deactivates]: the annotation says the inactivity is the operator's own.
     json annotation = *w.set_active ? json(nullptr) : json("true");
     auto r = client_.patch(path,
                            {{"metadata", {{"annotations", {{reconcile::kAnnotationSuspended, annotation}}}}},
@@ -513,7 +513,7 @@ bool Controller::reconcile(const std::string& key) {
   return ok;
 }
 
-// Note [Lost nodes]: a node the cache does not hold is read before it counts as gone, since
+// See Note [Lost nodes]: a node the cache does not hold is read before it counts as gone, since
 // the pod's watch may have run ahead of the node's for a node that has just joined. Only pods
 // not finished are looked at: the API server deletes a finished pod at once wherever it is.
 void Controller::observe_nodes(reconcile::Observed& in) {
@@ -541,7 +541,7 @@ void Controller::observe_nodes(reconcile::Observed& in) {
 }
 
 std::string Controller::attempt_secret(int attempt, const std::vector<reconcile::PodView>& pods) {
-  // Note [Barrier secret]: `pods` are the job's own (it controls them), from the cache.
+  // See Note [Barrier secret]: `pods` are the job's own (it controls them), from the cache.
   for (const auto& p : pods)
     if (p.attempt == attempt && !p.barrier_secret.empty()) return p.barrier_secret;
   return lockstep::random_hex(32);  // a new attempt
@@ -571,7 +571,7 @@ void Controller::execute(const JobView& job, const std::string& resource_version
 }
 
 
-// Note [Job isolation]: the job's own policy is not in the cache (else no create was asked for),
+// See Note [Job isolation]: the job's own policy is not in the cache (else no create was asked for),
 // so the one the API server has is another's: a tenant's, unlabelled, which the informer does
 // not list. The job is reconciled again at once, to say so in its Isolated condition, and once
 // the mark lapses, to try again (the other one may be gone). Should the cache only have been
@@ -682,7 +682,7 @@ void Controller::delete_pods(const JobView& job, const Decision& d, const std::s
       // Only the pod the decision saw: a newer pod of the same name (the next attempt's) is a
       // 409 here, never deleted by a decision made before it existed.
       if (i < d.delete_pod_uids.size() && !d.delete_pod_uids[i].empty()) o["preconditions"] = {{"uid", d.delete_pod_uids[i]}};
-      // Note [Lost nodes]: no kubelet will confirm it.
+      // See Note [Lost nodes]: no kubelet will confirm it.
       if (i < d.delete_pod_force.size() && d.delete_pod_force[i]) {
         o["gracePeriodSeconds"] = 0;
         LOCKSTEP_LOG(Info, "reconcile", key << ": pod " << d.delete_pods[i] << " is on a lost node: deleting it with grace period 0");

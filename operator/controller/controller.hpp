@@ -151,7 +151,7 @@ class Controller {
   EventCorrelator events_;  // Note [Repeated Events]
   std::atomic<bool> event_patch_refused_logged_{false};
   ForeignChildren foreign_;  // Note [Foreign children]
-  // Note [Job isolation]: whether job `key` meets a NetworkPolicy of its name that it does not
+  // See Note [Job isolation]: whether job `key` meets a NetworkPolicy of its name that it does not
   // own and the informer does not hold; queues it again for when the mark lapses.
   bool network_policy_taken(const std::string& key, const std::string& uid);
   void mark_network_policy_taken(const std::string& key, const std::string& uid);

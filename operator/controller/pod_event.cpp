@@ -147,7 +147,7 @@ bool read_spec(od::value& spec, RawPod& r) {
     if (k == "nodeName") str(v, r.node_name);
     else if (k == "hostNetwork") { bool b; if (!v.get_bool().get(b)) r.host_network = b; }
     else if (k == "containers") {
-      // Note [Barrier secret]: the trainer container's (the one named so, else the first), as
+      // See Note [Barrier secret]: the trainer container's (the one named so, else the first), as
       // pod_manifest writes it; another container's variable of that name is not it.
       std::optional<SpecContainer> first, trainer;
       bool ok = elements(v, [&](od::value& ctr) {

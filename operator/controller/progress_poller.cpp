@@ -108,7 +108,7 @@ void ProgressPoller::take_readings(const std::vector<DueReading>& due, const std
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < due.size(); ++i) {
     const DueReading& d = due[i];
-    // Note [Host-network readings]: of such a rank 0 only the job's own series are read; any
+    // See Note [Host-network readings]: of such a rank 0 only the job's own series are read; any
     // other answer is read where it lies.
     std::optional<std::string> own_series;
     if (answers[i].body && d.host_network) own_series = reconcile::series_of_job(*answers[i].body, d.ns, d.name);

@@ -45,7 +45,7 @@ class ProgressPoller {
   struct DueReading {  // a running job whose rank 0 is due a reading
     std::string key, pod_uid;
     int attempt, world;
-    // Note [Host-network readings]: rank 0 has its node's address; only the job's series count.
+    // See Note [Host-network readings]: rank 0 has its node's address; only the job's series count.
     bool host_network = false;
     std::string ns, name;
   };

@@ -44,7 +44,7 @@ void InformerBase::backoff(int& failures) {
   while (!stop_ && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(50));
 }
 
-// Note [Streamed lists]: each page is read as it arrives and each item converted alone, so a
+// See Note [Streamed lists]: each page is read as it arrives and each item converted alone, so a
 // list never holds more than one object's text and parse, nor every object converted.
 bool InformerBase::list(std::string& resource_version) {
   std::string base = resource_.path(options_.ns) + "?limit=" + std::to_string(options_.page_size);

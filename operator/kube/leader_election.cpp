@@ -99,7 +99,7 @@ bool LeaderElector::acquire(const std::atomic<bool>& stop) {
   return false;
 }
 
-// Note [Fenced writes]: a renewal counts from when it was sent, not from when its answer came.
+// See Note [Fenced writes]: a renewal counts from when it was sent, not from when its answer came.
 void LeaderElector::renew_loop(const std::atomic<bool>& stop) {
   while (!stop_renewing_ && sleep_unless(stop, options_.retry_period) && !stop_renewing_) {
     auto start = std::chrono::steady_clock::now();

@@ -24,7 +24,7 @@ std::string wait_text(milliseconds d) {
   return d < std::chrono::seconds(1) ? std::to_string(d.count()) + "ms" : format_duration(d.count() / 1000);
 }
 
-// Note [Lost nodes]: a pod none of whose containers started (still Pending on its node).
+// See Note [Lost nodes]: a pod none of whose containers started (still Pending on its node).
 bool never_ran(const PodView& p) { return p.phase == "Pending"; }
 
 // The state one decide() call works on.
@@ -188,7 +188,7 @@ struct Pass {
     return true;
   }
 
-  // Note [In-place restarts]: what rank 0's agent counted beyond what the status holds for
+  // See Note [In-place restarts]: what rank 0's agent counted beyond what the status holds for
   // this attempt is added to the job's total, with the Restarted condition and one Event.
   void count_in_place_restarts() { count_in_place_restarts(in.in_place); }
   void count_in_place_restarts(const std::optional<InPlaceReading>& r) {
@@ -201,7 +201,7 @@ struct Pass {
     event("Warning", "InPlaceRestart", in_place_event_message(*r, job.in_place_budget(), added));
   }
 
-  // Note [Lost nodes]: a pod of the current attempt, not finished, on a lost node fails the
+  // See Note [Lost nodes]: a pod of the current attempt, not finished, on a lost node fails the
   // job or restarts the gang at once, whatever else failed (its peers' failures are likely
   // its consequences). True when it acted.
   bool handle_lost_nodes() {
@@ -263,7 +263,7 @@ struct Pass {
     return restart_delay(st.consecutive_node_lost_restarts - 1, opt);
   }
 
-  // Note [Lost nodes]: a pod of the attempt that failed with exit code 76, whose agent says
+  // See Note [Lost nodes]: a pod of the attempt that failed with exit code 76, whose agent says
   // pod R's agent went silent, while pod R is Running: pod R's node is lost. True when it acted.
   bool handle_silent_peer() {
     if (!in.watch_nodes) return false;
@@ -301,7 +301,7 @@ struct Pass {
   // See Note [Lost nodes] and Note [Lost-node restarts in a row].
   void restart_gang(const std::string& reason, const std::string& what, bool node_lost,
                     const std::vector<std::string>& lost_nodes = {}) {
-    // Note [Partly succeeded]: the whole gang reruns, the pods that succeeded included.
+    // See Note [Partly succeeded]: the whole gang reruns, the pods that succeeded included.
     std::vector<std::string> succeeded;
     for (const auto* p : current) {
       if (p->phase == "Succeeded") succeeded.push_back(p->name);
@@ -367,7 +367,7 @@ struct Pass {
       if (!cause) return false;
     }
     bool retryable = is_retryable(job.restart_policy, *cause);
-    // Note [The first failure]: a verdict that a peer's status could still overturn waits.
+    // See Note [The first failure]: a verdict that a peer's status could still overturn waits.
     if ((!retryable || is_consequence(*cause)) && cause->finished_at) {
       bool peers_running = false;
       for (const auto* p : current) peers_running |= !p->finished() && !p->deleting;
@@ -447,7 +447,7 @@ struct Pass {
     condition("StuckTerminating", "False", "PodsTerminated", "every pod of the earlier attempts is gone");
     if (s().phase != "Restarting") return false;
     const Condition* c = s().condition("Restarting");
-    // Note [Lost-node restarts in a row]: the first lost-node restart in a row waits nothing.
+    // See Note [Lost-node restarts in a row]: the first lost-node restart in a row waits nothing.
     const milliseconds delay = next_attempt_delay(c && c->reason == "NodeLost");
     auto since = c ? parse_time(c->last_transition_time) : std::nullopt;
     if (!since || delay.count() <= 0) return false;
@@ -464,7 +464,7 @@ struct Pass {
     for (const auto* p : current) succeeded += p->phase == "Succeeded";
     if (succeeded < job.nodes) return false;
     finish("Succeeded", "AllNodesSucceeded", "all " + std::to_string(job.nodes) + " pods succeeded");
-    // Note [Final progress]: rank 0's last step as its agent left it in the termination
+    // See Note [Final progress]: rank 0's last step as its agent left it in the termination
     // message, else the newest reading with every step taken (every rank exited 0).
     const PodView* rank0 = nullptr;
     for (const auto* p : current)
@@ -503,7 +503,7 @@ struct Pass {
     for (int i = 0; i < job.nodes && job.template_node_name.empty() && job.template_agent_overlay.empty(); ++i)
       if (!present.count(i)) out.create_pods.push_back(i);
     if (!out.create_pods.empty()) out.avoid_nodes = s().lost_nodes;
-    // Note [Events that say something new]: the condition, not an Event, says the pods were
+    // See Note [Events that say something new]: the condition, not an Event, says the pods were
     // created. Set while the attempt's pods exist, not only in the pass that creates them, so
     // a status write put off (Note [Batched status writes]) still carries it.
     if (!out.create_pods.empty() || !current.empty())
@@ -587,7 +587,7 @@ struct Pass {
       std::string msg = "all " + std::to_string(job.nodes) + " pods are running";
       condition("Running", "True", "AllNodesRunning", msg);
       condition("Restarting", "False", "AllNodesRunning", msg);
-      // Note [Events that say something new]: the first start is the Running condition and
+      // See Note [Events that say something new]: the first start is the Running condition and
       // phase; after a gang restart, the Event closes the GangRestart one in the job's history.
       if (s().restarts > 0) event("Normal", "Running", msg + " again (attempt " + std::to_string(s().restarts) + ")");
     } else if (s().phase.empty()) {
@@ -595,7 +595,7 @@ struct Pass {
     }
   }
 
-  // Note [Job isolation]: kept while the job asks for it, finished or not (cleanPodPolicy None
+  // See Note [Job isolation]: kept while the job asks for it, finished or not (cleanPodPolicy None
   // keeps pods), and removed once it does not.
   // status.isolation and the Isolated condition say what applies, and why, from the first
   // status write on (so they cost no write of their own): True while the job's policy is kept

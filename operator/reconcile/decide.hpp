@@ -88,7 +88,7 @@ struct Observed {
   GangSupport gang_support = GangSupport::Available;
   std::optional<Progress> progress;  // the latest reading of rank 0's agent (Note [Progress])
   std::optional<InPlaceReading> in_place;  // from the same reading (Note [In-place restarts])
-  // Note [Lost nodes]: whether the node watch is on (and synced), and the nodes the pods are
+  // See Note [Lost nodes]: whether the node watch is on (and synced), and the nodes the pods are
   // bound to, by name; a node that is gone is there with gone set. A pod whose node is not
   // here is not judged; with the watch off, none is.
   bool watch_nodes = false;

@@ -205,7 +205,7 @@ PodView PodView::from_raw(const RawPod& raw) {
   p.node_name = head(raw.node_name, kMaxNodeName);
   p.host_network = raw.host_network;
   if (is_barrier_secret(raw.barrier_secret)) p.barrier_secret = raw.barrier_secret;
-  // Note [Lost nodes]: only what can tolerate a NoExecute taint. An operator the API server
+  // See Note [Lost nodes]: only what can tolerate a NoExecute taint. An operator the API server
   // would refuse tolerates nothing, as in the kubelet.
   for (const auto& t : raw.tolerations) {
     if (!t.effect.empty() && t.effect != "NoExecute") continue;

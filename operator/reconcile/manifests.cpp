@@ -148,7 +148,7 @@ json agent_resources(const json& ctr) {
   return out;
 }
 
-// Note [Agent injection]: every mount of the agent's volume that the template's containers and
+// See Note [Agent injection]: every mount of the agent's volume that the template's containers and
 // init containers make is read-only, whatever the template says.
 void mount_agent_volume_read_only(json& spec) {
   for (const char* list : {"containers", "initContainers"}) {
@@ -163,7 +163,7 @@ void mount_agent_volume_read_only(json& spec) {
   }
 }
 
-// Note [Agent injection]: the emptyDir, the init container that fills it, and the trainer
+// See Note [Agent injection]: the emptyDir, the init container that fills it, and the trainer
 // container's read-only mount of it; every other mount of it read-only too.
 void inject_agent(json& spec, json& ctr, const AgentInjection& agent) {
   json& volumes = spec["volumes"];

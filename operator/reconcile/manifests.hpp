@@ -80,7 +80,7 @@ struct AgentInjection {
 nlohmann::json pod_manifest(const JobView& job, int index, int attempt, const AgentInjection& agent = {},
                             const std::string& barrier_secret = "", const std::vector<std::string>& avoid_nodes = {});
 
-// Note [Agent injection]: what of `pod_template` (a TrainingJob's spec.template) would overlay
+// See Note [Agent injection]: what of `pod_template` (a TrainingJob's spec.template) would overlay
 // the agent, as a message naming the field and what is valid, e.g.
 // "spec.template.spec.containers[0].volumeMounts[1].mountPath: Invalid value: \"/lockstep/agent/bin\":
 // ... use a path outside /lockstep/agent"; "" when nothing would.

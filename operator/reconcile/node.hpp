@@ -140,7 +140,7 @@ struct NodeView {
 
 inline constexpr size_t kMaxNodeTaints = 16;
 
-// Note [Lost-node restarts in a row]: the lost-node restarts a job may make in a row.
+// See Note [Lost-node restarts in a row]: the lost-node restarts a job may make in a row.
 inline constexpr int kMaxNodeLostRestartsInARow = 10;
 
 // Why `pod` has lost `node` (Note [Lost nodes]), e.g. "node worker-2 is NotReady
@@ -148,7 +148,7 @@ inline constexpr int kMaxNodeLostRestartsInARow = 10;
 // 2026-11-28T12:03:04Z"; nullopt when the node serves it.
 std::optional<std::string> node_lost(const PodView& pod, const NodeView& node);
 
-// Note [Lost nodes]: the rank of the silent node a termination message names in its first
+// See Note [Lost nodes]: the rank of the silent node a termination message names in its first
 // line (`lockstep-silent-peer node=R`, contract::kSilentPeerLine); nullopt when it names none
 // or the line is not exactly that (R: 0 to 9999).
 std::optional<int> silent_peer(const std::string& termination_message);

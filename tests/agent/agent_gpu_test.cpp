@@ -53,7 +53,7 @@ Process start_agent(const std::string& log, int metrics_port, std::vector<std::s
   return Process::spawn(so);
 }
 
-// Note [NCCL profiler plugin]: node `node` of a two-node job on this one GPU. NCCL refuses two
+// See Note [NCCL profiler plugin]: node `node` of a two-node job on this one GPU. NCCL refuses two
 // ranks on one GPU of one host; NCCL_HOSTID tells it the two agents are two hosts, so they
 // talk over sockets on loopback (NCCL's network path, as between real nodes). Both workers
 // print the plugin's totals at their end (LOCKSTEP_NCCL_PROFILER_DEBUG=1).

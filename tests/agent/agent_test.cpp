@@ -368,7 +368,7 @@ TEST(Agent, AWorkersErrorFileIsShownWhenItFails) {
       << a.output();
 }
 
-// Note [Termination message]: a failing rank's last words end the pod's termination message,
+// See Note [Termination message]: a failing rank's last words end the pod's termination message,
 // which the operator quotes in the TrainingJob's condition.
 TEST(Agent, AFailureWritesWhyAndTheRanksLastLinesAsTheTerminationMessage) {
   std::string dir = temp_dir("termination");
@@ -436,7 +436,7 @@ TEST(Agent, MetricsCarryStepCommAndWorkerSeriesWithTheirLabels) {
   EXPECT_NE(peers[0].output().find("the agent of node 1 is gone"), std::string::npos) << peers[0].output();
 }
 
-// Note [NCCL profiler plugin]: the agent gives its worker the plugin (NCCL_PROFILER_PLUGIN), the
+// See Note [NCCL profiler plugin]: the agent gives its worker the plugin (NCCL_PROFILER_PLUGIN), the
 // plugin's figures reach /metrics by op, and they count no step. A stand-in for NCCL's core
 // (nccl_core_stub.c) loads the plugin as NCCL does and plays known events; the GPU tier runs it
 // under real NCCL (agent_gpu_test).
@@ -785,7 +785,7 @@ TEST(SilentNode, AFrozenMemberIsLostWithinThePeerTimeoutAndStandsDownWhenItThaws
   EXPECT_GT(noticed, 4.5) << "noticed before the peer timeout";
   EXPECT_LT(noticed, 6.0 + 8.0) << "noticed long after the peer timeout";
   EXPECT_NE(lockstep::test::read_file(job.dir + "/termination-0").find("node 1's agent"), std::string::npos);
-  // Note [Silent peer]: the operator's line, first.
+  // See Note [Silent peer]: the operator's line, first.
   EXPECT_EQ(first_line(lockstep::test::read_file(job.dir + "/termination-0")), "lockstep-silent-peer node=1");
   EXPECT_TRUE(eventually([&] { return !lockstep::test::is_running(worker0); }, 10s)) << "node 0's worker outlived its agent";
   EXPECT_EQ(lockstep::test::process_state(worker1), 'T') << "the frozen worker was touched while frozen";

@@ -373,7 +373,7 @@ TEST(Bundle, AnOlderGlibcsWorkersGetTheImagesLoaderVariablesAndTheAgentNone) {
     for (const char* v : {"LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH"})
       EXPECT_EQ(wenv.count(v) ? wenv[v] : "(unset)", env[v]) << who << ": " << v;
     expect_nothing_of_the_bundle(wenv, who);
-    // Note [NCCL profiler plugin]: the bundle's own, loadable under the image's glibc.
+    // See Note [NCCL profiler plugin]: the bundle's own, loadable under the image's glibc.
     EXPECT_EQ(wenv["NCCL_PROFILER_PLUGIN"], "/lockstep/nccl/libnccl-profiler-lockstep.so") << who;
     EXPECT_EQ(read_file(r.host("/out/plugin-rank-" + std::to_string(rank))), "loaded\n")
         << who << ": " << read_file(r.host("/out/plugin-rank-" + std::to_string(rank) + ".err"));

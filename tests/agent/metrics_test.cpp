@@ -32,7 +32,7 @@ TEST(AgentMetrics, TheGangRestartAttemptIsExported) {
       << text;
 }
 
-// Note [Step log]: every valid report of each rank, one JSON object a line, with the gang
+// See Note [Step log]: every valid report of each rank, one JSON object a line, with the gang
 // attempt and the in-place generation; malformed ones are left out; a new agent appends.
 TEST(AgentMetrics, TheStepLogKeepsEveryValidReportPerRank) {
   std::string dir = ::testing::TempDir() + "/agent-steplog-" + std::to_string(::getpid());

@@ -728,7 +728,7 @@ TEST(ProbeTorch, TheProbeChangesNothingADdpOrFsdpProgramComputes) {
   EXPECT_EQ(sums["on"], sums["off"]);
 }
 
-// Note [Late reads]: a step shorter than 0.25 s is reported at the next step, with the figures
+// See Note [Late reads]: a step shorter than 0.25 s is reported at the next step, with the figures
 // DDP computed itself at that step's synced forward; a slower one at its own end. Here every
 // third step sleeps 0.3 s, so the probe switches between the two, and the DDP lives until the
 // interpreter exits, so the last report is completed at exit (in the test above the DDP is
@@ -787,7 +787,7 @@ TEST(ProbeTorch, AScriptWithoutDdpReportsStepsAndNoCommunication) {
     SCOPED_TRACE("rank " + std::to_string(rank));
     EXPECT_EQ(series(m, "lockstep_steps_total", rank), 12) << m;
     EXPECT_EQ(series(m, "lockstep_step_duration_seconds_count", rank), 11) << m;
-    // Note [Measured series only]: nothing measured them, so they do not exist (not zeros).
+    // See Note [Measured series only]: nothing measured them, so they do not exist (not zeros).
     EXPECT_EQ(series(m, "lockstep_comm_exposed_seconds_total", rank), std::nullopt) << m;
     EXPECT_EQ(series(m, "lockstep_compute_seconds_total", rank), std::nullopt) << m;
     for (const auto& r : step_log(dir, rank))
@@ -797,7 +797,7 @@ TEST(ProbeTorch, AScriptWithoutDdpReportsStepsAndNoCommunication) {
   EXPECT_EQ(m.find("lockstep_comm_bytes_total{"), std::string::npos) << m;
 }
 
-// Note [The Python probe]: with two optimizers a step is one optimizer's (the first to step),
+// See Note [The Python probe]: with two optimizers a step is one optimizer's (the first to step),
 // and replacing both halfway keeps the count.
 TEST(ProbeTorch, TwoOptimizersSteppingTogetherMakeOneStepEach) {
   REQUIRE_TORCH();

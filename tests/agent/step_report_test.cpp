@@ -42,7 +42,7 @@ TEST(StepReport, PerCollectiveKeysAndUnknownKeys) {
   EXPECT_DOUBLE_EQ(r->exposed_comm_s_by_op.at("reduce_scatter"), 0.25);
 }
 
-// Note [NCCL profiler plugin]: NCCL's figures come in lines of their own, with no step.
+// See Note [NCCL profiler plugin]: NCCL's figures come in lines of their own, with no step.
 TEST(StepReport, NcclFiguresComeWithoutAStep) {
   auto r = parse_step_report("nccl_s.allreduce=0.0125 nccl_bytes.allreduce=104857600 nccl_count.allreduce=25 nccl_s.send=1e-06");
   ASSERT_TRUE(r.has_value());

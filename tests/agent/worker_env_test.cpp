@@ -32,7 +32,7 @@ TEST(WorkerEnv, EveryVariableTorchrunSets) {
   EXPECT_EQ(user["TORCHELASTIC_ERROR_FILE"], "") << "no error file: empty, as torchrun without a log directory";
 }
 
-// Note [NCCL profiler plugin]: every worker with a step socket gets the plugin, unless its
+// See Note [NCCL profiler plugin]: every worker with a step socket gets the plugin, unless its
 // environment names a plugin of its own ("none" included).
 TEST(WorkerEnv, TheNcclProfilerPluginUnlessThePodNamesOne) {
   Config c;
@@ -60,7 +60,7 @@ TEST(WorkerEnv, RanksAcrossNodes) {
       << "a user's OMP_NUM_THREADS is inherited, not overridden";
 }
 
-// Note [Worker threads]: the container's share of CPU, not the node's cores.
+// See Note [Worker threads]: the container's share of CPU, not the node's cores.
 TEST(WorkerEnv, ThreadsFollowTheContainersCpuRequestThenItsLimit) {
   auto threads = [](int nproc, const std::map<std::string, std::string>& vars,
                     const std::map<std::string, std::string>& inherited = {}) {

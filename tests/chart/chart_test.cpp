@@ -66,7 +66,7 @@ TEST(Chart, RenderedManifestsPassServerSideDryRun) {
 }
 
 // Exactly the (group, resource, verb) triples lockstep-operator's code uses (docs/operator.md).
-// Note [Agent injection]: the agent image is a value, defaulting to the chart's own version;
+// See Note [Agent injection]: the agent image is a value, defaulting to the chart's own version;
 // an empty repository injects nothing.
 TEST(Chart, AgentImageIsAValueDefaultingToTheChartsVersion) {
   auto version = helm({"show", "chart", source_path("charts/lockstep")});
@@ -163,7 +163,7 @@ TEST(Chart, NetworkIsolationValues) {
   EXPECT_EQ(closed["NetworkPolicy"]["spec"]["ingress"].size(), 0u);
 }
 
-// Note [Lost nodes]: nodes are cluster-scoped, so the node watch has a ClusterRole of its own
+// See Note [Lost nodes]: nodes are cluster-scoped, so the node watch has a ClusterRole of its own
 // (named with the release's namespace), with the operator's other rules cluster-wide or not;
 // nodeWatch false drops it and turns the watch off. The backoff reset is a value too.
 TEST(Chart, NodeWatchIsAValueWithAClusterRoleOfItsOwn) {
@@ -219,7 +219,7 @@ TEST(Chart, RbacGrantsOnlyWhatTheOperatorUses) {
       "scheduling.x-k8s.io/podgroups/list", "scheduling.x-k8s.io/podgroups/watch",
       "scheduling.x-k8s.io/podgroups/create", "scheduling.x-k8s.io/podgroups/delete",
       "/events/create", "/events/patch",  // Note [Repeated Events]
-      // Note [Lost nodes]: the node watch, and a read of a node it has not seen.
+      // See Note [Lost nodes]: the node watch, and a read of a node it has not seen.
       "/nodes/get", "/nodes/list", "/nodes/watch",
       "coordination.k8s.io/leases/get", "coordination.k8s.io/leases/create", "coordination.k8s.io/leases/update"};
   auto t = helm({"template", "lockstep", source_path("charts/lockstep"), "-n", "lockstep-system"});

@@ -123,7 +123,7 @@ TEST(Validate, KnowsEveryCelRuleOfTheCrd) {
   EXPECT_EQ(in_crd, known_set) << "a CEL rule in the CRD has no counterpart in cli/validate.cpp, or the reverse";
 }
 
-// Note [Queue fields]: the Kueue labels are label values naming a LocalQueue and a
+// See Note [Queue fields]: the Kueue labels are label values naming a LocalQueue and a
 // WorkloadPriorityClass, and the queue label and spec.scheduling.queue agree; each error names
 // the field and what is valid. An example queued both ways, agreeing, is valid.
 TEST(Validate, TheQueueFieldsAreCheckedAsTheOperatorChecksThem) {
@@ -152,7 +152,7 @@ TEST(Validate, TheQueueFieldsAreCheckedAsTheOperatorChecksThem) {
   EXPECT_NE(volcano.status.shell_code(), 0) << volcano.output;
   EXPECT_NE(volcano.output.find("spec.scheduling.schedulerName: Unsupported value: \"volcano\""), std::string::npos)
       << volcano.output;
-  // Note [Agent injection]: a mount over the agent in the container that runs it, in the
+  // See Note [Agent injection]: a mount over the agent in the container that runs it, in the
   // operator's words (its PodsBlocked condition says the same).
   std::ofstream(dir / "overlay.yaml") << "apiVersion: lockstep.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: v}\n"
                                          "spec:\n  template:\n    spec:\n      volumes: [{name: bin, emptyDir: {}}]\n"
@@ -448,7 +448,7 @@ TEST(Run, PersistentVolumeCheckpointsAreSharedByEveryNode) {
   }
 }
 
-// Note [Worker threads]: each local "pod" gets what the downward API would give it, so each
+// See Note [Worker threads]: each local "pod" gets what the downward API would give it, so each
 // worker's OMP_NUM_THREADS is the container's CPU request's share, or without one, this
 // machine's cores over the job's nodes: two nodes on one machine do not each take every core.
 TEST(Run, WorkersGetTheirPodsShareOfThreads) {

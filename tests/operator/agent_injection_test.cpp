@@ -2,7 +2,7 @@
 // agent into the pods, under the restricted Pod Security Standard.
 #include "operator_fixture.hpp"
 
-// Note [Agent injection]: the init container passes the restricted Pod Security Standard, which
+// See Note [Agent injection]: the init container passes the restricted Pod Security Standard, which
 // the API server's own PodSecurity admission enforces in a namespace labelled for it: a job
 // whose template is itself restricted gets its pods created there. The template's volumes,
 // init containers and mounts are kept, beside the operator's.
@@ -47,7 +47,7 @@ TEST_F(OperatorTest, InjectedAgentPassesTheRestrictedPodSecurityStandard) {
   EXPECT_TRUE(pods("loose").empty());
 }
 
-// Note [Agent injection]: a template that mounts a volume over the agent in the container that
+// See Note [Agent injection]: a template that mounts a volume over the agent in the container that
 // runs it gets no pod; the job's PodsBlocked condition names the field, as `lockstep validate` does.
 TEST_F(OperatorTest, ATemplateThatOverlaysTheAgentGetsNoPodAndItsConditionNamesTheField) {
   std::string yaml = "apiVersion: lockstep.dev/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: overlay\n"
@@ -69,7 +69,7 @@ TEST_F(OperatorTest, ATemplateThatOverlaysTheAgentGetsNoPodAndItsConditionNamesT
   EXPECT_TRUE(pods("overlay").empty());
 }
 
-// Note [Agent injection]: every mount of the agent's volume that the template makes (a sidecar's,
+// See Note [Agent injection]: every mount of the agent's volume that the template makes (a sidecar's,
 // whole and a subPath, and an init container's) is read-only in the pods the API server admits;
 // the operator's own init container alone writes it.
 TEST_F(OperatorTest, EveryMountOfTheAgentVolumeIsReadOnlyInThePods) {
@@ -112,7 +112,7 @@ TEST_F(OperatorTest, TheRestrictedExamplesPodsAreAdmittedUnderTheRestrictedStand
   }
 }
 
-// Note [Agent injection]: an agent image that cannot be pulled is named in the job's condition
+// See Note [Agent injection]: an agent image that cannot be pulled is named in the job's condition
 // as the init container's, with the flag that chooses it.
 TEST_F(OperatorTest, AnAgentImageThatCannotBePulledIsNamed) {
   create_job("noagent", 1);

@@ -47,7 +47,7 @@ TEST_F(OperatorTest, CreatesServicePodGroupAndPodsWithTheExactEnvironment) {
     EXPECT_EQ(owner["uid"], uid);
     EXPECT_EQ(owner["controller"], true);
     EXPECT_EQ(owner["blockOwnerDeletion"], true);
-    // Note [Agent injection]: the agent comes from the init container's emptyDir.
+    // See Note [Agent injection]: the agent comes from the init container's emptyDir.
     EXPECT_EQ(spec["containers"][0]["command"],
               json({"/lockstep/agent/lockstep-agent", "--", "lockstep-trainer", "--model=tiny", "--steps=10"}));
     ASSERT_EQ(spec["initContainers"].size(), 1u) << spec;
@@ -69,13 +69,13 @@ TEST_F(OperatorTest, CreatesServicePodGroupAndPodsWithTheExactEnvironment) {
         {"LOCKSTEP_CHECKPOINT_EVERY", "7"}, {"LOCKSTEP_CHECKPOINT_KEEP", "3"}, {"PET_NNODES", "3"}, {"PET_NODE_RANK", std::to_string(rank)},
         {"PET_NPROC_PER_NODE", "2"}, {"PET_MASTER_ADDR", master}, {"PET_MASTER_PORT", "29600"}};
     auto env = env_of(pod);
-    // Note [Barrier secret]: 32 random bytes in hex, one for every pod of the attempt.
+    // See Note [Barrier secret]: 32 random bytes in hex, one for every pod of the attempt.
     const std::string secret = env["LOCKSTEP_BARRIER_SECRET"];
     EXPECT_EQ(secret.size(), 64u);
     EXPECT_EQ(secret.find_first_not_of("0123456789abcdef"), std::string::npos) << secret;
     secrets.insert(secret);
     env.erase("LOCKSTEP_BARRIER_SECRET");
-    // Note [Worker threads]: the container's CPU request and limit, from the downward API.
+    // See Note [Worker threads]: the container's CPU request and limit, from the downward API.
     EXPECT_TRUE(env.count("LOCKSTEP_CPU_REQUEST") && env.count("LOCKSTEP_CPU_LIMIT")) << spec["containers"][0]["env"];
     for (const auto& e : spec["containers"][0]["env"]) {
       const std::string name = e["name"];
@@ -110,7 +110,7 @@ TEST_F(OperatorTest, AJobThatNamesAQueueWithoutKueueWaitsAndSaysWhy) {
   EXPECT_TRUE(pods("queued").empty());
 }
 
-// Note [Batched status writes]: a new job's first write waits for the batch period (1 s here)
+// See Note [Batched status writes]: a new job's first write waits for the batch period (1 s here)
 // while it only says Pending and Created. Pods that run within it make one write, Running with
 // both conditions; otherwise the first write says Pending, a period after the job was made.
 TEST_F(OperatorTest, ANewJobsFirstStatusWriteWaitsForItsPods) {
@@ -140,7 +140,7 @@ TEST_F(OperatorTest, ANewJobsFirstStatusWriteWaitsForItsPods) {
             << written.size() << "\n";
 }
 
-// Note [Batched status writes]: pods that change within a moment of each other make one
+// See Note [Batched status writes]: pods that change within a moment of each other make one
 // write of the node counts, not one each; the counts are right once it is made, and a
 // change of phase is not held back.
 TEST_F(OperatorTest, NodeCountsThatChangeTogetherAreWrittenTogether) {
@@ -222,7 +222,7 @@ TEST_F(OperatorTest, AFailedPodCreationIsReportedAsAnEvent) {
   EXPECT_TRUE(pods("nopc").empty());
 }
 
-// Note [UTF-8 text]: a pod create refused with a long message in 3-byte characters (here an
+// See Note [UTF-8 text]: a pod create refused with a long message in 3-byte characters (here an
 // admission policy's words) is reported as an Event whose text, cut at 1,024 bytes, would end
 // in the middle of a character. The cut is made on a boundary instead: the Event is recorded and
 // the job's status is written (a cut character made the reconcile throw before its status

@@ -22,7 +22,7 @@ TEST_F(OperatorTest, ExitCode137RestartsTheWholeGang) {
   for (const auto& p : pods("oom", 1)) {
     EXPECT_EQ(env_of(p)["LOCKSTEP_RESTART_ATTEMPT"], "1");
     EXPECT_FALSE(old_uids.count(p["metadata"]["uid"])) << "pod not recreated";
-    // Note [Barrier secret]: a new attempt, a new secret, so attempt 0's ranks are fenced out.
+    // See Note [Barrier secret]: a new attempt, a new secret, so attempt 0's ranks are fenced out.
     EXPECT_FALSE(old_secrets.count(env_of(p)["LOCKSTEP_BARRIER_SECRET"]));
   }
   json j = job("oom");

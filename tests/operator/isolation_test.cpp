@@ -1,7 +1,7 @@
 // operator_test, isolation (Note [Job isolation]): the NetworkPolicy of spec.isolation.
 #include "operator_fixture.hpp"
 
-// Note [Job isolation]: spec.isolation NetworkPolicy gets a policy owned by the job that selects
+// See Note [Job isolation]: spec.isolation NetworkPolicy gets a policy owned by the job that selects
 // its pods and admits the job on every port and the operator's and the monitoring namespaces on
 // metrics.port; isolation None deletes it, and so does deleting the job (the operator removes
 // what a deleted job owned; there is no garbage collector in this tier). Nothing here enforces

@@ -28,7 +28,7 @@ TEST_F(OperatorTest, AllPodsRunningThenSucceededGivesSucceeded) {
   EXPECT_EQ((*condition(j, "Succeeded"))["reason"], "AllNodesSucceeded");
   // cleanPodPolicy Running: finished pods stay for their logs.
   EXPECT_EQ(pods("okjob").size(), 2u);
-  // Note [Events that say something new]: an Event for the end; the creation and the first
+  // See Note [Events that say something new]: an Event for the end; the creation and the first
   // start are the Created and Running conditions alone.
   auto ev = kubectl({"get", "events", "-n", ns_, "--field-selector", "involvedObject.name=okjob", "-o",
                      "jsonpath={.items[*].reason}"});

@@ -2,7 +2,7 @@
 // is tainted or is deleted.
 #include "operator_fixture.hpp"
 
-// Note [Lost nodes]: a node of a running gang goes NotReady. Within seconds, not at eviction,
+// See Note [Lost nodes]: a node of a running gang goes NotReady. Within seconds, not at eviction,
 // the pod there is force-deleted (gone with no kubelet to confirm it), the gang restarts as
 // attempt 1, and the Event and the Restarted condition name the node, the pod and its rank.
 TEST_F(OperatorTest, ANodeThatGoesNotReadyRestartsTheGangWithinSeconds) {

@@ -45,7 +45,7 @@ TEST(OperatorMetrics, AJobsGangRestartsFollowItsStatusAsACounter) {
   EXPECT_NE(m.render().find("lockstep_operator_gang_restarts_total 0"), std::string::npos);
 }
 
-// Note [Metrics page]: one render a second, shared by every reader in it (the same text, not a
+// See Note [Metrics page]: one render a second, shared by every reader in it (the same text, not a
 // copy), at most max_readers answers under way at once, a slot freed when its answer is done.
 TEST(MetricsPage, RendersAtMostOncePerMaxAgeAndSharesTheText) {
   int renders = 0;

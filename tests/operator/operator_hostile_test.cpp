@@ -165,7 +165,7 @@ TEST_F(HostileTest, ChartRbacCreatesPodsUnderOwnerReferencesPermissionEnforcemen
   EXPECT_EQ(op.log().find("forbidden"), std::string::npos) << op.log();
 }
 
-// Note [Lost nodes]: an operator whose RBAC does not let it list nodes (a cluster admin who
+// See Note [Lost nodes]: an operator whose RBAC does not let it list nodes (a cluster admin who
 // left the chart's node ClusterRole out) says so in one log line naming the permission, runs
 // on without the node watch (its caches sync, its jobs get their pods), shows it in /metrics,
 // and does not retry the refused list.

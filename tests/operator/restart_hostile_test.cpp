@@ -317,7 +317,7 @@ TEST_F(RestartHostileTest, TenantTriggersRestartAtMostTheAllowedIn30s) {
     EXPECT_NE(condition(j, "PodsBlocked", "message").find("is gone (deleted)"), std::string::npos);
     EXPECT_EQ(f.event_writes, 1);
   }
-  // Note [Repeated Events]: every pass the quota refuses the pods with the same words; one Event
+  // See Note [Repeated Events]: every pass the quota refuses the pods with the same words; one Event
   // counts them.
   {
     auto [f, j] = figures(quota, "quota");

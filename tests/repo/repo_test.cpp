@@ -73,11 +73,12 @@ struct Mention {
   int line = 0;
 };
 
-// Note [Notes]: a Note is defined by a line holding only `Note [Name]` followed by its text
-// (an underline of dashes, or a comment line with words), or by a comment line opening with
-// `Note [Name]: ` and its text. The code also uses the second form to point to a Note with a
-// word on how it applies there, so a name may have several such lines; any other mention is a
-// reference, and "Note [Name] in `path`" says which file defines it.
+// Note [Notes]: a Note is defined once, by a line holding only `Note [Name]` followed by its
+// text (an underline of dashes, or a comment line with words), or by a comment line opening
+// with `Note [Name]: ` and its text. A comment that points to a Note with a word on how it
+// applies there opens with `See Note [Name]: `; any other mention is a reference too, and
+// "Note [Name] in `path`" says which file defines it. So every Note has exactly one
+// definition (Notes.EveryNoteIsDefinedExactlyOnce), and a reader finds it by its name.
 void scan_notes(const std::string& file, const std::string& text, std::vector<Mention>& defs, std::vector<Mention>& refs) {
   static const std::regex alone(R"(^Note \[([^\]]+)\]\s*$)");
   static const std::regex opening(R"(^Note \[([^\]]+)\]: )");
@@ -183,6 +184,32 @@ TEST(Notes, EveryNoteReferredToIsDefinedWhereTheReferenceSays) {
   EXPECT_TRUE(problems.empty()) << problems.size() << " unresolved:\n" << join(problems);
 }
 
+// See Note [Notes]: one definition per name; a second line that would define it (a pointer written
+// `Note [Name]: ` instead of `See Note [Name]: `) is named with the first.
+static std::vector<std::string> defined_twice(const std::vector<Mention>& defs) {
+  std::map<std::string, std::vector<std::string>> where;  // name -> file:line of each definition
+  for (const auto& d : defs) where[d.name].push_back(d.file + ":" + std::to_string(d.line));
+  std::vector<std::string> problems;
+  for (const auto& [name, places] : where) {
+    if (places.size() < 2) continue;
+    std::string at;
+    for (const auto& p : places) at += (at.empty() ? "" : ", ") + p;
+    problems.push_back("Note [" + name + "] is defined " + std::to_string(places.size()) + " times: " + at +
+                       " (a pointer opens with `See Note [" + name + "]: `)");
+  }
+  return problems;
+}
+
+TEST(Notes, EveryNoteIsDefinedExactlyOnce) {
+  std::vector<Mention> defs, refs;
+  const std::string self = fs::relative(fs::path(__FILE__), kRoot).string();
+  for (const auto& f : repository_files())
+    if (f != self) scan_notes(f, lockstep::test::read_file((kRoot / f).string()), defs, refs);
+  EXPECT_GT(defs.size(), 40u) << "the scan found too few Notes to be reading the tree";
+  const auto problems = defined_twice(defs);
+  EXPECT_TRUE(problems.empty()) << problems.size() << " Notes defined more than once:\n" << join(problems);
+}
+
 // The scan itself, on text made to fail it: a reference without a definition, one that names
 // the wrong file, and the three forms that define.
 TEST(Notes, TheScanTellsDefinitionsFromReferences) {
@@ -200,6 +227,21 @@ TEST(Notes, TheScanTellsDefinitionsFromReferences) {
   for (const auto& r : refs) ref_names.insert(r.name + "@" + r.file + (r.where.empty() ? "" : ">" + r.where));
   EXPECT_EQ(def_names, (std::set<std::string>{"Alone@a.hpp", "Opening@a.hpp", "Underlined@b.py"}));
   EXPECT_EQ(ref_names, (std::set<std::string>{"Alone@a.hpp", "Pointer@a.hpp", "Opening@c.md>b.py", "Missing@c.md"}));
+}
+
+// A pointer written as `See Note [X]: ` is a reference; written as `Note [X]: ` it is a second
+// definition, which the check names with both places.
+TEST(Notes, APointerThatDefinesAgainIsNamed) {
+  std::vector<Mention> defs, refs;
+  scan_notes("a.hpp", "// Note [Once]\n// Its text.\nint x;  // See Note [Once]: how it applies here.\n", defs, refs);
+  scan_notes("b.cpp", "  // See Note [Once]: a pointer.\n", defs, refs);
+  EXPECT_TRUE(defined_twice(defs).empty());
+  EXPECT_EQ(refs.size(), 2u);
+  scan_notes("c.cpp", "  // Note [Once]: a pointer written as a definition.\n", defs, refs);
+  const auto problems = defined_twice(defs);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("a.hpp:1"), std::string::npos) << problems[0];
+  EXPECT_NE(problems[0].find("c.cpp:1"), std::string::npos) << problems[0];
 }
 
 // DESIGN.md, the target architecture, lives beside the repository, not in it: a reader of the
@@ -254,10 +296,18 @@ TEST(Contracts, EveryEnvironmentNameIsContractHppsOwn) {
 // unquoted expansions, arrays used as strings, unset variables, fragile loops.
 TEST(Scripts, ShellcheckFindsNoWarningInAnyShellScript) {
   const std::string shellcheck = lockstep::test::env_or("LOCKSTEP_SHELLCHECK", "shellcheck");
-  auto version = lockstep::run_capture({shellcheck, "--version"}, {}, 30s);
-  if (!version.status.success()) {
+  bool installed = false;
+  std::string why;
+  try {  // run_capture throws when there is no such program
+    auto version = lockstep::run_capture({shellcheck, "--version"}, {}, 30s);
+    installed = version.status.success();
+    why = version.output;
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  if (!installed) {
     const char* all = std::getenv("LOCKSTEP_REQUIRE_ALL");
-    if (all && std::string(all) == "1") FAIL() << "shellcheck is not installed (scripts/setup.sh installs it): " << version.output;
+    if (all && std::string(all) == "1") FAIL() << "shellcheck is not installed (scripts/setup.sh installs it): " << why;
     GTEST_SKIP() << "SKIPPED: shellcheck is not installed (apt-get install shellcheck; scripts/setup.sh does)";
   }
   std::vector<std::string> argv = {shellcheck, "--severity=warning", "--external-sources", "--format=gcc"};

@@ -103,7 +103,7 @@ void damage(const std::string& path) {
 
 }  // namespace
 
-// Note [Checkpoint checksum]: blocks of any size give the one-shot value; one flipped bit, and
+// See Note [Checkpoint checksum]: blocks of any size give the one-shot value; one flipped bit, and
 // two flipped top bits (which cancel in word-wise FNV), change it.
 TEST(Checksum, StreamingEqualsOneShotAndEveryFlipShows) {
   std::vector<unsigned char> data(100003);
@@ -321,7 +321,7 @@ TEST(Checkpoint, AFullVolumeFailsTheSaveAndKeepsTheOlderCheckpoint) {
   EXPECT_EQ(step_dirs(dir), (std::set<std::string>{"step-6"}));
 }
 
-// Note [Checkpoint owner]: a job applied again (a new UID) at the same path stops at start
+// See Note [Checkpoint owner]: a job applied again (a new UID) at the same path stops at start
 // naming the other job's UID and step instead of "resuming" at its end; with --resume-from
 // (spec.checkpoint.resumeFrom) it starts from them, writes its own beside them, prunes only its
 // own, and later resumes from its own.
@@ -496,7 +496,7 @@ TEST(Checkpoint, AManifestChecksumThatIsNotHexIsRefusedByName) {
   EXPECT_NE(out.find("resumed from " + dir + " at step 2"), std::string::npos) << out;
 }
 
-// Note [Checkpoint fallback]: with the newest checkpoint's data damaged (one FSDP rank's shard),
+// See Note [Checkpoint fallback]: with the newest checkpoint's data damaged (one FSDP rank's shard),
 // every rank resumes from the older one with a warning; with every checkpoint damaged the run
 // stops naming the files.
 TEST(Checkpoint, ADamagedNewestCheckpointFallsBackToTheOlderOne) {
@@ -524,7 +524,7 @@ TEST(Checkpoint, ADamagedNewestCheckpointFallsBackToTheOlderOne) {
   EXPECT_NE(out.find("step-6/rank-0.pt does not match its checksum"), std::string::npos) << out;
 }
 
-// Note [Shared checkpoint directory]: two pods (agents) of one rank each, as on a cluster with
+// See Note [Shared checkpoint directory]: two pods (agents) of one rank each, as on a cluster with
 // a per-pod emptyDir: each sees its own directory, and both stop at start with exit 64 naming
 // spec.checkpoint.path. With one shared directory the same job trains and checkpoints.
 TEST(Checkpoint, PodsMustShareTheCheckpointDirectory) {
@@ -595,7 +595,7 @@ TEST(ExitCodes, NoMasterIsARendezvousFailure) {
   EXPECT_NE(one.output.find("LOCKSTEP_RENDEZVOUS_TIMEOUT_S=2s"), std::string::npos) << one.output;
 }
 
-// Note [Communication figures]: FSDP reports its own collectives (allgather, reduce_scatter),
+// See Note [Communication figures]: FSDP reports its own collectives (allgather, reduce_scatter),
 // each with time, bytes and exposed time; DDP its allreduce; exposed never exceeds the step or
 // the op's own time.
 TEST(Metrics, FsdpReportsAllGatherAndReduceScatter) {
@@ -642,7 +642,7 @@ TEST(Metrics, FsdpReportsAllGatherAndReduceScatter) {
   }
 }
 
-// Note [Checkpoint fencing]: a rank of a replaced gang attempt (a lost node that woke up) never
+// See Note [Checkpoint fencing]: a rank of a replaced gang attempt (a lost node that woke up) never
 // commits a checkpoint the new attempt reads, nor starts over it.
 TEST(Checkpoint, ALaterAttemptFencesTheDirectoryAndTheOldOneNeitherStartsNorCommits) {
   using namespace lockstep::trainer;
@@ -691,7 +691,7 @@ TEST(Checkpoint, ALaterAttemptFencesTheDirectoryAndTheOldOneNeitherStartsNorComm
   EXPECT_EQ(slurp(dir + "/FENCE"), "job uid-b\nattempt 0\n") << "left as it was";
 }
 
-// Note [Checkpoint owner]: a MANIFEST that names no job (a trainer run without LOCKSTEP_JOB_UID
+// See Note [Checkpoint owner]: a MANIFEST that names no job (a trainer run without LOCKSTEP_JOB_UID
 // wrote it, or anyone who can write the volume) is not a job's own: the job stops at start
 // saying so, as for another job's, and starts from it only when resumeFrom names the directory;
 // it is never pruned by the job. A FENCE that names no job fences nothing of it either.
@@ -755,7 +755,7 @@ std::string victim_file(const std::string& name) {
 }
 }  // namespace
 
-// Note [Temporaries on a shared volume]: a symbolic link planted at a temporary's name (by a pod
+// See Note [Temporaries on a shared volume]: a symbolic link planted at a temporary's name (by a pod
 // of another job that shares the volume) makes the write fail naming it; the link is not
 // followed, so the file it names is untouched, whether it exists or not.
 TEST(DurableFile, ASymlinkPlantedAtTheTemporaryIsNeverFollowed) {

@@ -189,7 +189,7 @@ TEST(Trainer, BadFlagsNameTheFlag) {
   EXPECT_NE(r.output.find("--vocab-multiple"), std::string::npos) << r.output;
 }
 
-// Note [Step speed]: the new step (batches made ahead, the loss read after the step, no DDP at
+// See Note [Step speed]: the new step (batches made ahead, the loss read after the step, no DDP at
 // one rank) computes exactly what the old one did, on the CPU to the bit; a padded vocabulary
 // trains on the real one (padded ids never occur).
 TEST(Trainer, TheFasterStepComputesTheSame) {
@@ -222,7 +222,7 @@ TEST(Trainer, TheFasterStepComputesTheSame) {
   EXPECT_LT(last_loss(dir + "/pad.loss"), std::log(250.0) - 0.5) << out_pad;
 }
 
-// Note [Step profile]: one step under Kineto, summed by kind, and its trace saved.
+// See Note [Step profile]: one step under Kineto, summed by kind, and its trace saved.
 TEST(Trainer, ProfilesOneStep) {
   std::string dir = temp_dir("profile");
   int code;
@@ -518,7 +518,7 @@ TEST(TrainerGpu, TheFasterStepTrainsTheSameAndProfilesItsKernels) {
   EXPECT_NE(lockstep::test::read_file(dir + "/trace.json").find("traceEvents"), std::string::npos);
 }
 
-// Note [CUDA graph step]: the captured and replayed step trains as the eager one (bf16: within
+// See Note [CUDA graph step]: the captured and replayed step trains as the eager one (bf16: within
 // rounding), and a checkpoint it writes resumes with AdamW's step counts where they were (a
 // wrong count changes Adam's bias correction, and the loss after resuming).
 TEST(TrainerGpu, ACudaGraphStepTrainsAsTheEagerStepAndResumes) {
@@ -573,7 +573,7 @@ TEST(TrainerGpu, NcclCheckpointsAndResumes) {
   EXPECT_NE(out2.find("checkpoint at step 30"), std::string::npos) << out2;
 }
 
-// Note [Autocast in recomputation]: activation checkpointing and FSDP recompute blocks in
+// See Note [Autocast in recomputation]: activation checkpointing and FSDP recompute blocks in
 // backward, and in bf16 must compute the gradients of the bf16 forward. Checkpointing does
 // exactly what plain training does (measured on an H100: bitwise equal after 20 steps, as is a
 // rerun), so any difference is the bug. FSDP also sums the clipping norm and steps AdamW over

@@ -34,7 +34,7 @@ std::map<std::string, int> operators_of(const std::function<void()>& fn) {
   return seen;
 }
 
-// Note [Fused bias]: every Linear layer is one matrix product that adds its bias (addmm),
+// See Note [Fused bias]: every Linear layer is one matrix product that adds its bias (addmm),
 // never a product followed by a separate in-place add, which is what libtorch's LinearImpl
 // would run for the (B,T,C) activations: 4 layers a block, 3 in the MLP model.
 TEST(Model, EveryLinearLayerAddsItsBiasInItsMatrixProduct) {

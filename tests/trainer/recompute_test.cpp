@@ -121,7 +121,7 @@ TEST(CheckpointAgreement, RanksThatSeeDifferentCheckpointsStopInsteadOfResuming)
   }
 }
 
-// Note [Autocast in recomputation]: a node's backward runs where autocast is off (here the
+// See Note [Autocast in recomputation]: a node's backward runs where autocast is off (here the
 // caller's thread after the autocast region closed; on a GPU autograd's device thread), so
 // the forward's state must travel with the node. This probe does what CheckpointedBlock and
 // FSDP's GatheredBlock do, and records what its backward sees.

@@ -64,7 +64,7 @@ std::vector<std::pair<std::string, std::string>> yaml_corpus() {
       {"recursive alias inside a job", job("x", "template: &t {spec: {containers: [*t]}}")},
       {"alias as a mapping key", "a: &a {x: 1}\n? *a\n: 2\n"},
       {"undefined alias", "a: *nope\n"},
-      // Note [YAML documents]: yaml-cpp's LoadAll appends empty documents for these until
+      // See Note [YAML documents]: yaml-cpp's LoadAll appends empty documents for these until
       // memory runs out (a seeded mutation of an example found it).
       {"a line starting with a comma", ", x\n"},
       {"a comma line after a comment, then a job", "# c\n, or locally\n" + job("x", "")},

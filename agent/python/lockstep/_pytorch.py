@@ -178,7 +178,7 @@ class _Probe:
         extras = self._own.extras()
         self._busy = True
         try:
-            # Note [Late reads]: a fast step's last synced iteration is read at the next forward.
+            # See Note [Late reads]: a fast step's last synced iteration is read at the next forward.
             late = step_s is not None and step_s < _SEND_EVERY_S
             held, ddp = self._ddp.end_step(late) if self._ddp.tracked else (None, None)
             pending = self._pending

@@ -13,7 +13,7 @@ using namespace lockstep::agent;
 using lockstep::test::barrier_config;
 using lockstep::test::next;
 
-// Note [Heartbeats]: an agent measures its own silence between ticks, from its HELLO on.
+// See Note [Heartbeats]: an agent measures its own silence between ticks, from its HELLO on.
 TEST(Barrier, AnAgentMeasuresItsOwnSilenceBetweenTicks) {
   BarrierServer server(barrier_config(2, 0), "127.0.0.1", 0);
   BarrierClient c;

@@ -39,7 +39,7 @@ std::string near_protocol(std::mt19937& rng) {
       "FAILED gen=0 node=1 rank=3 code=1 reason=WorkerFailed at=12 what=rank%203%20died tail=a%0Ab",
       "STOPPED gen=0", "DONE gen=0", "EXIT exit=76 why=x", "START gen=1 why=%FF%FE%1B%5B2J",
       "HELLO node=-1", "HELLO node=99999999999999999999", "HELLO =x", "HELLO a==b", "HELLO a=%", "HELLO a=%G0",
-      // Note [Heartbeats]: a member's heartbeat, and what it may not carry.
+      // See Note [Heartbeats]: a member's heartbeat, and what it may not carry.
       "ALIVE", "ALIVE gen=0", "ALIVE pad=" + std::string(100, 'x'), "ALIVEALIVE", "ALIVE\rx",
   };
   std::string s = seeds[rng() % seeds.size()];
@@ -150,7 +150,7 @@ TEST(FuzzBarrier, TheServerSurvivesRandomStreamsAndStillStartsAJob) {
   EXPECT_TRUE(started);
 }
 
-// Note [Heartbeats]: a joined member's random stream (heartbeats of every size among near-protocol
+// See Note [Heartbeats]: a joined member's random stream (heartbeats of every size among near-protocol
 // lines and bytes): the server never crashes or stalls, and goes on saying ALIVE to the other
 // member until the stream has ended the job.
 TEST(FuzzBarrier, TheServerSurvivesAMembersRandomStream) {

@@ -82,7 +82,7 @@ TEST(Barrier, EveryNodeDoneIsExitZeroAndALostNodeEndsTheGeneration) {
   ASSERT_TRUE(next(n1, "EXIT"));
 }
 
-// Note [Heartbeats]: members that tick say ALIVE and hear it; one that stops ticking is lost
+// See Note [Heartbeats]: members that tick say ALIVE and hear it; one that stops ticking is lost
 // for everyone after the peer timeout, named with its address and its silence.
 TEST(Barrier, AMemberSilentForThePeerTimeoutIsLostForEveryone) {
   Config cfg = barrier_config(3, 3);
@@ -124,7 +124,7 @@ TEST(Barrier, AnAgentOfAnotherRunOrAttemptOrADuplicateNodeIsRefused) {
   join(stale, server.port(), 1, "run-1", 5);
   auto m = next(stale, "EXIT");
   ASSERT_TRUE(m);
-  // Note [Barrier trust]: one fixed answer that echoes neither the run id nor the attempt.
+  // See Note [Barrier trust]: one fixed answer that echoes neither the run id nor the attempt.
   EXPECT_EQ(m->get("why"), kRefusal);
   join(other, server.port(), 1, "run-2");
   m = next(other, "EXIT");

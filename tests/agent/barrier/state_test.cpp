@@ -1,4 +1,4 @@
-// Note [Barrier state]: the restart barrier's protocol on its own, without sockets, threads or
+// See Note [Barrier state]: the restart barrier's protocol on its own, without sockets, threads or
 // a clock: every transition of Note [Restart barrier] and what it broadcasts.
 #include <gtest/gtest.h>
 

@@ -215,7 +215,7 @@ TEST(PodText, AListItemGivesTheRecordOfTheWholePodAndItsKeyAndVersion) {
     EXPECT_FALSE(lockstep::controller::pod_from_text(bad, head, record)) << bad;
 }
 
-// Note [Pod text]: the pod informer reads each watch event's text straight into the record;
+// See Note [Pod text]: the pod informer reads each watch event's text straight into the record;
 // for every pod above, and for pods of odd shapes, that is the reference's record of the whole
 // pod, with the event's type, key and version.
 TEST(PodText, AWatchEventGivesTheRecordOfTheWholePod) {
@@ -286,7 +286,7 @@ TEST(PodText, AWatchEventGivesTheRecordOfTheWholePod) {
   EXPECT_EQ(head.type, "");
 }
 
-// Note [UTF-8 text]: a pod's text that is not UTF-8 is not read at all (the reader of pods
+// See Note [UTF-8 text]: a pod's text that is not UTF-8 is not read at all (the reader of pods
 // refuses the document), so nothing of it reaches a cache, a status or an Event unchecked.
 TEST(PodRecord, APodTextThatIsNotUtf8IsNotRead) {
   const std::string text = R"({"metadata": {"name": "tj-0", "namespace": "ns"}, "status": {"phase": "Failed",

@@ -96,7 +96,7 @@ TEST(Decide, MissingPodGroupApiIsAConditionNotAnError) {
   EXPECT_EQ(cond(d, "GangSchedulingUnavailable")->status, "True");
 }
 
-// Note [Events that say something new]: the first start is the Running condition alone; after
+// See Note [Events that say something new]: the first start is the Running condition alone; after
 // a gang restart an Event says the gang runs again.
 TEST(Decide, AllPodsRunningIsRunningWithAnEventOnlyAfterARestart) {
   auto j = job();
@@ -188,7 +188,7 @@ TEST(Decide, TheNextAttemptWaitsForOldPodsAndTheBackoff) {
   EXPECT_EQ(go.status.restarts, 1);
 }
 
-// Note [Pods that do not terminate]: a gang restart held by a pod that will not go says so,
+// See Note [Pods that do not terminate]: a gang restart held by a pod that will not go says so,
 // naming it, how long past due, and its finalizers; the condition clears once it is gone.
 TEST(Decide, AGangRestartHeldByAPodThatDoesNotTerminateSaysSo) {
   auto j = running_job();
@@ -330,7 +330,7 @@ TEST(Decide, AFinishedJobCreatesNothing) {
   EXPECT_TRUE(d.create_pods.empty());
 }
 
-// Note [The first failure]: pod 1 is OOM-killed; pod 0's collective then fails (exit 1
+// See Note [The first failure]: pod 1 is OOM-killed; pod 0's collective then fails (exit 1
 // from a torchrun-style program). By index pod 0's 1 would fail the job for good.
 TEST(FirstFailure, AnOomKillBeforeAPeersExit1RestartsTheGang) {
   auto j = running_job();
@@ -520,7 +520,7 @@ TEST(RestartDelay, DoublesUpToTheCap) {
   EXPECT_EQ(restart_delay(30, o), 60s);
 }
 
-// Note [Job isolation]: the policy follows spec.isolation whatever the phase.
+// See Note [Job isolation]: the policy follows spec.isolation whatever the phase.
 TEST(Isolation, ThePolicyIsCreatedWhileAskedForAndDeletedWhenNot) {
   for (const char* phase : {"", "Running", "Succeeded", "Suspended"}) {
     SCOPED_TRACE(phase);
@@ -548,7 +548,7 @@ TEST(Isolation, ThePolicyIsCreatedWhileAskedForAndDeletedWhenNot) {
   EXPECT_FALSE(decide(observed(deleting)).create_network_policy);
 }
 
-// Note [Backoff reset]: the restart delay doubles only over restarts in a row, counted since the
+// See Note [Backoff reset]: the restart delay doubles only over restarts in a row, counted since the
 // last attempt that ran for the stable stretch.
 namespace {
 
@@ -662,7 +662,7 @@ TEST(BackoffReset, TheCountIsKeptInTheStatus) {
   auto bad = JobStatus::from_json({{"restarts", 2}, {"consecutiveRestarts", 900}, {"nodeLostRestarts", -1}});
   EXPECT_EQ(bad.consecutive_restarts, 2);
   EXPECT_EQ(bad.node_lost_restarts, 0);
-  // Note [Lost-node restarts in a row]: the lost-node restarts in a row are some of them.
+  // See Note [Lost-node restarts in a row]: the lost-node restarts in a row are some of them.
   s.consecutive_node_lost_restarts = 1;
   EXPECT_EQ(JobStatus::from_json(s.to_json()).consecutive_node_lost_restarts, 1);
   EXPECT_EQ(old.consecutive_node_lost_restarts, 0);
@@ -707,7 +707,7 @@ TEST(StatusWrites, EveryFieldOfTheStatusDecidesAWrite) {
   EXPECT_GE(checked, 20u) << written.dump();
 }
 
-// Note [Lost nodes]: a pod of the current attempt, not finished, on a node that is NotReady,
+// See Note [Lost nodes]: a pod of the current attempt, not finished, on a node that is NotReady,
 // unreachable, deleted, or tainted NoExecute without a toleration for ever, restarts the gang
 // at once; its pods on lost nodes are force-deleted.
 namespace {
@@ -856,7 +856,7 @@ TEST(LostNodes, AFinishedPodOnALostNodeChangesNothing) {
   EXPECT_TRUE(d.delete_pods.empty());
 }
 
-// Note [Pods that do not terminate]: a pod of an earlier attempt stuck Terminating on a lost
+// See Note [Pods that do not terminate]: a pod of an earlier attempt stuck Terminating on a lost
 // node is force-deleted once; one on a healthy node keeps its graceful deletion.
 TEST(LostNodes, AStalePodTerminatingOnALostNodeIsForceDeleted) {
   auto j = running_job();
@@ -909,7 +909,7 @@ TEST(LostNodes, RestartPolicyNeverFailsTheJobAndForceDeletesThePodThere) {
   EXPECT_EQ(d.delete_pod_force, (std::vector<bool>{false, true}));
 }
 
-// Note [Lost nodes]: restarts for lost nodes do not count toward backoffLimit; other failures
+// See Note [Lost nodes]: restarts for lost nodes do not count toward backoffLimit; other failures
 // count as before, and the messages say which is which.
 TEST(LostNodes, RestartsForLostNodesDoNotCountTowardTheBackoffLimit) {
   auto j = running_job();
@@ -952,7 +952,7 @@ TEST(LostNodes, ALostNodeIsTheCauseBeforeAPeersFailure) {
   EXPECT_EQ(reason(d, "Restarted"), "NodeLost");
 }
 
-// Note [Lost nodes]: a lost node's restart waits no backoff and leaves the count of restarts in
+// See Note [Lost nodes]: a lost node's restart waits no backoff and leaves the count of restarts in
 // a row alone; the next attempt's pods prefer other nodes than the lost one, until it runs.
 TEST(LostNodes, TheNextAttemptStartsAtOnceAndPrefersOtherNodes) {
   auto o = backoff_options();
@@ -1046,7 +1046,7 @@ TEST(LostNodes, AnAgentsReportOfASilentPeerTakesThatPodsNodeForLost) {
   EXPECT_EQ(silent_peer(""), std::nullopt);
 }
 
-// Note [Lost nodes]: the agents' word names a silent pod only with the agent's own exit code,
+// See Note [Lost nodes]: the agents' word names a silent pod only with the agent's own exit code,
 // and only a pod that runs: one that never started, or is already being deleted, is left as
 // the failure it is.
 TEST(LostNodes, ASilentPeerNeedsTheAgentsExitCodeAndARunningPod) {

@@ -148,7 +148,7 @@ TEST(InPlace, NewRestartsAreCountedWithTheRestartedConditionAndOneEvent) {
   EXPECT_NE(restarted(third)->message.find("(3 of 3 in gang attempt 0)"), std::string::npos);
 }
 
-// Note [Final progress]: a restart made after the last reading of a job that then Succeeds is
+// See Note [Final progress]: a restart made after the last reading of a job that then Succeeds is
 // counted from rank 0's final line; one already counted is not counted twice; another pod's
 // line, or an earlier attempt's, counts nothing.
 TEST(InPlace, RestartsAfterTheLastReadingOfAJobThatSucceedsCountFromRank0sFinalLine) {
@@ -191,7 +191,7 @@ TEST(InPlace, ARestartWithoutATimeIsDatedByTheReading) {
   EXPECT_EQ(restarted(decide(in))->last_transition_time, format_time(kNow));
 }
 
-// Note [In-place restarts]: the total sums the attempts; the agents' counter starts again at 0
+// See Note [In-place restarts]: the total sums the attempts; the agents' counter starts again at 0
 // in the new pods, and a reading of an earlier attempt is never counted against the new one.
 TEST(InPlace, AGangRestartKeepsTheTotalAndTheNewAttemptCountsFromZero) {
   auto in = running();
@@ -276,7 +276,7 @@ TEST(InPlace, TheBudgetIsTheSpecsWithTheCrdsDefaultAndBoundsAndNoneUnderNever) {
   EXPECT_EQ(in.job.in_place_budget(), 0);
 }
 
-// Note [Untrusted exposition]: a page of invalid UTF-8, NaN, huge numbers and a megabyte of
+// See Note [Untrusted exposition]: a page of invalid UTF-8, NaN, huge numbers and a megabyte of
 // label, read from rank 0's agent, leaves a status and Events that serialize (a JSON dump
 // throws on invalid UTF-8: the status write would fail on every reconcile) and say nothing of
 // the hostile bytes.

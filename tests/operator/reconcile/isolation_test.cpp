@@ -1,4 +1,4 @@
-// Note [Job isolation]: what the job's status says of its network isolation (status.isolation,
+// See Note [Job isolation]: what the job's status says of its network isolation (status.isolation,
 // the Isolated condition), for every way it can turn out; decide_test checks the policy's
 // create and delete.
 #include <gtest/gtest.h>

@@ -17,7 +17,7 @@ using lockstep::test::dumps;
 using lockstep::test::kCharacters;
 using lockstep::test::valid;
 
-// Note [Pods placed by hand]: a template's nodeName is read from the job (bounded, as a node's
+// See Note [Pods placed by hand]: a template's nodeName is read from the job (bounded, as a node's
 // name), also from a job whose cached view keeps no template (Note [Cached templates]).
 TEST(PlacedByHand, TheTemplatesNodeNameIsReadApartFromTheTemplate) {
   json job = {{"metadata", {{"name", "tj"}, {"namespace", "ns"}}},

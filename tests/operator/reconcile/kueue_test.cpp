@@ -316,7 +316,7 @@ TEST(KueueDecide, SuspendIsAnInactiveWorkloadAndResumeAnActiveOne) {
   EXPECT_TRUE(d3.create_pods.empty());
 }
 
-// Note [Who deactivates]: a Workload Kueue deactivated (requeued too often) or an administrator
+// See Note [Who deactivates]: a Workload Kueue deactivated (requeued too often) or an administrator
 // did is not made active again behind their back; the job waits and says why.
 TEST(KueueDecide, AWorkloadSomeoneElseDeactivatedStaysInactive) {
   JobView j = queued_job(2);

@@ -38,7 +38,7 @@ TEST(PodManifest, RunsTheAgentInTheTrainerContainerAndKeepsUserEnv) {
   for (const auto& e : ctr["env"]) {
     env[e["name"]] = e.value("value", "");
     nnodes_entries += e["name"] == "LOCKSTEP_NNODES";
-    // Note [Worker threads]: the container's own CPU request and limit, from the downward API.
+    // See Note [Worker threads]: the container's own CPU request and limit, from the downward API.
     if (e["name"] == "LOCKSTEP_CPU_REQUEST" || e["name"] == "LOCKSTEP_CPU_LIMIT") {
       EXPECT_EQ(e["valueFrom"]["resourceFieldRef"],
                 json({{"containerName", "trainer"}, {"resource", e["name"] == "LOCKSTEP_CPU_REQUEST" ? "requests.cpu" : "limits.cpu"},
@@ -64,7 +64,7 @@ TEST(PodManifest, RunsTheAgentInTheTrainerContainerAndKeepsUserEnv) {
   EXPECT_EQ(pod_manifest(j, 0, 0)["spec"]["containers"][1]["terminationMessagePolicy"], "File");
 }
 
-// Note [Worker threads]: the downward API names the container the agent runs in, which is the
+// See Note [Worker threads]: the downward API names the container the agent runs in, which is the
 // first one when none is called "trainer"; a reference to a container the pod lacks would
 // make the API server refuse the pod.
 TEST(PodManifest, CpuVariablesNameTheContainerTheAgentRunsIn) {
@@ -203,7 +203,7 @@ TEST(PodManifest, CarriesTheInPlaceBudgetAndTheRestartPolicy) {
   EXPECT_EQ(env_of(pod_manifest(j, 0, 0))[lockstep::contract::kInPlaceRestarts], "0");
 }
 
-// Note [Job ports]: every port a pod serves is listed, once, named unless the name is taken.
+// See Note [Job ports]: every port a pod serves is listed, once, named unless the name is taken.
 TEST(PodManifest, ListsTheRendezvousBarrierAndMetricsPorts) {
   JobView j;
   j.name = "tj";
@@ -239,7 +239,7 @@ TEST(PodManifest, MountsNoServiceAccountTokenUnlessTheTemplateAsks) {
   EXPECT_EQ(pod_manifest(j, 0, 0)["spec"]["automountServiceAccountToken"], true);
 }
 
-// Note [Barrier secret]: the attempt's secret goes into the trainer container's env, and is
+// See Note [Barrier secret]: the attempt's secret goes into the trainer container's env, and is
 // read back from the pod informer's cache (the pod's text, as every pod is read) for a pod
 // created later in the same attempt: from the trainer container only, and only a value of the
 // operator's own form.
@@ -274,7 +274,7 @@ TEST(PodManifest, CarriesTheBarrierSecretAndItIsReadBack) {
   EXPECT_EQ(pod["metadata"].dump().find(secret), std::string::npos);
 }
 
-// Note [Job isolation]: the job's own pods on every port; the operator's and the monitoring
+// See Note [Job isolation]: the job's own pods on every port; the operator's and the monitoring
 // namespaces on the metrics port only; ingress alone.
 TEST(NetworkPolicyManifest, AdmitsTheJobOnEveryPortAndTheOperatorAndMonitoringOnMetrics) {
   JobView j = JobView::from_json(json::parse(R"({"metadata": {"name": "tj", "namespace": "team", "uid": "u"},
@@ -320,7 +320,7 @@ TEST(NetworkPolicyManifest, LeavesOutPeersWithNoNamespace) {
   EXPECT_EQ(JobView::from_json(json::parse(R"({"spec": {}})")).isolation, Isolation::None);
 }
 
-// Note [Cached templates]: a running job's template is kept as its compact text, shared by
+// See Note [Cached templates]: a running job's template is kept as its compact text, shared by
 // copies of the view, and gives back the same object; a finished or suspended job's is not kept.
 TEST(CachedTemplates, ARunningJobKeepsItsTemplateAsSharedTextAndTheOthersKeepNone) {
   json tmpl = json::parse(R"({"metadata": {"labels": {"team": "a"}},
@@ -371,7 +371,7 @@ TEST(PodManifest, OnePodPerNodeAddsAnAntiAffinityBetweenTheJobsPodsToTheTemplate
   EXPECT_EQ(rule[0]["labelSelector"]["matchLabels"][lockstep::contract::kLabelJobName], "a");
 }
 
-// Note [Agent injection]: every mount of the agent's volume in the template, whole or a subPath,
+// See Note [Agent injection]: every mount of the agent's volume in the template, whole or a subPath,
 // in a container or an init container, is read-only in the pod, whatever the template says; the
 // operator's own init container, which fills it, alone writes it. Without injection the volume
 // of that name is the template's own and left alone.
@@ -411,7 +411,7 @@ TEST(PodManifest, EveryMountOfTheAgentVolumeIsReadOnly) {
   EXPECT_FALSE(plain["spec"]["initContainers"][0]["volumeMounts"][0].contains("readOnly"));
 }
 
-// Note [Agent injection]: a mount (of any volume, a subPath too) or a device at or below
+// See Note [Agent injection]: a mount (of any volume, a subPath too) or a device at or below
 // /lockstep/agent in the container that runs the agent would overlay it: agent_overlay names the
 // field. However the path is spelt; in that container only; never a mount of the agent's own
 // volume there, which the operator replaces.
@@ -461,7 +461,7 @@ TEST(AgentOverlay, NamesAMountOrDeviceAtOrBelowTheAgentInTheContainerThatRunsIt)
   EXPECT_EQ(agent_overlay(json()), "");
 }
 
-// Note [UTF-8 text]: an Event's message is cut at 1,024 bytes on a character boundary, whatever
+// See Note [UTF-8 text]: an Event's message is cut at 1,024 bytes on a character boundary, whatever
 // character straddles the bound, so the Event can be sent (dump() throws on a cut character).
 TEST(EventManifest, CutsALongMessageOnACharacterBoundary) {
   JobView j;

@@ -113,7 +113,7 @@ TEST(Tolerations, APodKeepsThoseThatMayTolerateANoExecuteTaint) {
   EXPECT_TRUE(many.tolerations_cut);
 }
 
-// Note [Lost nodes]: the silent-peer line as the agent writes it, read from a pod's text with
+// See Note [Lost nodes]: the silent-peer line as the agent writes it, read from a pod's text with
 // the agent's exit code; a forged line reads the same, which is why the operator bounds what it
 // buys (Note [Lost-node restarts in a row]).
 TEST(SilentPeer, TheLineAndTheExitCodeAreReadFromThePodsText) {

@@ -470,7 +470,7 @@ TEST(FinalProgress, ASucceededJobShowsRank0sLastStepAndNobodyElsesSays) {
   EXPECT_FALSE(d.status.progress.has_value());
 }
 
-// Note [Host-network readings]: only the lines naming the job are kept.
+// See Note [Host-network readings]: only the lines naming the job are kept.
 TEST(Progress, AHostNetworkReadingKeepsOnlyTheJobsOwnSeries) {
   const std::string text =
       "# TYPE lockstep_step gauge\n"
