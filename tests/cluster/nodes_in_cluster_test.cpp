@@ -162,7 +162,7 @@ TEST(NodesInClusterPlain, PodsOnDifferentNodesResolveAndReachEachOther) {
     }
 }
 
-// scripts/cluster.sh node freeze / thaw / poweroff / poweron (Note [Node faults] there).
+// scripts/cluster.sh node freeze / thaw / poweroff / poweron (Note [Node faults] in `scripts/cluster/faults.sh`).
 TEST(NodesInClusterPlain, AFrozenNodeIsSilentUntilThawedAndAPoweredOffOneComesBackWhenPoweredOn) {
   LOCKSTEP_REQUIRE_REAL_CLUSTER();
   auto ns = create_test_namespace("faults");
