@@ -23,7 +23,7 @@ NETPOL_BIN="$CACHE/kube-network-policies-$KUBE_NETWORK_POLICIES_VERSION/bin"  # 
 # /metrics is on 127.0.0.1:NETPOL_METRICS_PORT (no Kubernetes component's port). Its own
 # nftables table (family inet) is NETPOL_TABLE; where the kernel cannot load that table's rules
 # (no nftables `queue` expression), iptables' NFQUEUE target in the mangle chain NETPOL_CHAIN
-# puts the pods' packets on the queue (scripts/cluster.sh, netpol_ready).
+# puts the pods' packets on the queue (scripts/cluster/netpol.sh, netpol_ready).
 NETPOL_QUEUE=100 NETPOL_TABLE=lockstep-netpol NETPOL_CHAIN=LOCKSTEP-NETPOL NETPOL_METRICS_PORT=10261
 GRAFANA_SCHEMA_BIN="$CACHE/grafana-schema-$GRAFANA_FOUNDATION_SDK_VERSION/bin"  # dashboards_test's strict parse (tests/observability/grafana-schema)
 # bench/operator's peer (scripts/setup.sh --bench-operator): Kubeflow training-operator's

@@ -456,8 +456,9 @@ spec:
   return y.str();
 }
 
-// The gang scheduler's configuration, as scripts/cluster.sh writes it, with a client rate
-// limit high enough that binding never waits on it (the operator's is what is measured).
+// The gang scheduler's configuration, as scripts/cluster.sh writes it (its template:
+// scripts/cluster/templates/kube-scheduler-cosched.yaml), with a client rate limit high enough
+// that binding never waits on it (the operator's is what is measured).
 std::string scheduler_config(const std::string& kubeconfig) {
   return "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
          "leaderElection: {leaderElect: false}\n"

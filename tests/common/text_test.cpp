@@ -101,3 +101,13 @@ TEST(Utf8Valid, ReplacesEachByteThatBeginsNoCharacter) {
   EXPECT_EQ(utf8_char_length(""), 0u);
   EXPECT_EQ(utf8_char_length("\xF0\x9F\x98\x80tail"), 4u);
 }
+
+// lockstep::text::trim: HTTP's optional whitespace by default, any set given.
+TEST(Trim, SpacesAndTabsByDefaultAnySetGiven) {
+  EXPECT_EQ(lockstep::text::trim(" \t gzip \t"), "gzip");
+  EXPECT_EQ(lockstep::text::trim("a b"), "a b") << "inner whitespace stays";
+  EXPECT_EQ(lockstep::text::trim(" \t "), "");
+  EXPECT_EQ(lockstep::text::trim(""), "");
+  EXPECT_EQ(lockstep::text::trim("1a\r\n"), "1a\r\n") << "only spaces and tabs by default";
+  EXPECT_EQ(lockstep::text::trim(" /dev/nvidia0 \r\n\v\f", " \t\r\n\v\f"), "/dev/nvidia0");
+}
