@@ -13,12 +13,14 @@
 #include <sstream>
 #include <thread>
 
+#include "agent_support.hpp"
 #include "dashboard_queries.hpp"
 #include "lockstep/process.hpp"
 #include "test_util.hpp"
 
 using namespace std::chrono_literals;
 using lockstep::Process;
+using lockstep::test::agent_bin;
 using lockstep::test::env_or;
 using lockstep::test::read_file;
 namespace fs = std::filesystem;
@@ -32,17 +34,12 @@ bool have(const std::string& cmd) { return ::system(("command -v " + cmd + " >/d
   if (!have("nvidia-smi") || ::system("nvidia-smi -L >/dev/null 2>&1") != 0)                                \
   GTEST_SKIP() << "SKIPPED: no GPU here (nvidia-smi finds none); runs on a GPU machine"
 
-std::string temp_dir(const std::string& name) {
-  std::string d = ::testing::TempDir() + "/agent-gpu-" + name + "-" + std::to_string(::getpid());
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+std::string temp_dir(const std::string& name) { return lockstep::test::fresh_temp_dir("agent-gpu-" + name); }
 
 // One node of a one-node job: the agent with the operator's environment, its output in a file.
 Process start_agent(const std::string& log, int metrics_port, std::vector<std::string> command) {
   lockstep::SpawnOptions so;
-  so.argv = {env_or("LOCKSTEP_AGENT_BIN", "lockstep-agent"), "--metrics-address", "127.0.0.1", "--"};
+  so.argv = {agent_bin(), "--metrics-address", "127.0.0.1", "--"};
   so.argv.insert(so.argv.end(), command.begin(), command.end());
   so.env = {{"LOCKSTEP_JOB_NAME", "gpu"}, {"LOCKSTEP_JOB_NAMESPACE", "ns"}, {"LOCKSTEP_JOB_UID", "uid-gpu"},
             {"LOCKSTEP_NNODES", "1"}, {"LOCKSTEP_NODE_RANK", "0"}, {"LOCKSTEP_NPROC_PER_NODE", "1"},
@@ -60,7 +57,7 @@ Process start_agent(const std::string& log, int metrics_port, std::vector<std::s
 Process start_node(const std::string& dir, int node, int master_port, int agent_port, int metrics_port,
                    const std::vector<std::string>& command) {
   lockstep::SpawnOptions so;
-  so.argv = {env_or("LOCKSTEP_AGENT_BIN", "lockstep-agent"), "--metrics-address", "127.0.0.1", "--step-log", dir + "/steps",
+  so.argv = {agent_bin(), "--metrics-address", "127.0.0.1", "--step-log", dir + "/steps",
              "--"};
   so.argv.insert(so.argv.end(), command.begin(), command.end());
   so.env = {{"LOCKSTEP_JOB_NAME", "nccl"}, {"LOCKSTEP_JOB_NAMESPACE", "ns"}, {"LOCKSTEP_JOB_UID", "uid-nccl"},

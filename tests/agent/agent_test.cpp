@@ -19,6 +19,7 @@ using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 using lockstep::Process;
 using lockstep::test::agent_bin;
+using lockstep::test::trainer_bin;
 using lockstep::test::descendants;
 using lockstep::test::env_or;
 using lockstep::test::eventually;
@@ -518,8 +519,6 @@ TEST(Agent, LocalRestartsOnASingleNodeThenTheExitCode) {
 }
 
 // ---- In-place restarts (Note [Restart barrier]) ----
-
-std::string trainer_bin() { return env_or("LOCKSTEP_TRAINER_BIN", "lockstep-trainer"); }
 
 // The one worker process of an agent with one worker: its direct child.
 pid_t only_worker(pid_t agent) {

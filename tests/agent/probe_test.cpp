@@ -22,6 +22,7 @@
 
 #include "config.hpp"
 #include "lockstep/process.hpp"
+#include "agent_support.hpp"
 #include "test_util.hpp"
 #include "worker_env.hpp"
 
@@ -33,9 +34,9 @@ using lockstep::test::env_or;
 using lockstep::test::eventually;
 using lockstep::test::read_file;
 
+using lockstep::test::agent_bin;
 namespace {
 
-std::string agent_bin() { return env_or("LOCKSTEP_AGENT_BIN", "lockstep-agent"); }
 std::string script(const std::string& name) { return std::string(LOCKSTEP_SOURCE_DIR) + "/tests/agent/python/" + name; }
 std::string probe_source_dir() { return std::string(LOCKSTEP_SOURCE_DIR) + "/agent/python"; }
 bool require_all() { return env_or("LOCKSTEP_REQUIRE_ALL", "") == "1"; }

@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent_support.hpp"
 #include "controller/agent_reader.hpp"
 #include "lockstep/listener_limits.hpp"
 #include "lockstep/process.hpp"
@@ -415,12 +416,7 @@ bool wait_for_200(int port, const std::string& path, std::chrono::seconds timeou
   return lockstep::test::eventually([&] { return http_get(port, path, 1000ms).status == 200; }, timeout);
 }
 
-std::string temp_dir(const std::string& name) {
-  std::string d = ::testing::TempDir() + "/http-hostile-" + name + "-" + std::to_string(::getpid());
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
-}
+std::string temp_dir(const std::string& name) { return lockstep::test::fresh_temp_dir("http-hostile-" + name); }
 
 // The real lockstep-operator, whose HTTP part needs no API server: a kubeconfig pointing at
 // a closed port leaves it waiting to lead, serving /healthz meanwhile.

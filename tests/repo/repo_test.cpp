@@ -292,20 +292,22 @@ TEST(Contracts, EveryEnvironmentNameIsContractHppsOwn) {
   EXPECT_TRUE(problems.empty()) << join(problems);
 }
 
+// Why `program --version` does not run ("" when it does): a linter the set-up installs.
+static std::string not_installed(const std::string& program) {
+  try {  // run_capture throws when there is no such program
+    auto version = lockstep::run_capture({program, "--version"}, {}, 30s);
+    return version.status.success() ? "" : program + " --version: " + version.output;
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
 // shellcheck (Debian's, installed by scripts/setup.sh) over every shell script at warning level:
 // unquoted expansions, arrays used as strings, unset variables, fragile loops.
 TEST(Scripts, ShellcheckFindsNoWarningInAnyShellScript) {
   const std::string shellcheck = lockstep::test::env_or("LOCKSTEP_SHELLCHECK", "shellcheck");
-  bool installed = false;
-  std::string why;
-  try {  // run_capture throws when there is no such program
-    auto version = lockstep::run_capture({shellcheck, "--version"}, {}, 30s);
-    installed = version.status.success();
-    why = version.output;
-  } catch (const std::exception& e) {
-    why = e.what();
-  }
-  if (!installed) {
+  const std::string why = not_installed(shellcheck);
+  if (!why.empty()) {
     const char* all = std::getenv("LOCKSTEP_REQUIRE_ALL");
     if (all && std::string(all) == "1") FAIL() << "shellcheck is not installed (scripts/setup.sh installs it): " << why;
     GTEST_SKIP() << "SKIPPED: shellcheck is not installed (apt-get install shellcheck; scripts/setup.sh does)";
@@ -329,16 +331,8 @@ TEST(Scripts, ShellcheckFindsNoWarningInAnyShellScript) {
 // never used, f-strings without placeholders.
 TEST(Python, PyflakesFindsNoWarningInAnyPythonFile) {
   const std::string pyflakes = lockstep::test::env_or("LOCKSTEP_PYFLAKES", "pyflakes3");
-  bool installed = false;
-  std::string why;
-  try {  // run_capture throws when there is no such program
-    auto version = lockstep::run_capture({pyflakes, "--version"}, {}, 30s);
-    installed = version.status.success();
-    why = version.output;
-  } catch (const std::exception& e) {
-    why = e.what();
-  }
-  if (!installed) {
+  const std::string why = not_installed(pyflakes);
+  if (!why.empty()) {
     const char* all = std::getenv("LOCKSTEP_REQUIRE_ALL");
     if (all && std::string(all) == "1") FAIL() << "pyflakes3 is not installed (scripts/setup.sh installs it): " << why;
     GTEST_SKIP() << "SKIPPED: pyflakes3 is not installed (apt-get install pyflakes3; scripts/setup.sh does)";

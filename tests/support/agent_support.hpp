@@ -1,5 +1,5 @@
-// Helpers the agent's test suites share (tests/agent/): the agent's executable and a fresh
-// directory. The restart barrier's are barrier_support.hpp.
+// Helpers the suites that run the agent share (tests/agent/, tests/trainer/): the agent's and the
+// trainer's executables and a fresh directory. The restart barrier's are barrier_support.hpp.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -13,6 +13,7 @@
 namespace lockstep::test {
 
 inline std::string agent_bin() { return env_or("LOCKSTEP_AGENT_BIN", "lockstep-agent"); }
+inline std::string trainer_bin() { return env_or("LOCKSTEP_TRAINER_BIN", "lockstep-trainer"); }
 
 // <TempDir>/<name>-<pid>, empty.
 inline std::string fresh_temp_dir(const std::string& name) {

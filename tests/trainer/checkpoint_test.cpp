@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "agent_support.hpp"
 #include "checkpoint.hpp"
 #include "checksum.hpp"
 #include "durable_file.hpp"
@@ -26,17 +27,12 @@ using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 namespace ck = lockstep::trainer::checksum;
 
+using lockstep::test::agent_bin;
+using lockstep::test::trainer_bin;
 namespace {
 
-std::string agent_bin() { return lockstep::test::env_or("LOCKSTEP_AGENT_BIN", "lockstep-agent"); }
-std::string trainer_bin() { return lockstep::test::env_or("LOCKSTEP_TRAINER_BIN", "lockstep-trainer"); }
 
-std::string temp_dir(const std::string& name) {
-  std::string d = ::testing::TempDir() + "/ckpt-" + name + "-" + std::to_string(::getpid());
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+std::string temp_dir(const std::string& name) { return lockstep::test::fresh_temp_dir("ckpt-" + name); }
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path);

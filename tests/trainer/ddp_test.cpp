@@ -13,6 +13,7 @@
 #include <regex>
 #include <sstream>
 
+#include "agent_support.hpp"
 #include "lockstep/memory_plan.hpp"
 #include "lockstep/process.hpp"
 #include "test_util.hpp"
@@ -21,17 +22,12 @@
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
+using lockstep::test::agent_bin;
+using lockstep::test::trainer_bin;
 namespace {
 
-std::string agent_bin() { return lockstep::test::env_or("LOCKSTEP_AGENT_BIN", "lockstep-agent"); }
-std::string trainer_bin() { return lockstep::test::env_or("LOCKSTEP_TRAINER_BIN", "lockstep-trainer"); }
 
-std::string temp_dir(const std::string& name) {
-  std::string d = ::testing::TempDir() + "/ddp-" + name + "-" + std::to_string(::getpid());
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+std::string temp_dir(const std::string& name) { return lockstep::test::fresh_temp_dir("ddp-" + name); }
 
 // Runs the trainer on `nproc` local ranks under the agent; returns the agent's output. The CPU
 // and Gloo unless `device` says otherwise, also on a GPU machine.

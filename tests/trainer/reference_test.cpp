@@ -11,6 +11,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "agent_support.hpp"
 #include "lockstep/process.hpp"
 #include "lockstep/memory_plan.hpp"
 #include "model.hpp"
@@ -22,17 +23,12 @@ using lockstep::trainer::Gpt;
 using lockstep::trainer::GptConfig;
 using namespace std::chrono_literals;
 
+using lockstep::test::agent_bin;
+using lockstep::test::trainer_bin;
 namespace {
 
-std::string agent_bin() { return lockstep::test::env_or("LOCKSTEP_AGENT_BIN", "lockstep-agent"); }
-std::string trainer_bin() { return lockstep::test::env_or("LOCKSTEP_TRAINER_BIN", "lockstep-trainer"); }
 
-std::string temp_dir(const std::string& name) {
-  std::string d = ::testing::TempDir() + "/reference-" + name + "-" + std::to_string(::getpid());
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+std::string temp_dir(const std::string& name) { return lockstep::test::fresh_temp_dir("reference-" + name); }
 
 // One rank, no agent: the trainer alone, as torchrun would start a world of one.
 const std::map<std::string, std::string> kOneRank = {

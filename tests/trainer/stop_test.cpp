@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "agent_support.hpp"
 #include "lockstep/process.hpp"
 #include "test_util.hpp"
 
@@ -19,17 +20,12 @@ namespace fs = std::filesystem;
 using lockstep::test::eventually;
 using lockstep::test::read_file;
 
+using lockstep::test::agent_bin;
+using lockstep::test::trainer_bin;
 namespace {
 
-std::string agent_bin() { return lockstep::test::env_or("LOCKSTEP_AGENT_BIN", "lockstep-agent"); }
-std::string trainer_bin() { return lockstep::test::env_or("LOCKSTEP_TRAINER_BIN", "lockstep-trainer"); }
 
-std::string temp_dir(const std::string& name) {
-  std::string d = ::testing::TempDir() + "/stop-" + name + "-" + std::to_string(::getpid());
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+std::string temp_dir(const std::string& name) { return lockstep::test::fresh_temp_dir("stop-" + name); }
 
 std::vector<std::string> trainer(std::vector<std::string> args) {
   std::vector<std::string> argv = {trainer_bin(), "--device", "cpu", "--batch-size", "4", "--seed", "5", "--log-every", "1000"};
