@@ -20,13 +20,14 @@
 
 using namespace std::chrono_literals;
 using lockstep::Process;
-using lockstep::test::agent_bin;
 using lockstep::test::env_or;
 using lockstep::test::read_file;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
+
+using lockstep::test::agent_bin;
 
 bool have(const std::string& cmd) { return ::system(("command -v " + cmd + " >/dev/null 2>&1").c_str()) == 0; }
 

@@ -18,13 +18,14 @@
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 using lockstep::Process;
-using lockstep::test::agent_bin;
-using lockstep::test::trainer_bin;
 using lockstep::test::descendants;
 using lockstep::test::env_or;
 using lockstep::test::eventually;
 
 namespace {
+
+using lockstep::test::agent_bin;
+using lockstep::test::trainer_bin;
 
 std::string worker_bin() { return env_or("LOCKSTEP_TEST_WORKER_BIN", "lockstep-test-worker"); }
 

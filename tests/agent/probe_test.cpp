@@ -34,8 +34,9 @@ using lockstep::test::env_or;
 using lockstep::test::eventually;
 using lockstep::test::read_file;
 
-using lockstep::test::agent_bin;
 namespace {
+
+using lockstep::test::agent_bin;
 
 std::string script(const std::string& name) { return std::string(LOCKSTEP_SOURCE_DIR) + "/tests/agent/python/" + name; }
 std::string probe_source_dir() { return std::string(LOCKSTEP_SOURCE_DIR) + "/agent/python"; }

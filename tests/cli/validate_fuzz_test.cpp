@@ -25,9 +25,10 @@ namespace fs = std::filesystem;
 using lockstep::cli::InputError;
 using lockstep::cli::YamlLimits;
 
+namespace {
+
 using lockstep::test::billion_laughs;
 using lockstep::test::mutate;
-namespace {
 
 std::string src(const std::string& rel) { return std::string(LOCKSTEP_SOURCE_DIR) + "/" + rel; }
 

@@ -22,9 +22,10 @@
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
+namespace {
+
 using lockstep::test::agent_bin;
 using lockstep::test::trainer_bin;
-namespace {
 
 
 std::string temp_dir(const std::string& name) { return lockstep::test::fresh_temp_dir("ddp-" + name); }

@@ -23,9 +23,10 @@ using lockstep::trainer::Gpt;
 using lockstep::trainer::GptConfig;
 using namespace std::chrono_literals;
 
+namespace {
+
 using lockstep::test::agent_bin;
 using lockstep::test::trainer_bin;
-namespace {
 
 
 std::string temp_dir(const std::string& name) { return lockstep::test::fresh_temp_dir("reference-" + name); }

@@ -20,9 +20,10 @@ namespace fs = std::filesystem;
 using lockstep::test::eventually;
 using lockstep::test::read_file;
 
+namespace {
+
 using lockstep::test::agent_bin;
 using lockstep::test::trainer_bin;
-namespace {
 
 
 std::string temp_dir(const std::string& name) { return lockstep::test::fresh_temp_dir("stop-" + name); }

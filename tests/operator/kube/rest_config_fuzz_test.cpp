@@ -22,9 +22,10 @@
 namespace fs = std::filesystem;
 
 // kubeconfig (operator/kube/rest_config.cpp): hostile files end in a RestConfig or a ConfigError.
+namespace {
+
 using lockstep::test::billion_laughs;
 using lockstep::test::mutate;
-namespace {
 
 const char* kKubeconfig = R"(apiVersion: v1
 kind: Config
