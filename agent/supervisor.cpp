@@ -55,10 +55,6 @@ std::optional<Message> next_message(BarrierClient& barrier, std::chrono::millise
     if (!m || (m->verb != "ALIVE" && m->get_int("gen", gen) >= gen)) return m;
 }
 
-// Note [Heartbeats]'s messages: a measured silence ("6.03 s") and a setting ("6 s", "2.5 s").
-std::string seconds_text(std::chrono::milliseconds d) { return time_text::seconds(static_cast<double>(d.count()) / 1000.0, 2); }
-std::string setting_text(std::chrono::milliseconds d) { return time_text::setting_seconds(d); }
-
 sigset_t stop_signals() {
   sigset_t s;
   sigemptyset(&s);
@@ -195,8 +191,8 @@ std::string Supervisor::own_silence(const BarrierClient& barrier) const {
   if (std::string why = server_ ? server_->fenced() : ""; !why.empty())
     return why + "; this agent stands down instead of carrying on";
   if (barrier.own_silence() <= cfg_.peer_timeout) return "";
-  return "this agent was silent itself for " + seconds_text(barrier.own_silence()) + " (more than " +
-         cfg_.peer_timeout_from + ", " + setting_text(cfg_.peer_timeout) +
+  return "this agent was silent itself for " + time_text::seconds(barrier.own_silence(), 2) + " (more than " +
+         cfg_.peer_timeout_from + ", " + time_text::setting_seconds(cfg_.peer_timeout) +
          "): its process or node was frozen, and its peers have given it up; it stands down instead of carrying on";
 }
 
@@ -208,8 +204,8 @@ std::string Supervisor::server_gone(const BarrierClient& barrier) const {
            "): its pod was deleted or its node lost";
   if (!cfg_.peer_checks() || barrier.server_silence() <= cfg_.peer_timeout) return "";
   silent_peer_ = 0;  // Note [Silent peer]
-  return "node 0's agent (" + barrier.peer() + ") said nothing for " + seconds_text(barrier.server_silence()) +
-         " (more than " + cfg_.peer_timeout_from + ", " + setting_text(cfg_.peer_timeout) +
+  return "node 0's agent (" + barrier.peer() + ") said nothing for " + time_text::seconds(barrier.server_silence(), 2) +
+         " (more than " + cfg_.peer_timeout_from + ", " + time_text::setting_seconds(cfg_.peer_timeout) +
          "); treating it as lost (its node frozen, powered off or cut off)";
 }
 

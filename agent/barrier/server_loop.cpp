@@ -74,9 +74,6 @@ class RefusalLog {
   long suppressed_ = 0;
 };
 
-// Note [Heartbeats]'s messages: a measured silence ("6.03 s") and a setting ("6 s", "2.5 s").
-std::string seconds_text(Clock::duration d) { return time_text::seconds(std::chrono::duration<double>(d).count(), 2); }
-std::string setting_text(std::chrono::milliseconds d) { return time_text::setting_seconds(d); }
 
 // BarrierServer's thread: the I/O of the restart barrier (accepting, reading every peer within
 // Note [Barrier trust]'s bounds, writing without blocking, heartbeats, freezes), with the
@@ -96,7 +93,7 @@ class ServerLoop {
               cfg.grace_period + std::chrono::seconds(30)),
         interval(cfg.heartbeat_interval()),
         checks(cfg.peer_checks()),
-        timeout_text("more than " + cfg.peer_timeout_from + ", " + setting_text(cfg.peer_timeout)),
+        timeout_text("more than " + cfg.peer_timeout_from + ", " + time_text::setting_seconds(cfg.peer_timeout)),
         next_alive(Clock::now() + interval) {}
 
   void run();
@@ -218,7 +215,7 @@ void ServerLoop::poll_round() {
 bool ServerLoop::frozen() {
   const auto woke = Clock::now();
   if (!checks || leaving || state.phase() == Phase::Finished || woke - last_round <= cfg_.peer_timeout) return false;
-  const std::string why = "the restart barrier's server was silent itself for " + seconds_text(woke - last_round) +
+  const std::string why = "the restart barrier's server was silent itself for " + time_text::seconds(woke - last_round, 2) +
                           " (" + timeout_text + "): this process or its node was frozen, and its members have given "
                           "it up";
   LOCKSTEP_LOG(Warn, "barrier", why << "; it closes every connection and serves no more");
@@ -259,7 +256,7 @@ void ServerLoop::check_deadlines() {
   if (checks && state.phase() != Phase::Finished)
     for (auto& c : conns)
       if (c->node >= 0 && !c->dead && node_conn[c->node] == c.get() && t - c->heard > cfg_.peer_timeout) {
-        const std::string silence = "said nothing for " + seconds_text(t - c->heard) + " (" + timeout_text + ")";
+        const std::string silence = "said nothing for " + time_text::seconds(t - c->heard, 2) + " (" + timeout_text + ")";
         state.silent(c->node);
         drop(*c, "it " + silence,
              "node " + std::to_string(c->node) + "'s agent (" + c->peer + ") " + silence +

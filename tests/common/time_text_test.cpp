@@ -53,6 +53,8 @@ TEST(Seconds, MeasuredWithFixedDecimalsAndSettingsShortest) {
   EXPECT_EQ(seconds(6.0312, 2), "6.03 s");
   EXPECT_EQ(seconds(0.1254, 3), "0.125 s");
   EXPECT_EQ(seconds(12.34, 1), "12.3 s");
+  EXPECT_EQ(seconds(6031ms, 2), "6.03 s") << "a duration, as the barrier's silences are measured";
+  EXPECT_EQ(seconds(std::chrono::steady_clock::duration(std::chrono::microseconds(125400)), 3), "0.125 s");
   EXPECT_EQ(setting_seconds(6000ms), "6 s");
   EXPECT_EQ(setting_seconds(2500ms), "2.5 s");
   EXPECT_EQ(setting_seconds(250ms), "0.25 s");

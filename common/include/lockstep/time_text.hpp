@@ -94,6 +94,7 @@ inline std::string seconds(double s, int decimals) {
   std::snprintf(buf, sizeof buf, "%.*f s", decimals, s);
   return buf;
 }
+inline std::string seconds(std::chrono::duration<double> d, int decimals) { return seconds(d.count(), decimals); }
 
 // A setting in seconds, its shortest form: "6 s", "2.5 s", "0.25 s".
 inline std::string setting_seconds(std::chrono::milliseconds d) {
