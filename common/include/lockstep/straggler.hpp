@@ -1,0 +1,179 @@
+// Straggler detection (#42, docs/metrics.md "Stragglers"): which rank of a gang is slower than
+// the others at the work it does outside exposed communication, judged over a sliding window.
+// Pure: no I/O, no clock, no thread (the caller passes the time, in seconds on a monotonic
+// clock). The agent feeds it (every agent its own ranks, node 0's the gang's verdict) and
+// `lockstep run` reads what node 0's agent decided; tests and bench/straggler replay recorded
+// series through it.
+//
+// Note [Straggler score]
+// In synchronous training every rank waits for the slowest at each collective, so step time is
+// the same on every rank and names nobody. What differs is where the time goes: the slow rank
+// spends it working (compute, data loading, host work), the others waiting in the collectives,
+// which shows as their exposed communication. So each rank's figure is its *work*: step time
+// minus exposed communication (compute_s when a program sends no exposed figure; a rank that
+// sends neither has no figure and is never judged).
+//   * The window. Each rank's figure is the median of its work over the last `window_s`
+//     (30 s), from at least `min_samples` (8) steps: a checkpoint, an evaluation pass or any
+//     one slow step is one sample of many and moves a median not at all; a warm-up of a few
+//     steps is outvoted as soon as the window holds more steps than it.
+//   * The score. slowdown = a rank's median / the gang's reference, the reference being the
+//     lower median of the ranks' medians (for 2 ranks the faster one; for 4 the second
+//     fastest). NVRx's relative score is the fastest rank's median over each rank's, flagged
+//     under 0.75; we flag at the same ratio (slowdown >= 1/0.75 = 1.33) but measure against the
+//     lower median, not the fastest rank: one rank that is unusually fast (less data, a
+//     cached shard) would otherwise make the whole gang look slow, and a gang slowed as a
+//     whole (more than half its ranks) has no straggler, only a slow job. A rank must also be
+//     at least `min_excess_s` (5 ms) slower in absolute terms: on micro-steps a timer's noise
+//     is a large ratio of nothing.
+//   * The verdict. A rank over the threshold is a suspect; a suspect held for `hold_s` (15 s)
+//     at every evaluation is a straggler, and a straggler under the threshold for `hold_s` is
+//     cleared (hysteresis: a rank hovering at the threshold neither flaps nor is lost). A rank
+//     whose figure goes away (no steps in the window: stalled, restarted) is no longer judged:
+//     its verdict and suspicion end with it, and stall detection is what notices a rank that
+//     stopped.
+//   * Time to a verdict. A rank slowed by a factor f at time t0 takes over its median once
+//     its slow steps fill half the window; it steps f times slower from then on, so that takes
+//     about window * f / (1 + f) (18 s at 1.5x with the default 30 s), then `hold_s`: about
+//     33 s at 1.5x, 35 s at 2x (bench/straggler measures it, with the evaluation interval).
+//   * What it cannot tell apart: a slow node from a slow data shard or uneven work (a rank
+//     whose batches are longer, a pipeline stage that does more): the figure is time, not its
+//     cause. A job whose ranks do different work by design should say `stragglers: Off`.
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace lockstep::straggler {
+
+struct Settings {
+  double window_s = 30;        // each rank's figure: the median of its work over this long
+  size_t min_samples = 8;      // fewer steps than this in the window: no figure yet
+  double threshold = 4.0 / 3;  // slowdown at or above this: a suspect (NVRx's 0.75 as a score)
+  double min_excess_s = 0.005; // and at least this much slower than the reference, in seconds
+  double hold_s = 15;          // suspect this long: a straggler; under the threshold this long: cleared
+  size_t max_samples = 2048;   // per rank, the oldest dropped beyond it (memory bound)
+};
+
+// The figure a step report gives: step_s - exposed_comm_s when both are there, else compute_s;
+// nullopt when neither, or when the result is not finite and positive.
+std::optional<double> work_seconds(std::optional<double> step_s, std::optional<double> compute_s,
+                                   std::optional<double> exposed_comm_s);
+
+// One rank's recent work figures, by arrival time.
+class RankWindow {
+ public:
+  // Samples beyond max_samples drop the oldest (a memory bound at any step rate).
+  void add(double at_s, double work_s, size_t max_samples = Settings{}.max_samples);
+  void clear() { samples_.clear(); }
+  // The median of the samples of the last settings.window_s before `now_s` (older ones are
+  // dropped), or nullopt with fewer than settings.min_samples.
+  std::optional<double> median(double now_s, const Settings& settings);
+  size_t size() const { return samples_.size(); }
+
+ private:
+  struct Sample {
+    double at_s, work_s;
+  };
+  std::deque<Sample> samples_;
+};
+
+// A rank's figure as the gang's judge sees it.
+struct RankFigure {
+  int rank = -1, node_rank = -1;
+  double median_s = 0;     // RankWindow::median
+  unsigned throttle = 0;   // the rank's GPU's clock-throttle reasons (Throttle bits), 0: none or unknown
+};
+
+struct Score {
+  int rank = -1, node_rank = -1;
+  double slowdown = 1;  // median_s / reference_s
+  unsigned throttle = 0;
+};
+
+struct Reading {
+  double reference_s = 0;     // the lower median of the ranks' medians
+  std::vector<Score> scores;  // one per figure, in the figures' order
+};
+
+// The gang's reading, or nullopt with fewer than 2 figures (a rank alone is nobody's straggler).
+std::optional<Reading> score(const std::vector<RankFigure>& figures);
+
+// True when `s` is over the threshold both as a ratio and in absolute terms.
+bool suspect(const Score& s, double reference_s, const Settings& settings);
+
+struct Straggler {
+  int rank = -1, node_rank = -1;
+  double slowdown = 1;  // at the latest evaluation
+  unsigned throttle = 0;
+  double since_s = 0;   // when it became a straggler (the verdict), caller's clock
+  bool operator==(const Straggler& o) const { return rank == o.rank && node_rank == o.node_rank; }
+};
+
+// The verdicts over time (hold and hysteresis, Note [Straggler score]).
+class Detector {
+ public:
+  explicit Detector(Settings settings = {}) : settings_(settings) {}
+  struct Change {
+    Straggler who;
+    bool raised;     // true: a new verdict; false: cleared
+    double at_s = 0; // the evaluation that made it
+  };
+  // One evaluation at `now_s` of `reading` (nullopt: no reading, every rank unjudged). Returns
+  // what changed; stragglers() is the standing verdicts after it, the worst first.
+  std::vector<Change> update(double now_s, const std::optional<Reading>& reading);
+  const std::vector<Straggler>& stragglers() const { return standing_; }
+  size_t suspects() const;  // ranks over the threshold now, verdict or not
+  void reset();             // a restart: nobody is judged, nothing stands
+  const Settings& settings() const { return settings_; }
+
+ private:
+  struct Track {
+    int rank = -1, node_rank = -1;
+    double over_since = -1;   // over the threshold since, -1: not over
+    double under_since = -1;  // a straggler under the threshold since, -1: not under
+    bool straggler = false;
+    double since = 0, slowdown = 1;
+    unsigned throttle = 0;
+  };
+  Settings settings_;
+  std::vector<Track> tracks_;  // by rank, sorted
+  std::vector<Straggler> standing_;
+};
+
+// A recorded step's figure, for replaying a run's series through the judge as the agents
+// would have judged it (tests, bench/straggler).
+struct Sample {
+  int rank = -1, node_rank = -1;
+  double at_s = 0;    // arrival
+  double work_s = 0;  // work_seconds
+};
+// Feeds `samples` (sorted by at_s) into a window per rank and evaluates every `interval_s` from
+// the first sample's time, as node 0's agent does (kFiguresInterval), until the last sample.
+std::vector<Detector::Change> replay(const std::vector<Sample>& samples, const Settings& settings,
+                                     double interval_s);
+
+// NVML's clock-throttle ("clock event") reasons that explain a slow GPU, as bits of
+// RankFigure::throttle (the agent maps NVML's own bits onto these).
+enum Throttle : unsigned {
+  kThrottlePower = 1,        // software power cap
+  kThrottleThermal = 2,      // software thermal slowdown
+  kThrottleHwSlowdown = 4,   // hardware slowdown (power brake or thermal, by the board)
+  kThrottleHwThermal = 8,    // hardware thermal slowdown
+  kThrottleHwPowerBrake = 16,// hardware power brake (an external signal)
+  kThrottleAll = 31,
+};
+// "power cap, thermal" for the bits set, in a fixed order; "" for none. The comma-separated
+// token form ("power,thermal") is throttle_tokens.
+std::string throttle_words(unsigned bits);
+std::string throttle_tokens(unsigned bits);
+// The bits of a token list as throttle_tokens writes it; nullopt for any unknown token.
+std::optional<unsigned> parse_throttle_tokens(const std::string& tokens);
+
+// "rank 5 on node 2: work 1.42x the gang's typical rank over the last 30 s" (the agent's log
+// line and the operator's message name the pod and node themselves).
+std::string describe(const Straggler& s, const Settings& settings);
+
+}  // namespace lockstep::straggler

@@ -1,0 +1,230 @@
+// The straggler judge (common/include/lockstep/straggler.hpp, Note [Straggler score]): the work
+// figure, the window, the score and the verdict's hold, first on small made-up figures, then on
+// a recorded run's real step series (tests/common/data/straggler_healthy_2ranks.csv) with a
+// checkpoint pause, a warm-up, one slow step and a lasting slowdown injected.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "lockstep/straggler.hpp"
+#include "straggler_series.hpp"
+
+namespace {
+
+using lockstep::straggler::Detector;
+using lockstep::straggler::RankFigure;
+using lockstep::straggler::RankWindow;
+using lockstep::straggler::Reading;
+using lockstep::straggler::Settings;
+namespace straggler = lockstep::straggler;
+using lockstep::test::load_recorded_steps;
+using lockstep::test::recorded_series_path;
+using lockstep::test::RecordedStep;
+using lockstep::test::samples_of;
+
+constexpr double kInterval = 5;  // node 0's evaluation interval (kFiguresInterval)
+
+std::vector<Detector::Change> replay_recorded(const std::vector<RecordedStep>& steps,
+                                              std::function<double(int, double)> factor,
+                                              const Settings& settings = {}) {
+  return straggler::replay(samples_of(steps, factor), settings, kInterval);
+}
+
+std::string said(const std::vector<Detector::Change>& changes) {
+  std::string out;
+  for (const auto& c : changes)
+    out += (c.raised ? "raised rank " : "cleared rank ") + std::to_string(c.who.rank) + " at " +
+           std::to_string(c.at_s) + " s (" + std::to_string(c.who.slowdown) + "x)\n";
+  return out.empty() ? "nothing" : out;
+}
+
+TEST(StragglerWork, IsStepTimeLessExposedCommunicationElseCompute) {
+  EXPECT_DOUBLE_EQ(*straggler::work_seconds(0.5, 0.1, 0.2), 0.3);  // exposed wins over compute
+  EXPECT_DOUBLE_EQ(*straggler::work_seconds(0.5, 0.1, std::nullopt), 0.1);
+  EXPECT_DOUBLE_EQ(*straggler::work_seconds(std::nullopt, 0.25, 0.2), 0.25);
+  EXPECT_FALSE(straggler::work_seconds(0.5, std::nullopt, std::nullopt));  // step time alone names nobody
+  EXPECT_FALSE(straggler::work_seconds(0.2, 0.1, 0.3));                    // negative: not believed
+  EXPECT_FALSE(straggler::work_seconds(std::numeric_limits<double>::infinity(), std::nullopt, 0.1));
+}
+
+TEST(StragglerWindow, IsTheMedianOfTheLastWindowFromEnoughSteps) {
+  Settings s;
+  s.window_s = 10;
+  s.min_samples = 4;
+  RankWindow w;
+  for (int i = 0; i < 3; ++i) w.add(i, 1.0);
+  EXPECT_FALSE(w.median(3, s)) << "3 samples, 4 needed";
+  w.add(3, 100.0);  // one slow step
+  w.add(4, 1.0);
+  EXPECT_DOUBLE_EQ(*w.median(4, s), 1.0);
+  for (int i = 5; i < 12; ++i) w.add(i, 2.0);
+  // At 14 the window [4, 14] holds 4 (1.0) and 5..11 (2.0): 8 samples, median 2.0.
+  EXPECT_DOUBLE_EQ(*w.median(14, s), 2.0);
+  EXPECT_EQ(w.size(), 8u) << "older samples are dropped";
+  EXPECT_FALSE(w.median(30, s)) << "nothing in the last 10 s";
+}
+
+TEST(StragglerWindow, KeepsAtMostMaxSamples) {
+  RankWindow w;
+  for (int i = 0; i < 100; ++i) w.add(i * 0.001, 1.0 + i, 16);
+  EXPECT_EQ(w.size(), 16u);
+  Settings s;
+  s.min_samples = 1;
+  EXPECT_DOUBLE_EQ(*w.median(0.1, s), 1.0 + 91.5) << "the newest 16: 85..100, median of 85+i";
+}
+
+TEST(StragglerScore, IsAgainstTheLowerMedianOfTheRanks) {
+  EXPECT_FALSE(straggler::score({{0, 0, 1.0}})) << "a rank alone is nobody's straggler";
+  auto two = straggler::score({{0, 0, 1.0}, {1, 1, 1.5}});
+  ASSERT_TRUE(two);
+  EXPECT_DOUBLE_EQ(two->reference_s, 1.0) << "of two, the faster";
+  EXPECT_DOUBLE_EQ(two->scores[1].slowdown, 1.5);
+  // One rank unusually fast does not make the others slow (the fastest would: NVRx's choice).
+  auto fast_one = straggler::score({{0, 0, 0.5}, {1, 0, 1.0}, {2, 1, 1.02}, {3, 1, 0.98}});
+  ASSERT_TRUE(fast_one);
+  EXPECT_DOUBLE_EQ(fast_one->reference_s, 0.98);
+  for (const auto& s : fast_one->scores) EXPECT_FALSE(straggler::suspect(s, fast_one->reference_s, Settings{}));
+  // Half the gang slow: the slow half is named. Most of it slow: a slow job, nobody named.
+  auto half = straggler::score({{0, 0, 1.0}, {1, 0, 1.0}, {2, 1, 2.0}, {3, 1, 2.0}});
+  EXPECT_TRUE(straggler::suspect(half->scores[2], half->reference_s, Settings{}));
+  auto most = straggler::score({{0, 0, 1.0}, {1, 0, 2.0}, {2, 1, 2.0}, {3, 1, 2.0}});
+  for (const auto& s : most->scores) EXPECT_FALSE(straggler::suspect(s, most->reference_s, Settings{}));
+  EXPECT_FALSE(straggler::score({{0, 0, std::nan("")}, {1, 1, 1.0}})) << "a figure that is not one is left out";
+}
+
+TEST(StragglerScore, ASuspectIsOverTheRatioAndTheAbsoluteExcess) {
+  Settings s;
+  EXPECT_TRUE(straggler::suspect({1, 1, 1.34}, 0.1, s));
+  EXPECT_FALSE(straggler::suspect({1, 1, 1.30}, 0.1, s)) << "under 4/3";
+  EXPECT_FALSE(straggler::suspect({1, 1, 2.0}, 0.002, s)) << "2 ms more on a 2 ms step: timer noise";
+}
+
+TEST(StragglerDetector, RaisesAfterTheHoldAndClearsAfterItUnder) {
+  Settings s;
+  s.hold_s = 10;
+  Detector d(s);
+  auto reading = [](double slow) { return straggler::score({{0, 0, 1.0}, {1, 1, slow}}); };
+  EXPECT_TRUE(d.update(0, reading(1.5)).empty());
+  EXPECT_EQ(d.suspects(), 1u);
+  EXPECT_TRUE(d.update(5, reading(1.5)).empty());
+  EXPECT_TRUE(d.update(7, reading(1.1)).empty()) << "a dip resets the hold";
+  EXPECT_TRUE(d.update(8, reading(1.5)).empty());
+  auto raised = d.update(18, reading(1.6));
+  ASSERT_EQ(raised.size(), 1u);
+  EXPECT_TRUE(raised[0].raised);
+  EXPECT_EQ(raised[0].who.rank, 1);
+  ASSERT_EQ(d.stragglers().size(), 1u);
+  EXPECT_DOUBLE_EQ(d.stragglers()[0].slowdown, 1.6);
+  EXPECT_TRUE(d.update(20, reading(1.0)).empty()) << "still a straggler until under for the hold";
+  EXPECT_EQ(d.stragglers().size(), 1u);
+  auto cleared = d.update(30, reading(1.0));
+  ASSERT_EQ(cleared.size(), 1u);
+  EXPECT_FALSE(cleared[0].raised);
+  EXPECT_TRUE(d.stragglers().empty());
+}
+
+TEST(StragglerDetector, ARankThatGoesAwayLosesItsVerdictAndAResetForgetsAll) {
+  Settings s;
+  s.hold_s = 0;
+  Detector d(s);
+  ASSERT_EQ(d.update(0, straggler::score({{0, 0, 1.0}, {1, 1, 2.0}})).size(), 1u);
+  auto gone = d.update(5, std::nullopt);
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_FALSE(gone[0].raised);
+  ASSERT_EQ(d.update(10, straggler::score({{0, 0, 1.0}, {1, 1, 2.0}})).size(), 1u);
+  d.reset();
+  EXPECT_TRUE(d.stragglers().empty());
+  EXPECT_EQ(d.suspects(), 0u);
+}
+
+TEST(StragglerThrottle, TokensAndWordsRoundTripAndAnUnknownTokenIsRefused) {
+  const unsigned bits = straggler::kThrottlePower | straggler::kThrottleHwSlowdown;
+  EXPECT_EQ(straggler::throttle_tokens(bits), "power,hw_slowdown");
+  EXPECT_EQ(straggler::throttle_words(bits), "power cap, hardware slowdown");
+  EXPECT_EQ(straggler::parse_throttle_tokens("power,hw_slowdown"), bits);
+  EXPECT_EQ(straggler::parse_throttle_tokens(""), 0u);
+  EXPECT_FALSE(straggler::parse_throttle_tokens("power,boost"));
+  EXPECT_FALSE(straggler::parse_throttle_tokens("power,"));
+  EXPECT_EQ(straggler::parse_throttle_tokens(straggler::throttle_tokens(straggler::kThrottleAll)), straggler::kThrottleAll);
+  straggler::Straggler who{5, 2, 1.4249, straggler::kThrottlePower, 0};
+  EXPECT_EQ(straggler::describe(who, Settings{}),
+            "rank 5 on node 2: work 1.42x the gang's typical rank over the last 30 s; GPU clocks throttled: power cap");
+}
+
+class StragglerRecorded : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    steps_ = load_recorded_steps(recorded_series_path());
+    ASSERT_GT(steps_.size(), 4000u);
+  }
+  std::vector<RecordedStep> steps_;
+};
+
+TEST_F(StragglerRecorded, TheHealthyRunHasNoVerdictEvenWithAShortWindow) {
+  EXPECT_EQ(said(replay_recorded(steps_, [](int, double) { return 1.0; })), "nothing");
+  Settings quick;
+  quick.window_s = 5;
+  quick.hold_s = 2;
+  EXPECT_EQ(said(replay_recorded(steps_, [](int, double) { return 1.0; }, quick)), "nothing");
+}
+
+TEST_F(StragglerRecorded, ACheckpointPauseOnRankZeroRaisesNothing) {
+  // Step 1200: rank 0 writes a checkpoint for 20 s (work), rank 1 waits for it (exposed).
+  for (auto& s : steps_) {
+    if (s.step == 1200) {
+      s.step_s += 20;
+      if (s.rank == 1) s.exposed_s += 20;
+    }
+    if (s.step >= 1200) s.at_s += 20;
+  }
+  EXPECT_EQ(said(replay_recorded(steps_, [](int, double) { return 1.0; })), "nothing");
+}
+
+TEST_F(StragglerRecorded, AWarmUpOfOneRankRaisesNothing) {
+  // Rank 1's first 60 steps take 4x the work (a cold data cache), then it is as fast as rank 0.
+  auto changes = replay_recorded(steps_, [&](int rank, double at) { return rank == 1 && at < 2.0 ? 4.0 : 1.0; });
+  EXPECT_EQ(said(changes), "nothing");
+}
+
+TEST_F(StragglerRecorded, ARankSlowOnlyOnceRaisesNothing) {
+  for (auto& s : steps_)
+    if (s.step == 900 && s.rank == 1) s.step_s += 8;  // one 8 s step: a page-in, a GC pause
+  EXPECT_EQ(said(replay_recorded(steps_, [](int, double) { return 1.0; })), "nothing");
+}
+
+TEST_F(StragglerRecorded, ARankSlowThroughoutIsNamedWithinTheBoundAndOnlyIt) {
+  const Settings s;
+  for (double f : {1.5, 2.0}) {
+    const double t0 = 5;
+    auto changes = replay_recorded(steps_, [&](int rank, double at) { return rank == 1 && at >= t0 ? f : 1.0; });
+    ASSERT_FALSE(changes.empty()) << f << "x: no verdict";
+    EXPECT_TRUE(changes[0].raised);
+    EXPECT_EQ(changes[0].who.rank, 1) << said(changes);
+    EXPECT_NEAR(changes[0].who.slowdown, f, 0.25 * f) << said(changes);
+    // Note [Straggler score]: window * f / (1 + f) + hold, plus an evaluation interval.
+    const double bound = s.window_s * f / (1 + f) + s.hold_s + kInterval;
+    EXPECT_LE(changes[0].at_s - t0, bound) << f << "x: " << said(changes);
+    for (const auto& c : changes) EXPECT_EQ(c.who.rank, 1) << said(changes);
+  }
+}
+
+TEST_F(StragglerRecorded, ASlowdownUnderTheThresholdIsNotAVerdict) {
+  auto changes = replay_recorded(steps_, [](int rank, double) { return rank == 1 ? 1.2 : 1.0; });
+  EXPECT_EQ(said(changes), "nothing");
+}
+
+TEST_F(StragglerRecorded, ARankThatRecoversIsCleared) {
+  Settings s;
+  s.window_s = 10;
+  s.hold_s = 5;
+  auto changes =
+      replay_recorded(steps_, [](int rank, double at) { return rank == 1 && at >= 2 && at < 25 ? 2.0 : 1.0; }, s);
+  ASSERT_EQ(changes.size(), 2u) << said(changes);
+  EXPECT_TRUE(changes[0].raised);
+  EXPECT_FALSE(changes[1].raised);
+  EXPECT_GT(changes[1].at_s, 25.0);
+}
+
+}  // namespace
