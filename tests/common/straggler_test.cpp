@@ -98,7 +98,7 @@ TEST(StragglerScore, ASuspectIsOverTheRatioAndTheAbsoluteExcess) {
   Settings s;
   EXPECT_TRUE(straggler::suspect({1, 1, 1.34}, 0.1, s));
   EXPECT_FALSE(straggler::suspect({1, 1, 1.30}, 0.1, s)) << "under 4/3";
-  EXPECT_FALSE(straggler::suspect({1, 1, 2.0}, 0.002, s)) << "2 ms more on a 2 ms step: timer noise";
+  EXPECT_FALSE(straggler::suspect({1, 1, 2.0}, 0.001, s)) << "1 ms more on a 1 ms step: timer noise";
 }
 
 TEST(StragglerDetector, RaisesAfterTheHoldAndClearsAfterItUnder) {
