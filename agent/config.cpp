@@ -64,6 +64,14 @@ variables (set by the operator), else torchrun's PET_* variables, else these fla
   --no-nccl-profiler         LOCKSTEP_NCCL_PROFILER=0: do not give the workers NCCL_PROFILER_PLUGIN
                              (default: the agent's plugin, libnccl-profiler-lockstep.so, which
                              times every NCCL operation; LOCKSTEP_NCCL_PROFILER=/path uses another)
+  --straggler-window D       LOCKSTEP_STRAGGLER_WINDOW: each rank's work (step time less exposed
+                             communication) is judged by its median over this long (default
+                             30s, from 5s to 10m; docs/metrics.md, "Stragglers")
+  --straggler-hold D         LOCKSTEP_STRAGGLER_HOLD: a rank over the threshold this long is a
+                             straggler, and one back under it this long is cleared (default
+                             15s, from 0 to 10m)
+  --straggler-threshold X    LOCKSTEP_STRAGGLER_THRESHOLD: a rank whose median is X times the
+                             gang's typical rank's is a suspect (default 1.33, above 1, at most 10)
 Exit codes: the failing worker's own code (128+N if killed by signal N); 64 bad
 configuration; 75 stall; 76 rendezvous failure, or a lost or silent peer agent
 (docs/exit-codes.md).
@@ -218,6 +226,20 @@ struct Unsettled {
   bool first_step_set = false;            // a first-step timeout given, rather than the default
 };
 
+// A threshold in (1, 10]: at 1 every rank slower than the reference would be a suspect.
+double straggler_threshold(const std::string& from, const std::string& v) {
+  double x = 0;
+  try {
+    x = flags::to_double(from, v, 1, 10);
+  } catch (const flags::FlagError&) {
+    x = 0;
+  }
+  if (!(x > 1))  // NaN too
+    throw ConfigError(from + " must be a slowdown above 1 and at most 10 (1.33: a rank a third slower than the "
+                      "gang's typical rank), got '" + v + "'");
+  return x;
+}
+
 // The pod's environment (the operator starts `lockstep-agent -- COMMAND` with no flags, so a
 // pod's env is how a job sets anything), torchrun's PET_ names after ours.
 void read_env(const std::map<std::string, std::string>& env, Config& cfg, Unsettled& u) {
@@ -244,6 +266,9 @@ void read_env(const std::map<std::string, std::string>& env, Config& cfg, Unsett
   u.first_step_set = env.count(c::kFirstStepTimeout) && !env.at(c::kFirstStepTimeout).empty();
   cfg.first_step_timeout = env_duration(env, c::kFirstStepTimeout, cfg.first_step_timeout);
   cfg.metrics_linger = env_duration(env, c::kMetricsLinger, cfg.metrics_linger);
+  cfg.straggler_window = env_duration(env, c::kStragglerWindow, cfg.straggler_window);
+  cfg.straggler_hold = env_duration(env, c::kStragglerHold, cfg.straggler_hold);
+  if (lookup(env, {c::kStragglerThreshold}, v, from)) cfg.straggler_threshold = straggler_threshold(from, v);
   if (lookup(env, {c::kPythonProbe}, v, from)) {
     if (v != "0" && v != "1")
       throw ConfigError("LOCKSTEP_PYTHON_PROBE must be 1 (the Python probe on, the default) or 0 (off), got '" + v + "'");
@@ -300,6 +325,9 @@ bool read_flag(int argc, char** argv, int& i, Config& cfg, Unsettled& u, bool& p
   else if (match(argc, argv, i, "--metrics-linger", v)) cfg.metrics_linger = to_duration("--metrics-linger", v);
   else if (match(argc, argv, i, "--rendezvous-timeout", v)) cfg.rendezvous_timeout = to_duration("--rendezvous-timeout", v);
   else if (match(argc, argv, i, "--grace-period", v)) cfg.grace_period = to_duration("--grace-period", v);
+  else if (match(argc, argv, i, "--straggler-window", v)) cfg.straggler_window = to_duration("--straggler-window", v);
+  else if (match(argc, argv, i, "--straggler-hold", v)) cfg.straggler_hold = to_duration("--straggler-hold", v);
+  else if (match(argc, argv, i, "--straggler-threshold", v)) cfg.straggler_threshold = straggler_threshold("--straggler-threshold", v);
   else if (match(argc, argv, i, "--log-dir", v)) cfg.log_dir = v;
   else if (match(argc, argv, i, "--step-log", v)) cfg.step_log_dir = v;
   else return false;
@@ -331,6 +359,17 @@ void read_args(const std::vector<std::string>& args, Config& cfg, Unsettled& u) 
   }
 }
 
+// See Note [Straggler score]: a window long enough for a median of several steps, a hold and a
+// window a person would still call recent.
+void check_straggler_settings(const Config& cfg) {
+  const auto text = [](std::chrono::milliseconds d) { return std::to_string(d.count() / 1000.0).substr(0, 8) + "s"; };
+  if (cfg.straggler_window < std::chrono::seconds(5) || cfg.straggler_window > std::chrono::minutes(10))
+    throw ConfigError("--straggler-window (LOCKSTEP_STRAGGLER_WINDOW) must be from 5s to 10m (each rank's median "
+                      "needs several steps), got " + text(cfg.straggler_window));
+  if (cfg.straggler_hold > std::chrono::minutes(10))
+    throw ConfigError("--straggler-hold (LOCKSTEP_STRAGGLER_HOLD) must be from 0 to 10m, got " + text(cfg.straggler_hold));
+}
+
 // What needs both sources, and the checks across fields.
 void settle(Config& cfg, const Unsettled& u, const std::string& self_exe) {
   if (!u.first_step_set) {
@@ -349,6 +388,7 @@ void settle(Config& cfg, const Unsettled& u, const std::string& self_exe) {
   if (cfg.metrics_linger > std::chrono::minutes(10))
     throw ConfigError("--metrics-linger must be at most 10m (it delays the agent's exit after a stall), got " +
                       std::to_string(cfg.metrics_linger.count() / 1000) + "s");
+  check_straggler_settings(cfg);
   if (!cfg.metrics) cfg.metrics_port = 0;  // --no-metrics: never an HTTP endpoint
   if (cfg.python_probe)  // Note [Python probe]; when off, a directory given is not even looked at
     cfg.python_probe_dir = find_python_probe_dir(u.probe_dir, u.probe_dir_from, self_exe, &cfg.python_probe_note);

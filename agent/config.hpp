@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/straggler.hpp"
+
 namespace lockstep::agent {
 
 // A configuration mistake; what() names the flag or variable and what is valid.
@@ -81,7 +83,22 @@ struct Config {
   // LOCKSTEP_CPU_LIMIT, the downward API); 0: not known.
   int cpu_request_millis = 0;
   int cpu_limit_millis = 0;
+  // Straggler detection (Note [Straggler score]; docs/metrics.md, "Stragglers"): each rank's work
+  // median over the window (--straggler-window, LOCKSTEP_STRAGGLER_WINDOW: 5s..10m), a suspect
+  // held this long is a straggler and one under the threshold this long is cleared
+  // (--straggler-hold, LOCKSTEP_STRAGGLER_HOLD: 0..10m), at this slowdown
+  // (--straggler-threshold, LOCKSTEP_STRAGGLER_THRESHOLD: in (1, 10]).
+  std::chrono::milliseconds straggler_window{std::chrono::seconds(30)};
+  std::chrono::milliseconds straggler_hold{std::chrono::seconds(15)};
+  double straggler_threshold = 1.33;
 
+  straggler::Settings straggler_settings() const {
+    straggler::Settings s;
+    s.window_s = std::chrono::duration<double>(straggler_window).count();
+    s.hold_s = std::chrono::duration<double>(straggler_hold).count();
+    s.threshold = straggler_threshold;
+    return s;
+  }
   int world_size() const { return nnodes * nproc_per_node; }
   int barrier_port() const { return agent_port > 0 ? agent_port : master_port % 65535 + 1; }
   bool stall_detection() const { return stall_timeout.count() > 0; }

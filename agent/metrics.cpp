@@ -54,7 +54,7 @@ struct Metrics::RankFamilies {
 };
 
 Metrics::Metrics(const Config& cfg, const std::string& socket_dir)
-    : cfg_(cfg), dir_(socket_dir), registry_(std::make_shared<Registry>()) {
+    : cfg_(cfg), dir_(socket_dir), registry_(std::make_shared<Registry>()), straggler_(cfg.straggler_settings()) {
   base_ = {{"trainingjob", cfg.job_name.empty() ? "local" : cfg.job_name},
            {"namespace", cfg.job_namespace.empty() ? "default" : cfg.job_namespace},
            {"node_rank", std::to_string(cfg.node_rank)}};
@@ -155,6 +155,11 @@ void Metrics::register_job_series() {
                             .Name("lockstep_last_restart_info")
                             .Help("The last in-place restart's cause: reason, rank and exit code as labels (value 1)")
                             .Register(*registry_);
+  score_family_ = &BuildGauge()
+                       .Name("lockstep_straggler_score")
+                       .Help("The rank's work median over the straggler window / the gang's typical rank's (1: "
+                             "typical; 1.42: 42% slower); absent until both exist")
+                       .Register(*registry_);
   stalls_ = &BuildCounter()
                  .Name("lockstep_stalls_total")
                  .Help("Stalls detected: no step reported within the stall timeout")
@@ -205,8 +210,9 @@ std::string Metrics::socket_path(int local_rank) const { return dir_ + "/rank-" 
 void Metrics::set_worker_up(int local_rank, bool up) { ranks_[local_rank].worker_up->Set(up ? 1 : 0); }
 // Note [Event log]
 // `--step-log DIR` also keeps what this node's agent did that a step report cannot say, one JSON
-// object a line in DIR/node-N.events.jsonl (N the node rank), flushed at once. Today one event,
-// an in-place restart:
+// object a line in DIR/node-N.events.jsonl (N the node rank), flushed at once. An in-place
+// restart, and on node 0 each straggler verdict and its clearing (straggler_watch.cpp; their
+// lines: docs/metrics.md, "Stragglers"):
 //   {"node":0,"attempt":0,"time":1764000000.123,"event":"in_place_restart","generation":1,
 //    "reason":"WorkerFailed","rank":3,"exit_code":1,"why":"rank 3 exited with code 1"}
 // `lockstep run` follows node 0's to say and count in-place restarts, rather than reading the
@@ -214,7 +220,7 @@ void Metrics::set_worker_up(int local_rank, bool up) { ranks_[local_rank].worker
 void Metrics::count_in_place_restart(const std::string& reason, int rank, int exit_code, int generation,
                                      const std::string& why) {
   const double now = unix_now();
-  if (event_log_.is_open()) {
+  {
     namespace report = lockstep::contract::report;
     nlohmann::json e = {{report::kNode, cfg_.node_rank},
                         {report::kAttempt, cfg_.restart_attempt},
@@ -226,7 +232,7 @@ void Metrics::count_in_place_restart(const std::string& reason, int rank, int ex
                         {report::kExitCode, exit_code},
                         {report::kWhy, why}};
     // A peer's words reach `why`: bytes that are not UTF-8 are replaced, never thrown on.
-    event_log_ << e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+    log_event(e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
   restarts_->Increment();
   in_place_->Increment();
@@ -248,6 +254,43 @@ void Metrics::count_in_place_restart(const std::string& reason, int rank, int ex
 }
 void Metrics::count_stall() { stalls_->Increment(); }
 
+void Metrics::log_event(const std::string& json_line) {
+  std::lock_guard<std::mutex> lock(event_mu_);
+  if (event_log_.is_open()) event_log_ << json_line << std::endl;
+}
+
+std::vector<LocalFigure> Metrics::figures(double now_s) {
+  std::vector<LocalFigure> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < ranks_.size(); ++i)
+    if (auto median = ranks_[i].window.median(now_s, straggler_))
+      out.push_back({static_cast<int>(i), *median, ranks_[i].throttle});
+  return out;
+}
+
+void Metrics::set_throttle(int local_rank, unsigned bits) {
+  if (local_rank < 0 || static_cast<size_t>(local_rank) >= ranks_.size()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  ranks_[static_cast<size_t>(local_rank)].throttle = bits & straggler::kThrottleAll;
+}
+
+void Metrics::show_scores(std::optional<double> reference, const std::vector<LocalFigure>& figures) {
+  std::vector<Gauge*> keep(ranks_.size(), nullptr);
+  std::lock_guard<std::mutex> lock(mu_);  // the supervisor's thread alone calls this; the lock orders it
+  for (const auto& f : figures) {
+    if (!reference || f.local_rank < 0 || static_cast<size_t>(f.local_rank) >= ranks_.size()) continue;
+    Rank& r = ranks_[static_cast<size_t>(f.local_rank)];
+    if (!r.score) r.score = &score_family_->Add(r.labels);
+    r.score->Set(f.median_s / *reference);
+    keep[static_cast<size_t>(f.local_rank)] = r.score;
+  }
+  for (size_t i = 0; i < ranks_.size(); ++i)
+    if (ranks_[i].score && !keep[i]) {  // no figure, or no reference: absent again
+      score_family_->Remove(ranks_[i].score);
+      ranks_[i].score = nullptr;
+    }
+}
+
 std::vector<RankProgress> Metrics::progress() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<RankProgress> out;
@@ -262,6 +305,7 @@ void Metrics::reset_progress(int generation) {
   for (auto& r : ranks_) {
     r.progress.last_step = -1;
     r.progress.last_time = now;  // the first-step window counts from here
+    r.window.clear();            // Note [Straggler score]: a new generation is judged afresh
   }
 }
 
@@ -313,9 +357,11 @@ void Metrics::record(int local_rank, const StepReport& s) {
   by_op(comm_exposed_by_op_, s.exposed_comm_s_by_op);
   if (dropped) r.malformed->Increment();
   r.last_step_ts->Set(unix_now());
+  const auto work = straggler::work_seconds(s.step_s, s.compute_s, s.exposed_comm_s);
   std::lock_guard<std::mutex> lock(mu_);
   r.progress.last_step = s.step;
   r.progress.last_time = std::chrono::steady_clock::now();
+  if (work) r.window.add(steady_seconds(), *work, straggler_.max_samples);  // at its arrival
 }
 
 // Note [Step log]: `--step-log DIR` keeps every step of every local rank, for what /metrics

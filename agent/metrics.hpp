@@ -20,7 +20,9 @@
 #include <thread>
 #include <vector>
 
+#include "barrier/figures.hpp"
 #include "config.hpp"
+#include "lockstep/straggler.hpp"
 #include "step_report.hpp"
 
 namespace lockstep::agent {
@@ -63,6 +65,19 @@ class Metrics {
   // is a label value, and a broken sender must not grow the registry without end.
   static constexpr size_t kMaxOps = 32;
 
+  // Straggler detection (Note [Straggler score]; docs/metrics.md, "Stragglers"). Each local
+  // rank's work median over the window at `now_s` (steady_seconds), for the ranks that have one,
+  // with their GPU's throttle bits.
+  std::vector<LocalFigure> figures(double now_s);
+  // The clock-throttle reasons of local rank `local_rank`'s GPU (straggler::Throttle bits), from NVML.
+  void set_throttle(int local_rank, unsigned bits);
+  // lockstep_straggler_score per local rank: its median / the gang's reference, for each rank in
+  // `figures` while there is a reference; absent otherwise.
+  void show_scores(std::optional<double> reference, const std::vector<LocalFigure>& figures);
+  // One line of this node's event log (Note [Event log]), when --step-log keeps one.
+  void log_event(const std::string& json_line);
+  const straggler::Settings& straggler_settings() const { return straggler_; }
+
  private:
   struct Rank {
     prometheus::Labels labels;
@@ -73,6 +88,9 @@ class Metrics {
     prometheus::Counter *compute = nullptr, *exposed = nullptr, *tokens = nullptr, *flops = nullptr;
     prometheus::Gauge *loss = nullptr, *total_steps = nullptr;
     RankProgress progress;
+    straggler::RankWindow window;  // under mu_: its work figures (Note [Straggler score])
+    unsigned throttle = 0;         // under mu_: its GPU's clock-throttle bits
+    prometheus::Gauge* score = nullptr;  // lockstep_straggler_score, while it has one
     int fd = -1;
     std::ofstream step_log;  // open when cfg.step_log_dir is set
   };
@@ -82,6 +100,7 @@ class Metrics {
   void add_rank(int local_rank, RankFamilies& families);
   void log_step(Rank& r, const StepReport& s);
   std::ofstream event_log_;  // DIR/node-N.events.jsonl, open when cfg.step_log_dir is set
+  std::mutex event_mu_;      // the supervisor and node 0's straggler watch both write it
   void receive_loop();
 
   Config cfg_;
@@ -103,6 +122,8 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>* last_restart_info_;
   prometheus::Gauge* last_restart_cause_ = nullptr;
   prometheus::Counter* stalls_;
+  straggler::Settings straggler_;
+  prometheus::Family<prometheus::Gauge>* score_family_;
   std::set<std::string> ops_;  // collective names seen, bounded by kMaxOps
   std::vector<Rank> ranks_;
   std::atomic<int> generation_{0};  // the worker group now running (in-place restarts)

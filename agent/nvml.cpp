@@ -89,6 +89,17 @@ void read_conf(const std::string& path, int depth, const ConfLimits& lim, size_t
 
 }  // namespace
 
+unsigned throttle_bits_from_nvml(unsigned long long reasons) {
+  static constexpr std::pair<unsigned long long, unsigned> kMap[] = {
+      {0x4, straggler::kThrottlePower},       {0x8, straggler::kThrottleHwSlowdown},
+      {0x20, straggler::kThrottleThermal},    {0x40, straggler::kThrottleHwThermal},
+      {0x80, straggler::kThrottleHwPowerBrake}};
+  unsigned bits = 0;
+  for (const auto& [nvml, ours] : kMap)
+    if (reasons & nvml) bits |= ours;
+  return bits;
+}
+
 std::vector<std::string> ld_so_conf_dirs(const std::string& path, size_t max_dirs) {
   std::vector<std::string> dirs, out;
   std::set<std::string> seen;
@@ -143,6 +154,9 @@ struct GpuMonitor::Api {
   int (*memory_v2)(Device, MemoryV2*) = nullptr;  // drivers since R510; else `memory`
   int (*power)(Device, unsigned int*) = nullptr;        // milliwatts
   int (*temperature)(Device, int, unsigned int*) = nullptr;  // sensor 0: the GPU die
+  // nvmlDeviceGetCurrentClocksEventReasons (R535 on), else its older name
+  // nvmlDeviceGetCurrentClocksThrottleReasons; null when neither is there.
+  int (*clock_reasons)(Device, unsigned long long*) = nullptr;
 
   template <typename F>
   bool sym(F& f, const char* name) {
@@ -152,7 +166,7 @@ struct GpuMonitor::Api {
 };
 
 GpuMonitor::GpuMonitor(Metrics& metrics, const Config& cfg, std::chrono::milliseconds period)
-    : api_(new Api), cfg_(cfg), base_(metrics.base_labels()), period_(period) {
+    : api_(new Api), cfg_(cfg), metrics_(metrics), base_(metrics.base_labels()), period_(period) {
   std::string from = load_library();
   if (!api_->lib) {
     LOCKSTEP_LOG(Info, "agent", "no NVIDIA GPU here (" << from << "): GPU series are absent");
@@ -165,6 +179,8 @@ GpuMonitor::GpuMonitor(Metrics& metrics, const Config& cfg, std::chrono::millise
             api_->sym(api_->memory, "nvmlDeviceGetMemoryInfo") && api_->sym(api_->power, "nvmlDeviceGetPowerUsage") &&
             api_->sym(api_->temperature, "nvmlDeviceGetTemperature");
   api_->sym(api_->memory_v2, "nvmlDeviceGetMemoryInfo_v2");
+  if (!api_->sym(api_->clock_reasons, "nvmlDeviceGetCurrentClocksEventReasons"))
+    api_->sym(api_->clock_reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
   unsigned int n = 0;
   if (!ok || api_->init() != 0 || api_->count(&n) != 0 || n == 0) {
     LOCKSTEP_LOG(Info, "agent", "NVML found but no usable GPU: GPU series are absent");
@@ -176,6 +192,12 @@ GpuMonitor::GpuMonitor(Metrics& metrics, const Config& cfg, std::chrono::millise
   mem_ = &BuildGauge().Name("lockstep_gpu_memory_used_bytes").Help("GPU memory in use").Register(reg);
   power_ = &BuildGauge().Name("lockstep_gpu_power_watts").Help("GPU power draw").Register(reg);
   temp_ = &BuildGauge().Name("lockstep_gpu_temperature_celsius").Help("GPU temperature").Register(reg);
+  if (api_->clock_reasons)
+    throttled_ = &BuildGauge()
+                      .Name("lockstep_gpu_clock_throttled")
+                      .Help("1 while NVML says the GPU's clocks are held down for this reason (power, thermal, "
+                            "hw_slowdown, hw_thermal, hw_power_brake), else 0")
+                      .Register(reg);
   LOCKSTEP_LOG(Info, "agent", "NVML: " << count_ << " GPU(s); exporting utilization, memory, power and temperature");
   poll_once();
   thread_ = std::thread([this] {
@@ -240,7 +262,22 @@ void GpuMonitor::poll_once() {
     if (api_->power(dev, &mw) == 0) power_->Add(labels).Set(mw / 1000.0);
     unsigned int c = 0;
     if (api_->temperature(dev, 0, &c) == 0) temp_->Add(labels).Set(c);
+    poll_throttle(dev, i, labels);
   }
+}
+
+// One series per reason, and GPU i's bits for local rank i's straggler figure (the usual layout
+// of one GPU a worker; a rank beyond the GPUs has none).
+void GpuMonitor::poll_throttle(void* dev, int gpu, const Labels& labels) {
+  unsigned long long reasons = 0;
+  if (!throttled_ || api_->clock_reasons(dev, &reasons) != 0) return;
+  const unsigned bits = throttle_bits_from_nvml(reasons);
+  for (unsigned bit = 1; bit <= straggler::kThrottleAll; bit <<= 1) {
+    Labels l = labels;
+    l["reason"] = straggler::throttle_tokens(bit);
+    throttled_->Add(l).Set((bits & bit) ? 1 : 0);
+  }
+  if (gpu < cfg_.nproc_per_node) metrics_.set_throttle(gpu, bits);
 }
 
 }  // namespace lockstep::agent

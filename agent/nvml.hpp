@@ -25,6 +25,12 @@ std::vector<std::string> nvml_search_dirs(const std::string& ld_library_path, co
 // unreadable files are skipped; each file is read once, each directory given once.
 std::vector<std::string> ld_so_conf_dirs(const std::string& path, size_t max_dirs = 256);
 
+// NVML's current clock event ("throttle") reasons that explain a slow GPU, as straggler::Throttle
+// bits (nvml.h: SwPowerCap 0x4, HwSlowdown 0x8, SwThermalSlowdown 0x20, HwThermalSlowdown 0x40,
+// HwPowerBrakeSlowdown 0x80); the other reasons (idle, application clocks, sync boost, display
+// clocks) slow nothing down that a user did not ask for, and are left out.
+unsigned throttle_bits_from_nvml(unsigned long long reasons);
+
 class GpuMonitor {
  public:
   GpuMonitor(Metrics& metrics, const Config& cfg, std::chrono::milliseconds period = std::chrono::seconds(2));
@@ -37,8 +43,11 @@ class GpuMonitor {
   void poll_once();
   std::unique_ptr<Api> api_;
   int count_ = 0;
+  void poll_throttle(void* device, int gpu, const prometheus::Labels& labels);
   Config cfg_;
+  Metrics& metrics_;
   prometheus::Family<prometheus::Gauge>*util_ = nullptr, *mem_ = nullptr, *power_ = nullptr, *temp_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* throttled_ = nullptr;  // absent where NVML cannot say
   prometheus::Labels base_;
   std::chrono::milliseconds period_;
   std::atomic<bool> stop_{false};

@@ -22,6 +22,7 @@
 #include "lockstep/time_text.hpp"
 #include "lockstep/text.hpp"
 #include "stall_watch.hpp"
+#include "straggler_watch.hpp"
 #include "termination_message.hpp"
 
 namespace lockstep::agent {
@@ -180,6 +181,15 @@ void Supervisor::linger_after_stall() {
   }
 }
 
+void Supervisor::share_figures(BarrierClient& barrier, int gen) {
+  const auto now = std::chrono::steady_clock::now();
+  if (!metrics_ || now < next_figures_) return;
+  next_figures_ = now + kFiguresInterval;
+  const auto figures = metrics_->figures(steady_seconds());
+  metrics_->show_scores(barrier.reference(), figures);
+  if (cfg_.node_rank != 0 && !figures.empty()) barrier.send(figures_message(gen, figures));
+}
+
 void Supervisor::keep_alive() {
   if (barrier_) barrier_->tick();
 }
@@ -323,6 +333,10 @@ int Supervisor::run() {
   } ticking{*this};
   barrier_ = &barrier;
   server_ = server.get();
+  // Node 0's agent judges the gang's stragglers (docs/metrics.md, "Stragglers"), a single node
+  // its own local ranks.
+  std::unique_ptr<StragglerWatch> stragglers;
+  if (server && metrics_) stragglers = std::make_unique<StragglerWatch>(cfg_, *metrics_, server->figures());
   if (int code = join_barrier(barrier, server ? "127.0.0.1" : cfg_.master_addr,
                               server ? server->port() : cfg_.barrier_port());
       code >= 0)
@@ -357,6 +371,7 @@ Supervisor::Generation Supervisor::watch_generation(int gen, BarrierClient& barr
     }
     // See Note [Heartbeats]: a thawed agent acts on nothing it reads or sees after the freeze.
     barrier.tick();
+    share_figures(barrier, gen);
     if (std::string why = own_silence(barrier); !why.empty()) {
       barrier.close();  // node 0's agent learns at once, if it is still there
       LOCKSTEP_LOG(Error, "agent", why << "; stopping the workers");

@@ -58,6 +58,10 @@ class Supervisor {
   std::string own_silence(const BarrierClient& barrier) const;
   std::string server_gone(const BarrierClient& barrier) const;
   void linger_after_stall();
+  // Every kFiguresInterval while generation `gen` runs: this node's ranks' straggler scores
+  // (lockstep_straggler_score, against node 0's reference), and, on a node other than 0, their
+  // medians to node 0's agent (a FIGURES line; docs/agent.md, "Stragglers").
+  void share_figures(BarrierClient& barrier, int gen);
   // Says why the agent exits, quotes the failing rank's last lines (its own worker's, or
   // `remote`'s as another node sent them) and writes the termination message.
   int finish(int code, const std::string& why, const Worker* culprit, const std::optional<Failure>& remote = std::nullopt);
@@ -69,6 +73,7 @@ class Supervisor {
   const BarrierServer* server_ = nullptr;  // node 0's, while run() holds it
   // Note [Silent peer] (barrier/state.hpp): the node whose agent went silent, ending the gang; -1 none.
   mutable int silent_peer_ = -1;
+  std::chrono::steady_clock::time_point next_figures_{};
   void note_silent_peer(const Message& verdict);
 };
 

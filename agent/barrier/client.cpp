@@ -91,6 +91,7 @@ bool BarrierClient::connect(const std::string& host, int port, std::string& erro
   out_.clear();
   last_heard_ = last_tick_ = Clock::now();
   own_silence_ = std::chrono::milliseconds(0);
+  reference_.reset();
   return true;
 }
 
@@ -160,12 +161,24 @@ std::chrono::milliseconds BarrierClient::server_silence() const {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - last_heard_);
 }
 
+std::optional<double> BarrierClient::reference() const {
+  if (!reference_ || steady_seconds() - reference_at_ > kFiguresMaxAgeS) return std::nullopt;
+  return reference_;
+}
+
 std::optional<Message> BarrierClient::poll(std::chrono::milliseconds timeout) {
   auto take = [&]() -> std::optional<Message> {
     for (size_t pos; (pos = buffer_.find('\n')) != std::string::npos;) {
       std::string line = buffer_.substr(0, pos);
       buffer_.erase(0, pos + 1);
-      if (auto m = decode(line)) return m;
+      auto m = decode(line);
+      if (m && m->verb == "ALIVE" && m->fields.count("ref")) {  // Note [Heartbeats]: checked, kept
+        if (auto ref = parse_reference(*m)) {
+          reference_ = ref;
+          reference_at_ = steady_seconds();
+        }
+      }
+      if (m) return m;
     }
     return std::nullopt;
   };

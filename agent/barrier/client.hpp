@@ -7,6 +7,7 @@
 #include <string>
 
 #include "barrier/codec.hpp"
+#include "barrier/figures.hpp"
 
 namespace lockstep::agent {
 
@@ -41,6 +42,10 @@ class BarrierClient {
   // this agent went between two ticks since it said HELLO (its own silence).
   std::chrono::milliseconds server_silence() const;
   std::chrono::milliseconds own_silence() const { return own_silence_; }
+  // See Note [Heartbeats]: node 0's straggler reference (the gang's typical rank's work, seconds)
+  // from its latest ALIVE that carried one, checked; nullopt when none came within
+  // kFiguresMaxAgeS.
+  std::optional<double> reference() const;
   // The server's address as connected, ip:port.
   const std::string& peer() const { return peer_; }
   int fd() const { return fd_; }
@@ -56,6 +61,8 @@ class BarrierClient {
   std::chrono::milliseconds interval_{1000};
   Clock::time_point last_heard_{}, last_tick_{}, next_beat_{};
   std::chrono::milliseconds own_silence_{0};
+  std::optional<double> reference_;
+  double reference_at_ = 0;  // steady_seconds
 };
 
 }  // namespace lockstep::agent

@@ -14,7 +14,8 @@
 
 namespace lockstep::agent {
 
-BarrierServer::BarrierServer(const Config& cfg, const std::string& address, int port) : cfg_(cfg) {
+BarrierServer::BarrierServer(const Config& cfg, const std::string& address, int port)
+    : cfg_(cfg), figures_(cfg.nnodes, cfg.nproc_per_node) {
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (listen_fd_ < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
   int one = 1;
@@ -55,6 +56,6 @@ BarrierServer::~BarrierServer() {
     if (fd >= 0) ::close(fd);
 }
 
-void BarrierServer::loop() { run_barrier_server(cfg_, listen_fd_, wake_, mu_, fenced_); }
+void BarrierServer::loop() { run_barrier_server(cfg_, listen_fd_, wake_, mu_, fenced_, figures_); }
 
 }  // namespace lockstep::agent

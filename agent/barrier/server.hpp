@@ -55,12 +55,20 @@
 //     member (a burst of kMemberReadBurst): a member that floods heartbeats keeps its seat (its
 //     heartbeats are read, at that rate) but costs the server little; the rest waits in the
 //     kernel's buffers, and TCP slows the sender.
+//   * Node 0's ALIVE carries `ref=S` once node 0's straggler watch has a reading: the gang's
+//     reference, its typical rank's work in seconds (Note [Straggler score]), from which each
+//     agent scores its own ranks (lockstep_straggler_score). A member reads it strictly (finite,
+//     in (0, 3600]: parse_reference; anything else is no reference) and forgets it 3 x
+//     kFiguresInterval after the last ALIVE that carried one, so a score goes absent rather than
+//     stale. A member's own ALIVE still carries nothing; its figures are a FIGURES line of their
+//     own (Note [Barrier trust]).
 #pragma once
 
 #include <mutex>
 #include <string>
 #include <thread>
 
+#include "barrier/figures.hpp"
 #include "config.hpp"
 
 namespace lockstep::agent {
@@ -77,12 +85,16 @@ class BarrierServer {
   int port() const { return port_; }
   // See Note [Heartbeats]: why this server stopped serving after a freeze, or "" while it serves.
   std::string fenced() const;
+  // See Note [Barrier trust]: the members' latest straggler figures, checked, and the reference
+  // node 0's ALIVE carries (node 0's straggler watch reads the one and sets the other).
+  GangFigures& figures() { return figures_; }
 
  private:
   void loop();
   Config cfg_;
   mutable std::mutex mu_;
   std::string fenced_;  // under mu_
+  GangFigures figures_;
   int listen_fd_ = -1, port_ = 0, wake_[2] = {-1, -1};
   std::thread thread_;
 };

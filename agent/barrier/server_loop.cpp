@@ -80,12 +80,14 @@ class RefusalLog {
 // protocol's decisions left to BarrierState (Note [Barrier state]).
 class ServerLoop {
  public:
-  ServerLoop(const Config& cfg, int& listen_fd, const int* wake, std::mutex& mu, std::string& fenced)
+  ServerLoop(const Config& cfg, int& listen_fd, const int* wake, std::mutex& mu, std::string& fenced,
+             GangFigures& figures)
       : cfg_(cfg),
         listen_fd_(listen_fd),
         wake_(wake),
         mu_(mu),
         fenced_(fenced),
+        figures_(figures),
         n(cfg.nnodes),
         node_conn(static_cast<size_t>(cfg.nnodes), nullptr),
         // Stopping takes the grace period and at most 10 s of SIGKILL (WorkerGroup::stop).
@@ -133,6 +135,10 @@ class ServerLoop {
   // See Note [Heartbeats]: a member's ALIVE, which carries nothing the server keeps. True when
   // `line` is one (handled: the member may be closed for its size).
   bool heartbeat(Conn& c, const char* line, size_t len);
+  // See Note [Barrier trust]: a member's FIGURES, kept when valid and of the current generation.
+  // True when `line` is one (handled: the member may be closed for its size).
+  bool figures(Conn& c, const char* line, size_t len);
+  void malformed_figures(int node, const std::string& error);
   // Reads what `c` sent (at most 64 KiB a round, so no peer starves the others, and no more of a
   // member than its budget, Note [Heartbeats]) and handles each complete line, within the
   // bounds of Note [Barrier trust].
@@ -146,6 +152,11 @@ class ServerLoop {
   const int* wake_;
   std::mutex& mu_;
   std::string& fenced_;  // under mu_
+  GangFigures& figures_;
+  int figures_gen_ = 0;  // the generation the kept figures belong to
+  // Malformed FIGURES: counted, and said in node 0's log at most once a minute.
+  long malformed_ = 0;
+  Clock::time_point malformed_said_{};
   std::vector<std::unique_ptr<Conn>> conns;
   const int n;
   std::vector<Conn*> node_conn;
@@ -189,6 +200,10 @@ void ServerLoop::run() {
     BarrierState::Out out;
     state.tick(Clock::now(), out);  // the rendezvous or the stop out of time
     apply(out);
+    if (state.generation() != figures_gen_) {  // a new generation: nobody is judged on the last one's
+      figures_gen_ = state.generation();
+      figures_.clear();
+    }
   }
   for (auto& c : conns) ::close(c->fd);
 }
@@ -264,7 +279,10 @@ void ServerLoop::check_deadlines() {
       }
   if (t >= next_alive) {
     next_alive = t + interval;
-    broadcast({"ALIVE", {}});
+    // See Note [Heartbeats]: node 0's straggler reference, when it has one, goes with it.
+    Message alive{"ALIVE", {}};
+    if (auto ref = figures_.reference()) alive.fields["ref"] = figure_text(*ref);
+    broadcast(alive);
   }
 }
 
@@ -283,6 +301,7 @@ void ServerLoop::close_dead() {
   while (!lost_nodes.empty()) {  // lost() may close more members (their queues overflowing)
     auto [node, verdict] = lost_nodes.back();
     lost_nodes.pop_back();
+    figures_.forget(node);
     BarrierState::Out out;
     state.lost(node, verdict, out);
     apply(out);
@@ -406,6 +425,38 @@ bool ServerLoop::heartbeat(Conn& c, const char* line, size_t len) {
   return true;
 }
 
+bool ServerLoop::figures(Conn& c, const char* line, size_t len) {
+  static constexpr char kFigures[] = "FIGURES";
+  const size_t k = sizeof kFigures - 1;
+  if (c.node < 0 || len < k || std::memcmp(line, kFigures, k) != 0 || (len > k && line[k] != ' ')) return false;
+  const size_t limit = max_figures_bytes(cfg_.nproc_per_node);
+  if (len > limit) {
+    drop(c, "a FIGURES line of " + std::to_string(len) + " bytes (at most " + std::to_string(limit) + ")");
+    return true;
+  }
+  auto m = decode(std::string(line, len));
+  std::string error = "not the barrier's line format";
+  auto parsed = m ? parse_figures(*m, cfg_.nproc_per_node, error) : std::nullopt;
+  if (!parsed) {
+    malformed_figures(c.node, error);
+    return true;
+  }
+  // Another generation's (late, or early) figures are no malformation: ignored.
+  if (parsed->generation == state.generation() && state.phase() == Phase::Running)
+    figures_.put(c.node, std::move(parsed->figures), steady_seconds());
+  return true;
+}
+
+void ServerLoop::malformed_figures(int node, const std::string& error) {
+  ++malformed_;
+  const auto now = Clock::now();
+  if (malformed_said_ != Clock::time_point{} && now - malformed_said_ < std::chrono::minutes(1)) return;
+  LOCKSTEP_LOG(Warn, "barrier", "ignoring a malformed FIGURES line from node " << node << ": " << log_escape(error, 120)
+                                << " (" << malformed_ << " malformed in the last minute; said at most once a minute)");
+  malformed_said_ = now;
+  malformed_ = 0;
+}
+
 void ServerLoop::receive(Conn& c) {
   char buf[4096];
   for (size_t round = 0; round < 16 && !c.dead && !c.closing; ++round) {
@@ -432,7 +483,7 @@ void ServerLoop::receive(Conn& c) {
       const size_t len = pos - start;
       start = pos + 1;
       if (c.node >= 0) c.heard = Clock::now();  // Note [Heartbeats]: a member said something
-      if (heartbeat(c, line, len)) continue;
+      if (heartbeat(c, line, len) || figures(c, line, len)) continue;
       auto m = decode(std::string(line, len));
       if (!m) {
         if (c.node < 0) drop(c, "it sent a line that is not the barrier's protocol: '" + log_escape(std::string(line, len)) + "'");
@@ -500,8 +551,9 @@ void ServerLoop::accept_new() {
 
 }  // namespace
 
-void run_barrier_server(const Config& cfg, int& listen_fd, const int* wake, std::mutex& mu, std::string& fenced) {
-  ServerLoop(cfg, listen_fd, wake, mu, fenced).run();
+void run_barrier_server(const Config& cfg, int& listen_fd, const int* wake, std::mutex& mu, std::string& fenced,
+                        GangFigures& figures) {
+  ServerLoop(cfg, listen_fd, wake, mu, fenced, figures).run();
 }
 
 }  // namespace lockstep::agent

@@ -1,5 +1,6 @@
 // lockstep-agent as local processes on loopback: two agents as two nodes, real Gloo
 // training-style programs, signals, stalls, and /metrics scraped over HTTP.
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -9,6 +10,8 @@
 #include <regex>
 #include <set>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "agent_support.hpp"
 #include "lockstep/contract.hpp"
@@ -36,6 +39,7 @@ struct Agent {
   Process proc;
   std::string log;
   int metrics_port = 0;
+  lockstep::test::NoFalseVerdict verdicts;  // issue #42: a healthy run names no straggler
   std::string output() const { return lockstep::test::read_file(log); }
   std::optional<lockstep::ExitStatus> wait(std::chrono::seconds t) { return proc.wait_for(t); }
 };
@@ -65,6 +69,7 @@ Agent start_agent(const std::string& dir, int nnodes, int node_rank, int nproc, 
   for (const auto& [k, v] : extra_env) so.env[k] = v;
   so.output_path = a.log;
   a.proc = Process::spawn(so);
+  a.verdicts = lockstep::test::NoFalseVerdict(a.log);
   return a;
 }
 
@@ -964,6 +969,140 @@ TEST(AgentGpu, NvmlSeriesMatchNvidiaSmi) {
     ASSERT_TRUE(std::regex_search(m, match, temp_re)) << m;
     EXPECT_NEAR(std::stod(match[1]), temp, 5) << "GPU " << index << " temperature";
   }
+  a.proc.signal(SIGTERM);
+  a.wait(20s);
+}
+
+// ---- Stragglers (issue #42; docs/metrics.md, "Stragglers") ----
+// Real agents, real time: the test worker's `paced` steps sleep, and one rank sleeps longer.
+// A short window and hold (the flags' smallest sensible values) keep each run under a minute;
+// node 0 evaluates every 5 s (kFiguresInterval) as in production.
+
+const std::vector<std::string> kStragglerFlags = {"--straggler-window", "5s", "--straggler-hold", "2s"};
+
+// `eventually`, at most twice a second (each try scrapes /metrics with curl).
+bool soon(const std::function<bool()>& pred, std::chrono::seconds timeout) {
+  return eventually([&] {
+    if (pred()) return true;
+    std::this_thread::sleep_for(450ms);
+    return false;
+  }, timeout);
+}
+
+// The value of the series `name{labels}` (labels as Prometheus orders them), or -1 if absent.
+double value_of(const std::string& metrics, const std::string& name, const std::string& labels) {
+  return series(metrics, name + "{" + labels + "}");
+}
+
+std::string rank_labels(int node, int rank, const std::string& extra = "") {
+  return "namespace=\"ns\",node_rank=\"" + std::to_string(node) + "\",rank=\"" + std::to_string(rank) + "\"" + extra +
+         ",trainingjob=\"tj\"";
+}
+
+// The shared no-false-verdict check (agent_support.hpp) fails on either program's verdict line,
+// and on nothing else that speaks of stragglers.
+TEST(Straggler, TheNoFalseVerdictCheckCatchesAVerdictLine) {
+  EXPECT_NONFATAL_FAILURE(lockstep::test::expect_no_straggler_verdict(
+                              "a\n2026-11-29T19:58:09.355Z WARN  lockstep-agent: straggler: rank 3 on node 1: work 2.00x "
+                              "the gang's typical rank over the last 5 s\nb\n",
+                              "node 0's agent"),
+                          "rank 3 on node 1");
+  EXPECT_NONFATAL_FAILURE(lockstep::test::expect_no_straggler_verdict("lockstep run: straggler: rank 1 (node 0): work 1.50x", "run"),
+                          "named a straggler");
+  lockstep::test::expect_no_straggler_verdict("--straggler-window 5s\nstraggler cleared: rank 3 on node 1\n", "quiet");
+}
+
+// Rank 3 (node 1) works twice as long as the others for its first 20 s, then as fast: node 0's
+// agent names it (series, log, event log), node 1's own score for it says so, and the verdict
+// clears once it has recovered.
+TEST(Straggler, ASlowRankOnNode1IsNamedByNode0AndClearedWhenItRecovers) {
+  std::string dir = temp_dir("straggler-2");
+  int port = lockstep::free_loopback_port();
+  auto flags = kStragglerFlags;
+  flags.insert(flags.end(), {"--step-log", dir + "/steps"});
+  const std::vector<std::string> cmd = {worker_bin(), "paced", "55", "20", "3", "2", "20"};
+  auto a0 = start_agent(dir, 2, 0, 2, port, cmd, flags);
+  auto a1 = start_agent(dir, 2, 1, 2, port, cmd, flags);
+  a0.verdicts.expect_straggler();
+  const std::string listed = rank_labels(1, 3, ",throttle=\"\"");
+  double slowdown = -1;
+  ASSERT_TRUE(soon([&] { return (slowdown = value_of(scrape(a0.metrics_port), "lockstep_straggler_slowdown", listed)) > 0; }, 40s))
+      << a0.output();
+  EXPECT_GT(slowdown, 1.6) << "a rank sleeping 2x as long";
+  EXPECT_LT(slowdown, 2.6);
+  const std::string m0 = scrape(a0.metrics_port);
+  EXPECT_EQ(value_of(m0, "lockstep_stragglers", "namespace=\"ns\",node_rank=\"0\",trainingjob=\"tj\""), 1) << m0;
+  EXPECT_EQ(value_of(m0, "lockstep_straggler_window_seconds", "namespace=\"ns\",node_rank=\"0\",trainingjob=\"tj\""), 5) << m0;
+  for (int r : {0, 1, 2}) EXPECT_EQ(m0.find("rank=\"" + std::to_string(r) + "\",throttle"), std::string::npos) << m0;
+  EXPECT_TRUE(std::regex_search(a0.output(), std::regex(R"(lockstep-agent: straggler: rank 3 on node 1: work [12]\.\d\dx the gang's typical rank over the last 5 s)")))
+      << a0.output();
+  // Node 1's own score of rank 3, against node 0's reference, says the same.
+  double score = -1;
+  EXPECT_TRUE(soon([&] { return (score = value_of(scrape(a1.metrics_port), "lockstep_straggler_score", rank_labels(1, 3))) > 1.6; }, 15s))
+      << "score " << score << "\n" << scrape(a1.metrics_port);
+  EXPECT_LT(value_of(scrape(a1.metrics_port), "lockstep_straggler_score", rank_labels(1, 2)), 1.3);
+  // Recovered at 20 s: cleared within the window, an evaluation and the hold.
+  EXPECT_TRUE(soon([&] { return a0.output().find("straggler cleared: rank 3 on node 1") != std::string::npos; }, 40s))
+      << a0.output();
+  EXPECT_EQ(value_of(scrape(a0.metrics_port), "lockstep_straggler_slowdown", listed), -1);
+  auto s0 = a0.wait(60s), s1 = a1.wait(60s);
+  ASSERT_TRUE(s0 && s1) << a0.output() << a1.output();
+  EXPECT_EQ(s0->shell_code(), 0) << a0.output();
+  EXPECT_EQ(s1->shell_code(), 0) << a1.output();
+  // Node 0's event log: the verdict and its clearing, as `lockstep run` reads them.
+  std::vector<nlohmann::json> events;
+  std::istringstream in(lockstep::test::read_file(dir + "/steps/node-0.events.jsonl"));
+  for (std::string line; std::getline(in, line);) events.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(events.size(), 2u) << lockstep::test::read_file(dir + "/steps/node-0.events.jsonl");
+  EXPECT_EQ(events[0]["event"], "straggler");
+  EXPECT_EQ(events[0]["rank"], 3);
+  EXPECT_EQ(events[0]["node_rank"], 1);
+  EXPECT_EQ(events[0]["attempt"], 2);
+  EXPECT_EQ(events[0]["window_s"], 5);
+  EXPECT_EQ(events[0]["throttle"], "");
+  EXPECT_GT(events[0]["slowdown"].get<double>(), 1.6);
+  EXPECT_EQ(events[1]["event"], "straggler_cleared");
+  EXPECT_EQ(events[1]["rank"], 3);
+  EXPECT_GT(events[1]["time"].get<double>(), events[0]["time"].get<double>());
+}
+
+// The same gang, nobody slow: no verdict anywhere (the shared check), and yet the machinery ran:
+// node 0 publishes its window and no suspect, node 1 scores its ranks near 1.
+TEST(Straggler, AHealthyGangHasNoVerdict) {
+  std::string dir = temp_dir("straggler-healthy");
+  int port = lockstep::free_loopback_port();
+  const std::vector<std::string> cmd = {worker_bin(), "paced", "25", "20"};
+  auto a0 = start_agent(dir, 2, 0, 2, port, cmd, kStragglerFlags);
+  auto a1 = start_agent(dir, 2, 1, 2, port, cmd, kStragglerFlags);
+  double score = -1;
+  ASSERT_TRUE(soon([&] { return (score = value_of(scrape(a1.metrics_port), "lockstep_straggler_score", rank_labels(1, 3))) > 0; }, 20s))
+      << a1.output();
+  EXPECT_GT(score, 0.75);
+  EXPECT_LT(score, 1.3);
+  const std::string m0 = scrape(a0.metrics_port);
+  EXPECT_EQ(value_of(m0, "lockstep_straggler_suspects", "namespace=\"ns\",node_rank=\"0\",trainingjob=\"tj\""), 0) << m0;
+  EXPECT_EQ(value_of(m0, "lockstep_stragglers", "namespace=\"ns\",node_rank=\"0\",trainingjob=\"tj\""), 0) << m0;
+  EXPECT_EQ(m0.find("lockstep_straggler_slowdown{"), std::string::npos) << m0;
+  auto s0 = a0.wait(60s), s1 = a1.wait(60s);
+  ASSERT_TRUE(s0 && s1) << a0.output() << a1.output();
+  EXPECT_EQ(s0->shell_code(), 0) << a0.output();
+  EXPECT_EQ(s1->shell_code(), 0) << a1.output();
+}
+
+// A single node has no barrier peers, but its local ranks are still a gang: node 0 judges them.
+TEST(Straggler, OnASingleNodeASlowLocalRankIsNamed) {
+  std::string dir = temp_dir("straggler-1");
+  auto a = start_agent(dir, 1, 0, 2, lockstep::free_loopback_port(), {worker_bin(), "paced", "30", "20", "1", "2"},
+                       kStragglerFlags);
+  a.verdicts.expect_straggler();
+  double slowdown = -1;
+  ASSERT_TRUE(soon([&] {
+    slowdown = value_of(scrape(a.metrics_port), "lockstep_straggler_slowdown", rank_labels(0, 1, ",throttle=\"\""));
+    return slowdown > 0;
+  }, 30s)) << a.output();
+  EXPECT_GT(slowdown, 1.6);
+  EXPECT_NE(a.output().find("lockstep-agent: straggler: rank 1 on node 0: work "), std::string::npos) << a.output();
+  EXPECT_GT(value_of(scrape(a.metrics_port), "lockstep_straggler_score", rank_labels(0, 1)), 1.6);
   a.proc.signal(SIGTERM);
   a.wait(20s);
 }

@@ -153,3 +153,51 @@ TEST(Config, PeerTimeoutFromFlagsAndTheEnvironment) {
     }
   }
 }
+
+// The settings of Note [Straggler score]: defaults, flags over the environment, and every bad value
+// refused with the flag or variable named and what is valid.
+TEST(Config, StragglerSettingsFromFlagsAndTheEnvironment) {
+  Config d = load_config({}, {});
+  EXPECT_EQ(d.straggler_window, std::chrono::seconds(30));
+  EXPECT_EQ(d.straggler_hold, std::chrono::seconds(15));
+  EXPECT_DOUBLE_EQ(d.straggler_threshold, 1.33);
+  EXPECT_DOUBLE_EQ(d.straggler_settings().window_s, 30);
+  EXPECT_DOUBLE_EQ(d.straggler_settings().hold_s, 15);
+  Config e = load_config({{"LOCKSTEP_STRAGGLER_WINDOW", "1m"}, {"LOCKSTEP_STRAGGLER_HOLD", "0"},
+                          {"LOCKSTEP_STRAGGLER_THRESHOLD", "1.5"}},
+                         {});
+  EXPECT_EQ(e.straggler_window, std::chrono::minutes(1));
+  EXPECT_EQ(e.straggler_hold, std::chrono::seconds(0));
+  EXPECT_DOUBLE_EQ(e.straggler_settings().threshold, 1.5);
+  Config f = load_config({{"LOCKSTEP_STRAGGLER_WINDOW", "1m"}},
+                         {"--straggler-window", "5s", "--straggler-hold", "10m", "--straggler-threshold", "10"});
+  EXPECT_EQ(f.straggler_window, std::chrono::seconds(5)) << "the flag wins";
+  EXPECT_EQ(f.straggler_hold, std::chrono::minutes(10));
+  EXPECT_DOUBLE_EQ(f.straggler_threshold, 10);
+  const std::vector<std::tuple<std::map<std::string, std::string>, std::vector<std::string>, std::string, std::string>> bad = {
+      {{}, {"--straggler-window", "4s"}, "--straggler-window", "from 5s to 10m"},
+      {{}, {"--straggler-window", "11m"}, "--straggler-window", "from 5s to 10m"},
+      {{{"LOCKSTEP_STRAGGLER_WINDOW", "0"}}, {}, "LOCKSTEP_STRAGGLER_WINDOW", "from 5s to 10m"},
+      {{{"LOCKSTEP_STRAGGLER_WINDOW", "soon"}}, {}, "LOCKSTEP_STRAGGLER_WINDOW", "duration"},
+      {{}, {"--straggler-hold", "-1s"}, "--straggler-hold", "duration"},
+      {{}, {"--straggler-hold", "11m"}, "--straggler-hold", "from 0 to 10m"},
+      {{{"LOCKSTEP_STRAGGLER_HOLD", "1h"}}, {}, "LOCKSTEP_STRAGGLER_HOLD", "from 0 to 10m"},
+      {{}, {"--straggler-threshold", "1"}, "--straggler-threshold", "above 1 and at most 10"},
+      {{}, {"--straggler-threshold", "0.75"}, "--straggler-threshold", "above 1 and at most 10"},
+      {{}, {"--straggler-threshold", "10.5"}, "--straggler-threshold", "above 1 and at most 10"},
+      {{}, {"--straggler-threshold", "nan"}, "--straggler-threshold", "above 1 and at most 10"},
+      {{}, {"--straggler-threshold", "inf"}, "--straggler-threshold", "above 1 and at most 10"},
+      {{}, {"--straggler-threshold", "1.5x"}, "--straggler-threshold", "above 1 and at most 10"},
+      {{{"LOCKSTEP_STRAGGLER_THRESHOLD", "-2"}}, {}, "LOCKSTEP_STRAGGLER_THRESHOLD", "above 1 and at most 10"},
+  };
+  for (const auto& [env, args, names, valid] : bad) {
+    try {
+      load_config(env, args);
+      ADD_FAILURE() << names << ": accepted a bad value";
+    } catch (const ConfigError& err) {
+      const std::string what = err.what();
+      EXPECT_NE(what.find(names), std::string::npos) << what;
+      EXPECT_NE(what.find(valid), std::string::npos) << what;
+    }
+  }
+}

@@ -90,3 +90,63 @@ TEST(AgentMetrics, TheStepLogKeepsEveryValidReportPerRank) {
                std::filesystem::file_size(cfg.step_log_dir + "/rank-2.jsonl") > 0)
       << "rank 2 reported nothing";
 }
+
+namespace {
+
+StepReport step_of(long long n, double step_s, double exposed_s) {
+  StepReport r;
+  r.step = n;
+  r.step_s = step_s;
+  r.exposed_comm_s = exposed_s;
+  return r;
+}
+
+std::string fresh_dir(const std::string& name) {
+  std::string dir = ::testing::TempDir() + "/" + name + "-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+}  // namespace
+
+// See Note [Straggler score]: each step's work (step time less exposed communication) goes into its
+// rank's window at arrival; a rank's figure needs min_samples steps; a new generation starts empty.
+TEST(AgentMetrics, StepReportsFeedEachRanksStragglerWindowAndARestartEmptiesIt) {
+  Config cfg;
+  cfg.metrics_port = 0;
+  cfg.nproc_per_node = 2;
+  Metrics m(cfg, fresh_dir("agent-window"));
+  for (int i = 1; i <= 7; ++i) m.record(0, step_of(i, 0.05, 0.01 + 0.001 * (i % 3)));
+  EXPECT_TRUE(m.figures(steady_seconds()).empty()) << "7 steps: fewer than min_samples";
+  m.record(0, step_of(8, 0.05, 0.011));
+  m.record(1, StepReport{});  // NCCL's figures alone: no step, no work
+  auto f = m.figures(steady_seconds());
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].local_rank, 0);
+  EXPECT_NEAR(f[0].median_s, 0.039, 1e-9);  // the median of 0.04, 0.039, 0.038 (x 8 steps)
+  m.set_throttle(0, lockstep::straggler::kThrottlePower | 64);  // bits beyond kThrottleAll are not kept
+  EXPECT_EQ(m.figures(steady_seconds())[0].throttle, lockstep::straggler::kThrottlePower);
+  EXPECT_TRUE(m.figures(steady_seconds() + cfg.straggler_settings().window_s + 1).empty()) << "out of the window";
+  for (int i = 1; i <= 8; ++i) m.record(0, step_of(i, 0.05, 0.01));
+  m.reset_progress(1);
+  EXPECT_TRUE(m.figures(steady_seconds()).empty()) << "a new generation is judged afresh";
+}
+
+// lockstep_straggler_score: a rank's median over node 0's reference, only while both exist.
+TEST(AgentMetrics, TheScoreSeriesExistsOnlyWithAFigureAndAReference) {
+  Config cfg;
+  cfg.metrics_port = 0;
+  cfg.node_rank = 1;
+  cfg.nproc_per_node = 2;
+  Metrics m(cfg, fresh_dir("agent-score"));
+  auto text = [&] { return prometheus::TextSerializer().Serialize(m.registry()->Collect()); };
+  const std::string rank3 = "lockstep_straggler_score{namespace=\"default\",node_rank=\"1\",rank=\"3\",trainingjob=\"local\"}";
+  m.show_scores(std::nullopt, {{1, 0.03, 0}});
+  EXPECT_EQ(text().find("lockstep_straggler_score{"), std::string::npos) << "no reference: absent";
+  m.show_scores(0.02, {{1, 0.03, 0}});
+  EXPECT_NE(text().find(rank3 + " 1.5"), std::string::npos) << text();
+  EXPECT_EQ(text().find("rank=\"2\",trainingjob=\"local\"} 1"), std::string::npos) << "rank 2 has no figure";
+  m.show_scores(0.02, {});
+  EXPECT_EQ(text().find("lockstep_straggler_score{"), std::string::npos) << "its figure gone: absent again";
+}

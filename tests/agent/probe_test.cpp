@@ -90,6 +90,7 @@ struct Agent {
   Process proc;
   std::string log;
   int metrics_port = 0;
+  lockstep::test::NoFalseVerdict verdicts;  // issue #42: a healthy run names no straggler
   std::string output() const { return read_file(log); }
 };
 
@@ -116,6 +117,7 @@ Agent start_agent(const std::string& dir, int nnodes, int node_rank, int nproc, 
   for (const auto& [k, v] : env) so.env[k] = v;
   so.output_path = a.log;
   a.proc = Process::spawn(so);
+  a.verdicts = lockstep::test::NoFalseVerdict(a.log);
   return a;
 }
 

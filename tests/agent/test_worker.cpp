@@ -14,6 +14,10 @@
 //                                   reporting every step (bench/agent's workload)
 //   busy SECONDS                    keeps a core busy for SECONDS, reporting a step every
 //                                   100 ms, then exits 0
+//   paced SECONDS MS [RANK F [SLOW_S]]  for SECONDS, steps of MS milliseconds of real time (a
+//                                   sleep), each reported with the time it measured as its
+//                                   step_s and compute_s; rank RANK's steps take F times as long
+//                                   for its first SLOW_S seconds (default: throughout): a straggler
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -121,6 +125,23 @@ int main(int argc, char** argv) {
     std::cout << "rank " << env_int("RANK") << " was busy for " << argv[2] << " s" << std::endl;
     return 0;
   }
+  if (mode == "paced") {
+    using clock = std::chrono::steady_clock;
+    const double seconds = std::atof(argv[2]), ms = std::atof(argv[3]);
+    const int slow_rank = argc > 5 ? std::atoi(argv[4]) : -1;
+    const double factor = argc > 5 ? std::atof(argv[5]) : 1, slow_s = argc > 6 ? std::atof(argv[6]) : 1e9;
+    const int rank = env_int("RANK");
+    const auto start = clock::now();
+    for (int i = 1; clock::now() - start < std::chrono::duration<double>(seconds); ++i) {
+      const bool slow = rank == slow_rank && clock::now() - start < std::chrono::duration<double>(slow_s);
+      const auto t0 = clock::now();
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(slow ? ms * factor : ms));
+      const double took = std::chrono::duration<double>(clock::now() - t0).count();
+      report("step=" + std::to_string(i) + " step_s=" + std::to_string(took) + " compute_s=" + std::to_string(took));
+    }
+    std::cout << "rank " << rank << " paced for " << argv[2] << " s" << std::endl;
+    return 0;
+  }
   if (mode == "compute") {
     const int steps = std::atoi(argv[2]), matmuls = std::atoi(argv[3]);
     torch::manual_seed(env_int("RANK"));
@@ -169,6 +190,6 @@ int main(int argc, char** argv) {
     std::cout << "rank " << rank << " of " << world << ": all-reduce sum " << t[0].item<float>() << std::endl;
     return 0;
   }
-  std::cerr << "usage: lockstep-test-worker allreduce|env|steps|stubborn|garbage|compute|busy ...\n";
+  std::cerr << "usage: lockstep-test-worker allreduce|env|steps|stubborn|garbage|compute|busy|paced ...\n";
   return 2;
 }

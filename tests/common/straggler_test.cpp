@@ -203,7 +203,7 @@ TEST_F(StragglerRecorded, ARankSlowThroughoutIsNamedWithinTheBoundAndOnlyIt) {
     EXPECT_TRUE(changes[0].raised);
     EXPECT_EQ(changes[0].who.rank, 1) << said(changes);
     EXPECT_NEAR(changes[0].who.slowdown, f, 0.25 * f) << said(changes);
-    // Note [Straggler score]: window * f / (1 + f) + hold, plus an evaluation interval.
+    // See Note [Straggler score]: window * f / (1 + f) + hold, plus an evaluation interval.
     const double bound = s.window_s * f / (1 + f) + s.hold_s + kInterval;
     EXPECT_LE(changes[0].at_s - t0, bound) << f << "x: " << said(changes);
     for (const auto& c : changes) EXPECT_EQ(c.who.rank, 1) << said(changes);

@@ -35,6 +35,11 @@ inline constexpr const char* kAgentPort = "LOCKSTEP_AGENT_PORT";
 // sizes each worker's OMP_NUM_THREADS by them (Note [Worker threads] in agent/worker_env.cpp).
 inline constexpr const char* kCpuRequest = "LOCKSTEP_CPU_REQUEST";
 inline constexpr const char* kCpuLimit = "LOCKSTEP_CPU_LIMIT";
+// Straggler detection (Note [Straggler score] in lockstep/straggler.hpp): each rank's window, how
+// long a rank must stay over the threshold for a verdict, and the threshold (docs/agent.md).
+inline constexpr const char* kStragglerWindow = "LOCKSTEP_STRAGGLER_WINDOW";
+inline constexpr const char* kStragglerHold = "LOCKSTEP_STRAGGLER_HOLD";
+inline constexpr const char* kStragglerThreshold = "LOCKSTEP_STRAGGLER_THRESHOLD";
 // The restart barrier's secret (Note [Barrier trust] in agent/barrier/trust.hpp): 32 random bytes in
 // hex, drawn by the operator for each gang attempt; the agents prove they hold it. The agent
 // removes it from its environment before any worker starts.

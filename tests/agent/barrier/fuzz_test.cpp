@@ -9,11 +9,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <random>
 #include <thread>
 
 #include "barrier/client.hpp"
 #include "barrier/codec.hpp"
+#include "barrier/figures.hpp"
 #include "barrier/server.hpp"
 #include "barrier/trust.hpp"
 #include "barrier/verdict.hpp"
@@ -41,6 +43,9 @@ std::string near_protocol(std::mt19937& rng) {
       "HELLO node=-1", "HELLO node=99999999999999999999", "HELLO =x", "HELLO a==b", "HELLO a=%", "HELLO a=%G0",
       // See Note [Heartbeats]: a member's heartbeat, and what it may not carry.
       "ALIVE", "ALIVE gen=0", "ALIVE pad=" + std::string(100, 'x'), "ALIVEALIVE", "ALIVE\rx",
+      // See Note [Barrier trust]: a member's straggler figures, and node 0's reference.
+      "FIGURES gen=0 w0=0.0215 w1=0.043 t1=1", "FIGURES gen=3 w7=3600 t7=31", "FIGURES gen=0 w0=1e-300",
+      "ALIVE ref=0.0215", "ALIVE ref=nan",
   };
   std::string s = seeds[rng() % seeds.size()];
   std::uniform_int_distribution<int> byte(0, 255);
@@ -81,6 +86,30 @@ TEST(FuzzBarrier, DecodeNeverCrashesAndRoundTrips) {
     EXPECT_EQ(m2->fields, m->fields);
     (void)m->get_int("gen");
     (void)m->get_int("node");
+  }
+}
+
+// What parse_figures admits is always in range, whatever the line (Note [Barrier trust]).
+TEST(FuzzBarrier, FiguresAndReferencesAreInRangeOrRefused) {
+  std::mt19937 rng(42);
+  for (int i = 0; i < 20000; ++i) {
+    auto m = agent::decode(i % 4 ? near_protocol(rng) : random_bytes(rng, 200));
+    if (!m) continue;
+    std::string error;
+    const int nproc = 1 + static_cast<int>(rng() % 8);
+    if (auto f = agent::parse_figures(*m, nproc, error)) {
+      ASSERT_GE(f->generation, 0);
+      ASSERT_LE(f->figures.size(), static_cast<size_t>(nproc));
+      for (const auto& x : f->figures) {
+        ASSERT_TRUE(x.local_rank >= 0 && x.local_rank < nproc);
+        ASSERT_TRUE(std::isfinite(x.median_s) && x.median_s > 0 && x.median_s <= agent::kMaxFigureSeconds) << x.median_s;
+        ASSERT_LE(x.throttle, static_cast<unsigned>(lockstep::straggler::kThrottleAll));
+      }
+    } else {
+      ASSERT_FALSE(error.empty());
+    }
+    if (auto ref = agent::parse_reference(*m))
+      ASSERT_TRUE(std::isfinite(*ref) && *ref > 0 && *ref <= agent::kMaxFigureSeconds) << *ref;
   }
 }
 
