@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "lockstep/contract.hpp"
+#include "lockstep/straggler.hpp"
 #include "lockstep/time_text.hpp"
 
 #include "report_page.hpp"  // kReportPage: cli/report_page.html, embedded at build time
@@ -103,7 +104,106 @@ std::optional<StepRecord> step_record(const json& j) {
   r.loss = number(report::kLoss);
   r.tokens = number(report::kTokens);
   r.total_steps = number(report::kTotalSteps);
+  r.time = number(report::kTime);
   return r;
+}
+
+namespace {
+
+// The keys of node 0's straggler events (contract.md, issue #42), beside contract::report's.
+namespace event {
+constexpr const char* kStraggler = "straggler";
+constexpr const char* kStragglerCleared = "straggler_cleared";
+constexpr const char* kNodeRank = "node_rank";
+constexpr const char* kSlowdown = "slowdown";
+constexpr const char* kWindowSeconds = "window_s";
+constexpr const char* kThrottle = "throttle";
+}  // namespace event
+
+std::string shortest(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+// line[key] as a finite number in [lo, hi]; nullopt with *error naming the key and the range.
+std::optional<double> bounded(const json& line, const char* key, double lo, double hi, std::string* error) {
+  if (line.contains(key) && line[key].is_number()) {
+    const double v = line[key].get<double>();
+    if (std::isfinite(v) && v >= lo && v <= hi) return v;
+  }
+  *error = std::string(key) + ": expected a number in [" + shortest(lo) + ", " + shortest(hi) + "], got " +
+           (line.contains(key) ? line[key].dump().substr(0, 40) : std::string("none"));
+  return std::nullopt;
+}
+
+// line[key] as a whole number in [lo, hi).
+std::optional<int> whole(const json& line, const char* key, int lo, int hi, std::string* error) {
+  if (line.contains(key) && line[key].is_number_integer()) {
+    const auto v = line[key].get<long long>();
+    if (v >= lo && v < hi) return static_cast<int>(v);
+  }
+  *error = std::string(key) + ": expected a whole number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "), got " +
+           (line.contains(key) ? line[key].dump().substr(0, 40) : std::string("none"));
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<StragglerEvent> straggler_event(const json& line, int world, int procs_per_node, std::string* error) {
+  error->clear();
+  const json& kind = line.is_object() && line.contains(contract::report::kEvent) ? line[contract::report::kEvent] : json();
+  if (!kind.is_string() || (kind != event::kStraggler && kind != event::kStragglerCleared)) return std::nullopt;
+  StragglerEvent e;
+  e.raised = kind == event::kStraggler;
+  StragglerVerdict& v = e.verdict;
+  const auto rank = whole(line, contract::report::kRank, 0, world, error);
+  if (!rank) return std::nullopt;
+  const auto node = whole(line, event::kNodeRank, 0, std::max(1, world / std::max(1, procs_per_node)), error);
+  if (!node) return std::nullopt;
+  if (*rank / std::max(1, procs_per_node) != *node) {
+    *error = std::string(event::kNodeRank) + ": rank " + std::to_string(*rank) + " is on node " +
+             std::to_string(*rank / std::max(1, procs_per_node)) + ", not " + std::to_string(*node);
+    return std::nullopt;
+  }
+  const auto time = bounded(line, contract::report::kTime, 1, 1e11, error);
+  if (!time) return std::nullopt;
+  v.rank = *rank;
+  v.node_rank = *node;
+  v.raised_at = *time;
+  if (!e.raised) return e;
+  const auto slowdown = bounded(line, event::kSlowdown, 1, 1000, error);
+  if (!slowdown) return std::nullopt;
+  const auto window = bounded(line, event::kWindowSeconds, 1, 3600, error);
+  if (!window) return std::nullopt;
+  std::optional<unsigned> throttle = 0u;
+  if (line.contains(event::kThrottle))
+    throttle = line[event::kThrottle].is_string() ? straggler::parse_throttle_tokens(line[event::kThrottle]) : std::nullopt;
+  if (!throttle) {
+    *error = std::string(event::kThrottle) + ": expected comma-separated reasons of " +
+             straggler::throttle_tokens(straggler::kThrottleAll) + ", got " + line[event::kThrottle].dump().substr(0, 40);
+    return std::nullopt;
+  }
+  v.slowdown = *slowdown;
+  v.window_s = *window;
+  v.throttle = *throttle;
+  return e;
+}
+
+std::string describe_verdict(const StragglerVerdict& v) {
+  char slowdown[32];
+  std::snprintf(slowdown, sizeof slowdown, "%.2f", v.slowdown);
+  std::string out = "rank " + std::to_string(v.rank) + " (node " + std::to_string(v.node_rank) + "): work " + slowdown +
+                    "x the gang's typical rank over the last " + shortest(v.window_s) + " s";
+  if (v.throttle) out += "; GPU clocks throttled: " + straggler::throttle_words(v.throttle);
+  return out;
+}
+
+std::string run_clock(double seconds) {
+  const long long s = std::max(0LL, static_cast<long long>(std::floor(seconds)));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%02lld:%02lld", s / 60, s % 60);
+  return buf;
 }
 
 std::vector<StepRecord> read_step_logs(const std::string& dir) {
@@ -119,24 +219,65 @@ std::vector<StepRecord> read_step_logs(const std::string& dir) {
   return out;
 }
 
+namespace {
+
+// Restarts, as the lowest rank saw them: where its attempt or generation changed.
+json restart_marks(const std::vector<StepRecord>& records) {
+  json restarts = json::array();
+  if (records.empty()) return restarts;
+  int first_rank = records.front().rank;
+  for (const auto& r : records) first_rank = std::min(first_rank, r.rank);
+  const StepRecord* prev = nullptr;
+  for (const auto& r : records) {
+    if (r.rank != first_rank) continue;
+    if (prev && (r.attempt != prev->attempt || r.generation != prev->generation))
+      restarts.push_back({{"step", r.step},
+                          {"label", r.attempt != prev->attempt ? "gang restart (attempt " + std::to_string(r.attempt) + ")"
+                                                               : "in-place restart (generation " + std::to_string(r.generation) + ")"}});
+    prev = &r;
+  }
+  return restarts;
+}
+
+// The step a verdict is marked at: the first its rank reported at or after it (by the step
+// log's arrival times), or the rank's last when it came after every step; none without times.
+std::optional<long long> verdict_step(const StragglerVerdict& v, const std::vector<StepRecord>& records) {
+  std::optional<long long> last;
+  for (const auto& r : records) {
+    if (r.rank != v.rank || !r.time) continue;
+    if (*r.time >= v.raised_at) return r.step;
+    last = r.step;
+  }
+  return last;
+}
+
+// The banner naming each verdict (html) and its marks on the step-time chart (data).
+std::pair<std::string, json> straggler_parts(const RunSummary& run, const std::vector<StepRecord>& records) {
+  std::string html;
+  json marks = json::array();
+  for (const auto& v : run.stragglers) {
+    const auto step = verdict_step(v, records);
+    std::string when = "raised at " + run_clock(v.raised_at - run.started_at) + " into the run" +
+                       (step ? " (step " + std::to_string(*step) + ")" : "") + ", ";
+    when += v.cleared_at ? "cleared at " + run_clock(*v.cleared_at - run.started_at) +
+                               (v.cleared_by.empty() ? "" : " (" + v.cleared_by + ")")
+                         : std::string("standing to the end");
+    html += "<p class=\"straggler\" data-rank=\"" + std::to_string(v.rank) + "\" data-node=\"" + std::to_string(v.node_rank) +
+            "\"><strong>Straggler:</strong> " + html_escape(describe_verdict(v)) + " &middot; " + html_escape(when) + "</p>\n";
+    if (step) marks.push_back({{"step", *step}, {"rank", v.rank}, {"label", "straggler: rank " + std::to_string(v.rank)}});
+  }
+  if (!html.empty()) html = "<div class=\"stragglers\" id=\"stragglers\">\n" + html + "</div>";
+  return {html, marks};
+}
+
+}  // namespace
+
 std::string report_html(const RunSummary& run, const std::vector<StepRecord>& records) {
   // Per rank, the latest figures of each step (a restart from a checkpoint runs steps again).
   std::map<int, std::map<long long, StepRecord>> by_rank;
   for (const auto& r : records) by_rank[r.rank][r.step] = r;
-  // Restarts, as the lowest rank saw them: where its attempt or generation changed.
-  json restarts = json::array();
-  if (!by_rank.empty()) {
-    const int first_rank = by_rank.begin()->first;
-    const StepRecord* prev = nullptr;
-    for (const auto& r : records) {
-      if (r.rank != first_rank) continue;
-      if (prev && (r.attempt != prev->attempt || r.generation != prev->generation))
-        restarts.push_back({{"step", r.step},
-                            {"label", r.attempt != prev->attempt ? "gang restart (attempt " + std::to_string(r.attempt) + ")"
-                                                                 : "in-place restart (generation " + std::to_string(r.generation) + ")"}});
-      prev = &r;
-    }
-  }
+  const json restarts = restart_marks(records);
+  const auto [banner, straggler_marks] = straggler_parts(run, records);
 
   json ranks = json::array();
   std::string table;
@@ -184,7 +325,7 @@ std::string report_html(const RunSummary& run, const std::vector<StepRecord>& re
            std::to_string(run.in_place_restarts) + " in place, " + std::to_string(run.gang_restarts) + " gang";
 
   json data = {{"job", run.job}, {"world", run.nodes * run.procs_per_node}, {"totalSteps", run.total_steps},
-               {"ranks", ranks}, {"restarts", restarts}};
+               {"ranks", ranks}, {"restarts", restarts}, {"stragglers", straggler_marks}};
   std::string data_text = data.dump(-1, ' ', true);  // ASCII only
   for (size_t at = 0; (at = data_text.find("</", at)) != std::string::npos; at += 3) data_text.replace(at, 2, "<\\/");
 
@@ -192,6 +333,7 @@ std::string report_html(const RunSummary& run, const std::vector<StepRecord>& re
   fill(page, "{{title}}", job + " &middot; lockstep run");
   fill(page, "{{job}}", job);
   fill(page, "{{facts}}", facts);
+  fill(page, "{{stragglers}}", banner);
   fill(page, "{{table}}", table.empty() ? "<tr><td colspan=\"6\">no step was reported</td></tr>" : table);
   fill(page, "{{data}}", data_text);
   return page;

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <cmath>
@@ -137,6 +138,7 @@ class LocalRun {
 
   int run() {
     start_ = Clock::now();
+    start_unix_ = unix_now();
     for (int attempt = 0;; ++attempt) {
       int out_fd = start_gang(attempt);
       if (attempt == 0) {
@@ -257,11 +259,13 @@ class LocalRun {
 
   // A line of node 0's output: into node-0.log; on the screen the agents' own lines and
   // errors, and a rank's lines but its progress lines (which the live line shows; one reworded
-  // is echoed, never lost).
+  // is echoed, never lost) and the agent's straggler lines (said from the event log).
   void echo(const std::string& line) {
     node0_log_ << line << "\n";
     const bool rank_line = line.rfind("[rank ", 0) == 0;
     const bool progress_line = rank_line && line.find("] step ") != std::string::npos;
+    // A straggler verdict is said once, from the event log (on_event), not in the agent's words too.
+    if (line.find("lockstep-agent: straggler") != std::string::npos) return;
     if ((rank_line && !progress_line) || line.find("lockstep-agent:") != std::string::npos ||
         line.find("ERROR") != std::string::npos || line.find("error") != std::string::npos)
       say(line);
@@ -279,13 +283,7 @@ class LocalRun {
   // (Note [Event log] in agent/metrics.cpp). Node 0's output goes to node-0.log; of it, only the
   // agents' own lines and errors are echoed (the trainer's progress lines are in the log).
   void follow_logs(bool last_call) {
-    namespace report = lockstep::contract::report;
-    for (const json& e : events_.read()) {
-      if (e.value(report::kEvent, "") != report::kInPlaceRestart) continue;
-      ++in_place_restarts_;
-      say("lockstep run: restarted in place (generation " + std::to_string(e.value(report::kGeneration, 0)) +
-          "): " + e.value(report::kWhy, std::string("a worker failed")));
-    }
+    for (const json& e : events_.read()) on_event(e);
     std::optional<StepRecord> last;
     for (const json& j : step_log_.read())
       if (auto r = step_record(j)) last = r;
@@ -302,6 +300,45 @@ class LocalRun {
       last_printed_ = Clock::now();
       printed_ = last_status_;
     }
+  }
+
+  // One event of node 0's agent: an in-place restart, or a straggler verdict raised or cleared
+  // (checked: straggler_event; one that fails the check is said once, and otherwise ignored).
+  void on_event(const json& e) {
+    namespace report = lockstep::contract::report;
+    auto field = [&](const char* key) { return e.contains(key) ? e[key] : json(); };  // value() throws on a wrong type
+    if (field(report::kEvent) == report::kInPlaceRestart) {
+      ++in_place_restarts_;
+      const json generation = field(report::kGeneration), why = field(report::kWhy);
+      say("lockstep run: restarted in place (generation " + (generation.is_number_integer() ? generation.dump() : "?") +
+          "): " + (why.is_string() ? why.get<std::string>() : std::string("a worker failed")));
+      return;
+    }
+    std::string error;
+    const auto s = straggler_event(e, world_, view_.procs_per_node, &error);
+    if (!error.empty() && bad_events_++ < 3)
+      say("lockstep run: ignored a straggler event of node 0's event log (" + error + ")");
+    if (!s) return;
+    auto standing = std::find_if(verdicts_.begin(), verdicts_.end(), [&](const StragglerVerdict& v) {
+      return v.rank == s->verdict.rank && !v.cleared_at;
+    });
+    if (s->raised && standing == verdicts_.end()) {
+      verdicts_.push_back(s->verdict);
+      say("lockstep run: straggler: " + describe_verdict(s->verdict));
+    } else if (!s->raised && standing != verdicts_.end()) {
+      standing->cleared_at = std::max(s->verdict.raised_at, standing->raised_at);
+      say("lockstep run: straggler cleared: rank " + std::to_string(standing->rank) + " (node " +
+          std::to_string(standing->node_rank) + "), after " + fmt_duration(*standing->cleared_at - standing->raised_at));
+    }
+  }
+
+  // A gang restart ends every verdict that stands: node 0's agent that judged them is gone.
+  void end_verdicts(const std::string& why) {
+    for (auto& v : verdicts_)
+      if (!v.cleared_at) {
+        v.cleared_at = std::max(v.raised_at, unix_now());
+        v.cleared_by = why;
+      }
   }
 
   std::string live_line(const StepRecord& last, bool* at_end) const {
@@ -359,9 +396,21 @@ class LocalRun {
       return false;
     }
     ++gang_restarts_;
+    end_verdicts("gang restart");
     say("lockstep run: " + culprit_ + "; restarting the gang as attempt " + std::to_string(attempt + 1) + " of " +
         std::to_string(view_.backoff_limit) + " (every node anew, as the operator recreates the pods)");
     return true;
+  }
+
+  // Every straggler verdict of the run, as node 0's agent raised and cleared it; nothing when none.
+  void print_verdicts() const {
+    if (verdicts_.empty()) return;
+    std::cout << "\n  stragglers: " << verdicts_.size() << " verdict(s) of node 0's agent";
+    for (const auto& v : verdicts_) {
+      std::cout << "\n    straggler: " << describe_verdict(v) << "; raised at " << run_clock(v.raised_at - start_unix_);
+      if (!v.cleared_at) std::cout << ", standing to the end";
+      else std::cout << ", cleared at " << run_clock(*v.cleared_at - start_unix_) << (v.cleared_by.empty() ? "" : " (" + v.cleared_by + ")");
+    }
   }
 
   // The last lines, from the steps as the ranks reported them (the agents' step logs: the
@@ -390,6 +439,7 @@ class LocalRun {
     else std::cout << "FAILED: " << culprit_;
     if (first_loss) std::cout << "; loss " << *first_loss << " -> " << *last_loss;
     std::cout << "\n  restarts: " << in_place_restarts_ << " in place, " << gang_restarts_ << " gang";
+    print_verdicts();
     std::cout << "\n  metrics were served while it ran at";
     for (int p : metrics_ports_) std::cout << " http://127.0.0.1:" << p << "/metrics";
     std::cout << "\n  logs: " << run_dir_ << "/node-*.log";
@@ -404,6 +454,8 @@ class LocalRun {
     summary.elapsed_s = elapsed;
     summary.in_place_restarts = in_place_restarts_;
     summary.gang_restarts = gang_restarts_;
+    summary.started_at = start_unix_;
+    summary.stragglers = verdicts_;
     const std::string report_path = run_dir_ + "/report.html";
     try {
       write_report(report_path, summary, records);
@@ -412,6 +464,10 @@ class LocalRun {
       std::cout << "\n  report: not written (" << e.what() << ")";
     }
     std::cout << std::endl;
+  }
+
+  static double unix_now() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   }
 
   reconcile::JobView view_;
@@ -424,7 +480,9 @@ class LocalRun {
   std::ofstream node0_log_;
   std::string last_status_, printed_;  // the live line; the one last printed on a file or pipe
   Clock::time_point start_{}, last_printed_{};
-  int in_place_restarts_ = 0, gang_restarts_ = 0, interrupted_ = 0, code_ = 0;
+  int in_place_restarts_ = 0, gang_restarts_ = 0, interrupted_ = 0, code_ = 0, bad_events_ = 0;
+  double start_unix_ = 0;
+  std::vector<StragglerVerdict> verdicts_;  // every straggler verdict of the run, in the order raised
   std::string culprit_;
   JsonLinesFollower step_log_, events_;
 };
@@ -437,7 +495,9 @@ int run_command(const std::vector<std::string>& args) {
                  "each launching spec.procsPerNode workers.\n  Checkpoints go under ./lockstep-runs/JOB/: one directory "
                  "per node (node-N/PATH) unless the checkpoint path\n  is on a volume every pod shares (anything but an "
                  "emptyDir), then one for all (shared/PATH).\n  At the end, ./lockstep-runs/JOB/report.html pictures the run: loss, step time, and compute "
-                 "against\n  exposed communication per rank, from the agents' step logs (./lockstep-runs/JOB/steps/).\n";
+                 "against\n  exposed communication per rank, from the agents' step logs (./lockstep-runs/JOB/steps/).\n"
+                 "  A straggler named by node 0's agent (LOCKSTEP_STRAGGLER_WINDOW, _HOLD, _THRESHOLD) is said as it is\n"
+                 "  judged, listed in the summary and flagged in report.html.\n";
     return args.empty() ? 2 : 0;
   }
   const std::string file = args[0];

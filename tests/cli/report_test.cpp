@@ -14,7 +14,9 @@
 #include <regex>
 #include <sstream>
 
+#include "local_run.hpp"
 #include "lockstep/process.hpp"
+#include "lockstep/straggler.hpp"
 #include "report.hpp"
 #include "test_util.hpp"
 
@@ -205,8 +207,7 @@ class ReportRun : public ::testing::Test {
            "  template: {spec: {containers: [{name: trainer, image: lockstep/trainer:0.1.0}]}}\n"
            "  trainer:\n    command: [lockstep-trainer]\n"
            "    args: [--model=tiny, --device=cpu, --steps=" << kSteps << ", --batch-size=4, --log-every=1]\n";
-    run_ = new lockstep::RunResult(lockstep::run_capture(
-        {"/bin/sh", "-c", "cd '" + dir_ + "' && exec '" + cli() + "' run job.yaml"}, {}, 540s));
+    run_ = new lockstep::RunResult(lockstep::test::lockstep_run(cli(), dir_, "job.yaml", 540s));
   }
   static void TearDownTestSuite() {
     delete run_;
@@ -365,7 +366,7 @@ TEST(ReportPython, AnUnmodifiedDdpScriptsStepsReachTheSummaryAndThePage) {
          "        env: [{name: PYTHONPATH, value: '" << torch << "'}]\n"
          "  trainer:\n    command: [python3, '" << LOCKSTEP_SOURCE_DIR << "/tests/agent/python/ddp_train.py', --out, '"
       << dir << "/out']\n";
-  const auto run = lockstep::run_capture({"/bin/sh", "-c", "cd '" + dir + "' && exec '" + cli() + "' run job.yaml"}, {}, 600s);
+  const auto run = lockstep::test::lockstep_run(cli(), dir, "job.yaml", 600s);
   ASSERT_EQ(run.status.shell_code(), 0) << run.output;
   constexpr int kPythonSteps = 16;  // ddp_train.py's: 1024 samples / 4 ranks / 16 a batch / 2 per step x 2 epochs
   EXPECT_NE(run.output.find("ddp_train rank 0/4: " + std::to_string(kPythonSteps) + " optimizer steps"), std::string::npos)
@@ -403,5 +404,166 @@ TEST(ReportPython, AnUnmodifiedDdpScriptsStepsReachTheSummaryAndThePage) {
       for (double v : numbers(s["data-values"])) EXPECT_GE(v, 0);
     }
   }
+  fs::remove_all(dir);
+}
+
+namespace {
+
+using lockstep::cli::StragglerVerdict;
+
+nlohmann::json raised_line() {
+  return {{"node", 0}, {"attempt", 0}, {"time", 1764000030.5}, {"event", "straggler"}, {"rank", 5},
+          {"node_rank", 2}, {"slowdown", 1.42}, {"window_s", 30}, {"throttle", "power"}};
+}
+
+}  // namespace
+
+// Node 0's straggler events as contract.md writes them are read whole; every field out of its
+// bounds is refused with an error naming it and what is valid; other kinds of event are not
+// straggler events and no error (a world of 8 ranks, 2 a node, so rank 5 is on node 2).
+TEST(Report, StragglerEventsAreCheckedFieldByField) {
+  std::string error;
+  auto ok = lockstep::cli::straggler_event(raised_line(), 8, 2, &error);
+  ASSERT_TRUE(ok) << error;
+  EXPECT_TRUE(ok->raised);
+  EXPECT_EQ(ok->verdict.rank, 5);
+  EXPECT_EQ(ok->verdict.node_rank, 2);
+  EXPECT_DOUBLE_EQ(ok->verdict.slowdown, 1.42);
+  EXPECT_DOUBLE_EQ(ok->verdict.window_s, 30);
+  EXPECT_EQ(ok->verdict.throttle, static_cast<unsigned>(lockstep::straggler::kThrottlePower));
+  EXPECT_DOUBLE_EQ(ok->verdict.raised_at, 1764000030.5);
+  auto none = raised_line();
+  none.erase("throttle");
+  ASSERT_TRUE(lockstep::cli::straggler_event(none, 8, 2, &error)) << error;
+  const nlohmann::json cleared = {{"node", 0}, {"time", 1764000090.0}, {"event", "straggler_cleared"}, {"rank", 5}, {"node_rank", 2}};
+  auto c = lockstep::cli::straggler_event(cleared, 8, 2, &error);
+  ASSERT_TRUE(c) << error;
+  EXPECT_FALSE(c->raised);
+  EXPECT_DOUBLE_EQ(c->verdict.raised_at, 1764000090.0);
+  for (const char* other : {"in_place_restart", "stragglers", ""}) {
+    auto line = raised_line();
+    line["event"] = other;
+    EXPECT_FALSE(lockstep::cli::straggler_event(line, 8, 2, &error)) << other;
+    EXPECT_EQ(error, "") << other;
+  }
+  struct Bad {
+    const char* key;
+    nlohmann::json value;  // null: the key removed
+    const char* says;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"rank", 8, "rank: expected a whole number in [0, 8), got 8"},
+           {"rank", -1, "rank: expected a whole number in [0, 8), got -1"},
+           {"rank", 5.5, "rank: expected a whole number in [0, 8), got 5.5"},
+           {"rank", "5", "rank: expected a whole number in [0, 8)"},
+           {"rank", nullptr, "rank: expected a whole number in [0, 8), got none"},
+           {"node_rank", 4, "node_rank: expected a whole number in [0, 4), got 4"},
+           {"node_rank", 1, "node_rank: rank 5 is on node 2, not 1"},
+           {"slowdown", 0.9, "slowdown: expected a number in [1, 1000], got 0.9"},
+           {"slowdown", 1001, "slowdown: expected a number in [1, 1000], got 1001"},
+           {"slowdown", "1.4", "slowdown: expected a number in [1, 1000]"},
+           {"slowdown", nullptr, "slowdown: expected a number in [1, 1000], got none"},
+           {"window_s", 0, "window_s: expected a number in [1, 3600], got 0"},
+           {"window_s", 1e6, "window_s: expected a number in [1, 3600]"},
+           {"throttle", "power,banana", "throttle: expected comma-separated reasons of "},
+           {"throttle", "power,", "throttle: expected comma-separated reasons of "},
+           {"throttle", 1, "throttle: expected comma-separated reasons of "},
+           {"time", -5, "time: expected a number in [1, "},
+           {"time", nullptr, "time: expected a number in [1, "},
+       }) {
+    auto line = raised_line();
+    if (b.value.is_null()) line.erase(b.key);
+    else line[b.key] = b.value;
+    SCOPED_TRACE(line.dump());
+    EXPECT_FALSE(lockstep::cli::straggler_event(line, 8, 2, &error));
+    EXPECT_NE(error.find(b.says), std::string::npos) << error;
+  }
+  // A hostile slowdown (not finite once scaled) and a long value are cut, never echoed whole.
+  auto line = raised_line();
+  line["throttle"] = std::string(10000, 'x');
+  EXPECT_FALSE(lockstep::cli::straggler_event(line, 8, 2, &error));
+  EXPECT_LT(error.size(), 200u) << error;
+}
+
+TEST(Report, SaysAVerdictAsTheRunSaysIt) {
+  StragglerVerdict v;
+  v.rank = 5;
+  v.node_rank = 2;
+  v.slowdown = 1.4249;
+  v.window_s = 30;
+  EXPECT_EQ(lockstep::cli::describe_verdict(v), "rank 5 (node 2): work 1.42x the gang's typical rank over the last 30 s");
+  v.throttle = lockstep::straggler::kThrottlePower | lockstep::straggler::kThrottleHwSlowdown;
+  v.window_s = 12.5;
+  EXPECT_EQ(lockstep::cli::describe_verdict(v), "rank 5 (node 2): work 1.42x the gang's typical rank over the last 12.5 s; "
+                                                "GPU clocks throttled: " + lockstep::straggler::throttle_words(v.throttle));
+  EXPECT_EQ(lockstep::cli::run_clock(0), "00:00");
+  EXPECT_EQ(lockstep::cli::run_clock(65.9), "01:05");
+  EXPECT_EQ(lockstep::cli::run_clock(4503), "75:03");
+  EXPECT_EQ(lockstep::cli::run_clock(-3), "00:00");
+}
+
+// The page names each verdict in a banner (its text escaped like everything else) and marks it
+// on the step-time chart at the first step its rank reported at or after it: rank 1's steps
+// arrive every 0.5 s from t0, so a verdict at t0 + 10.2 s is marked at step 22 (t0 + 10.5 s).
+// A run without a verdict has no banner and no mark.
+TEST(Report, FlagsEachStragglerVerdictAndMarksItOnTheStepTimeChart) {
+  lockstep::cli::RunSummary run;
+  run.job = "slow";
+  run.nodes = 2;
+  run.procs_per_node = 1;
+  run.total_steps = 40;
+  run.outcome = "finished";
+  const double t0 = 1764000000;
+  run.started_at = t0 - 5;
+  std::vector<lockstep::cli::StepRecord> records;
+  for (int rank : {0, 1})
+    for (int step = 1; step <= 40; ++step) {
+      lockstep::cli::StepRecord s;
+      s.rank = rank;
+      s.step = step;
+      s.step_s = 0.5;
+      s.compute_s = rank == 1 && step > 12 ? 0.45 : 0.25;
+      s.exposed_comm_s = 0.5 - *s.compute_s;
+      s.time = t0 + 0.5 * (step - 1);
+      s.loss = 4.0 / step;
+      records.push_back(s);
+    }
+  const std::string plain = lockstep::cli::report_html(run, records);
+  EXPECT_EQ(plain.find("id=\"stragglers\""), std::string::npos);
+  EXPECT_NE(plain.find("\"stragglers\":[]"), std::string::npos);
+
+  StragglerVerdict v;
+  v.rank = 1;
+  v.node_rank = 1;
+  v.slowdown = 1.8;
+  v.window_s = 10;
+  v.throttle = lockstep::straggler::kThrottleThermal;
+  v.raised_at = t0 + 10.2;
+  v.cleared_at = t0 + 19.9;
+  run.stragglers = {v};
+  const std::string page = lockstep::cli::report_html(run, records);
+  EXPECT_NE(page.find("<p class=\"straggler\" data-rank=\"1\" data-node=\"1\"><strong>Straggler:</strong> rank 1 (node 1): "
+                      "work 1.80x the gang&#39;s typical rank over the last 10 s; GPU clocks throttled: " +
+                      lockstep::straggler::throttle_words(v.throttle) +
+                      " &middot; raised at 00:15 into the run (step 22), cleared at 00:24</p>"),
+            std::string::npos)
+      << page.substr(page.find("<body>"), 1500);
+  EXPECT_NE(page.find("\"stragglers\":[{\"label\":\"straggler: rank 1\",\"rank\":1,\"step\":22}]"), std::string::npos);
+
+  REQUIRE_CHROMIUM();
+  const std::string dir = ::testing::TempDir() + "/report-straggler-" + std::to_string(::getpid());
+  fs::create_directories(dir);
+  std::ofstream(dir + "/report.html") << page;
+  const Rendered r = render(dir + "/report.html", dir + "/chromium");
+  expect_rendered_cleanly(r);
+  const auto chart = r.dom.find("data-chart=\"step-time\"");
+  ASSERT_NE(chart, std::string::npos);
+  const std::string svg = r.dom.substr(chart, r.dom.find("</svg>", chart) - chart);
+  EXPECT_NE(svg.find("<line class=\"straggler\" data-step=\"22\""), std::string::npos) << svg.substr(0, 2000);
+  EXPECT_NE(svg.find(">straggler: rank 1</text>"), std::string::npos);
+  const auto loss = r.dom.find("data-chart=\"loss\"");
+  ASSERT_NE(loss, std::string::npos);
+  EXPECT_EQ(r.dom.substr(loss, r.dom.find("</svg>", loss) - loss).find("class=\"straggler\""), std::string::npos)
+      << "the mark is the step-time chart's";
   fs::remove_all(dir);
 }

@@ -1,7 +1,9 @@
 // Every query of every Grafana panel, against a real Prometheus (Debian's) scraping a real
 // local training run (two agents x two trainer ranks) and a real operator: each must return
 // at least one series. GPU series exist only on a GPU machine; elsewhere their queries must
-// still be valid PromQL and are reported as SKIPPED.
+// still be valid PromQL and are reported as SKIPPED. The straggler verdicts exist only on a
+// straggler: their query falls back to a placeholder (the rank "none" at 0), so a healthy run
+// answers it too, and this one must answer with the placeholder alone.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -111,6 +113,16 @@ TEST(Dashboards, EveryPanelQueryReturnsDataFromARealTrainingRun) {
   // 16 s more of samples at 1 s: rate() over Grafana's 60 s $__rate_interval (fill_dashboard_query)
   // then spans the training since its first steps.
   std::this_thread::sleep_for(16s);
+  // The straggler score (#42) of every rank: there once its window holds 8 steps and node 0's
+  // agent has judged the gang (every 5 s, with the other node's figures of the last 5 s).
+  bool scored = false;
+  for (int i = 0; i < 60 && !scored; ++i) {
+    auto r = prom_query(prom_port, "count(lockstep_straggler_score{trainingjob=\"e2e\", namespace=\"obs\"})");
+    scored = r["status"] == "success" && !r["data"]["result"].empty() &&
+             r["data"]["result"][0]["value"][1].get<std::string>() == "4";
+    if (!scored) std::this_thread::sleep_for(1s);
+  }
+  EXPECT_TRUE(scored) << "not every rank got a straggler score within 60 s\n" << read_text(dir + "/agent-0.log").substr(0, 3000);
   const bool gpu = ::system("command -v nvidia-smi >/dev/null 2>&1") == 0;
 
   int checked = 0, skipped = 0;
@@ -132,6 +144,16 @@ TEST(Dashboards, EveryPanelQueryReturnsDataFromARealTrainingRun) {
       EXPECT_FALSE(empty) << "no series for " << lockstep::test::fill_dashboard_query(expr, "obs", "e2e");
       ++checked;
     }
+  }
+  // This run is healthy: the straggler panel's verdict query gives only its placeholder, the
+  // rank "none" at 0 (no standing verdict), which the panel lists and does not draw.
+  json training_dash = json::parse(read_text(source_path("dashboards/lockstep-training.json")));
+  for (const auto& [what, expr] : lockstep::test::dashboard_queries(training_dash)) {
+    if (expr.find("lockstep_straggler_slowdown") == std::string::npos) continue;
+    auto r = prom_query(prom_port, lockstep::test::fill_dashboard_query(expr, "obs", "e2e"));
+    ASSERT_EQ(r["data"]["result"].size(), 1u) << what << ": " << r.dump();
+    EXPECT_EQ(r["data"]["result"][0]["metric"].value("rank", ""), "none") << "a straggler verdict in a healthy run: " << r.dump();
+    EXPECT_EQ(r["data"]["result"][0]["value"][1], "0") << r.dump();
   }
   // Restarts by kind: the operator's gang series is there at 0 for this job (the agents'
   // in_place one is theirs to serve).
