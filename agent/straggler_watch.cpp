@@ -114,14 +114,14 @@ void StragglerWatch::announce(const straggler::Detector::Change& change) {
   nlohmann::json e = {{report::kNode, cfg_.node_rank},
                       {report::kAttempt, cfg_.restart_attempt},
                       {report::kTime, unix_seconds()},
-                      {report::kEvent, change.raised ? "straggler" : "straggler_cleared"},
+                      {report::kEvent, change.raised ? report::kStraggler : report::kStragglerCleared},
                       {report::kRank, who.rank},
-                      {"node_rank", who.node_rank}};
+                      {report::kNodeRank, who.node_rank}};
   if (change.raised) {
     LOCKSTEP_LOG(Warn, "lockstep-agent", "straggler: " << straggler::describe(who, detector_.settings()));
-    e["slowdown"] = hundredths(who.slowdown);
-    e["window_s"] = detector_.settings().window_s;
-    e["throttle"] = straggler::throttle_tokens(who.throttle);
+    e[report::kSlowdown] = hundredths(who.slowdown);
+    e[report::kWindowSeconds] = detector_.settings().window_s;
+    e[report::kThrottle] = straggler::throttle_tokens(who.throttle);
   } else {
     LOCKSTEP_LOG(Info, "lockstep-agent", "straggler cleared: rank " << who.rank << " on node " << who.node_rank);
   }

@@ -110,15 +110,7 @@ std::optional<StepRecord> step_record(const json& j) {
 
 namespace {
 
-// The keys of node 0's straggler events (contract.md, issue #42), beside contract::report's.
-namespace event {
-constexpr const char* kStraggler = "straggler";
-constexpr const char* kStragglerCleared = "straggler_cleared";
-constexpr const char* kNodeRank = "node_rank";
-constexpr const char* kSlowdown = "slowdown";
-constexpr const char* kWindowSeconds = "window_s";
-constexpr const char* kThrottle = "throttle";
-}  // namespace event
+namespace event = lockstep::contract::report;  // the keys of node 0's straggler events
 
 std::string shortest(double v) {
   char buf[32];

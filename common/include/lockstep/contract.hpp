@@ -158,10 +158,18 @@ inline constexpr const char* kTime = "time";
 // kTime as above.
 inline constexpr const char* kNode = "node";
 inline constexpr const char* kEvent = "event";
-inline constexpr const char* kInPlaceRestart = "in_place_restart";  // the one kind today
+inline constexpr const char* kInPlaceRestart = "in_place_restart";
 inline constexpr const char* kReason = "reason";
 inline constexpr const char* kExitCode = "exit_code";
 inline constexpr const char* kWhy = "why";
+// Node 0's straggler verdicts (docs/metrics.md, "Stragglers"): raised, with the straggler's
+// node, slowdown, window and GPU throttle reasons, and cleared.
+inline constexpr const char* kStraggler = "straggler";
+inline constexpr const char* kStragglerCleared = "straggler_cleared";
+inline constexpr const char* kNodeRank = "node_rank";
+inline constexpr const char* kSlowdown = "slowdown";
+inline constexpr const char* kWindowSeconds = "window_s";
+inline constexpr const char* kThrottle = "throttle";
 }  // namespace report
 
 }  // namespace lockstep::contract
