@@ -637,7 +637,8 @@ void Controller::create_pods(const JobView& job, const Decision& d, const std::s
     std::vector<std::string> names;
     for (int i = attempted; i < attempted + size; ++i) {
       names.push_back(reconcile::pod_name(job, d.create_pods[i]));
-      batch.push_back(reconcile::pod_manifest(job, d.create_pods[i], d.status.restarts, config_.agent, secret, d.avoid_nodes));
+      batch.push_back(reconcile::pod_manifest(job, d.create_pods[i], d.status.restarts, config_.agent, secret,
+                                              d.avoid_nodes, d.exclude_nodes));
       if (admitted) reconcile::apply_admission(batch.back(), *wl, flavors);
       expectations_.expect_create(key, names.back());
     }

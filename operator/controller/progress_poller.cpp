@@ -6,6 +6,7 @@
 #include "reconcile/in_place.hpp"
 #include "reconcile/manifests.hpp"
 #include "reconcile/prometheus_text.hpp"
+#include "reconcile/stragglers.hpp"
 
 using lockstep::reconcile::JobView;
 using lockstep::reconcile::PodView;
@@ -30,7 +31,9 @@ void ProgressPoller::stop() {
 // (Note [Reading agents]). A reading is kept with the one before it, and the job is queued
 // only when it changed what the reconcile reads; the reconcile writes the status only when
 // what `kubectl get tj` shows changed. The same text carries the agents' in-place restarts
-// (Note [In-place restarts]), kept for the reconcile to count.
+// (Note [In-place restarts]) and node 0's straggler verdict (Note [Straggler condition]), kept
+// for the reconcile; a reading with a suspect or a straggler brings the next within
+// kStragglerReading.
 //   A scan costs a map lookup per running job (0.5 ms for 1,250), and a pod lookup for each one
 // due; a reading, one HTTP GET and the parse of its page (0.2 ms of CPU for an agent of 8
 // ranks, docs/operator.md).
@@ -93,7 +96,8 @@ void ProgressPoller::find_due_readings(unsigned long scan, std::vector<DueReadin
       it->second.seen = scan;
       continue;
     }
-    due.push_back({key, view.uid, view.attempt, job.nodes * job.procs_per_node, view.host_network, job.ns, job.name});
+    due.push_back({key, view.uid, view.attempt, job.nodes * job.procs_per_node, job.nodes, job.procs_per_node,
+                   view.host_network, job.ns, job.name});
     targets.push_back({view.ip, job.metrics_port});
   }
   for (auto it = progress_.begin(); it != progress_.end();)  // jobs no longer running
@@ -134,12 +138,21 @@ void ProgressPoller::take_readings(const std::vector<DueReading>& due, const std
       jp.in_place = in_place;
       changed = true;
     }
+    // A reading that did not come changes nothing (Note [Straggler condition]).
+    auto stragglers = body ? std::optional(reconcile::parse_stragglers(*body, d.nodes, d.procs_per_node, d.attempt))
+                           : std::nullopt;
+    if (stragglers && !(jp.stragglers == stragglers)) {
+      jp.stragglers = std::move(stragglers);
+      changed = true;
+    }
     if (body && !jp.workers_started && reconcile::parse_workers_started(*body, d.attempt)) {
       jp.workers_started = true;
       jp.attempt = d.attempt;
       changed = true;
     }
-    jp.due = now + jp.schedule.after(found);
+    auto next = jp.schedule.after(found);
+    if (jp.stragglers && jp.stragglers->active()) next = std::min(next, reconcile::kStragglerReading);
+    jp.due = now + next;
     if (changed) sources_.queue(d.key);
   }
 }
@@ -150,6 +163,7 @@ void ProgressPoller::read_agent(const std::string& key, reconcile::Observed& in)
   if (it == progress_.end()) return;
   in.progress = it->second.progress;
   in.in_place = it->second.in_place;
+  in.stragglers = it->second.stragglers;
   in.gang_joined = it->second.workers_started && it->second.attempt == in.job.status.restarts;
 }
 

@@ -38,13 +38,14 @@ class ProgressPoller {
 
   void start();  // the progress thread, unless the period is 0
   void stop();   // ends the round in flight within kStopLatency and joins the thread
-  // The latest reading of job `key`'s rank 0 agent, into in.progress, in.in_place and in.gang_joined.
+  // The latest reading of job `key`'s rank 0 agent, into in.progress, in.in_place, in.stragglers
+  // and in.gang_joined.
   void read_agent(const std::string& key, reconcile::Observed& in);
 
  private:
   struct DueReading {  // a running job whose rank 0 is due a reading
     std::string key, pod_uid;
-    int attempt, world;
+    int attempt, world, nodes, procs_per_node;
     // See Note [Host-network readings]: rank 0 has its node's address; only the job's series count.
     bool host_network = false;
     std::string ns, name;
@@ -58,6 +59,7 @@ class ProgressPoller {
     std::optional<reconcile::ProgressSample> last;
     std::optional<reconcile::Progress> progress;
     std::optional<reconcile::InPlaceReading> in_place;  // Note [In-place restarts]
+    std::optional<reconcile::StragglerReading> stragglers;  // Note [Straggler condition]
     reconcile::ReadingSchedule schedule;                // Note [Progress schedule]
     // Rank 0's agent of this attempt has started its workers: the gang is together (Kueue's
     // PodsReady, Note [One Workload per job]); once seen, kept for the attempt's pod.

@@ -27,6 +27,15 @@ std::string wait_text(milliseconds d) {
 // See Note [Lost nodes]: a pod none of whose containers started (still Pending on its node).
 bool never_ran(const PodView& p) { return p.phase == "Pending"; }
 
+// Why the gang restarts: a failure (counted against backoffLimit), a lost node
+// (Note [Lost nodes]) or a straggler left behind (Note [Replacing a straggler]); neither of the
+// last two counts.
+enum class RestartKind { Failure, NodeLost, Straggler };
+RestartKind restart_kind(const std::string& reason) {
+  return reason == "NodeLost" ? RestartKind::NodeLost
+         : reason == kStragglerReplaced ? RestartKind::Straggler : RestartKind::Failure;
+}
+
 // The state one decide() call works on.
 struct Pass {
   const Observed& in;
@@ -52,6 +61,7 @@ struct Pass {
   }
 
   JobStatus& s() { return out.status; }
+  const JobStatus& s_const() const { return out.status; }
 
   void requeue(milliseconds d) {
     d = std::max(d, milliseconds(1));
@@ -244,7 +254,7 @@ struct Pass {
       clean_finished_pods();
       return;
     }
-    restart_gang("NodeLost", what, /*node_lost=*/true, nodes);
+    restart_gang("NodeLost", what, RestartKind::NodeLost, nodes);
   }
 
   // The lost-node restarts in a row that one more would make: 1 after an attempt that ran
@@ -256,9 +266,11 @@ struct Pass {
 
   // How long the attempt after the restart just made waits (Note [Backoff reset], Note
   // [Lost-node restarts in a row]): none for the first lost-node restart in a row.
-  milliseconds next_attempt_delay(bool node_lost) const {
+  // A straggler's replacement is no failure: the next attempt at once.
+  milliseconds next_attempt_delay(RestartKind kind) const {
     const JobStatus& st = out.status;
-    if (!node_lost) return restart_delay(st.consecutive_restarts, opt);
+    if (kind == RestartKind::Straggler) return milliseconds(0);
+    if (kind == RestartKind::Failure) return restart_delay(st.consecutive_restarts, opt);
     if (st.consecutive_node_lost_restarts <= 1) return milliseconds(0);
     return restart_delay(st.consecutive_node_lost_restarts - 1, opt);
   }
@@ -296,11 +308,13 @@ struct Pass {
   }
 
   // Every pod of the attempt deleted, the next attempt after the backoff. `what` says why;
-  // `node_lost`: a lost node's restart (of `lost_nodes`), which backoffLimit does not count and
-  // whose backoff counts the lost-node restarts in a row.
-  // See Note [Lost nodes] and Note [Lost-node restarts in a row].
-  void restart_gang(const std::string& reason, const std::string& what, bool node_lost,
+  // `kind` NodeLost: a lost node's restart (of `lost_nodes`), which backoffLimit does not count
+  // and whose backoff counts the lost-node restarts in a row; Straggler: one that leaves a
+  // straggler's node, counted by the caller, with no backoff and no count in a row.
+  // See Note [Lost nodes], Note [Lost-node restarts in a row] and Note [Replacing a straggler].
+  void restart_gang(const std::string& reason, const std::string& what, RestartKind kind,
                     const std::vector<std::string>& lost_nodes = {}) {
+    const bool node_lost = kind == RestartKind::NodeLost;
     // See Note [Partly succeeded]: the whole gang reruns, the pods that succeeded included.
     std::vector<std::string> succeeded;
     for (const auto* p : current) {
@@ -312,22 +326,24 @@ struct Pass {
     if (node_lost) {
       s().consecutive_node_lost_restarts = node_lost_in_a_row();
       if (stable) s().consecutive_restarts = 0;
+    } else if (kind == RestartKind::Straggler) {
+      if (stable) s().consecutive_restarts = s().consecutive_node_lost_restarts = 0;
     } else {
       s().consecutive_restarts = stable ? 1 : std::min(s().consecutive_restarts, s().restarts) + 1;
       if (stable) s().consecutive_node_lost_restarts = 0;
     }
     s().restarts += 1;
     if (node_lost) s().node_lost_restarts += 1;
-    const milliseconds wait = next_attempt_delay(node_lost);
+    const milliseconds wait = next_attempt_delay(kind);
     s().lost_nodes = lost_nodes;
     s().current_attempt_in_place_restarts = 0;  // the new pods' agents count from 0
     s().phase = "Restarting";
     std::string msg = what + "; restarting the gang as attempt " + std::to_string(s().restarts);
-    if (s().node_lost_restarts == 0)
+    if (s().node_lost_restarts == 0 && s().stragglers.replacements == 0)
       msg += " of " + std::to_string(job.backoff_limit);
     else
-      msg += " (" + std::to_string(s().restarts - s().node_lost_restarts) + " of spec.runPolicy.backoffLimit=" +
-             std::to_string(job.backoff_limit) + "; restarts for lost nodes do not count)";
+      msg += " (" + std::to_string(counted_restarts()) + " of spec.runPolicy.backoffLimit=" +
+             std::to_string(job.backoff_limit) + "; " + uncounted_kinds() + " do not count)";
     if (node_lost)  // Note [Lost-node restarts in a row]
       msg += "; lost-node restart " + std::to_string(s().consecutive_node_lost_restarts) + " in a row of at most " +
              std::to_string(opt.max_node_lost_restarts_in_a_row) + ", the next attempt " +
@@ -341,7 +357,20 @@ struct Pass {
     condition("Running", "False", reason, msg);
     restarted(reason, msg, in.now);
     event("Warning", reason, msg);
+    end_straggler_verdict(kind == RestartKind::Straggler ? "Replaced" : "GangRestarted", msg);
     requeue(wait);
+  }
+
+  // The gang restarts that count against backoffLimit, and what the others are.
+  int counted_restarts() const {
+    const JobStatus& st = out.status;
+    return st.restarts - st.node_lost_restarts - st.stragglers.replacements;
+  }
+  std::string uncounted_kinds() const {
+    const JobStatus& st = out.status;
+    if (st.node_lost_restarts > 0 && st.stragglers.replacements > 0)
+      return "restarts for lost nodes and straggler replacements";
+    return st.node_lost_restarts > 0 ? "restarts for lost nodes" : "straggler replacements";
   }
 
   // A failed or vanished pod of the current attempt: fail the job or restart the gang.
@@ -390,18 +419,20 @@ struct Pass {
       clean_finished_pods();
       return true;
     }
-    const int counted = s().restarts - s().node_lost_restarts;  // Note [Lost nodes]
+    const int counted = counted_restarts();  // Note [Lost nodes], Note [Replacing a straggler]
     if (counted >= job.backoff_limit) {
+      const int uncounted = s().restarts - counted;
       finish("Failed", "BackoffLimitExceeded",
              what + "; " + std::to_string(counted) + " gang restart(s) reached spec.runPolicy.backoffLimit=" +
                  std::to_string(job.backoff_limit) +
-                 (s().node_lost_restarts > 0 ? " (besides " + std::to_string(s().node_lost_restarts) +
-                                                   " for lost nodes, which do not count)"
-                                             : ""));
+                 (uncounted > 0 ? " (besides " + std::to_string(uncounted) + " " +
+                                      (s().stragglers.replacements > 0 ? uncounted_kinds() : "for lost nodes") +
+                                      ", which do not count)"
+                                : ""));
       clean_finished_pods();
       return true;
     }
-    restart_gang("GangRestart", what, /*node_lost=*/false);
+    restart_gang("GangRestart", what, RestartKind::Failure);
     return true;
   }
 
@@ -448,7 +479,7 @@ struct Pass {
     if (s().phase != "Restarting") return false;
     const Condition* c = s().condition("Restarting");
     // See Note [Lost-node restarts in a row]: the first lost-node restart in a row waits nothing.
-    const milliseconds delay = next_attempt_delay(c && c->reason == "NodeLost");
+    const milliseconds delay = next_attempt_delay(restart_kind(c ? c->reason : ""));
     auto since = c ? parse_time(c->last_transition_time) : std::nullopt;
     if (!since || delay.count() <= 0) return false;
     auto ready_at = *since + delay;
@@ -484,6 +515,93 @@ struct Pass {
     return true;
   }
 
+  // --- stragglers (Note [Straggler condition], Note [Replacing a straggler]) ---------------
+
+  // The gang restarts under a standing verdict: it was the old attempt's, and the new one is
+  // judged afresh (and Replace's hold counts from its own verdict).
+  void end_straggler_verdict(const std::string& reason, const std::string& why) {
+    const Condition* c = s().condition("Straggler");
+    if (job.straggler_policy == StragglerPolicy::Ignore || !c || c->status != "True") return;
+    condition("Straggler", "False", reason, "the verdict ended with its gang attempt: " + why);
+  }
+
+  // Node 0's agent's verdict, from a reading of the current attempt: the Straggler condition,
+  // its Events, and under Replace the gang restart. True when it restarted the gang.
+  bool handle_stragglers() {
+    if (job.straggler_policy == StragglerPolicy::Ignore || !in.stragglers) return false;
+    const StragglerReading& r = *in.stragglers;
+    if (r.attempt != s().restarts) return false;  // a reading of an earlier attempt
+    const Condition* was = s().condition("Straggler");
+    const bool was_true = was && was->status == "True";
+    const std::string was_message = was ? was->message : "";  // `was` is rewritten below
+    // A True one from before the gang last started running (a suspend, an eviction) is another
+    // gang's: this verdict is new, and Replace's hold counts from it.
+    const bool stale = was_true && raised_before_the_gang_ran(*was);
+    if (r.stragglers.empty()) {
+      if (!was_true) return false;
+      const std::string msg = verdict_subject(was_message) + " is no longer slower than the gang's typical rank";
+      condition("Straggler", "False", "Recovered", msg);
+      event("Normal", "StragglerRecovered", msg);
+      return false;
+    }
+    const StragglerVerdict& worst = r.stragglers.front();
+    const PodView* pod = nullptr;
+    for (const auto* p : current)
+      if (p->index == worst.node_rank && !pod) pod = p;
+    const std::string node = pod ? pod->node_name : "";
+    const std::string base = straggler_message(r, job.name + "-" + std::to_string(worst.node_rank),
+                                               printable(node, kMaxNodeName));
+    const std::string msg = base + replace_note(node);
+    if (!was_true || stale || !same_verdict(was_message, msg))
+      condition("Straggler", "True", "SlowRank", msg, /*new_transition=*/stale);
+    if (!was_true || stale || verdict_subject(was_message) != verdict_subject(msg)) event("Warning", "Straggler", msg);
+    return replace_straggler(node, base);
+  }
+
+  bool raised_before_the_gang_ran(const Condition& verdict) const {
+    const Condition* running = job.status.condition("Running");
+    auto ran = running && running->status == "True" ? parse_time(running->last_transition_time) : std::nullopt;
+    auto raised = parse_time(verdict.last_transition_time);
+    return ran && raised && *raised < *ran;
+  }
+
+  // What Replace will do about the verdict, as the condition says it; "" under Report.
+  std::string replace_note(const std::string& node) const {
+    if (job.straggler_policy != StragglerPolicy::Replace) return "";
+    if (node.empty()) return "; not replaced: its pod is on no node yet (spec.nodeName unset)";
+    if (s_const().stragglers.replacements >= job.straggler_max_replacements)
+      return "; not replaced: spec.runPolicy.stragglers.maxReplacements=" + std::to_string(job.straggler_max_replacements) +
+             " reached";
+    return "; the gang leaves node " + printable(node, kMaxNodeName) + " once this has held for " +
+           "spec.runPolicy.stragglers.replaceAfterSeconds=" + std::to_string(job.straggler_replace_after_seconds);
+  }
+
+  // See Note [Replacing a straggler]: the gang restarted off `node` once the verdict has held for
+  // replaceAfterSeconds, within maxReplacements. True when it restarted the gang.
+  bool replace_straggler(const std::string& node, const std::string& verdict) {
+    if (job.straggler_policy != StragglerPolicy::Replace || node.empty() || s().phase != "Running") return false;
+    if (s().stragglers.replacements >= job.straggler_max_replacements) return false;
+    const Condition* c = s().condition("Straggler");
+    auto since = c ? parse_time(c->last_transition_time) : std::nullopt;
+    if (!since) return false;
+    const auto due = *since + std::chrono::seconds(job.straggler_replace_after_seconds);
+    if (in.now < due) {
+      requeue(std::chrono::duration_cast<milliseconds>(due - in.now));
+      return false;
+    }
+    auto& st = s().stragglers;
+    st.replacements += 1;
+    if (std::find(st.excluded_nodes.begin(), st.excluded_nodes.end(), node) == st.excluded_nodes.end() &&
+        st.excluded_nodes.size() < static_cast<size_t>(kMaxStragglerReplacements))
+      st.excluded_nodes.push_back(node);
+    restart_gang(kStragglerReplaced,
+                 verdict + "; leaving node " + printable(node, kMaxNodeName) + " out of every later attempt (replacement " +
+                     std::to_string(st.replacements) + " of spec.runPolicy.stragglers.maxReplacements=" +
+                     std::to_string(job.straggler_max_replacements) + ")",
+                 RestartKind::Straggler);
+    return true;
+  }
+
   void create_missing() {
     if (!in.service_exists) out.create_service = true;
     if (job.gang) {
@@ -503,6 +621,7 @@ struct Pass {
     for (int i = 0; i < job.nodes && job.template_node_name.empty() && job.template_agent_overlay.empty(); ++i)
       if (!present.count(i)) out.create_pods.push_back(i);
     if (!out.create_pods.empty()) out.avoid_nodes = s().lost_nodes;
+    if (!out.create_pods.empty()) out.exclude_nodes = s().stragglers.excluded_nodes;
     // See Note [Events that say something new]: the condition, not an Event, says the pods were
     // created. Set while the attempt's pods exist, not only in the pass that creates them, so
     // a status write put off (Note [Batched status writes]) still carries it.
@@ -840,6 +959,7 @@ struct Pass {
     if (handle_failure()) return;
     if (waiting_to_restart()) return;
     if (handle_success()) return;
+    if (handle_stragglers()) return;
     create_missing();
     update_phase();
     if (in.progress) s().progress = in.progress;

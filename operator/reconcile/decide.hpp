@@ -23,6 +23,10 @@
 //                     since an attempt last ran stably (Note [Backoff reset]); after a lost
 //                     node, 2^(n-2), n the lost-node restarts in a row, none for the first
 //   success           every pod of the attempt Succeeded
+//   stragglers        node 0's agent's verdict, read with the progress: the Straggler
+//                     condition, and under policy Replace a gang restart off the straggler's
+//                     node (stragglers.hpp, Note [Straggler condition],
+//                     Note [Replacing a straggler])
 //   create            headless Service, PodGroup, missing pods of the current attempt (none
 //                     while the template sets nodeName: node.hpp, Note [Pods placed by hand])
 //   status            phase, conditions, node counts; written only when changed
@@ -60,6 +64,7 @@
 #include "reconcile/job.hpp"
 #include "reconcile/kueue.hpp"
 #include "reconcile/node.hpp"
+#include "reconcile/stragglers.hpp"
 
 namespace lockstep::reconcile {
 
@@ -88,6 +93,7 @@ struct Observed {
   GangSupport gang_support = GangSupport::Available;
   std::optional<Progress> progress;  // the latest reading of rank 0's agent (Note [Progress])
   std::optional<InPlaceReading> in_place;  // from the same reading (Note [In-place restarts])
+  std::optional<StragglerReading> stragglers;  // from the same reading (Note [Straggler condition])
   // See Note [Lost nodes]: whether the node watch is on (and synced), and the nodes the pods are
   // bound to, by name; a node that is gone is there with gone set. A pod whose node is not
   // here is not judged; with the watch off, none is.
@@ -120,6 +126,9 @@ struct Decision {
   // Nodes create_pods' pods should avoid (a preferred node anti-affinity): those the last gang
   // restart lost (status.lostNodes, Note [Lost nodes]).
   std::vector<std::string> avoid_nodes;
+  // Nodes create_pods' pods must not land on (a required node affinity): the stragglers' nodes
+  // the gang was restarted off (status.stragglers.excludedNodes, Note [Replacing a straggler]).
+  std::vector<std::string> exclude_nodes;
   // And whether each is deleted with gracePeriodSeconds 0: a pod on a lost node, whose
   // kubelet will not confirm a graceful deletion (Note [Lost nodes]).
   std::vector<bool> delete_pod_force;

@@ -81,6 +81,8 @@ json JobStatus::to_json() const {
   if (!start_time.empty()) s["startTime"] = start_time;
   if (!completion_time.empty()) s["completionTime"] = completion_time;
   s["observedGeneration"] = observed_generation;
+  if (stragglers.replacements > 0 || !stragglers.excluded_nodes.empty())
+    s["stragglers"] = {{"replacements", stragglers.replacements}, {"excludedNodes", stragglers.excluded_nodes}};
   if (progress) {
     json p = {{"step", progress->step}};
     std::string steps = std::to_string(progress->step);
@@ -118,6 +120,13 @@ JobStatus JobStatus::from_json(const json& s) {
   if (s.is_object() && s.contains("lostNodes") && s["lostNodes"].is_array())
     for (const auto& n : s["lostNodes"])
       if (n.is_string() && st.lost_nodes.size() < kMaxLostNodes) st.lost_nodes.push_back(n.get<std::string>());
+  const json& sg = child(s, "stragglers");
+  st.stragglers.replacements =
+      std::clamp(get_or(sg, "replacements", 0), 0, std::max(st.restarts - st.node_lost_restarts, 0));
+  if (sg.contains("excludedNodes") && sg["excludedNodes"].is_array())
+    for (const auto& n : sg["excludedNodes"])
+      if (n.is_string() && st.stragglers.excluded_nodes.size() < static_cast<size_t>(kMaxStragglerReplacements))
+        st.stragglers.excluded_nodes.push_back(head(n.get<std::string>(), kMaxNodeName));
   st.in_place_restarts = get_or(s, "inPlaceRestarts", 0);
   st.current_attempt_in_place_restarts = get_or(s, "currentAttemptInPlaceRestarts", 0);
   st.start_time = get_or<std::string>(s, "startTime", "");
@@ -162,6 +171,12 @@ JobView JobView::from_json(const json& obj) {
   // The API server holds it to the CRD's bounds; clamped here as well, so the pods'
   // LOCKSTEP_IN_PLACE_RESTARTS is one the agents accept whatever the object says.
   j.in_place_restarts = std::clamp(get_or(rp, "inPlaceRestarts", 3), 0, kMaxInPlaceRestarts);
+  const json& sg = child(rp, "stragglers");
+  const std::string policy = get_or<std::string>(sg, "policy", "Report");
+  j.straggler_policy = policy == "Replace" ? StragglerPolicy::Replace
+                       : policy == "Ignore" ? StragglerPolicy::Ignore : StragglerPolicy::Report;
+  j.straggler_replace_after_seconds = std::clamp(get_or<long long>(sg, "replaceAfterSeconds", 120), 0LL, kMaxReplaceAfterSeconds);
+  j.straggler_max_replacements = std::clamp(get_or(sg, "maxReplacements", 2), 0, kMaxStragglerReplacements);
   if (rp.contains("activeDeadlineSeconds")) j.active_deadline_seconds = get_or<long long>(rp, "activeDeadlineSeconds", 0);
   if (rp.contains("ttlSecondsAfterFinished")) j.ttl_seconds_after_finished = get_or<long long>(rp, "ttlSecondsAfterFinished", 0);
   std::string clean = get_or<std::string>(rp, "cleanPodPolicy", "Running");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "reconcile/progress.hpp"
+#include "reconcile/stragglers.hpp"
 #include "reconcile/time.hpp"
 
 namespace lockstep::reconcile {
@@ -56,6 +57,14 @@ struct JobStatus {
   std::string start_time, completion_time;
   long long observed_generation = 0;
   std::optional<Progress> progress;  // Note [Progress]
+  // status.stragglers (Note [Replacing a straggler] in stragglers.hpp): the gang restarts that
+  // left a straggler's node (counted in restarts, not against backoffLimit), and those nodes,
+  // which every later attempt's pods are kept off (at most kMaxStragglerReplacements).
+  struct Stragglers {
+    int replacements = 0;
+    std::vector<std::string> excluded_nodes;
+    bool operator==(const Stragglers&) const = default;
+  } stragglers;
 
   bool operator==(const JobStatus&) const = default;
   const Condition* condition(const std::string& type) const;
@@ -90,6 +99,11 @@ struct JobView {
   int backoff_limit = 3;
   RestartPolicy restart_policy = RestartPolicy::OnFailure;
   int in_place_restarts = 3;  // spec.runPolicy.inPlaceRestarts, within 0..kMaxInPlaceRestarts
+  // spec.runPolicy.stragglers (Note [Straggler condition], Note [Replacing a straggler] in
+  // stragglers.hpp), clamped to the CRD's bounds.
+  StragglerPolicy straggler_policy = StragglerPolicy::Report;
+  long long straggler_replace_after_seconds = 120;
+  int straggler_max_replacements = 2;
   std::optional<long long> active_deadline_seconds, ttl_seconds_after_finished;
   CleanPodPolicy clean_pod_policy = CleanPodPolicy::Running;
   bool suspend = false, gang = true;

@@ -252,6 +252,33 @@ static void prefer_other_nodes(json& spec, const std::vector<std::string>& nodes
                                                                              {"values", nodes}}})}}}});
 }
 
+// See Note [Replacing a straggler] (stragglers.hpp): each excluded node is kept out by a
+// required matchFields requirement on metadata.name (NotIn takes exactly one value for a field),
+// ANDed into every nodeSelectorTerm of the template's own required node affinity (the terms are
+// ORed: a term without it would let the pod back), or one term of its own when there is none.
+// A template whose affinity has another shape there is left for the API server to name.
+static void keep_off_nodes(json& spec, const std::vector<std::string>& nodes) {
+  json* at = &spec;
+  for (const char* key : {"affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution"}) {
+    json& next = (*at)[key];
+    if (next.is_null()) next = json::object();
+    if (!next.is_object()) return;
+    at = &next;
+  }
+  json& terms = (*at)["nodeSelectorTerms"];
+  if (terms.is_null()) terms = json::array();
+  if (!terms.is_array()) return;
+  if (terms.empty()) terms.push_back(json::object());
+  for (json& term : terms) {
+    if (!term.is_object()) continue;
+    json& fields = term["matchFields"];
+    if (fields.is_null()) fields = json::array();
+    if (!fields.is_array()) continue;
+    for (const auto& node : nodes)
+      fields.push_back({{"key", "metadata.name"}, {"operator", "NotIn"}, {"values", json::array({node})}});
+  }
+}
+
 namespace {
 
 // The pod's metadata: the template's labels and annotations, with the job's labels over them.
@@ -359,7 +386,8 @@ void make_trainer(json& spec, json& ctr, const JobView& job, int index, int atte
 // gang's pods are built together, and copies of the template were most of the cost
 // (bench/operator).
 json pod_manifest(const JobView& job, int index, int attempt, const AgentInjection& agent,
-                  const std::string& barrier_secret, const std::vector<std::string>& avoid_nodes) {
+                  const std::string& barrier_secret, const std::vector<std::string>& avoid_nodes,
+                  const std::vector<std::string>& exclude_nodes) {
   json tmpl = job.tmpl.parsed();
   json spec = take(tmpl, "spec", json::value_t::object);
   json meta = pod_metadata(job, index, attempt, take(tmpl, "metadata", json::value_t::object));
@@ -374,6 +402,7 @@ json pod_manifest(const JobView& job, int index, int attempt, const AgentInjecti
   if (!job.priority_class_name.empty()) spec["priorityClassName"] = job.priority_class_name;
   if (job.one_pod_per_node) keep_off_each_others_nodes(spec, job);
   if (!avoid_nodes.empty()) prefer_other_nodes(spec, avoid_nodes);
+  if (!exclude_nodes.empty()) keep_off_nodes(spec, exclude_nodes);
   make_trainer(spec, trainer_container(spec), job, index, attempt, agent, barrier_secret);
 
   json pod = json::object();

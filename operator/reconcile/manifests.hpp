@@ -77,8 +77,11 @@ struct AgentInjection {
 // when empty.
 // `avoid_nodes`: nodes the pod should not land on if others fit (a preferred node affinity:
 // the nodes the last gang restart lost, Note [Lost nodes] in node.hpp).
+// `exclude_nodes`: nodes the pod must not land on (a required node affinity: the stragglers'
+// nodes the gang left, Note [Replacing a straggler] in stragglers.hpp).
 nlohmann::json pod_manifest(const JobView& job, int index, int attempt, const AgentInjection& agent = {},
-                            const std::string& barrier_secret = "", const std::vector<std::string>& avoid_nodes = {});
+                            const std::string& barrier_secret = "", const std::vector<std::string>& avoid_nodes = {},
+                            const std::vector<std::string>& exclude_nodes = {});
 
 // See Note [Agent injection]: what of `pod_template` (a TrainingJob's spec.template) would overlay
 // the agent, as a message naming the field and what is valid, e.g.

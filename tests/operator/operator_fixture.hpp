@@ -3,7 +3,7 @@
 // about it. One control plane and one operator for the whole binary (operator_fixture.cpp); the
 // cases are split by behaviour: creation_test.cpp, lifecycle_test.cpp, failures_test.cpp,
 // lost_nodes_test.cpp, agent_injection_test.cpp, progress_test.cpp, isolation_test.cpp,
-// api_connection_test.cpp, leadership_test.cpp, pod_groups_test.cpp.
+// api_connection_test.cpp, leadership_test.cpp, pod_groups_test.cpp, stragglers_test.cpp.
 #pragma once
 
 #include <gtest/gtest.h>

@@ -39,7 +39,7 @@
 //     --straggler-threshold 1.15, with no false verdict in 8 h of healthy runs at either).
 //   * What it cannot tell apart: a slow node from a slow data shard or uneven work (a rank
 //     whose batches are longer, a pipeline stage that does more): the figure is time, not its
-//     cause. A job whose ranks do different work by design should say `stragglers: Off`.
+//     cause. A job whose ranks do different work by design should say `runPolicy.stragglers.policy: Ignore`.
 #pragma once
 
 #include <cstddef>

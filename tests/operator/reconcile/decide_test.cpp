@@ -690,6 +690,7 @@ TEST(StatusWrites, EveryFieldOfTheStatusDecidesAWrite) {
   s.completion_time = "2026-11-27T09:00:00Z";
   s.observed_generation = 12;
   s.progress = Progress{120, 1000, 5432.0, 95};
+  s.stragglers = {2, {"node-c", "node-d"}};
   const json written = s.to_json();
   ASSERT_TRUE(JobStatus::from_json(written) == s) << written.dump();
   const json flat = written.flatten();
