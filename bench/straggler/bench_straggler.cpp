@@ -29,24 +29,9 @@ using namespace lockstep;
 using Clock = std::chrono::steady_clock;
 constexpr double kInterval = 5;  // node 0's evaluation interval (kFiguresInterval in the agent)
 
-// The recording repeated end to end until it lasts `seconds`, steps renumbered.
-std::vector<test::RecordedStep> tiled(const std::vector<test::RecordedStep>& one, double seconds) {
-  std::vector<test::RecordedStep> out;
-  const double span = one.back().at_s - one.front().at_s + 0.03;
-  const long long steps = one.back().step;
-  for (int copy = 0; out.empty() || out.back().at_s < seconds; ++copy) {
-    for (auto s : one) {
-      s.at_s += copy * span;
-      s.step += copy * steps;
-      out.push_back(s);
-    }
-  }
-  return out;
-}
-
 void detection(const std::vector<test::RecordedStep>& recorded, const straggler::Settings& settings,
                std::vector<double> factors) {
-  const auto run = tiled(recorded, 600);
+  const auto run = test::tiled(recorded, 600);
   std::printf("1. detection time (window %.0f s, hold %.0f s, threshold %.2f, an evaluation every %.0f s)\n",
               settings.window_s, settings.hold_s, settings.threshold, kInterval);
   for (double f : factors) {

@@ -19,12 +19,18 @@ std::optional<double> work_seconds(std::optional<double> step_s, std::optional<d
 
 void RankWindow::add(double at_s, double work_s, size_t max_samples) {
   if (!std::isfinite(at_s) || !std::isfinite(work_s) || work_s <= 0) return;
+  if (!first_at_s_) first_at_s_ = at_s;
   samples_.push_back({at_s, work_s});
   while (samples_.size() > std::max<size_t>(max_samples, 1)) samples_.pop_front();
 }
 
 std::optional<double> RankWindow::median(double now_s, const Settings& settings) {
-  while (!samples_.empty() && samples_.front().at_s < now_s - settings.window_s) samples_.pop_front();
+  if (!first_at_s_) return std::nullopt;
+  // See Note [Straggler score]: the warm-up's steps left out, and half a window after it.
+  const double warm_at = *first_at_s_ + settings.window_s / 3;
+  const double oldest = std::max(now_s - settings.window_s, warm_at);
+  while (!samples_.empty() && samples_.front().at_s < oldest) samples_.pop_front();
+  if (now_s - warm_at < settings.window_s / 2) return std::nullopt;
   if (samples_.size() < std::max<size_t>(settings.min_samples, 1)) return std::nullopt;
   std::vector<double> work;
   work.reserve(samples_.size());

@@ -116,21 +116,25 @@ TEST(AgentMetrics, StepReportsFeedEachRanksStragglerWindowAndARestartEmptiesIt) 
   Config cfg;
   cfg.metrics_port = 0;
   cfg.nproc_per_node = 2;
+  cfg.straggler_window = std::chrono::milliseconds(300);  // a warm-up of 0.1 s, a figure 0.15 s after it
   Metrics m(cfg, fresh_dir("agent-window"));
+  m.record(0, step_of(0, 0.5, 0.01));  // the warm-up's step (Note [Straggler score]): left out
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
   for (int i = 1; i <= 7; ++i) m.record(0, step_of(i, 0.05, 0.01 + 0.001 * (i % 3)));
-  EXPECT_TRUE(m.figures(steady_seconds()).empty()) << "7 steps: fewer than min_samples";
+  const double later = steady_seconds() + 0.1;  // past the warm-up and half a window after it
+  EXPECT_TRUE(m.figures(later).empty()) << "7 steps: fewer than min_samples";
   m.record(0, step_of(8, 0.05, 0.011));
   m.record(1, StepReport{});  // NCCL's figures alone: no step, no work
-  auto f = m.figures(steady_seconds());
+  auto f = m.figures(later);
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].local_rank, 0);
   EXPECT_NEAR(f[0].median_s, 0.039, 1e-9);  // the median of 0.04, 0.039, 0.038 (x 8 steps)
   m.set_throttle(0, lockstep::straggler::kThrottlePower | 64);  // bits beyond kThrottleAll are not kept
-  EXPECT_EQ(m.figures(steady_seconds())[0].throttle, lockstep::straggler::kThrottlePower);
-  EXPECT_TRUE(m.figures(steady_seconds() + cfg.straggler_settings().window_s + 1).empty()) << "out of the window";
+  EXPECT_EQ(m.figures(later)[0].throttle, lockstep::straggler::kThrottlePower);
+  EXPECT_TRUE(m.figures(later + cfg.straggler_settings().window_s + 1).empty()) << "out of the window";
   for (int i = 1; i <= 8; ++i) m.record(0, step_of(i, 0.05, 0.01));
   m.reset_progress(1);
-  EXPECT_TRUE(m.figures(steady_seconds()).empty()) << "a new generation is judged afresh";
+  EXPECT_TRUE(m.figures(steady_seconds() + 0.1).empty()) << "a new generation is judged afresh";
 }
 
 // lockstep_straggler_score: a rank's median over node 0's reference, only while both exist.

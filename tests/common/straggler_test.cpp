@@ -49,21 +49,23 @@ TEST(StragglerWork, IsStepTimeLessExposedCommunicationElseCompute) {
   EXPECT_FALSE(straggler::work_seconds(std::numeric_limits<double>::infinity(), std::nullopt, 0.1));
 }
 
-TEST(StragglerWindow, IsTheMedianOfTheLastWindowFromEnoughSteps) {
+TEST(StragglerWindow, IsTheMedianOfTheLastWindowOnceWarmFromEnoughSteps) {
   Settings s;
-  s.window_s = 10;
+  s.window_s = 12;  // a warm-up of 4 s, then 6 s of steps before a figure
   s.min_samples = 4;
   RankWindow w;
-  for (int i = 0; i < 3; ++i) w.add(i, 1.0);
-  EXPECT_FALSE(w.median(3, s)) << "3 samples, 4 needed";
-  w.add(3, 100.0);  // one slow step
-  w.add(4, 1.0);
-  EXPECT_DOUBLE_EQ(*w.median(4, s), 1.0);
-  for (int i = 5; i < 12; ++i) w.add(i, 2.0);
-  // At 14 the window [4, 14] holds 4 (1.0) and 5..11 (2.0): 8 samples, median 2.0.
-  EXPECT_DOUBLE_EQ(*w.median(14, s), 2.0);
-  EXPECT_EQ(w.size(), 8u) << "older samples are dropped";
-  EXPECT_FALSE(w.median(30, s)) << "nothing in the last 10 s";
+  for (int i = 0; i < 4; ++i) w.add(i, 5.0);  // the warm-up's steps: slow, and left out
+  for (int i = 4; i < 10; ++i) w.add(i, i == 6 ? 100.0 : 1.0);  // one slow step
+  EXPECT_FALSE(w.median(9, s)) << "9 s in: only 5 s after the warm-up";
+  EXPECT_DOUBLE_EQ(*w.median(10, s), 1.0) << "the warm-up's 5.0s and the one 100.0 move nothing";
+  for (int i = 10; i < 20; ++i) w.add(i, 2.0);
+  // At 20 the window [8, 20] holds 8 and 9 (1.0) and 10..19 (2.0): median 2.0.
+  EXPECT_DOUBLE_EQ(*w.median(20, s), 2.0);
+  EXPECT_EQ(w.size(), 12u) << "older samples are dropped";
+  EXPECT_FALSE(w.median(40, s)) << "nothing in the last 12 s";
+  w.clear();
+  w.add(50, 1.0);
+  EXPECT_FALSE(w.median(52, s)) << "a clear (a restart) starts a new warm-up";
 }
 
 TEST(StragglerWindow, KeepsAtMostMaxSamples) {
@@ -71,6 +73,7 @@ TEST(StragglerWindow, KeepsAtMostMaxSamples) {
   for (int i = 0; i < 100; ++i) w.add(i * 0.001, 1.0 + i, 16);
   EXPECT_EQ(w.size(), 16u);
   Settings s;
+  s.window_s = 0.03;
   s.min_samples = 1;
   EXPECT_DOUBLE_EQ(*w.median(0.1, s), 1.0 + 91.5) << "the newest 16: 85..100, median of 85+i";
 }
@@ -170,6 +173,18 @@ TEST_F(StragglerRecorded, TheHealthyRunHasNoVerdictEvenWithAShortWindow) {
   EXPECT_EQ(said(replay_recorded(steps_, [](int, double) { return 1.0; }, quick)), "nothing");
 }
 
+TEST_F(StragglerRecorded, AHealthyRunUnderCpuQuotasHasNoVerdict) {
+  // Each worker at 50% of a CPU: steps of ~96 ms of work, bimodal (a step the quota cuts short
+  // waits for the next period).
+  const auto quota = load_recorded_steps(std::string(LOCKSTEP_SOURCE_DIR) + "/tests/common/data/straggler_quota_2ranks.csv");
+  ASSERT_GT(quota.size(), 1700u);
+  EXPECT_EQ(said(replay_recorded(quota, [](int, double) { return 1.0; })), "nothing");
+  // ... and a rank of it slowed 2x after 40 s is named.
+  auto changes = replay_recorded(quota, [](int rank, double at) { return rank == 0 && at >= 40 ? 2.0 : 1.0; });
+  ASSERT_FALSE(changes.empty());
+  EXPECT_EQ(changes[0].who.rank, 0) << said(changes);
+}
+
 TEST_F(StragglerRecorded, ACheckpointPauseOnRankZeroRaisesNothing) {
   // Step 1200: rank 0 writes a checkpoint for 20 s (work), rank 1 waits for it (exposed).
   for (auto& s : steps_) {
@@ -183,8 +198,10 @@ TEST_F(StragglerRecorded, ACheckpointPauseOnRankZeroRaisesNothing) {
 }
 
 TEST_F(StragglerRecorded, AWarmUpOfOneRankRaisesNothing) {
-  // Rank 1's first 60 steps take 4x the work (a cold data cache), then it is as fast as rank 0.
-  auto changes = replay_recorded(steps_, [&](int rank, double at) { return rank == 1 && at < 2.0 ? 4.0 : 1.0; });
+  // Rank 1's first 15 s take 3x the work (a cold data cache, a neighbour still starting), then
+  // it is as fast as rank 0: longer than the warm-up left out (10 s), and outvoted after it.
+  auto changes = replay_recorded(lockstep::test::tiled(steps_, 120),
+                                 [&](int rank, double at) { return rank == 1 && at < 15.0 ? 3.0 : 1.0; });
   EXPECT_EQ(said(changes), "nothing");
 }
 
@@ -196,9 +213,10 @@ TEST_F(StragglerRecorded, ARankSlowOnlyOnceRaisesNothing) {
 
 TEST_F(StragglerRecorded, ARankSlowThroughoutIsNamedWithinTheBoundAndOnlyIt) {
   const Settings s;
+  const auto run = lockstep::test::tiled(steps_, 150);
   for (double f : {1.5, 2.0}) {
-    const double t0 = 5;
-    auto changes = replay_recorded(steps_, [&](int rank, double at) { return rank == 1 && at >= t0 ? f : 1.0; });
+    const double t0 = 40;  // past the warm-up
+    auto changes = replay_recorded(run, [&](int rank, double at) { return rank == 1 && at >= t0 ? f : 1.0; });
     ASSERT_FALSE(changes.empty()) << f << "x: no verdict";
     EXPECT_TRUE(changes[0].raised);
     EXPECT_EQ(changes[0].who.rank, 1) << said(changes);

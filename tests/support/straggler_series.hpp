@@ -68,6 +68,21 @@ std::vector<straggler::Sample> samples_of(const std::vector<RecordedStep>& steps
   return out;
 }
 
+// The recording repeated end to end until it lasts `seconds`, steps renumbered.
+inline std::vector<RecordedStep> tiled(const std::vector<RecordedStep>& one, double seconds) {
+  std::vector<RecordedStep> out;
+  if (one.empty()) return out;
+  const double span = one.back().at_s - one.front().at_s + 0.03;
+  const long long steps = one.back().step;
+  for (int copy = 0; out.empty() || out.back().at_s < seconds; ++copy)
+    for (auto s : one) {
+      s.at_s += copy * span;
+      s.step += copy * steps;
+      out.push_back(s);
+    }
+  return out;
+}
+
 inline std::string recorded_series_path() {
   return std::string(LOCKSTEP_SOURCE_DIR) + "/tests/common/data/straggler_healthy_2ranks.csv";
 }

@@ -14,8 +14,14 @@
 // sends neither has no figure and is never judged).
 //   * The window. Each rank's figure is the median of its work over the last `window_s`
 //     (30 s), from at least `min_samples` (8) steps: a checkpoint, an evaluation pass or any
-//     one slow step is one sample of many and moves a median not at all; a warm-up of a few
-//     steps is outvoted as soon as the window holds more steps than it.
+//     one slow step is one sample of many and moves a median not at all.
+//   * Warm-up. A gang's first seconds are not its pace: one pod's neighbours are still
+//     starting, caches are cold, memory is being touched for the first time. The cluster tier
+//     saw healthy 500m pods differ by 1.4x-1.5x in their first 30 s, once the median had only
+//     a few seconds of steps. So a rank's steps of the first window_s / 3 (10 s) after it starts
+//     (its first step since its window was cleared: a start, an in-place restart) are left
+//     out, and it has a figure only once window_s / 2 (15 s) of steps came after them: nobody
+//     is judged in a rank's first 25 s, nor named before 40 s.
 //   * The score. slowdown = a rank's median / the gang's reference, the reference being the
 //     lower median of the ranks' medians (for 2 ranks the faster one; for 4 the second
 //     fastest). NVRx's relative score is the fastest rank's median over each rank's, flagged
@@ -69,9 +75,14 @@ class RankWindow {
  public:
   // Samples beyond max_samples drop the oldest (a memory bound at any step rate).
   void add(double at_s, double work_s, size_t max_samples = Settings{}.max_samples);
-  void clear() { samples_.clear(); }
+  void clear() {
+    samples_.clear();
+    first_at_s_.reset();
+  }
   // The median of the samples of the last settings.window_s before `now_s` (older ones are
-  // dropped), or nullopt with fewer than settings.min_samples.
+  // dropped), or nullopt with fewer than settings.min_samples, or before the rank is warm: the
+  // samples of the first window_s / 3 after its first (since a clear) are left out, and a
+  // figure needs window_s / 2 of samples after them (Note [Straggler score]).
   std::optional<double> median(double now_s, const Settings& settings);
   size_t size() const { return samples_.size(); }
 
@@ -80,6 +91,7 @@ class RankWindow {
     double at_s, work_s;
   };
   std::deque<Sample> samples_;
+  std::optional<double> first_at_s_;  // the first sample since the last clear
 };
 
 // A rank's figure as the gang's judge sees it.
