@@ -16,6 +16,8 @@
 #                                    outage; pods run on); NODE defaults to the first
 #   scripts/cluster.sh node freeze|thaw|poweroff|poweron NODE   node faults (docs/development.md,
 #                                    "Several nodes and their faults")
+#   scripts/cluster.sh throttle NS/POD PERCENT | unthrottle NS/POD   a pod's containers held to
+#                                    PERCENT of one CPU (a straggler), and back (docs/development.md)
 #   scripts/cluster.sh nodes         the nodes' names, one a line (what up made)
 #   scripts/cluster.sh check-clean   list anything a cluster left on this machine (exit 1 if any)
 #   scripts/cluster.sh preflight     can this machine run it, and is everything set up? (0, 3 or 4)
@@ -104,7 +106,7 @@ source "$CLUSTER_LIB/netpol.sh"           # the NetworkPolicy controller
 # shellcheck source-path=SCRIPTDIR source=cluster/down.sh
 source "$CLUSTER_LIB/down.sh"             # down
 # shellcheck source-path=SCRIPTDIR source=cluster/faults.sh
-source "$CLUSTER_LIB/faults.sh"           # kubelet stop|start, node freeze|thaw|poweroff|poweron
+source "$CLUSTER_LIB/faults.sh"           # kubelet stop|start, node freeze|thaw|poweroff|poweron, throttle
 # shellcheck source-path=SCRIPTDIR source=cluster/status.sh
 source "$CLUSTER_LIB/status.sh"           # status, import, nodes
 # shellcheck source-path=SCRIPTDIR source=cluster/check_clean.sh
@@ -117,6 +119,7 @@ case ${1:-} in
   import) shift; import_cmd "$@" ;;
   kubelet) shift; kubelet_cmd "$@" ;;
   node) shift; node_cmd "$@" ;;
+  throttle|unthrottle) throttle_cmd "$@" ;;
   nodes) nodes_cmd ;;
   check-clean) check_clean ;;
   preflight) preflight; say "this machine can run it, and everything is set up" ;;

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
-# scripts/cluster.sh's faults: a node's kubelet stopped and started alone (kubelet), and the
-# node faults (node freeze|thaw|poweroff|poweron), undone by down. Sourced; not run.
+# scripts/cluster.sh's faults: a node's kubelet stopped and started alone (kubelet), the node
+# faults (node freeze|thaw|poweroff|poweron) and a pod's CPU throttled (throttle|unthrottle),
+# undone by down. Sourced; not run.
 
 # kubelet_cmd stop|start [NODE]: a node's kubelet alone, as when it crashes or is upgraded on
 # a real node. Its pods' containers run on under containerd meanwhile; the node turns NotReady
@@ -121,8 +122,10 @@ node_cmd() {
   esac
 }
 
-# faults_cleanup: every node thawed and its packets passed; the chain gone (down).
+# faults_cleanup: every throttled pod's quota back, every node thawed and its packets passed;
+# the chain gone (down).
 faults_cleanup() {
+  throttles_cleanup
   local cg; cg=$(pids_cgroup)
   if [[ -n $(ls -A "$RUN/faults" 2>/dev/null) ]]; then
     local p
@@ -132,5 +135,78 @@ faults_cleanup() {
   local t
   for t in PREROUTING OUTPUT; do while iptables -t raw -D "$t" -j "$FAULT_CHAIN" 2>/dev/null; do :; done; done
   iptables -t raw -F "$FAULT_CHAIN" 2>/dev/null && iptables -t raw -X "$FAULT_CHAIN" 2>/dev/null
+  return 0
+}
+
+# --- a pod slowed -------------------------------------------------------------------------------
+# Note [CPU throttle]: a pod that runs on, slower (a noisy neighbour, a host's CPU power-capped:
+# what a straggler is, #42), made through the CFS bandwidth limit of its cgroups.
+#   throttle NS/POD PERCENT   every container cgroup of the pod in the cpu hierarchy gets
+#             cpu.cfs_quota_us = PERCENT of one CPU (cpu.cfs_period_us x PERCENT / 100); its
+#             old quota is kept in run/faults/throttle-NS_POD. The kubelet's cgroupfs driver lays
+#             a pod out as CPU/lockstep-cluster/node-I/kubepods[/burstable|/besteffort]/pod<UID>/
+#             <container id> (a Guaranteed pod straight under kubepods), one cgroup per container
+#             and one for the sandbox. The containers, not the pod's own cgroup: the kubelet owns
+#             the pod-level limit and may write it again; the containers' are runc's, set once.
+#             cgroup v1 refuses a child quota above its parent's, so PERCENT cannot exceed the
+#             pod's own CPU limit (said, and nothing changed). A container started after it (a
+#             restart of the container, not the agent's in-place restart of its workers, which
+#             stay in it) is not throttled.
+#   unthrottle NS/POD         the old quotas back (on the cgroups still there).
+# down removes every cgroup of the cluster, and with them the limits.
+cpu_mount() { awk '$3 == "cgroup" && $4 ~ /(^|,)cpu(,|$)/ { print $2 }' /proc/self/mounts | head -1; }
+
+# pod_cpu_cgroup NS POD: the pod's cgroup in the cpu hierarchy (exit 1, said on stderr, if none).
+pod_cpu_cgroup() {
+  local uid dir
+  uid=$(kubectl_ -n "$1" get pod "$2" -o 'jsonpath={.metadata.uid}' 2>/dev/null) && [[ -n $uid ]] ||
+    { say "no pod $1/$2" >&2; return 1; }
+  dir=$(find "$(cpu_mount)/$CGROUP" -maxdepth 4 -type d -name "pod$uid" 2>/dev/null | head -1)
+  [[ -n $dir ]] || { say "pod $1/$2 (uid $uid) has no cgroup on this machine's nodes (not started yet?)" >&2; return 1; }
+  echo "$dir"
+}
+
+# unthrottle_mark FILE: each "CGROUP QUOTA" line of FILE written back, then FILE removed.
+unthrottle_mark() {
+  local cg quota
+  while read -r cg quota; do [[ -d $cg ]] && echo "$quota" > "$cg/cpu.cfs_quota_us" 2>/dev/null || true; done < "$1"
+  rm -f "$1"
+}
+
+throttle_cmd() {
+  [[ -d $RUN/pids ]] || { say "the cluster is not up"; exit 6; }
+  local what=$1 target=${2:-} percent=${3:-} usage="usage: scripts/cluster.sh throttle NS/POD PERCENT | unthrottle NS/POD"
+  [[ $target =~ ^[a-z0-9.-]+/[a-z0-9.-]+$ ]] || { say "$usage"; exit 2; }
+  local ns=${target%%/*} pod=${target#*/}; local mark=$RUN/faults/throttle-${ns}_$pod
+  if [[ $what == unthrottle ]]; then
+    [[ -f $mark ]] || { say "$target is not throttled"; exit 1; }
+    unthrottle_mark "$mark"
+    say "$target unthrottled"
+    return 0
+  fi
+  [[ $percent =~ ^[0-9]+$ ]] && ((percent >= 1 && percent <= 1000)) ||
+    { say "PERCENT '$percent': a whole number of percent of one CPU, 1 to 1000"; say "$usage"; exit 2; }
+  [[ ! -f $mark ]] || { say "$target is throttled already (scripts/cluster.sh unthrottle $target first)"; exit 1; }
+  local dir cg period n=0; dir=$(pod_cpu_cgroup "$ns" "$pod") || exit 1
+  mkdir -p "$RUN/faults"
+  for cg in "$dir"/*/; do
+    cg=${cg%/}
+    echo "$cg $(cat "$cg/cpu.cfs_quota_us")" >> "$mark"
+    period=$(cat "$cg/cpu.cfs_period_us")
+    if ! echo $((period * percent / 100)) > "$cg/cpu.cfs_quota_us" 2>/dev/null; then
+      unthrottle_mark "$mark"
+      say "cannot set $cg/cpu.cfs_quota_us to $((period * percent / 100)): PERCENT $percent is above the pod's own CPU limit ($(cat "$dir/cpu.cfs_quota_us") us per $(cat "$dir/cpu.cfs_period_us") us); nothing changed"
+      exit 1
+    fi
+    n=$((n + 1))
+  done
+  ((n)) || { rm -f "$mark"; say "pod $target has no container cgroup under $dir"; exit 1; }
+  say "$target throttled to $percent% of one CPU: $n container cgroups under $dir"
+}
+
+# throttles_cleanup: every throttled pod's quotas back (down, before it kills the pods).
+throttles_cleanup() {
+  local m
+  for m in "$RUN"/faults/throttle-*; do [[ -f $m ]] && unthrottle_mark "$m"; done
   return 0
 }

@@ -212,4 +212,25 @@ std::vector<pid_t> worker_pids(const std::string& ns, const std::string& job, in
   return out;
 }
 
+double pod_cpu_seconds(const std::string& ns, const std::string& pod) {
+  const std::string uid = jsonpath(ns, "pod/" + pod, "{.metadata.uid}");
+  if (uid.empty()) return -1;
+  // The cpuacct hierarchy: a cgroup v1 mount whose options name the controller.
+  std::istringstream mounts(read_file("/proc/self/mounts"));
+  std::string root;
+  for (std::string dev, dir, type, options, rest; mounts >> dev >> dir >> type >> options && std::getline(mounts, rest);)
+    if (type == "cgroup" && ("," + options + ",").find(",cpuacct,") != std::string::npos) root = dir;
+  // The cluster's cgroup (scripts/cluster.sh's CGROUP), every node's pods beneath it.
+  std::error_code ec;
+  std::filesystem::recursive_directory_iterator it(root + "/lockstep-cluster", ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    if (it.depth() > 4) it.disable_recursion_pending();
+    if (it->path().filename() == "pod" + uid) {
+      std::string usage = read_file(it->path().string() + "/cpuacct.usage");
+      return usage.empty() ? -1 : std::stod(usage) / 1e9;
+    }
+  }
+  return -1;
+}
+
 }  // namespace lockstep::test

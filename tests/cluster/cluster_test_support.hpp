@@ -80,6 +80,11 @@ int run_tests_with_real_cluster(int argc, char** argv, int nodes = 1);
 // pod's node rank.
 std::vector<pid_t> worker_pids(const std::string& ns, const std::string& job, int node_rank, const std::string& program);
 
+// The CPU time a pod's processes have used (its cgroup's cpuacct.usage in the cpuacct hierarchy,
+// CPUACCT/lockstep-cluster/node-I/kubepods/.../pod<UID>), in seconds; -1 when the pod or its
+// cgroup is not found.
+double pod_cpu_seconds(const std::string& ns, const std::string& pod);
+
 }  // namespace lockstep::test
 
 #define LOCKSTEP_REQUIRE_REAL_CLUSTER()                                                       \

@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "cluster_test_support.hpp"
+#include "job_support.hpp"
 #include "lockstep_install.hpp"
 #include "test_util.hpp"
 
@@ -434,6 +435,7 @@ TEST_F(IsolationInCluster, AStrangerIsDroppedWhileTheIsolatedJobTrainsToSucceede
   const double succeeded_seconds = seconds_since(t0);
   json st = job_status(ns, kIsolated);
   ASSERT_EQ(st.value("phase", ""), "Succeeded") << st.dump(1) << "\n" << diagnose();
+  EXPECT_TRUE(lockstep::test::no_straggler_verdict(ns, kIsolated));
   EXPECT_EQ(st["nodes"].value("succeeded", -1), 2) << st.dump();
   EXPECT_EQ(st.value("restarts", -1), 0) << st.dump();
   EXPECT_EQ(st.value("inPlaceRestarts", 0), 0) << st.dump();

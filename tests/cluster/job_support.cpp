@@ -1,11 +1,13 @@
 #include "job_support.hpp"
 
+#include <algorithm>
 #include <ctime>
 #include <fstream>
 #include <functional>
 #include <iostream>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "cluster_test_support.hpp"
 #include "lockstep_install.hpp"
@@ -51,6 +53,49 @@ const json* condition(const json& job, const std::string& type) {
 int job_restarts(const std::string& ns, const std::string& job) {
   json j = get_json(ns, "trainingjob/" + job);
   return j.is_object() && j.contains("status") && j["status"].is_object() ? j["status"].value("restarts", -1) : -1;
+}
+
+std::vector<std::string> job_events(const std::string& ns, const std::string& job) {
+  std::vector<std::string> out;
+  json events = get_json(ns, "events");
+  for (const auto& e : events.value("items", json::array()))
+    if (e["involvedObject"].value("name", "") == job) out.push_back(e.value("reason", "") + ": " + e.value("message", ""));
+  return out;
+}
+
+::testing::AssertionResult no_straggler_verdict(const std::string& ns, const std::string& job) {
+  json j = get_json(ns, "trainingjob/" + job);
+  if (!j.is_object()) return ::testing::AssertionFailure() << "trainingjob/" << job << " in " << ns << " cannot be read";
+  std::string found;
+  if (const json* c = condition(j, "Straggler")) found += "  condition " + c->dump() + "\n";
+  json events = get_json(ns, "events");
+  for (const auto& e : events.value("items", json::array()))
+    if (e["involvedObject"].value("name", "") == job && e["involvedObject"].value("kind", "") == "TrainingJob" &&
+        e.value("reason", "").rfind("Straggler", 0) == 0)
+      found += "  Event " + e.value("reason", "") + ": " + e.value("message", "") + "\n";
+  if (found.empty()) return ::testing::AssertionSuccess();
+  // What node 0's agent said when it judged (its pod is the job's pod 0).
+  std::istringstream log(cluster_kubectl({"-n", ns, "logs", "--timestamps", job + "-0"}).output);
+  for (std::string line; std::getline(log, line);)
+    if (line.find("straggler") != std::string::npos) found += "  " + job + "-0: " + line + "\n";
+  return ::testing::AssertionFailure() << "a false straggler verdict on the healthy job " << ns << "/" << job << ":\n"
+                                       << found;
+}
+
+::testing::AssertionResult wait_succeeded(const std::string& ns, const std::string& job, std::chrono::seconds timeout,
+                                          bool expect_straggler) {
+  std::string now;
+  bool ended = eventually([&] {
+    now = phase(ns, job);
+    if (now == "Succeeded" || now == "Failed") return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));  // kubectl is a process: spare the CPU
+    return false;
+  }, timeout);
+  if (!ended || now != "Succeeded")
+    return ::testing::AssertionFailure() << ns << "/" << job << " is " << (now.empty() ? "(no phase)" : now)
+                                         << (ended ? "" : " after " + std::to_string(timeout.count()) + " s")
+                                         << ", not Succeeded\n" << diagnose(ns);
+  return expect_straggler ? ::testing::AssertionSuccess() : no_straggler_verdict(ns, job);
 }
 
 std::string diagnose(const std::string& ns) {
@@ -105,6 +150,23 @@ Resume resume_of(const std::string& ns, const std::string& pod, std::chrono::sys
     }
   }
   return r;
+}
+
+StepTimes step_times(const std::string& ns, const std::string& pod, std::chrono::system_clock::time_point from,
+                     std::chrono::system_clock::time_point to) {
+  auto logs = cluster_kubectl({"-n", ns, "logs", "--timestamps", pod});
+  static const std::regex timed(R"(^(\S+) (\[rank \d+\] )?step +\d+/.* ([0-9.]+) ms/step)");
+  std::vector<double> ms;
+  std::istringstream in(logs.output);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, timed)) continue;
+    auto at = parse_rfc3339(m[1]);
+    if (at >= from && at < to) ms.push_back(std::stod(m[3]));
+  }
+  if (ms.empty()) return {};
+  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+  return {ms[ms.size() / 2], ms.size()};
 }
 
 // The last step rank 0 finished, from its loss log (one line per step, flushed as written).

@@ -3,11 +3,13 @@
 // nodes_in_cluster_test) with what bench/recovery reads of it.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace lockstep::test {
 
@@ -19,9 +21,21 @@ std::string phase(const std::string& ns, const std::string& job);  // the Traini
 const nlohmann::json* condition(const nlohmann::json& job, const std::string& type);
 // The TrainingJob's status.restarts; -1 while it cannot be read (the operator restarting).
 int job_restarts(const std::string& ns, const std::string& job);
+// The job's Events as "reason: message", oldest first.
+std::vector<std::string> job_events(const std::string& ns, const std::string& job);
 // What a user would look at when a wait fails: the jobs described, the pods and nodes, the
 // operator's last log lines.
 std::string diagnose(const std::string& ns);
+
+// Issue #42's "no false verdicts", one check for every healthy job of the tier: the job has no
+// `Straggler` condition (the operator adds one only once it saw a verdict, and a cleared one
+// stays False: any status means a verdict was raised) and no `Straggler` Event names it.
+::testing::AssertionResult no_straggler_verdict(const std::string& ns, const std::string& job);
+// Waits up to `timeout` for the TrainingJob's phase Succeeded (failing at once on Failed),
+// then, unless `expect_straggler`, asserts no_straggler_verdict. Every test of the tier that
+// waits for a job to succeed does it through here, so every future one keeps the check.
+::testing::AssertionResult wait_succeeded(const std::string& ns, const std::string& job, std::chrono::seconds timeout,
+                                          bool expect_straggler = false);
 
 // The newest complete checkpoint's step in `dir` (its LATEST file); 0 when none.
 int latest_checkpoint(const std::string& dir);
@@ -36,6 +50,16 @@ struct Resume {
 };
 Resume resume_of(const std::string& ns, const std::string& pod,
                  std::chrono::system_clock::time_point since = std::chrono::system_clock::time_point{});
+
+// The step times rank 0 printed ("step  12/400  ...  123.4 ms/step ...", with --log-every=1 one
+// per step) in the lines of `pod`'s log the kubelet stamped in [from, to): their median in
+// milliseconds (0 when none) and how many.
+struct StepTimes {
+  double median_ms = 0;
+  size_t steps = 0;
+};
+StepTimes step_times(const std::string& ns, const std::string& pod, std::chrono::system_clock::time_point from,
+                     std::chrono::system_clock::time_point to = std::chrono::system_clock::time_point::max());
 
 int last_logged_step(const std::string& loss_log);  // rank 0's last step in its loss log
 double final_loss(const std::string& loss_log);

@@ -50,6 +50,7 @@ using lockstep::test::phase;
 using lockstep::test::real_cluster;
 using lockstep::test::resume_of;
 using lockstep::test::Resume;
+using lockstep::test::wait_succeeded;
 using Clock = std::chrono::system_clock;
 
 namespace {
@@ -270,6 +271,7 @@ class KueueInClusterBase : public ::testing::Test {
               "---\napiVersion: kueue.x-k8s.io/v1beta2\nkind: WorkloadPriorityClass\nmetadata: {name: " + ns + "-high}\nvalue: 1000\n");
   }
 
+  // Any phase but Succeeded, which wait_succeeded (job_support.hpp) waits for with its checks.
   bool wait_phase(const std::string& ns, const std::string& job, const std::string& want, std::chrono::seconds timeout) {
     return eventually([&] { return phase(ns, job) == want; }, timeout);
   }
@@ -365,7 +367,7 @@ class KueueInCluster : public KueueInClusterBase {
     EXPECT_EQ(p.low_while_queued["status"].value("restarts", -1), 0) << p.low_while_queued["status"].dump();
 
     // The high job runs to the end; then the low one is admitted again and resumes at S + 1.
-    ASSERT_TRUE(wait_phase(ns, high, "Succeeded", 240s)) << diagnose(ns);
+    ASSERT_TRUE(wait_succeeded(ns, high, 240s));
     const auto high_done = Clock::now();
     Resume res;
     ASSERT_TRUE(eventually([&] {
@@ -443,7 +445,7 @@ TEST_F(KueueInCluster, AHigherPriorityJobPreemptsATrainingJobWhichResumesAtTheNe
   EXPECT_EQ(workload(ns, "low")["metadata"].value("uid", ""), low_wl["metadata"].value("uid", ""))
       << "the same Workload, admitted again";
 
-  ASSERT_TRUE(wait_phase(ns, "low", "Succeeded", 300s)) << diagnose(ns);
+  ASSERT_TRUE(wait_succeeded(ns, "low", 300s));
   low = get_json(ns, "trainingjob/low");
   EXPECT_EQ(low["status"].value("restarts", -1), 0) << low["status"].dump();
   const json* ev = condition(low, "Evicted");
@@ -471,7 +473,7 @@ TEST_F(KueueInCluster, AHigherPriorityJobPreemptsATrainingJobWhichResumesAtTheNe
     EXPECT_EQ(segment_problem(runs[i], first, last), "") << "run " << i + 1 << " of the low job";
     for (const auto& [s, l] : losses(runs[i])) all[s].insert(all[s].end(), l.begin(), l.end());
   }
-  ASSERT_TRUE(wait_phase(ns, "reference", "Succeeded", 300s)) << diagnose(ns);
+  ASSERT_TRUE(wait_succeeded(ns, "reference", 300s));
   auto reference = losses(lockstep::test::read_file(ref_dir + "/loss.txt"));
   int compared = 0;
   for (int s = 1; s <= kLowSteps; ++s) {
@@ -548,7 +550,7 @@ TEST_F(KueueInCluster, AnInPlaceRestartKeepsTheAdmission) {
   json tj = get_json(ns, "trainingjob/" + job);
   EXPECT_EQ(condition(tj, "Evicted"), nullptr) << tj["status"].dump();
 
-  ASSERT_TRUE(wait_phase(ns, job, "Succeeded", 240s)) << diagnose(ns);
+  ASSERT_TRUE(wait_succeeded(ns, job, 240s));
   tj = get_json(ns, "trainingjob/" + job);
   EXPECT_EQ(tj["status"].value("restarts", -1), 0) << tj["status"].dump();
   EXPECT_EQ(tj["status"].value("inPlaceRestarts", -1), 1) << tj["status"].dump();

@@ -49,6 +49,8 @@ using lockstep::test::report_recovery;
 using lockstep::test::resume_of;
 using lockstep::test::Resume;
 using lockstep::test::trim;
+using lockstep::test::no_straggler_verdict;
+using lockstep::test::wait_succeeded;
 
 namespace {
 
@@ -79,6 +81,7 @@ class LockstepInCluster : public ::testing::Test {
     ASSERT_TRUE(r.status.success()) << r.output;
   }
 
+  // Any phase but Succeeded, which wait_succeeded (job_support.hpp) waits for with its checks.
   bool wait_phase(const std::string& ns, const std::string& job, const std::string& want, std::chrono::seconds timeout) {
     return eventually([&] { return phase(ns, job) == want; }, timeout);
   }
@@ -133,6 +136,7 @@ TEST_F(LockstepInCluster, DdpExampleTrainsInRealPodsToSucceeded) {
       progress_row = r.output;
     return phase_now == "Succeeded";
   }, 300s)) << diagnose(ns);
+  EXPECT_TRUE(no_straggler_verdict(ns, "tiny-ddp"));
   EXPECT_FALSE(progress_row.empty()) << "no reading of rank 0's progress while the job ran: "
                                      << get_json(ns, "trainingjob/tiny-ddp")["status"].dump();
   std::cerr << "[cluster] kubectl get tj while training: " << progress_row;
@@ -181,7 +185,7 @@ TEST_F(LockstepInCluster, TheRestrictedExampleTrainsWhereTheRestrictedStandardIs
   ASSERT_TRUE(label.status.success()) << label.output;
   auto t0 = std::chrono::steady_clock::now();
   apply_example(ns, "examples/restricted.yaml");
-  ASSERT_TRUE(wait_phase(ns, "tiny-restricted", "Succeeded", 300s)) << diagnose(ns);
+  ASSERT_TRUE(wait_succeeded(ns, "tiny-restricted", 300s));
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cerr << "[cluster] examples/restricted.yaml (enforce=restricted): apply -> Succeeded in " << seconds << " s\n";
   RecordProperty("restricted_apply_to_succeeded_seconds", std::to_string(seconds));
@@ -219,7 +223,7 @@ TEST_F(LockstepInCluster, FsdpExampleCheckpointsOnItsSharedClaimAndSucceeds) {
   auto r = cluster_kubectl({"-n", ns, "apply", "-f", "-"}, storage);
   ASSERT_TRUE(r.status.success()) << r.output;
   apply_example(ns, "examples/fsdp.yaml");
-  ASSERT_TRUE(wait_phase(ns, "tiny-fsdp", "Succeeded", 300s)) << diagnose(ns);
+  ASSERT_TRUE(wait_succeeded(ns, "tiny-fsdp", 300s));
   json job = get_json(ns, "trainingjob/tiny-fsdp");
   EXPECT_EQ(job["status"]["nodes"].value("succeeded", -1), 2) << job["status"].dump();
   // keep: 3 of the checkpoints at 50, 100, 150 and 200, each complete, with four shards.
@@ -478,7 +482,7 @@ TEST_F(LockstepInCluster, FaultsRestartInPlaceThenAsAGangAndResumeFromTheLastChe
     ASSERT_TRUE(r.status.success()) << r.output;
   }
 
-  ASSERT_TRUE(wait_phase(ns, job, "Succeeded", 420s)) << diagnose(ns);
+  ASSERT_TRUE(wait_succeeded(ns, job, 420s));
   json final_status = status();
   EXPECT_EQ(final_status.value("restarts", -1), expected_restarts) << final_status.dump();
   EXPECT_EQ(final_status.value("inPlaceRestarts", -1), expected_in_place) << final_status.dump();
@@ -509,7 +513,7 @@ TEST_F(LockstepInCluster, FaultsRestartInPlaceThenAsAGangAndResumeFromTheLastChe
   if (bench) {
     r = start_reference();
     ASSERT_TRUE(r.status.success()) << r.output;
-    ASSERT_TRUE(wait_phase(ns, "reference", "Succeeded", 420s)) << diagnose(ns);
+    ASSERT_TRUE(wait_succeeded(ns, "reference", 420s));
   } else
     ASSERT_TRUE(eventually([&] { return last_logged_step(ref_dir + "/loss.txt") >= at_start; }, 420s))
         << "the reference run did not reach step " << at_start << "\n" << diagnose(ns);
@@ -648,7 +652,7 @@ TEST_F(LockstepInCluster, AGangThatDoesNotFitStartsNoMemberUntilAllFit) {
   ASSERT_EQ(scheduled.size(), 3u);
   auto [lo, hi] = std::minmax_element(scheduled.begin(), scheduled.end());
   EXPECT_LE(std::chrono::duration<double>(*hi - *lo).count(), 3.0) << "the members were not bound together";
-  EXPECT_TRUE(wait_phase(ns, "gang", "Succeeded", 180s)) << diagnose(ns);
+  EXPECT_TRUE(wait_succeeded(ns, "gang", 180s));
   cluster_kubectl({"-n", ns, "delete", "trainingjob", "gang", "--wait=true"}, "", 120s);
 }
 

@@ -20,6 +20,7 @@
 
 #include "cluster_test_support.hpp"
 #include "dashboard_queries.hpp"
+#include "job_support.hpp"
 #include "lockstep_install.hpp"
 #include "test_util.hpp"
 
@@ -353,6 +354,14 @@ TEST_F(MetricsInCluster, PrometheusFindsThePodsAndTheOperatorAndEveryDashboardQu
            n[0]["value"][1] == "4";
   }, 120s)) << "no 20 s of samples from the four ranks\n" << diagnose();
   ASSERT_EQ(phase(ns, kJob), "Running") << diagnose();
+  // Every rank's straggler score (the training dashboard's straggler panel): there once each
+  // rank is past its warm-up and has half a window of steps (Note [Straggler score]: 25 s at the
+  // default window) and node 0's agent has judged the gang (every 5 s).
+  ASSERT_TRUE(eventually([&] {
+    std::this_thread::sleep_for(1s);
+    json n = result_of(prom_query(port, "count(lockstep_straggler_score{" + sel + "})"));
+    return n.size() == 1 && n[0]["value"][1] == "4";
+  }, 120s)) << "no straggler score from the four ranks\n" << diagnose();
 
   // The targets: two training pods from the PodMonitor's job and the operator's pod from the
   // ServiceMonitor's, nothing else.
@@ -565,7 +574,7 @@ TEST_F(MetricsInCluster, AnUnmodifiedScriptInAPlainPyTorchImageReportsStepsAndCo
       << diagnose();
   const std::string uid0 = get_json(ns, "pod/pytorch-script-0")["metadata"].value("uid", "");
   ASSERT_EQ(::kill(pids[0], SIGKILL), 0);
-  ASSERT_TRUE(eventually([&] { return phase(ns, job) == "Succeeded"; }, 600s)) << diagnose();
+  ASSERT_TRUE(lockstep::test::wait_succeeded(ns, job, 600s)) << diagnose();
   json status = get_json(ns, "trainingjob/" + job)["status"];
   EXPECT_EQ(status.value("inPlaceRestarts", -1), 1) << status.dump();
   EXPECT_EQ(status.value("restarts", -1), 0) << status.dump();

@@ -10,10 +10,15 @@
 //     over the node boundaries;
 //   - the node faults the script injects are what they claim: a frozen node is silent (a peer's
 //     connection attempt gets no answer at all) and its processes are stopped, until thawed; a
-//     node powered off has no process left, and comes back Ready when powered on.
+//     node powered off has no process left, and comes back Ready when powered on; a throttled
+//     pod gets its percent of a CPU until unthrottled;
+//   - a straggler (#42): a checkpointed job's rank whose pod is throttled to half its CPU is named
+//     by the Straggler condition, pod and node, within 60 s; under Replace the gang restarts off
+//     that node and steps at its old pace; under Report the condition clears once unthrottled.
 // The environment's teardown then proves that down leaves nothing of three nodes behind.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include <filesystem>
 #include <functional>
@@ -21,6 +26,7 @@
 #include <iomanip>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -39,6 +45,7 @@ using lockstep::test::eventually;
 using lockstep::test::real_cluster;
 using lockstep::test::diagnose;
 using lockstep::test::get_json;
+using lockstep::test::job_events;
 using lockstep::test::trim;
 
 namespace {
@@ -213,6 +220,59 @@ TEST(NodesInClusterPlain, AFrozenNodeIsSilentUntilThawedAndAPoweredOffOneComesBa
   }, 60s)) << ip_after;
 }
 
+// scripts/cluster.sh throttle / unthrottle (Note [CPU throttle] in `scripts/cluster/faults.sh`): a
+// pod spinning on a CPU gets about PERCENT of one while throttled (its cgroup's cpuacct.usage
+// says), and more than twice that before and after; bad input changes nothing and says why.
+TEST(NodesInClusterPlain, AThrottledPodGetsItsPercentOfOneCpuUntilUnthrottled) {
+  LOCKSTEP_REQUIRE_REAL_CLUSTER();
+  auto ns = create_test_namespace("throttle");
+  const std::string pod = ns + "/spin";
+  auto apply = cluster_kubectl({"-n", ns, "apply", "-f", "-"},
+                               "apiVersion: v1\nkind: Pod\nmetadata: {name: spin}\nspec:\n  nodeName: " + kNodeNames[1] +
+                                   "\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: spin\n"
+                                   "    image: lockstep/trainer:0.1.0\n    imagePullPolicy: Never\n"
+                                   "    command: [sh, -c, 'while :; do :; done']\n");
+  ASSERT_TRUE(apply.status.success()) << apply.output;
+  ASSERT_EQ(lockstep::test::wait_pods_ready(ns, {"spin"}), "");
+  // CPU-seconds per second over 4 s, from the pod's cgroup.
+  auto rate = [&] {
+    double c0 = lockstep::test::pod_cpu_seconds(ns, "spin");
+    auto t0 = std::chrono::steady_clock::now();
+    std::this_thread::sleep_for(4s);
+    double c1 = lockstep::test::pod_cpu_seconds(ns, "spin");
+    return c0 < 0 || c1 < 0 ? -1.0 : (c1 - c0) / seconds_since(t0);
+  };
+  const double free_before = rate();
+  ASSERT_GT(free_before, 0) << "no cpuacct cgroup of the pod found";
+
+  auto bad = real_cluster()->script({"throttle", pod, "0"});
+  EXPECT_EQ(bad.status.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("PERCENT '0'"), std::string::npos) << bad.output;
+  bad = real_cluster()->script({"throttle", ns + "/nobody", "10"});
+  EXPECT_EQ(bad.status.code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("no pod " + ns + "/nobody"), std::string::npos) << bad.output;
+  bad = real_cluster()->script({"unthrottle", pod});
+  EXPECT_EQ(bad.status.code, 1) << bad.output;
+
+  constexpr int kPercent = 10;
+  auto on = real_cluster()->script({"throttle", pod, std::to_string(kPercent)});
+  ASSERT_TRUE(on.status.success()) << on.output;
+  const std::string uid = jsonpath(ns, "pod/spin", "{.metadata.uid}");
+  EXPECT_NE(on.output.find("/lockstep-cluster/node-1/kubepods/besteffort/pod" + uid), std::string::npos) << on.output;
+  auto again = real_cluster()->script({"throttle", pod, "50"});
+  EXPECT_EQ(again.status.code, 1) << "throttled twice: " << again.output;
+  const double throttled = rate();
+  auto off = real_cluster()->script({"unthrottle", pod});
+  ASSERT_TRUE(off.status.success()) << off.output;
+  const double free_after = rate();
+  std::cerr << "[cluster] a spinning pod: " << std::fixed << std::setprecision(3) << free_before
+            << " CPU-s/s free, " << throttled << " throttled to " << kPercent << "%, " << free_after << " unthrottled\n";
+  EXPECT_LE(throttled, kPercent / 100.0 * 1.15 + 0.005);
+  EXPECT_GT(throttled, 0) << "a throttled pod runs on";
+  EXPECT_GT(free_before, 2 * throttled);
+  EXPECT_GT(free_after, 2 * throttled);
+}
+
 // Placement (docs/trainingjob.md): both ways a job asks for one pod per node, at once.
 TEST_F(NodesInCluster, AJobAskingOnePodPerNodeEitherWaySpreadsAndTrainsToSucceeded) {
   LOCKSTEP_REQUIRE_REAL_CLUSTER();
@@ -252,6 +312,7 @@ TEST_F(NodesInCluster, AJobAskingOnePodPerNodeEitherWaySpreadsAndTrainsToSucceed
   for (const auto& [job, nodes] : std::map<std::string, int>{{by_field, 3}, {by_template, 2}}) {
     json st = get_json(ns, "trainingjob/" + job)["status"];
     EXPECT_EQ(st.value("phase", ""), "Succeeded") << job << ": " << st.dump(1);
+    EXPECT_TRUE(lockstep::test::no_straggler_verdict(ns, job));
     ASSERT_EQ(placed[job].size(), static_cast<size_t>(nodes)) << job;
     std::set<std::string> distinct;
     std::string where;
@@ -279,15 +340,6 @@ std::map<int, std::string> gang_nodes(const std::string& ns, const std::string& 
     std::string node = p["spec"].value("nodeName", "");
     if (!node.empty()) out[std::atoi(labels.value("lockstep.dev/node-rank", "-1").c_str())] = node;
   }
-  return out;
-}
-
-// The job's Events (reason: message), oldest first.
-std::vector<std::string> job_events(const std::string& ns, const std::string& job) {
-  std::vector<std::string> out;
-  json events = get_json(ns, "events");
-  for (const auto& e : events.value("items", json::array()))
-    if (e["involvedObject"].value("name", "") == job) out.push_back(e.value("reason", "") + ": " + e.value("message", ""));
   return out;
 }
 
@@ -480,6 +532,227 @@ TEST_F(NodeFaults, ADrainedNodeMovesTheGangToTheOthers) {
                     }
                     cluster_kubectl({"uncordon", n});
                   }});
+}
+
+// ---- #42: a straggler named, and the gang moved off its node ----------------------------------
+// NodesInCluster tests: gtest runs that suite before NodeFaults, whose job would share the CPUs.
+
+// The job: 2 pods of 1 rank at half a core each, one per node; rank 1's pod throttled to half
+// of that (scripts/cluster.sh throttle, Note [CPU throttle] in `scripts/cluster/faults.sh`).
+constexpr int kStragglerSteps = 1500;  // at most about 10 a second at 500m: time for both tests
+const std::string kStragglerCpu = "500m", kThrottlePercent = "25";
+constexpr auto kSteadyWindow = 35s;     // the agents' window (30 s) full of unthrottled steps
+constexpr auto kDetectionBound = 60s;   // #42's target, at a 1.5x slowdown; this one is about 2x
+
+// A process's CPU time (utime + stime, /proc/PID/stat), in seconds; 0 when it is gone.
+double process_cpu_seconds(pid_t pid) {
+  std::string stat = lockstep::test::read_file("/proc/" + std::to_string(pid) + "/stat");
+  size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream f(stat.substr(close + 2));
+  std::string field;
+  double utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && f >> field; ++i) {
+    if (i == 14) utime = std::stod(field);
+    if (i == 15) stime = std::stod(field);
+  }
+  return (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// The Straggler condition as it stands ({} when none).
+json straggler_condition(const std::string& ns, const std::string& job) {
+  const json tj = get_json(ns, "trainingjob/" + job);
+  const json* c = lockstep::test::condition(tj, "Straggler");
+  return c && c->is_object() ? *c : json::object();
+}
+
+// status.stragglers ({} when none).
+json stragglers_status(const std::string& ns, const std::string& job) {
+  const json tj = get_json(ns, "trainingjob/" + job);
+  const json st = tj.is_object() ? tj.value("status", json::object()) : json::object();
+  return st.is_object() ? st.value("stragglers", json::object()) : json::object();
+}
+
+std::string events_text(const std::string& ns, const std::string& job) {
+  std::string out;
+  for (const auto& e : job_events(ns, job)) out += e + "\n";
+  return out;
+}
+
+// One straggler scenario's job and what was measured of it.
+struct Straggling {
+  std::string ns, job = "slow", dir, victim;  // victim: rank 1's node
+  std::map<int, std::string> placed;          // node rank -> node
+  lockstep::test::StepTimes free;             // rank 0's step times just before the throttle
+  int step_at_throttle = 0;
+  std::chrono::steady_clock::time_point t0, t_throttle;
+  std::chrono::system_clock::time_point t_throttle_sys;
+  double detected = 0;  // seconds from the throttle to the condition True
+  std::string pod(int rank) const { return job + "-" + std::to_string(rank); }
+};
+
+// Starts the job, `stragglers` under its runPolicy ("" for the defaults); returns once it has
+// stepped steadily for the agents' window, with its unthrottled pace measured.
+void start_straggling(Straggling& s, const std::string& prefix, const std::string& stragglers) {
+  s.ns = create_test_namespace(prefix);
+  s.dir = lockstep::test::real_cluster_state_dir() + "/run/volumes/" + s.ns + "/" + s.job;
+  std::string yaml = lockstep::test::checkpoint_job(s.job, s.dir, kStragglerSteps, 1, kStragglerCpu);
+  yaml.replace(yaml.find("  template:"), 0, "  scheduling: {onePodPerNode: true}\n");
+  if (!stragglers.empty()) yaml.replace(yaml.find("  runPolicy:\n") + 13, 0, "    stragglers: " + stragglers + "\n");
+  yaml.replace(yaml.find("--batch-size=8"), 14, "--batch-size=32");  // steps of tens of ms, not a few
+  yaml.replace(yaml.find("everySteps: 20"), 14, "everySteps: 100");  // a checkpoint every few seconds
+  s.t0 = std::chrono::steady_clock::now();
+  auto apply = cluster_kubectl({"-n", s.ns, "apply", "-f", "-"}, yaml);
+  ASSERT_TRUE(apply.status.success()) << apply.output;
+  ASSERT_TRUE(eventually([&] { return (s.placed = gang_nodes(s.ns, s.job, 0)).size() == 2; }, 180s)) << diagnose(s.ns);
+  ASSERT_TRUE(eventually([&] {
+    if (lockstep::test::resume_of(s.ns, s.pod(0)).first_step_at) return true;
+    std::this_thread::sleep_for(1s);
+    return false;
+  }, 180s)) << diagnose(s.ns);
+  // Where each pod's CPU goes over the window: its trainer, and the rest (the agent, the shell).
+  auto cpu = [&](int rank, double out[2]) {
+    out[0] = lockstep::test::pod_cpu_seconds(s.ns, s.pod(rank));
+    out[1] = 0;
+    for (pid_t p : lockstep::test::worker_pids(s.ns, s.job, rank, "lockstep-trainer")) out[1] += process_cpu_seconds(p);
+  };
+  double before[2][2], after[2][2];
+  for (int r = 0; r < 2; ++r) cpu(r, before[r]);
+  std::this_thread::sleep_for(kSteadyWindow);
+  for (int r = 0; r < 2; ++r) cpu(r, after[r]);
+  std::cerr << "[cluster] straggler: CPU-s/s over " << kSteadyWindow.count() << " s unthrottled (pod, its trainer):";
+  for (int r = 0; r < 2; ++r)
+    std::cerr << " " << s.pod(r) << " " << std::fixed << std::setprecision(3)
+              << (after[r][0] - before[r][0]) / kSteadyWindow.count() << ", "
+              << (after[r][1] - before[r][1]) / kSteadyWindow.count() << ";";
+  std::cerr << "\n";
+  const auto now = std::chrono::system_clock::now();
+  s.free = lockstep::test::step_times(s.ns, s.pod(0), now - 20s, now);
+  ASSERT_GE(s.free.steps, 20u) << diagnose(s.ns);
+  s.step_at_throttle = lockstep::test::last_logged_step(s.dir + "/loss.txt");
+  ASSERT_LT(s.step_at_throttle, kStragglerSteps / 3) << "the job trains faster than planned: raise kStragglerSteps";
+  EXPECT_TRUE(lockstep::test::no_straggler_verdict(s.ns, s.job)) << "before the throttle";
+  s.victim = s.placed[1];
+  ASSERT_NE(s.placed[0], s.victim) << "onePodPerNode";
+}
+
+// Throttles rank 1's pod; returns once the Straggler condition is True, having checked that it
+// and a Warning Event name rank 1, its pod and its node, within kDetectionBound.
+void throttle_until_named(Straggling& s) {
+  s.t_throttle = std::chrono::steady_clock::now();
+  s.t_throttle_sys = std::chrono::system_clock::now();
+  auto throttle = real_cluster()->script({"throttle", s.ns + "/" + s.pod(1), kThrottlePercent});
+  ASSERT_TRUE(throttle.status.success()) << throttle.output;
+  json cond;
+  const bool named = eventually([&] {
+    cond = straggler_condition(s.ns, s.job);
+    if (cond.value("status", "") == "True") return true;
+    std::this_thread::sleep_for(500ms);
+    return false;
+  }, kDetectionBound + 60s);
+  s.detected = seconds_since(s.t_throttle);
+  const auto slow = lockstep::test::step_times(s.ns, s.pod(0), s.t_throttle_sys + 10s);
+  const std::string message = cond.value("message", "");
+  std::cerr << "[cluster] straggler: step " << std::fixed << std::setprecision(1) << s.free.median_ms
+            << " ms unthrottled (median of " << s.free.steps << "), " << slow.median_ms << " ms with rank 1 throttled to "
+            << kThrottlePercent << "% of a CPU (" << slow.steps << "); Straggler condition "
+            << (named ? "True " : "not True within ") << s.detected << " s after the throttle: " << message << "\n";
+  ASSERT_TRUE(named) << "no Straggler condition\n" << diagnose(s.ns);
+  EXPECT_LE(s.detected, static_cast<double>(kDetectionBound.count()));
+  EXPECT_EQ(cond.value("reason", ""), "SlowRank");
+  const std::string subject = "rank 1 (pod " + s.pod(1) + " on node " + s.victim + "): work ";
+  EXPECT_NE(message.find(subject), std::string::npos) << message;
+  EXPECT_NE(events_text(s.ns, s.job).find("Straggler: " + subject), std::string::npos) << events_text(s.ns, s.job);
+}
+
+// Under Replace, after replaceAfterSeconds the gang restarts (StragglerReplaced) with pods that
+// keep the slow node out, resumes from a checkpoint the throttled gang wrote and steps at its
+// unthrottled pace again (within 1.3x); the job Succeeds with the one replacement counted.
+TEST_F(NodesInCluster, AThrottledRankIsNamedAStragglerAndReplaceMovesTheGangOffItsNode) {
+  LOCKSTEP_REQUIRE_REAL_CLUSTER();
+  ASSERT_EQ(install_error_, "");
+  Straggling s;
+  ASSERT_NO_FATAL_FAILURE(start_straggling(s, "replace", "{policy: Replace, replaceAfterSeconds: 20, maxReplacements: 1}"));
+  ASSERT_NO_FATAL_FAILURE(throttle_until_named(s));
+
+  std::map<int, std::string> moved;
+  lockstep::test::Resume resumed;
+  std::optional<double> restarted_after;  // seconds from the verdict
+  ASSERT_TRUE(eventually([&] {
+    if (!restarted_after && lockstep::test::job_restarts(s.ns, s.job) >= 1)
+      restarted_after = seconds_since(s.t_throttle) - s.detected;
+    if (restarted_after && (moved = gang_nodes(s.ns, s.job, 1)).size() == 2 &&
+        (resumed = lockstep::test::resume_of(s.ns, s.pod(0), s.t_throttle_sys)).first_step_at)
+      return true;
+    std::this_thread::sleep_for(500ms);
+    return false;
+  }, 180s)) << diagnose(s.ns);
+  std::cerr << "[cluster] straggler: gang restarted " << *restarted_after << " s after the verdict, on " << moved[0]
+            << " and " << moved[1] << ", resumed at step " << resumed.step << " (throttled at step "
+            << s.step_at_throttle << ")\n";
+  // Not before replaceAfterSeconds (20), less the time this test took to see the condition.
+  EXPECT_GE(*restarted_after, 18.5) << "before replaceAfterSeconds";
+  for (const auto& [rank, node] : moved) EXPECT_NE(node, s.victim) << "rank " << rank << " back on the slow node";
+  EXPECT_GT(resumed.step, s.step_at_throttle) << "resumed from a checkpoint older than the throttle";
+  json st = stragglers_status(s.ns, s.job);
+  EXPECT_EQ(st.value("replacements", -1), 1) << st.dump();
+  EXPECT_EQ(st.value("excludedNodes", json::array()), json::array({s.victim})) << st.dump();
+  const std::string affinity = get_json(s.ns, "pod/" + s.pod(0))["spec"]["affinity"].dump();
+  EXPECT_NE(affinity.find(R"({"key":"metadata.name","operator":"NotIn","values":[")" + s.victim + "\"]}"),
+            std::string::npos) << affinity;
+  EXPECT_NE(events_text(s.ns, s.job).find("StragglerReplaced: "), std::string::npos) << events_text(s.ns, s.job);
+
+  // Its unthrottled pace again, once past the resume's first steps.
+  std::this_thread::sleep_for(*resumed.first_step_at + 25s - std::chrono::system_clock::now());
+  const auto after = lockstep::test::step_times(s.ns, s.pod(0), *resumed.first_step_at + 5s);
+  std::cerr << "[cluster] straggler: step " << after.median_ms << " ms after the move (median of " << after.steps
+            << "), " << after.median_ms / s.free.median_ms << "x the unthrottled figure\n";
+  ASSERT_GE(after.steps, 20u) << "the job ended too soon after the move: raise kStragglerSteps\n" << diagnose(s.ns);
+  EXPECT_LE(after.median_ms, 1.3 * s.free.median_ms);
+  const json cond = straggler_condition(s.ns, s.job);
+  EXPECT_EQ(cond.value("status", ""), "False") << "the verdict was the old attempt's: " << cond.dump();
+  EXPECT_EQ(cond.value("reason", ""), "Replaced") << cond.dump();
+
+  ASSERT_TRUE(lockstep::test::wait_succeeded(s.ns, s.job, 300s, /*expect_straggler=*/true));
+  EXPECT_EQ(lockstep::test::job_restarts(s.ns, s.job), 1);
+  EXPECT_EQ(stragglers_status(s.ns, s.job).value("replacements", -1), 1) << "at most maxReplacements";
+  real_cluster()->script({"unthrottle", s.ns + "/" + s.pod(1)});  // its cgroups are gone: the record only
+  std::cerr << "[cluster] straggler (Replace): apply -> Succeeded in " << seconds_since(s.t0) << " s\n";
+}
+
+// The default policy, Report: the verdict is reported and nothing else happens; once the pod
+// is unthrottled the condition turns False (Recovered) with a StragglerRecovered Event, the pace
+// is back (within 1.3x) and the gang never restarted.
+TEST_F(NodesInCluster, AStragglerReportedRecoversWhenItsPodIsUnthrottled) {
+  LOCKSTEP_REQUIRE_REAL_CLUSTER();
+  ASSERT_EQ(install_error_, "");
+  Straggling s;
+  ASSERT_NO_FATAL_FAILURE(start_straggling(s, "report", ""));
+  ASSERT_NO_FATAL_FAILURE(throttle_until_named(s));
+  auto off = real_cluster()->script({"unthrottle", s.ns + "/" + s.pod(1)});
+  ASSERT_TRUE(off.status.success()) << off.output;
+  const auto t_off = std::chrono::steady_clock::now();
+  const auto t_off_sys = std::chrono::system_clock::now();
+  json cond;
+  ASSERT_TRUE(eventually([&] {
+    cond = straggler_condition(s.ns, s.job);
+    if (cond.value("status", "") == "False") return true;
+    std::this_thread::sleep_for(500ms);
+    return false;
+  }, 120s)) << cond.dump() << "\n" << diagnose(s.ns);
+  const double recovered = seconds_since(t_off);
+  const auto after = lockstep::test::step_times(s.ns, s.pod(0), t_off_sys + 5s);
+  std::cerr << "[cluster] straggler: condition False " << std::fixed << std::setprecision(1) << recovered
+            << " s after the unthrottle: " << cond.value("message", "") << "; step " << after.median_ms << " ms (median of "
+            << after.steps << "), " << after.median_ms / s.free.median_ms << "x the unthrottled figure\n";
+  EXPECT_EQ(cond.value("reason", ""), "Recovered") << cond.dump();
+  EXPECT_NE(events_text(s.ns, s.job).find("StragglerRecovered: "), std::string::npos) << events_text(s.ns, s.job);
+  EXPECT_LE(after.median_ms, 1.3 * s.free.median_ms);
+  EXPECT_EQ(lockstep::test::job_restarts(s.ns, s.job), 0) << "Report restarts nothing";
+  EXPECT_EQ(stragglers_status(s.ns, s.job).value("replacements", 0), 0);
+  std::cerr << "[cluster] straggler (Report): apply -> recovered in " << seconds_since(s.t0) << " s\n";
+  // Its end is the Replace test's: the job goes now (wait_succeeded would judge a verdict it expects).
+  cluster_kubectl({"-n", s.ns, "delete", "trainingjob", s.job, "--wait=false"});
 }
 
 }  // namespace
