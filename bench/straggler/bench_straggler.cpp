@@ -10,7 +10,9 @@
 //      to 2x) and one-step spikes of 20x; three seeds; at both thresholds;
 //   3. the cost: per step on an agent (a report's work into its rank's window) against parsing
 //      the step report itself, the baseline it rides on; per evaluation on node 0 at 4,096 nodes
-//      of 8 ranks, against the 5 s it has; the bytes a member sends.
+//      of 8 ranks, against the 5 s it has; the bytes a member sends;
+//   4. the operator's cost per reading: the verdict parsed from rank 0's page against the
+//      progress it parses from the same page already.
 // Every round is printed; nothing is asserted (a benchmark, not a timed test).
 #include <chrono>
 #include <cstdio>
@@ -20,6 +22,8 @@
 
 #include "bench_util.hpp"
 #include "lockstep/straggler.hpp"
+#include "reconcile/progress.hpp"
+#include "reconcile/stragglers.hpp"
 #include "step_report.hpp"
 #include "straggler_series.hpp"
 
@@ -157,6 +161,44 @@ void cost() {
               nproc, wire.size() + 1, kInterval, (wire.size() + 1) * (nodes - 1) / kInterval / 1024, nodes);
 }
 
+// A rank 0 agent's page as the operator reads it: 8 ranks' training series (a step histogram
+// of 15 buckets and a dozen counters and gauges each) and node 0's straggler series.
+std::string rank0_page() {
+  std::string page;
+  const std::string base = "namespace=\"ns\",trainingjob=\"tj\"";
+  for (int r = 0; r < 8; ++r) {
+    const std::string l = base + ",node_rank=\"0\",rank=\"" + std::to_string(r) + "\"";
+    for (int b = 0; b < 15; ++b)
+      page += "lockstep_step_duration_seconds_bucket{" + l + ",le=\"" + std::to_string(0.01 * (1 << b)) + "\"} " +
+              std::to_string(100 * b) + "\n";
+    for (const char* name : {"lockstep_steps_total", "lockstep_step", "lockstep_total_steps", "lockstep_tokens_total",
+                             "lockstep_compute_seconds_total", "lockstep_comm_exposed_seconds_total", "lockstep_loss",
+                             "lockstep_worker_up", "lockstep_last_step_timestamp_seconds", "lockstep_flops_total",
+                             "lockstep_straggler_score", "lockstep_metrics_malformed_total"})
+      page += std::string(name) + "{" + l + "} 1234.5\n";
+  }
+  page += "lockstep_straggler_slowdown{" + base + ",node_rank=\"3\",rank=\"29\",throttle=\"power\"} 1.42\n";
+  page += "lockstep_stragglers{" + base + ",node_rank=\"0\"} 1\nlockstep_straggler_suspects{" + base +
+          ",node_rank=\"0\"} 1\nlockstep_straggler_window_seconds{" + base + ",node_rank=\"0\"} 30\n";
+  return page;
+}
+
+void operator_cost() {
+  const std::string page = rank0_page();
+  std::printf("4. the operator's cost per reading of rank 0's page (%zu bytes): the straggler verdict against the "
+              "progress it already parses from the same page\n", page.size());
+  for (int round = 1; round <= 3 && !bench::g_stop; ++round) {
+    volatile long long sink = 0;
+    const auto at = reconcile::Clock::now();
+    const double progress =
+        seconds_per_call([&](int) { sink = sink + reconcile::parse_progress(page, 0, at).value_or(reconcile::ProgressSample{}).step; }, 2000);
+    const double verdict =
+        seconds_per_call([&](int) { sink = sink + reconcile::parse_stragglers(page, 512, 8, 0).stragglers.size(); }, 2000);
+    std::printf("   round %d: progress %.1f us (the baseline), straggler verdict %.1f us: %.2fx\n", round, progress * 1e6,
+                verdict * 1e6, verdict / progress);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -173,5 +215,6 @@ int main(int argc, char** argv) {
   if (!bench::g_stop) detection(recorded, lower, {1.1, 1.25});
   if (!bench::g_stop) false_verdicts(recorded, lower);
   if (!bench::g_stop) cost();
+  if (!bench::g_stop) operator_cost();
   return bench::g_stop ? 130 : 0;
 }
