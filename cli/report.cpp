@@ -183,12 +183,8 @@ std::optional<StragglerEvent> straggler_event(const json& line, int world, int p
 }
 
 std::string describe_verdict(const StragglerVerdict& v) {
-  char slowdown[32];
-  std::snprintf(slowdown, sizeof slowdown, "%.2f", v.slowdown);
-  std::string out = "rank " + std::to_string(v.rank) + " (node " + std::to_string(v.node_rank) + "): work " + slowdown +
-                    "x the gang's typical rank over the last " + shortest(v.window_s) + " s";
-  if (v.throttle) out += "; GPU clocks throttled: " + straggler::throttle_words(v.throttle);
-  return out;
+  return "rank " + std::to_string(v.rank) + " (node " + std::to_string(v.node_rank) + "): " +
+         straggler::verdict_words(v.slowdown, v.window_s, v.throttle);
 }
 
 std::string run_clock(double seconds) {

@@ -197,14 +197,18 @@ std::optional<unsigned> parse_throttle_tokens(const std::string& tokens) {
   }
 }
 
-std::string describe(const Straggler& s, const Settings& settings) {
+std::string verdict_words(double slowdown, double window_s, unsigned throttle) {
   char ratio[32], window[32];
-  std::snprintf(ratio, sizeof ratio, "%.2f", s.slowdown);
-  std::snprintf(window, sizeof window, "%.0f", settings.window_s);
-  std::string out = "rank " + std::to_string(s.rank) + " on node " + std::to_string(s.node_rank) + ": work " + ratio +
-                    "x the gang's typical rank over the last " + window + " s";
-  if (s.throttle) out += "; GPU clocks throttled: " + throttle_words(s.throttle);
+  std::snprintf(ratio, sizeof ratio, "%.2f", slowdown);
+  std::snprintf(window, sizeof window, "%g", window_s);
+  std::string out = std::string("work ") + ratio + "x the gang's typical rank over the last " + window + " s";
+  if (throttle) out += "; GPU clocks throttled: " + throttle_words(throttle);
   return out;
+}
+
+std::string describe(const Straggler& s, const Settings& settings) {
+  return "rank " + std::to_string(s.rank) + " on node " + std::to_string(s.node_rank) + ": " +
+         verdict_words(s.slowdown, settings.window_s, s.throttle);
 }
 
 }  // namespace lockstep::straggler

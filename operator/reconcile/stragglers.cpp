@@ -75,12 +75,9 @@ StragglerReading parse_stragglers(const std::string& text, int nodes, int procs,
 std::string straggler_message(const StragglerReading& r, const std::string& pod, const std::string& node) {
   if (r.stragglers.empty()) return "";
   const StragglerVerdict& v = r.stragglers.front();
-  char ratio[32], window[32];
-  std::snprintf(ratio, sizeof ratio, "%.2f", v.slowdown);
-  std::snprintf(window, sizeof window, "%.0f", r.window_s);
+  // kWork's ": work " is where verdict_subject and same_verdict cut the message.
   std::string out = "rank " + std::to_string(v.rank) + " (pod " + pod + (node.empty() ? ", node unknown" : " on node " + node) +
-                    ")" + kWork + ratio + "x the gang's typical rank over the last " + window + " s";
-  if (v.throttle) out += "; GPU clocks throttled: " + straggler::throttle_words(v.throttle);
+                    "): " + straggler::verdict_words(v.slowdown, r.window_s, v.throttle);
   if (r.standing > 1) out += " (and " + std::to_string(r.standing - 1) + " more)";
   return out;
 }

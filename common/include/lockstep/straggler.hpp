@@ -186,8 +186,11 @@ std::string throttle_tokens(unsigned bits);
 // The bits of a token list as throttle_tokens writes it; nullopt for any unknown token.
 std::optional<unsigned> parse_throttle_tokens(const std::string& tokens);
 
-// "rank 5 on node 2: work 1.42x the gang's typical rank over the last 30 s" (the agent's log
-// line and the operator's message name the pod and node themselves).
+// "work 1.42x the gang's typical rank over the last 30 s[; GPU clocks throttled: power cap]":
+// what every verdict says after naming its rank (the agent's log line, the operator's
+// condition, lockstep run's lines and report), each naming the rank its own way.
+std::string verdict_words(double slowdown, double window_s, unsigned throttle);
+// "rank 5 on node 2: " and its verdict_words (the agent's log line).
 std::string describe(const Straggler& s, const Settings& settings);
 
 }  // namespace lockstep::straggler
