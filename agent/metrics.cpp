@@ -18,14 +18,12 @@
 #include "lockstep/contract.hpp"
 #include "lockstep/listener_limits.hpp"
 #include "lockstep/log.hpp"
+#include "lockstep/time_text.hpp"
 
 using namespace prometheus;
 
 namespace lockstep::agent {
 namespace {
-
-// Now, in Unix seconds: the step log's and event log's times, the last-step and last-restart gauges.
-double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 int bind_datagram_socket(const std::string& path) {
   sockaddr_un addr{};
@@ -219,7 +217,7 @@ void Metrics::set_worker_up(int local_rank, bool up) { ranks_[local_rank].worker
 // agent's log sentences, whose wording may change (docs/metrics.md, "The step log").
 void Metrics::count_in_place_restart(const std::string& reason, int rank, int exit_code, int generation,
                                      const std::string& why) {
-  const double now = unix_now();
+  const double now = time_text::unix_seconds();
   {
     namespace report = lockstep::contract::report;
     nlohmann::json e = {{report::kNode, cfg_.node_rank},
@@ -356,7 +354,7 @@ void Metrics::record(int local_rank, const StepReport& s) {
   by_op(comm_bytes_, s.comm_bytes_by_op);
   by_op(comm_exposed_by_op_, s.exposed_comm_s_by_op);
   if (dropped) r.malformed->Increment();
-  r.last_step_ts->Set(unix_now());
+  r.last_step_ts->Set(time_text::unix_seconds());
   const auto work = straggler::work_seconds(s.step_s, s.compute_s, s.exposed_comm_s);
   std::lock_guard<std::mutex> lock(mu_);
   r.progress.last_step = s.step;
@@ -381,7 +379,7 @@ void Metrics::log_step(Rank& r, const StepReport& s) {
   o << std::setprecision(10) << "{\"" << report::kRank << "\":" << r.progress.rank;
   key(report::kAttempt) << cfg_.restart_attempt;
   key(report::kGeneration) << generation_.load();
-  key(report::kTime) << std::fixed << std::setprecision(3) << unix_now() << std::defaultfloat << std::setprecision(9);
+  key(report::kTime) << std::fixed << std::setprecision(3) << time_text::unix_seconds() << std::defaultfloat << std::setprecision(9);
   key(report::kStep) << s.step;
   const std::pair<const char*, const std::optional<double>*> fields[] = {
       {report::kStepSeconds, &s.step_s},     {report::kComputeSeconds, &s.compute_s},

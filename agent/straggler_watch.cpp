@@ -5,15 +5,12 @@
 
 #include "lockstep/contract.hpp"
 #include "lockstep/log.hpp"
+#include "lockstep/time_text.hpp"
 
 using namespace prometheus;
 
 namespace lockstep::agent {
 namespace {
-
-double unix_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 double hundredths(double x) { return std::round(x * 100) / 100; }
 
@@ -113,7 +110,7 @@ void StragglerWatch::announce(const straggler::Detector::Change& change) {
   namespace report = lockstep::contract::report;
   nlohmann::json e = {{report::kNode, cfg_.node_rank},
                       {report::kAttempt, cfg_.restart_attempt},
-                      {report::kTime, unix_seconds()},
+                      {report::kTime, time_text::unix_seconds()},
                       {report::kEvent, change.raised ? report::kStraggler : report::kStragglerCleared},
                       {report::kRank, who.rank},
                       {report::kNodeRank, who.node_rank}};

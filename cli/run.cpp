@@ -138,7 +138,7 @@ class LocalRun {
 
   int run() {
     start_ = Clock::now();
-    start_unix_ = unix_now();
+    start_unix_ = time_text::unix_seconds();
     for (int attempt = 0;; ++attempt) {
       int out_fd = start_gang(attempt);
       if (attempt == 0) {
@@ -336,7 +336,7 @@ class LocalRun {
   void end_verdicts(const std::string& why) {
     for (auto& v : verdicts_)
       if (!v.cleared_at) {
-        v.cleared_at = std::max(v.raised_at, unix_now());
+        v.cleared_at = std::max(v.raised_at, time_text::unix_seconds());
         v.cleared_by = why;
       }
   }
@@ -464,10 +464,6 @@ class LocalRun {
       std::cout << "\n  report: not written (" << e.what() << ")";
     }
     std::cout << std::endl;
-  }
-
-  static double unix_now() {
-    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   }
 
   reconcile::JobView view_;

@@ -96,6 +96,12 @@ inline std::string seconds(double s, int decimals) {
 }
 inline std::string seconds(std::chrono::duration<double> d, int decimals) { return seconds(d.count(), decimals); }
 
+// Now, in Unix seconds with a fraction: the times of the step log, the event log and the
+// last-step gauges.
+inline double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 // A setting in seconds, its shortest form: "6 s", "2.5 s", "0.25 s".
 inline std::string setting_seconds(std::chrono::milliseconds d) {
   char buf[32];
