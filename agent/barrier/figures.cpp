@@ -4,18 +4,15 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "lockstep/text.hpp"
+
 namespace lockstep::agent {
 namespace {
 
 // A non-negative decimal integer of at most 6 digits, no sign, no leading zero; -1 otherwise.
 int small_index(const std::string& s) {
-  if (s.empty() || s.size() > 6 || (s.size() > 1 && s[0] == '0')) return -1;
-  int v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return -1;
-    v = v * 10 + (c - '0');
-  }
-  return v;
+  if (s.size() > 1 && s[0] == '0') return -1;
+  return text::small_decimal(s, 6);
 }
 
 // A finite number in (0, kMaxFigureSeconds], written in plain decimal or exponent form only.

@@ -35,11 +35,6 @@ bool is_barrier_secret(const std::string& v) {
   return v.size() == 64 && v.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
 
-int label_int(const std::string& v) {
-  if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 9) return -1;
-  return std::stoi(v);
-}
-
 }  // namespace
 
 const char* to_string(RestartPolicy policy) {
@@ -212,8 +207,8 @@ PodView PodView::from_raw(const RawPod& raw) {
   p.deleted_at_once = raw.deleting && raw.deletion_grace && *raw.deletion_grace <= 0;
   for (const auto& f : raw.finalizers) p.finalizers += (p.finalizers.empty() ? "" : ", ") + f;
   p.finalizers = head(p.finalizers, 256);
-  p.index = label_int(raw.rank_label);
-  p.attempt = label_int(raw.attempt_label);
+  p.index = text::small_decimal(raw.rank_label);
+  p.attempt = text::small_decimal(raw.attempt_label);
   p.phase = raw.phase ? *raw.phase : "Pending";
   p.reason = raw.reason;
   p.ip = raw.pod_ip;

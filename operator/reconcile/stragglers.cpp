@@ -7,16 +7,14 @@
 #include <set>
 
 #include "lockstep/straggler.hpp"
+#include "lockstep/text.hpp"
 #include "reconcile/prometheus_text.hpp"
 
 namespace lockstep::reconcile {
 namespace {
 
 // A label value as a small decimal integer (no sign, at most 9 digits), else -1.
-int small_int(const std::optional<std::string>& v) {
-  if (!v || v->empty() || v->size() > 9 || v->find_first_not_of("0123456789") != std::string::npos) return -1;
-  return std::stoi(*v);
-}
+int small_int(const std::optional<std::string>& v) { return v ? text::small_decimal(*v) : -1; }
 
 // A gauge's value as a whole number in [0, max], else -1.
 int count_in(double v, int max) {

@@ -111,3 +111,16 @@ TEST(Trim, SpacesAndTabsByDefaultAnySetGiven) {
   EXPECT_EQ(lockstep::text::trim("1a\r\n"), "1a\r\n") << "only spaces and tabs by default";
   EXPECT_EQ(lockstep::text::trim(" /dev/nvidia0 \r\n\v\f", " \t\r\n\v\f"), "/dev/nvidia0");
 }
+
+// lockstep::text::small_decimal: an index or count a peer says, digits only, at most 9 (or fewer).
+TEST(SmallDecimal, DigitsOnlyWithinTheirCountElseMinusOne) {
+  using lockstep::text::small_decimal;
+  EXPECT_EQ(small_decimal("0"), 0);
+  EXPECT_EQ(small_decimal("007"), 7) << "leading zeros are digits (a caller that minds checks them)";
+  EXPECT_EQ(small_decimal("999999999"), 999999999);
+  EXPECT_EQ(small_decimal("1000000000"), -1) << "10 digits";
+  EXPECT_EQ(small_decimal("123456", 6), 123456);
+  EXPECT_EQ(small_decimal("1234567", 6), -1);
+  EXPECT_EQ(small_decimal("1234567890", 12), -1) << "never more than 9, whatever is asked";
+  for (const char* bad : {"", "-1", "+1", "1.0", " 1", "1 ", "1e3", "0x1", "١"}) EXPECT_EQ(small_decimal(bad), -1) << bad;
+}

@@ -109,4 +109,17 @@ inline std::string_view trim(std::string_view s, std::string_view chars = " \t")
   return s.substr(b, s.find_last_not_of(chars) - b + 1);
 }
 
+// A decimal number of 1 to `max_digits` digits (at most 9, so it fits an int), no sign and
+// nothing else: its value; -1 for anything else. For an index or a count a peer or an object
+// says (a label, a field of a line), checked before it is believed.
+inline int small_decimal(std::string_view s, size_t max_digits = 9) {
+  if (s.empty() || s.size() > (max_digits < 9 ? max_digits : 9)) return -1;
+  int v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return -1;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
 }  // namespace lockstep::text
