@@ -108,8 +108,9 @@ TEST(FuzzBarrier, FiguresAndReferencesAreInRangeOrRefused) {
     } else {
       ASSERT_FALSE(error.empty());
     }
-    if (auto ref = agent::parse_reference(*m))
+    if (auto ref = agent::parse_reference(*m)) {
       ASSERT_TRUE(std::isfinite(*ref) && *ref > 0 && *ref <= agent::kMaxFigureSeconds) << *ref;
+    }
   }
 }
 
