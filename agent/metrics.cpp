@@ -274,7 +274,7 @@ void Metrics::set_throttle(int local_rank, unsigned bits) {
 
 void Metrics::show_scores(std::optional<double> reference, const std::vector<LocalFigure>& figures) {
   std::vector<Gauge*> keep(ranks_.size(), nullptr);
-  std::lock_guard<std::mutex> lock(mu_);  // the supervisor's thread alone calls this; the lock orders it
+  std::lock_guard<std::mutex> lock(mu_);  // one caller per agent (the supervisor, or node 0's watch); the lock orders it
   for (const auto& f : figures) {
     if (!reference || f.local_rank < 0 || static_cast<size_t>(f.local_rank) >= ranks_.size()) continue;
     Rank& r = ranks_[static_cast<size_t>(f.local_rank)];

@@ -66,12 +66,15 @@ void StragglerWatch::evaluate(double now_s) {
   // Copies, each under its own lock for as long as the copy takes: node 0's own ranks, then its
   // members' (as the gang numbers them).
   std::vector<straggler::RankFigure> all;
-  for (const auto& f : metrics_.figures(now_s))
+  const auto own = metrics_.figures(now_s);
+  for (const auto& f : own)
     all.push_back({cfg_.node_rank * cfg_.nproc_per_node + f.local_rank, cfg_.node_rank, f.median_s, f.throttle});
   for (auto& f : members_.fresh(now_s))
     if (f.node_rank != cfg_.node_rank) all.push_back(f);
   const auto reading = straggler::score(all);
-  members_.set_reference(reading ? std::optional<double>(reading->reference_s) : std::nullopt);
+  const auto reference = reading ? std::optional<double>(reading->reference_s) : std::nullopt;
+  members_.set_reference(reference);  // for the members, on node 0's ALIVE
+  metrics_.show_scores(reference, own);  // node 0's own ranks' scores, from this very reading
   for (const auto& change : detector_.update(now_s, reading)) announce(change);
   publish();
 }

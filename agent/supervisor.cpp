@@ -183,11 +183,12 @@ void Supervisor::linger_after_stall() {
 
 void Supervisor::share_figures(BarrierClient& barrier, int gen) {
   const auto now = std::chrono::steady_clock::now();
-  if (!metrics_ || now < next_figures_) return;
+  // Node 0's straggler watch shows its own ranks' scores as it judges the gang.
+  if (!metrics_ || cfg_.node_rank == 0 || now < next_figures_) return;
   next_figures_ = now + kFiguresInterval;
   const auto figures = metrics_->figures(steady_seconds());
   metrics_->show_scores(barrier.reference(), figures);
-  if (cfg_.node_rank != 0 && !figures.empty()) barrier.send(figures_message(gen, figures));
+  if (!figures.empty()) barrier.send(figures_message(gen, figures));
 }
 
 void Supervisor::keep_alive() {

@@ -58,9 +58,10 @@ class Supervisor {
   std::string own_silence(const BarrierClient& barrier) const;
   std::string server_gone(const BarrierClient& barrier) const;
   void linger_after_stall();
-  // Every kFiguresInterval while generation `gen` runs: this node's ranks' straggler scores
-  // (lockstep_straggler_score, against node 0's reference), and, on a node other than 0, their
-  // medians to node 0's agent (a FIGURES line; docs/agent.md, "Stragglers").
+  // Every kFiguresInterval while generation `gen` runs, on a node other than 0: this node's
+  // ranks' straggler scores (lockstep_straggler_score, against node 0's reference) and their
+  // medians to node 0's agent (a FIGURES line; docs/agent.md, "Stragglers"). Node 0's straggler
+  // watch does both for node 0 as it judges the gang.
   void share_figures(BarrierClient& barrier, int gen);
   // Says why the agent exits, quotes the failing rank's last lines (its own worker's, or
   // `remote`'s as another node sent them) and writes the termination message.
