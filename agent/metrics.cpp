@@ -261,8 +261,8 @@ std::vector<LocalFigure> Metrics::figures(double now_s) {
   std::vector<LocalFigure> out;
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < ranks_.size(); ++i)
-    if (auto median = ranks_[i].window.median(now_s, straggler_))
-      out.push_back({static_cast<int>(i), *median, ranks_[i].throttle});
+    if (auto f = ranks_[i].window.figure(now_s, straggler_))
+      out.push_back({static_cast<int>(i), f->median_s, ranks_[i].throttle, f->upper_s});
   return out;
 }
 

@@ -1,5 +1,6 @@
 #include "barrier/figures.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -40,6 +41,7 @@ Message figures_message(int generation, const std::vector<LocalFigure>& figures)
   Message m{"FIGURES", {{"gen", std::to_string(generation)}}};
   for (const auto& f : figures) {
     m.fields["w" + std::to_string(f.local_rank)] = figure_text(f.median_s);
+    m.fields["u" + std::to_string(f.local_rank)] = figure_text(std::max(f.upper_s, f.median_s));
     if (f.throttle) m.fields["t" + std::to_string(f.local_rank)] = std::to_string(f.throttle);
   }
   return m;
@@ -52,20 +54,21 @@ std::optional<MemberFigures> parse_figures(const Message& m, int nproc, std::str
     error = "gen must be a generation number";
     return std::nullopt;
   }
-  std::vector<std::optional<double>> work(static_cast<size_t>(nproc));
+  std::vector<std::optional<double>> work(static_cast<size_t>(nproc)), upper(static_cast<size_t>(nproc));
   std::vector<unsigned> throttle(static_cast<size_t>(nproc), 0);
   std::vector<bool> has_throttle(static_cast<size_t>(nproc), false);
   for (const auto& [key, value] : m.fields) {
     if (key == "gen") continue;
-    const int i = key.size() > 1 && (key[0] == 'w' || key[0] == 't') ? small_index(key.substr(1)) : -1;
+    const int i = key.size() > 1 && (key[0] == 'w' || key[0] == 'u' || key[0] == 't') ? small_index(key.substr(1)) : -1;
     if (i < 0 || i >= nproc) {
-      error = "key '" + key.substr(0, 16) + "' is not w<i> or t<i> with i in [0, " + std::to_string(nproc) + ")";
+      error = "key '" + key.substr(0, 16) + "' is not w<i>, u<i> or t<i> with i in [0, " + std::to_string(nproc) + ")";
       return std::nullopt;
     }
     const auto at = static_cast<size_t>(i);
-    if (key[0] == 'w') {
-      work[at] = figure_seconds(value);
-      if (!work[at]) {
+    if (key[0] == 'w' || key[0] == 'u') {
+      auto& slot = key[0] == 'w' ? work[at] : upper[at];
+      slot = figure_seconds(value);
+      if (!slot) {
         error = key + " must be a number of seconds in (0, " + figure_text(kMaxFigureSeconds) + "]";
         return std::nullopt;
       }
@@ -80,11 +83,21 @@ std::optional<MemberFigures> parse_figures(const Message& m, int nproc, std::str
     }
   }
   for (size_t i = 0; i < work.size(); ++i) {
-    if (has_throttle[i] && !work[i]) {
-      error = "t" + std::to_string(i) + " without its w" + std::to_string(i);
+    const std::string n = std::to_string(i);
+    if ((has_throttle[i] || upper[i]) && !work[i]) {
+      error = (upper[i] ? "u" : "t") + n + " without its w" + n;
       return std::nullopt;
     }
-    if (work[i]) out.figures.push_back({static_cast<int>(i), *work[i], throttle[i]});
+    if (!work[i]) continue;
+    if (!upper[i]) {
+      error = "w" + n + " without its u" + n;
+      return std::nullopt;
+    }
+    if (*upper[i] < *work[i]) {
+      error = "u" + n + " (an upper quantile) must be at least w" + n + " (the median)";
+      return std::nullopt;
+    }
+    out.figures.push_back({static_cast<int>(i), *work[i], throttle[i], *upper[i]});
   }
   return out;
 }
@@ -126,7 +139,8 @@ std::vector<straggler::RankFigure> GangFigures::fresh(double now_s) {
     auto& n = nodes_[node];
     if (now_s - n.at_s > kFiguresMaxAgeS) n.figures.clear();
     for (const auto& f : n.figures)
-      out.push_back({static_cast<int>(node) * nproc_ + f.local_rank, static_cast<int>(node), f.median_s, f.throttle});
+      out.push_back({static_cast<int>(node) * nproc_ + f.local_rank, static_cast<int>(node), f.median_s, f.throttle,
+                     f.upper_s});
   }
   return out;
 }

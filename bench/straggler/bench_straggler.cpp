@@ -8,6 +8,8 @@
 //      again from the recording (so the ranks are independent), with a checkpoint on rank 0 every
 //      300 steps, an hour of a loaded machine (both ranks 1.5x, each step's figure jittered by up
 //      to 2x) and one-step spikes of 20x; three seeds; at both thresholds;
+//   2b. false verdicts on recorded healthy runs under CPU quotas (50% and 25% of a CPU a rank),
+//      against the verdicts of medians alone;
 //   3. the cost: per step on an agent (a report's work into its rank's window) against parsing
 //      the step report itself, the baseline it rides on; per evaluation on node 0 at 4,096 nodes
 //      of 8 ranks, against the 5 s it has; the bytes a member sends;
@@ -110,6 +112,28 @@ void false_verdicts(const std::vector<test::RecordedStep>& recorded, const strag
   }
 }
 
+// Recorded healthy runs under CPU quotas (tests/common/data/straggler_quota*_2ranks.csv),
+// replayed end to end three times over (each round one more copy, so the seams differ): the
+// verdicts of the judge against those of medians alone (upper_quantile 0.5, the baseline: the
+// judge before Note [Straggler score]'s "The overlap").
+void quota_runs(const std::string& dir) {
+  std::printf("2b. false verdicts on recorded healthy runs under CPU quotas: the judge against medians alone\n");
+  for (const char* name : {"straggler_quota_2ranks.csv", "straggler_quota250_2ranks.csv"}) {
+    const auto one = test::load_recorded_steps(dir + "/" + name);
+    const double span = one.back().at_s - one.front().at_s;
+    for (int copies = 1; copies <= 3 && !bench::g_stop; ++copies) {
+      const auto run = test::samples_of(test::tiled(one, span * copies), [](int, double) { return 1.0; });
+      straggler::Settings medians_only;
+      medians_only.upper_quantile = 0.5;
+      size_t judge = 0, baseline = 0;
+      for (const auto& c : straggler::replay(run, straggler::Settings{}, kInterval)) judge += c.raised;
+      for (const auto& c : straggler::replay(run, medians_only, kInterval)) baseline += c.raised;
+      std::printf("   %s round %d: %.0f s, %zu false verdict(s); medians alone %zu\n", name, copies,
+                  run.back().at_s - run.front().at_s, judge, baseline);
+    }
+  }
+}
+
 template <class F>
 double seconds_per_call(F&& f, int calls) {
   const auto t = Clock::now();
@@ -128,11 +152,13 @@ void cost() {
     const double parse = seconds_per_call([&](int) { sink = sink + agent::parse_step_report(line)->step; }, 200000);
     straggler::RankWindow window;
     const auto report = *agent::parse_step_report(line);
-    // A step every 10 ms into a 30 s window, and its median every 5 s (500 steps).
+    // A step every 10 ms into a 30 s window, and its figure (median and 90th percentile) every
+    // 5 s (500 steps).
     const double add = seconds_per_call(
         [&](int i) {
           window.add(i * 0.01, *straggler::work_seconds(report.step_s, report.compute_s, report.exposed_comm_s));
-          if (i % 500 == 0) sink = sink + window.median(i * 0.01, settings).value_or(0);
+          if (i % 500 == 0)
+            if (auto f = window.figure(i * 0.01, settings)) sink = sink + f->median_s + f->upper_s;
         },
         200000);
     std::printf("   round %d, agent per step: parse %.0f ns (the baseline), window %.0f ns: %.2fx of the parse\n", round,
@@ -142,8 +168,12 @@ void cost() {
   std::mt19937_64 rng(7);
   std::normal_distribution<double> noise(0.3, 0.01);
   std::vector<straggler::RankFigure> figures;
-  for (int r = 0; r < nodes * nproc; ++r) figures.push_back({r, r / nproc, noise(rng), 0});
+  for (int r = 0; r < nodes * nproc; ++r) {
+    const double median = noise(rng);
+    figures.push_back({r, r / nproc, median, 0, median * 1.1});
+  }
   figures[12345].median_s *= 1.6;
+  figures[12345].upper_s *= 1.6;
   for (int round = 1; round <= 3 && !bench::g_stop; ++round) {
     straggler::Detector detector(settings);
     double now = 0;
@@ -154,7 +184,7 @@ void cost() {
   char figure[64];
   std::string wire = "FIGURES gen=0";
   for (int i = 0; i < nproc; ++i) {
-    std::snprintf(figure, sizeof figure, " w%d=%.6g", i, 0.301234);
+    std::snprintf(figure, sizeof figure, " w%d=%.6g u%d=%.6g", i, 0.301234, i, 0.331234);
     wire += figure;
   }
   std::printf("   wire: a member's FIGURES line for %d ranks is %zu bytes every %.0f s; node 0 takes %.1f KB/s from %d nodes\n",
@@ -209,6 +239,7 @@ int main(int argc, char** argv) {
   const straggler::Settings defaults;
   detection(recorded, defaults, {1.1, 1.25, 1.5, 2.0});
   if (!bench::g_stop) false_verdicts(recorded, defaults);
+  if (!bench::g_stop) quota_runs(std::string(LOCKSTEP_SOURCE_DIR) + "/tests/common/data");
   // A lower threshold (--straggler-threshold 1.15) names a 1.25x rank too: what it costs.
   straggler::Settings lower;
   lower.threshold = 1.15;

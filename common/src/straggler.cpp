@@ -24,7 +24,7 @@ void RankWindow::add(double at_s, double work_s, size_t max_samples) {
   while (samples_.size() > std::max<size_t>(max_samples, 1)) samples_.pop_front();
 }
 
-std::optional<double> RankWindow::median(double now_s, const Settings& settings) {
+std::optional<RankWindow::Figure> RankWindow::figure(double now_s, const Settings& settings) {
   if (!first_at_s_) return std::nullopt;
   // See Note [Straggler score]: the warm-up's steps left out, and half a window after it.
   const double warm_at = *first_at_s_ + settings.window_s / 3;
@@ -35,36 +35,59 @@ std::optional<double> RankWindow::median(double now_s, const Settings& settings)
   std::vector<double> work;
   work.reserve(samples_.size());
   for (const auto& s : samples_) work.push_back(s.work_s);
-  const size_t mid = work.size() / 2;
+  const size_t n = work.size(), mid = n / 2;
+  Figure f;
   std::nth_element(work.begin(), work.begin() + mid, work.end());
-  if (work.size() % 2) return work[mid];
-  const double upper = work[mid];
-  const double lower = *std::max_element(work.begin(), work.begin() + mid);
-  return (lower + upper) / 2;
+  f.median_s = work[mid];
+  if (n % 2 == 0) f.median_s = (f.median_s + *std::max_element(work.begin(), work.begin() + mid)) / 2;
+  // The upper quantile: the smallest sample that at least that share of the samples is not
+  // above (the 90th percentile of 10 samples is the 9th smallest, of 20 the 18th, of 8 the
+  // largest); at or under a half, the median itself. Past the middle, so the partition above
+  // leaves it in the upper half.
+  f.upper_s = f.median_s;
+  const double q = std::min(settings.upper_quantile, 1.0);
+  if (q > 0.5) {
+    const size_t at = std::max(mid, static_cast<size_t>(std::ceil(q * static_cast<double>(n))) - 1);
+    std::nth_element(work.begin() + mid, work.begin() + at, work.end());
+    f.upper_s = std::max(work[at], f.median_s);
+  }
+  return f;
 }
 
+namespace {
+bool usable(const RankFigure& f) { return std::isfinite(f.median_s) && f.median_s > 0 && std::isfinite(f.upper_s); }
+
+// The lower median: for an even count the smaller of the two middle figures, so that two ranks
+// are measured against the faster one (Note [Straggler score]).
+double lower_median(std::vector<double>& v) {
+  const size_t lower_mid = (v.size() - 1) / 2;
+  std::nth_element(v.begin(), v.begin() + lower_mid, v.end());
+  return v[lower_mid];
+}
+}  // namespace
+
 std::optional<Reading> score(const std::vector<RankFigure>& figures) {
-  std::vector<double> medians;
+  std::vector<double> medians, uppers;
   medians.reserve(figures.size());
-  for (const auto& f : figures)
-    if (std::isfinite(f.median_s) && f.median_s > 0) medians.push_back(f.median_s);
-  if (medians.size() < 2) return std::nullopt;
-  // The lower median: for an even count the smaller of the two middle figures, so that two
-  // ranks are measured against the faster one (Note [Straggler score]).
-  const size_t lower_mid = (medians.size() - 1) / 2;
-  std::nth_element(medians.begin(), medians.begin() + lower_mid, medians.end());
-  Reading r;
-  r.reference_s = medians[lower_mid];
-  r.scores.reserve(figures.size());
+  uppers.reserve(figures.size());
   for (const auto& f : figures) {
-    if (!std::isfinite(f.median_s) || f.median_s <= 0) continue;
-    r.scores.push_back({f.rank, f.node_rank, f.median_s / r.reference_s, f.throttle});
+    if (!usable(f)) continue;
+    medians.push_back(f.median_s);
+    uppers.push_back(std::max(f.upper_s, f.median_s));
   }
+  if (medians.size() < 2) return std::nullopt;
+  Reading r;
+  r.reference_s = lower_median(medians);
+  r.upper_s = lower_median(uppers);
+  r.scores.reserve(figures.size());
+  for (const auto& f : figures)
+    if (usable(f)) r.scores.push_back({f.rank, f.node_rank, f.median_s / r.reference_s, f.throttle, f.median_s});
   return r;
 }
 
-bool suspect(const Score& s, double reference_s, const Settings& settings) {
-  return s.slowdown >= settings.threshold && (s.slowdown - 1) * reference_s >= settings.min_excess_s;
+bool suspect(const Score& s, const Reading& reading, const Settings& settings) {
+  return s.slowdown >= settings.threshold && (s.slowdown - 1) * reading.reference_s >= settings.min_excess_s &&
+         s.median_s > reading.upper_s;
 }
 
 size_t Detector::suspects() const {
@@ -89,7 +112,7 @@ std::vector<Detector::Change> Detector::update(double now_s, const std::optional
       t.node_rank = s.node_rank;
       t.slowdown = s.slowdown;
       t.throttle = s.throttle;
-      if (suspect(s, reading->reference_s, settings_)) {
+      if (suspect(s, *reading, settings_)) {
         if (t.over_since < 0) t.over_since = now_s;
         t.under_since = -1;
         if (!t.straggler && now_s - t.over_since >= settings_.hold_s) {
@@ -145,7 +168,7 @@ std::vector<Detector::Change> replay(const std::vector<Sample>& samples, const S
     }
     std::vector<RankFigure> figures;
     for (auto& [rank, w] : windows)
-      if (auto m = w.second.median(now, settings)) figures.push_back({rank, w.first, *m, 0});
+      if (auto f = w.second.figure(now, settings)) figures.push_back({rank, w.first, f->median_s, 0, f->upper_s});
     for (auto& c : detector.update(now, score(figures))) changes.push_back(c);
     if (next >= samples.size()) break;
   }
