@@ -1,9 +1,11 @@
 // lockstep: the command line. `lockstep run FILE.yaml` runs a TrainingJob on this machine;
-// `lockstep validate FILE.yaml` checks one with the CRD's rules; `lockstep plan` prints
-// per-GPU memory under DDP, ZeRO-1, ZeRO-2 and FSDP. Exit codes: docs/exit-codes.md.
+// `lockstep validate FILE.yaml` checks one with the CRD's rules; `lockstep render FILE.yaml`
+// prints the objects the operator would create for it; `lockstep plan` prints per-GPU memory
+// under DDP, ZeRO-1, ZeRO-2 and FSDP. Exit codes: docs/exit-codes.md.
 #include <iostream>
 
 #include "plan.hpp"
+#include "render.hpp"
 #include "run.hpp"
 #include "validate.hpp"
 
@@ -12,6 +14,7 @@ namespace {
 const char* kUsage = R"(usage: lockstep COMMAND [ARGS]
   run FILE.yaml        run the TrainingJob locally (spec.nodes agents on loopback)
   validate FILE.yaml   check a TrainingJob with the same rules as the cluster's CRD
+  render FILE.yaml     print the objects the operator would create for it (Service, pods, ...)
   plan [--model NAME | --params 7.5B | --file JOB.yaml] [--gpus N] [--gpu-memory-gb G]
        [--seq-len S] [--micro-batch B] [--activation-checkpointing]
                        per-GPU memory under DDP, ZeRO-1, ZeRO-2 and FSDP, and the recommendation
@@ -65,6 +68,7 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "run") return lockstep::cli::run_command(args);
     if (cmd == "validate") return validate_command(args);
+    if (cmd == "render") return lockstep::cli::render_command(args);
     if (cmd == "plan") return lockstep::cli::plan_command(args);
   } catch (const lockstep::cli::InputError& e) {
     std::cerr << "lockstep " << cmd << ": " << e.what() << "\n";
