@@ -1,0 +1,348 @@
+// bench/operator: what one Lockstep pod costs the API server every team shares (#44 item 1).
+// Against the local control plane (etcd and kube-apiserver of the pinned release):
+//   1. the API server's (and etcd's) CPU per pod created, and one pod's size as stored (its
+//      JSON as the server returns it, managedFields included and not), for the operator's pod
+//      of an 8-node job, with the agent injected and without (the operator's --agent-image ''),
+//      rounds alternating so this shared machine's drift hits both;
+//   2. the bytes each field group costs: the pod created without the group, against the whole
+//      pod, both as stored, in the same run;
+//   3. the defaults written out: each value the operator writes, left out in turn; where the
+//      server stores the same value anyway, the operator need not write it (and its owner entry
+//      in managedFields goes with it).
+// Every round is printed; nothing is asserted (a benchmark, not a timed test).
+// Usage: lockstep-bench-pod-bytes [--pods N] [--rounds R] [--clients C]
+#include <unistd.h>
+
+#include <functional>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <random>
+#include <set>
+
+#include "bench_util.hpp"
+#include "control_plane.hpp"
+#include "kube/client.hpp"
+#include "kube/resource.hpp"
+#include "kube/rest_config.hpp"
+#include "lockstep/contract.hpp"
+#include "lockstep/process.hpp"
+#include "reconcile/job.hpp"
+#include "reconcile/manifests.hpp"
+
+namespace bench = lockstep::bench;
+using json = nlohmann::json;
+namespace res = lockstep::kube::resources;
+using namespace std::chrono_literals;
+
+namespace {
+
+// An 8-node job as examples/ddp.yaml writes one (its template: an image, CPU and memory).
+lockstep::reconcile::JobView bench_job() {
+  json job = {{"metadata", {{"name", "tiny-ddp"}, {"namespace", "bench"}, {"uid", "6f1c1f7e-0d7a-4e55-9b1e-3c1a2b3c4d5e"}}},
+              {"spec",
+               {{"nodes", 8},
+                {"procsPerNode", 8},
+                {"strategy", "DDP"},
+                {"checkpoint", {{"path", "/ckpt"}, {"everySteps", 100}}},
+                {"template",
+                 {{"spec",
+                   {{"containers",
+                     json::array({{{"name", "trainer"},
+                                   {"image", "lockstep/trainer:0.1.0"},
+                                   {"resources", {{"requests", {{"cpu", "500m"}, {"memory", "2Gi"}}},
+                                                  {"limits", {{"memory", "4Gi"}}}}}}})}}}}},
+                {"trainer", {{"command", json::array({"lockstep-trainer"})},
+                             {"args", json::array({"--model=tiny", "--device=cpu", "--steps=200"})}}}}}};
+  return lockstep::reconcile::JobView::from_json(job);
+}
+
+std::string random_secret() {
+  std::mt19937_64 rng(std::random_device{}());
+  std::string s;
+  for (int i = 0; i < 64; ++i) s += "0123456789abcdef"[rng() % 16];
+  return s;
+}
+
+json pod_of(const lockstep::reconcile::JobView& view, int index, bool inject, const std::string& ns) {
+  lockstep::reconcile::AgentInjection agent;
+  if (inject) agent.image = std::string("lockstep/agent:") + LOCKSTEP_VERSION;
+  json pod = lockstep::reconcile::pod_manifest(view, index, 0, agent, random_secret());
+  pod["metadata"]["namespace"] = ns;
+  return pod;
+}
+
+struct Stored {
+  size_t bytes = 0, without_managed = 0;
+  json object;
+};
+
+// Creates `pod` and reads it back: its size as the server returns it.
+std::optional<Stored> store(lockstep::kube::Client& client, const std::string& ns, json pod, std::string* error = nullptr) {
+  auto r = client.create(res::kPods.path(ns), pod);
+  if (!r.ok()) {
+    if (error) *error = r.message();
+    return std::nullopt;
+  }
+  auto got = client.get(res::kPods.path(ns, pod["metadata"].value("name", "")));
+  if (!got.ok()) return std::nullopt;
+  Stored s;
+  s.object = got.body;
+  s.bytes = got.body.dump().size();
+  json plain = got.body;
+  plain["metadata"].erase("managedFields");
+  s.without_managed = plain.dump().size();
+  return s;
+}
+
+void create_namespace(const lockstep::test::ControlPlane& cp, const std::string& ns) {
+  lockstep::run_capture({"kubectl", "create", "namespace", ns}, {{"KUBECONFIG", cp.kubeconfig()}});
+}
+
+// --- 1. CPU per pod created, with and without the agent -----------------------------------
+void cpu_per_pod(lockstep::test::ControlPlane& cp, lockstep::kube::Client& client, int pods, int rounds, int clients) {
+  const auto view = bench_job();
+  std::cout << "1. the API server's CPU per pod created (" << pods << " pods a round by " << clients
+            << " clients), and one pod as stored\n";
+  std::map<bool, std::vector<double>> api_ms, etcd_ms;
+  std::map<bool, Stored> one;
+  for (int round = 1; round <= rounds && !bench::g_stop; ++round) {
+    for (bool inject : {true, false}) {
+      const std::string ns = std::string(inject ? "agent-" : "plain-") + std::to_string(round);
+      create_namespace(cp, ns);
+      std::atomic<int> errors{0};
+      const double api0 = bench::cpu_seconds(cp.apiserver_pid()), etcd0 = bench::cpu_seconds(cp.etcd_pid());
+      const auto t0 = std::chrono::steady_clock::now();
+      bench::parallel(pods, clients, [&](int i) {
+        json pod = pod_of(view, i % 8, inject, ns);
+        pod["metadata"]["name"] = "p-" + std::to_string(i);
+        if (!client.create(res::kPods.path(ns), pod).ok()) ++errors;
+      });
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double api = (bench::cpu_seconds(cp.apiserver_pid()) - api0) / pods * 1e3;
+      const double etcd = (bench::cpu_seconds(cp.etcd_pid()) - etcd0) / pods * 1e3;
+      api_ms[inject].push_back(api);
+      etcd_ms[inject].push_back(etcd);
+      json sample = pod_of(view, 3, inject, ns);
+      sample["metadata"]["name"] = "sample";
+      if (auto s = store(client, ns, sample)) one[inject] = *s;
+      std::cout << "   round " << round << (inject ? " agent injected: " : " no agent:       ") << std::fixed
+                << std::setprecision(3) << api << " ms API server CPU per pod, " << etcd << " ms etcd, " << std::setprecision(1)
+                << pods / took << " pods/s, " << errors << " errors; one pod " << one[inject].bytes << " bytes as stored ("
+                << one[inject].without_managed << " without managedFields)\n";
+    }
+  }
+  for (bool inject : {true, false})
+    std::cout << "   median " << (inject ? "agent injected" : "no agent") << ": " << std::setprecision(3)
+              << bench::percentile(api_ms[inject], 0.5) << " ms API server CPU per pod, "
+              << bench::percentile(etcd_ms[inject], 0.5) << " ms etcd; " << one[inject].bytes << " bytes stored\n";
+  std::cout << "   agent injection: x" << std::setprecision(2)
+            << bench::percentile(api_ms[true], 0.5) / bench::percentile(api_ms[false], 0.5) << " API server CPU, x"
+            << static_cast<double>(one[true].bytes) / static_cast<double>(one[false].bytes) << " bytes\n";
+}
+
+// --- 2. bytes per field group -----------------------------------------------------------
+using Edit = std::function<void(json&)>;
+
+json& trainer(json& pod) { return pod["spec"]["containers"][0]; }
+
+void erase_env(json& pod, const std::function<bool(const std::string&)>& which) {
+  json& env = trainer(pod)["env"];
+  json kept = json::array();
+  for (const auto& e : env)
+    if (!which(e.value("name", ""))) kept.push_back(e);
+  if (kept.empty()) trainer(pod).erase("env");
+  else env = kept;
+}
+
+void field_groups(lockstep::test::ControlPlane& cp, lockstep::kube::Client& client, int rounds) {
+  const auto view = bench_job();
+  const std::vector<std::pair<std::string, Edit>> groups = {
+      {"env: every variable", [](json& p) { trainer(p).erase("env"); }},
+      {"env: PET_* (torchrun's, repeating LOCKSTEP_*)", [](json& p) { erase_env(p, [](const std::string& n) { return n.rfind("PET_", 0) == 0; }); }},
+      {"env: LOCKSTEP_* but the barrier secret", [](json& p) {
+         erase_env(p, [](const std::string& n) { return n.rfind("LOCKSTEP_", 0) == 0 && n != lockstep::contract::kBarrierSecret; });
+       }},
+      {"env: the CPU request and limit (downward API)", [](json& p) {
+         erase_env(p, [](const std::string& n) { return n == "LOCKSTEP_CPU_REQUEST" || n == "LOCKSTEP_CPU_LIMIT"; });
+       }},
+      {"init container (the agent's)", [](json& p) { p["spec"].erase("initContainers"); }},
+      {"the agent whole: init container, volume, mount", [](json& p) {
+         p["spec"].erase("initContainers");
+         p["spec"].erase("volumes");
+         trainer(p).erase("volumeMounts");
+       }},
+      {"ports", [](json& p) { trainer(p).erase("ports"); }},
+      {"securityContext (pod and containers)", [](json& p) {
+         p["spec"].erase("securityContext");
+         for (auto* list : {&p["spec"]["containers"], &p["spec"]["initContainers"]})
+           if (list->is_array())
+             for (auto& c : *list) c.erase("securityContext");
+       }},
+      {"labels", [](json& p) { p["metadata"].erase("labels"); }},
+      {"annotations", [](json& p) { p["metadata"].erase("annotations"); }},
+      {"ownerReferences", [](json& p) { p["metadata"].erase("ownerReferences"); }},
+      {"hostname and subdomain", [](json& p) {
+         p["spec"].erase("hostname");
+         p["spec"].erase("subdomain");
+       }},
+      {"affinity", [](json& p) { p["spec"].erase("affinity"); }},
+      {"command and args", [](json& p) {
+         trainer(p).erase("command");
+         trainer(p).erase("args");
+       }},
+  };
+  std::cout << "2. bytes per field group: one pod as stored (managedFields included) without the group, against the whole pod\n";
+  for (int round = 1; round <= rounds && !bench::g_stop; ++round) {
+    const std::string ns = "groups-" + std::to_string(round);
+    create_namespace(cp, ns);
+    json whole = pod_of(view, 3, true, ns);
+    whole["metadata"]["name"] = "whole";
+    auto base = store(client, ns, whole);
+    if (!base) {
+      std::cout << "   round " << round << ": the whole pod was refused\n";
+      continue;
+    }
+    std::cout << "   round " << round << ": the whole pod " << base->bytes << " bytes (" << base->without_managed
+              << " without managedFields)\n";
+    int i = 0;
+    for (const auto& [name, edit] : groups) {
+      json pod = whole;
+      edit(pod);
+      pod["metadata"]["name"] = "g-" + std::to_string(i++);
+      std::string error;
+      auto s = store(client, ns, pod, &error);
+      if (!s) {
+        std::cout << "     " << std::left << std::setw(48) << name << std::right << " refused: " << error << "\n";
+        continue;
+      }
+      std::cout << "     " << std::left << std::setw(48) << name << std::right << std::setw(6)
+                << static_cast<long>(base->bytes) - static_cast<long>(s->bytes) << " bytes (" << std::setw(5)
+                << static_cast<long>(base->without_managed) - static_cast<long>(s->without_managed)
+                << " of them outside managedFields), " << std::fixed << std::setprecision(1)
+                << 100.0 * (static_cast<double>(base->bytes) - static_cast<double>(s->bytes)) / static_cast<double>(base->bytes)
+                << "%\n";
+    }
+  }
+}
+
+// --- 3. defaults written out ------------------------------------------------------------
+// Every leaf of `v` (objects by key, arrays by index), as a path of keys and indexes.
+void leaves(const json& v, std::vector<json>& path, std::vector<std::vector<json>>& out) {
+  if (v.is_object() && !v.empty()) {
+    for (const auto& [k, x] : v.items()) {
+      path.push_back(k);
+      leaves(x, path, out);
+      path.pop_back();
+    }
+  } else if (v.is_array() && !v.empty()) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      path.push_back(i);
+      leaves(v[i], path, out);
+      path.pop_back();
+    }
+  } else {
+    out.push_back(path);
+  }
+}
+
+const json* at(const json& v, const std::vector<json>& path) {
+  const json* cur = &v;
+  for (const auto& k : path) {
+    if (k.is_string()) {
+      if (!cur->is_object() || !cur->contains(k.get<std::string>())) return nullptr;
+      cur = &(*cur)[k.get<std::string>()];
+    } else {
+      const size_t i = k.get<size_t>();
+      if (!cur->is_array() || i >= cur->size()) return nullptr;
+      cur = &(*cur)[i];
+    }
+  }
+  return cur;
+}
+
+std::string text(const std::vector<json>& path) {
+  std::string s;
+  for (const auto& k : path) {
+    if (k.is_string()) {
+      if (!s.empty()) s += '.';
+      s += k.get<std::string>();
+    } else {
+      s += '[';
+      s += std::to_string(k.get<size_t>());
+      s += ']';
+    }
+  }
+  return s;
+}
+
+void defaults_written(lockstep::test::ControlPlane& cp, lockstep::kube::Client& client) {
+  const auto view = bench_job();
+  const std::string ns = "defaults";
+  create_namespace(cp, ns);
+  json whole = pod_of(view, 3, true, ns);
+  whole["metadata"]["name"] = "whole";
+  auto base = store(client, ns, whole);
+  if (!base) return;
+  std::vector<std::vector<json>> all;
+  std::vector<json> path;
+  leaves(whole["spec"], path, all);
+  std::cout << "3. defaults written out: each of the " << all.size()
+            << " values of the pod's spec left out in turn; those the server stores anyway\n";
+  long total = 0;
+  int n = 0, i = 0;
+  for (const auto& p : all) {
+    if (bench::g_stop) break;
+    json pod = whole;
+    // Erase the leaf (by key, or the array element).
+    json* parent = &pod["spec"];
+    for (size_t k = 0; k + 1 < p.size(); ++k) parent = p[k].is_string() ? &(*parent)[p[k].get<std::string>()] : &(*parent)[p[k].get<size_t>()];
+    if (p.back().is_string()) parent->erase(p.back().get<std::string>());
+    else parent->erase(p.back().get<size_t>());
+    pod["metadata"]["name"] = "d-" + std::to_string(i++);
+    auto s = store(client, ns, pod);
+    if (!s) continue;  // required: not a default
+    const json* want = at(whole["spec"], p);
+    const json* got = at(s->object["spec"], p);
+    if (!want || !got || *want != *got) continue;
+    const long saved = static_cast<long>(base->bytes) - static_cast<long>(s->bytes);
+    total += saved;
+    ++n;
+    std::cout << "   spec." << text(p) << " = " << want->dump() << ": the server's default; " << saved
+              << " bytes as stored (managedFields included)\n";
+  }
+  std::cout << "   " << n << " defaults written out, " << total << " bytes together of the pod's " << base->bytes << "\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bench::catch_stop_signals();
+  int pods = 400, rounds = 3, clients = 4;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> int {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+      return std::stoi(argv[++i]);
+    };
+    if (a == "--pods") pods = value();
+    else if (a == "--rounds") rounds = value();
+    else if (a == "--clients") clients = value();
+    else {
+      std::cerr << "usage: lockstep-bench-pod-bytes [--pods N] [--rounds R] [--clients C]\n";
+      return 2;
+    }
+  }
+  std::cerr << "[bench] starting etcd and kube-apiserver ...\n";
+  auto cp = lockstep::test::ControlPlane::start();
+  auto config = lockstep::kube::RestConfig::from_kubeconfig(cp->kubeconfig());
+  config.qps = 1000;
+  config.burst = 1000;
+  lockstep::kube::Client client(config);
+  std::cout << "lockstep-bench-pod-bytes: the operator's pod of an 8-node job (examples/ddp.yaml's template), "
+            << "kube-apiserver at " << cp->server() << "\n";
+  cpu_per_pod(*cp, client, pods, rounds, clients);
+  if (!bench::g_stop) field_groups(*cp, client, 2);
+  if (!bench::g_stop) defaults_written(*cp, client);
+  return bench::g_stop ? 130 : 0;
+}
