@@ -8,12 +8,19 @@
 //      pod, both as stored, in the same run;
 //   3. the defaults written out: each value the operator writes, left out in turn; where the
 //      server stores the same value anyway, the operator need not write it (and its owner entry
-//      in managedFields goes with it).
+//      in managedFields goes with it);
+//   4. the pod watch in protobuf against JSON (#44 item 3): 8 watchers of each encoding (curl,
+//      as a kubelet, the scheduler or an informer holds one), pods created under them, the API
+//      server's CPU and the bytes per event, rounds alternating.
 // Every round is printed; nothing is asserted (a benchmark, not a timed test).
 // Usage: lockstep-bench-pod-bytes [--pods N] [--rounds R] [--clients C]
+#include <signal.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <thread>
 #include <iomanip>
 #include <iostream>
 #include <map>
@@ -314,6 +321,78 @@ void defaults_written(lockstep::test::ControlPlane& cp, lockstep::kube::Client& 
   std::cout << "   " << n << " defaults written out, " << total << " bytes together of the pod's " << base->bytes << "\n";
 }
 
+// --- 4. the pod watch in protobuf against JSON ---------------------------------------------
+// `watchers` watches of one namespace's pods, each a curl asking for one encoding (what a
+// kubelet, the scheduler or an informer would hold open), then `pods` pods created in it; the
+// API server's CPU for the round, and the bytes each watcher received per pod. Rounds alternate.
+struct WatchRound {
+  double api_ms_per_pod = 0, bytes_per_event = 0;
+};
+
+WatchRound watch_round(lockstep::test::ControlPlane& cp, lockstep::kube::Client& client, const std::string& ns,
+                       bool protobuf, int watchers, int pods) {
+  const auto view = bench_job();
+  create_namespace(cp, ns);
+  const std::string accept = protobuf ? "application/vnd.kubernetes.protobuf;stream=watch" : "application/json";
+  std::vector<std::unique_ptr<lockstep::Process>> curls;
+  std::vector<std::string> files;
+  for (int w = 0; w < watchers; ++w) {
+    files.push_back(cp.dir() + "/watch-" + ns + "-" + std::to_string(w));
+    lockstep::SpawnOptions so;
+    so.argv = {"curl", "-sN", "--cacert", cp.ca_file(), "-H", "Authorization: Bearer " + cp.token(), "-H",
+               "Accept: " + accept, "-o", files.back(), cp.server() + res::kPods.path(ns) + "?watch=1&timeoutSeconds=120"};
+    curls.push_back(std::make_unique<lockstep::Process>(lockstep::Process::spawn(so)));
+  }
+  std::this_thread::sleep_for(1500ms);  // every watch open
+  const double api0 = bench::cpu_seconds(cp.apiserver_pid());
+  bench::parallel(pods, 4, [&](int i) {
+    json pod = pod_of(view, i % 8, true, ns);
+    pod["metadata"]["name"] = "w-" + std::to_string(i);
+    client.create(res::kPods.path(ns), pod);
+  });
+  // Until every watcher has stopped receiving (its file no longer grows).
+  auto total_bytes = [&] {
+    size_t t = 0;
+    for (const auto& f : files) {
+      std::error_code ec;
+      const auto n = std::filesystem::file_size(f, ec);
+      if (!ec) t += static_cast<size_t>(n);
+    }
+    return t;
+  };
+  for (size_t last = 0, now = total_bytes();; last = now, now = total_bytes()) {
+    if (now == last && now > 0) break;
+    std::this_thread::sleep_for(500ms);
+  }
+  WatchRound r;
+  r.api_ms_per_pod = (bench::cpu_seconds(cp.apiserver_pid()) - api0) / pods * 1e3;
+  r.bytes_per_event = static_cast<double>(total_bytes()) / watchers / pods;
+  for (auto& c : curls) c->signal(SIGTERM);
+  curls.clear();
+  return r;
+}
+
+void watch_encodings(lockstep::test::ControlPlane& cp, lockstep::kube::Client& client, int rounds, int watchers, int pods) {
+  std::cout << "4. the pod watch: " << watchers << " watchers of one namespace in JSON against " << watchers
+            << " in protobuf, " << pods << " pods created a round; the API server's CPU per pod created (the create and "
+            << "every watcher's event), and the bytes a watcher receives per pod\n";
+  std::map<bool, std::vector<double>> cpu, bytes;
+  for (int round = 1; round <= rounds && !bench::g_stop; ++round)
+    for (bool protobuf : {false, true}) {
+      const auto r = watch_round(cp, client, std::string(protobuf ? "pb-" : "js-") + std::to_string(round), protobuf,
+                                 watchers, pods);
+      cpu[protobuf].push_back(r.api_ms_per_pod);
+      bytes[protobuf].push_back(r.bytes_per_event);
+      std::cout << "   round " << round << (protobuf ? " protobuf: " : " JSON:     ") << std::fixed << std::setprecision(3)
+                << r.api_ms_per_pod << " ms API server CPU per pod, " << std::setprecision(0) << r.bytes_per_event
+                << " bytes per event per watcher\n";
+    }
+  const double js = bench::percentile(cpu[false], 0.5), pb = bench::percentile(cpu[true], 0.5);
+  std::cout << "   medians: JSON " << std::setprecision(3) << js << " ms, protobuf " << pb << " ms per pod (x" << std::setprecision(2)
+            << pb / js << "); bytes per event x" << bench::percentile(bytes[true], 0.5) / bench::percentile(bytes[false], 0.5)
+            << "\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -344,5 +423,6 @@ int main(int argc, char** argv) {
   cpu_per_pod(*cp, client, pods, rounds, clients);
   if (!bench::g_stop) field_groups(*cp, client, 2);
   if (!bench::g_stop) defaults_written(*cp, client);
+  if (!bench::g_stop) watch_encodings(*cp, client, rounds, 8, pods / 2);
   return bench::g_stop ? 130 : 0;
 }
