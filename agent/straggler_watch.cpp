@@ -33,7 +33,7 @@ StragglerWatch::StragglerWatch(const Config& cfg, Metrics& metrics, GangFigures&
                      .Add(base);
   suspects_ = &BuildGauge()
                    .Name("lockstep_straggler_suspects")
-                   .Help("Ranks over the straggler threshold at node 0's last evaluation, verdict or not")
+                   .Help("Straggler suspects at node 0's last evaluation (over the threshold and past the overlap test), verdict or not")
                    .Register(reg)
                    .Add(base);
   window_ = &BuildGauge()
