@@ -141,11 +141,6 @@ const char* kRenderUsage = R"(usage: lockstep render [FLAGS] FILE.yaml   ("-" re
   Exit 0, 1 invalid job, 2 usage, 3 unreadable file, 4 not YAML (docs/exit-codes.md).
 )";
 
-bool dns_label(const std::string& s) {
-  static const std::regex label("^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$");
-  return std::regex_match(s, label);
-}
-
 }  // namespace
 
 int render_command(const std::vector<std::string>& args) {
@@ -175,24 +170,24 @@ int render_command(const std::vector<std::string>& args) {
       value = args[++i];
       return true;
     };
+    // The operator's own flags are checked by the operator's own checks (manifests.hpp).
     if (flag == "--agent-image") {
       if (!take()) return usage("--agent-image needs a value");
-      if (value.find_first_of(" \t\n") != std::string::npos)
-        return usage("--agent-image: '" + value + "' is not an image reference (no spaces); '' injects nothing");
+      if (auto error = reconcile::agent_image_flag_error(value); !error.empty()) return usage(error);
       o.agent_image = value;
     } else if (flag == "--agent-image-pull-policy") {
       if (!take()) return usage("--agent-image-pull-policy needs a value");
-      if (value != "Always" && value != "IfNotPresent" && value != "Never")
-        return usage("--agent-image-pull-policy: expected Always, IfNotPresent or Never, got '" + value + "'");
+      if (auto error = reconcile::pull_policy_flag_error(value); !error.empty()) return usage(error);
       o.agent_pull_policy = value;
     } else if (flag == "--namespace" || flag == "--operator-namespace" || flag == "--monitoring-namespace") {
       if (!take()) return usage(flag + " needs a value");
-      if (!dns_label(value)) return usage(flag + ": '" + value + "' is not a namespace name (a DNS label: a-z, 0-9, '-', at most 63)");
+      // Unlike the operator, '' is refused here too: the flag's absence already means none.
+      auto error = value.empty() ? flag + ": '' is not a namespace name (a DNS label)" : reconcile::namespace_flag_error(flag, value);
+      if (!error.empty()) return usage(error);
       (flag == "--namespace" ? o.namespace_name : flag == "--operator-namespace" ? o.operator_namespace : o.monitoring_namespace) = value;
     } else if (flag == "--default-isolation") {
       if (!take()) return usage("--default-isolation needs a value");
-      if (value != "None" && value != "NetworkPolicy")
-        return usage("--default-isolation: expected None or NetworkPolicy, got '" + value + "'");
+      if (auto error = reconcile::isolation_flag_error(value); !error.empty()) return usage(error);
       o.default_isolation = value;
     } else if (flag == "--priority") {
       if (!take()) return usage("--priority needs a value");

@@ -10,7 +10,6 @@
 #include <iostream>
 #include <map>
 #include <memory>
-#include <regex>
 #include <thread>
 
 #include "controller/controller.hpp"
@@ -96,9 +95,8 @@ const char* kUsage = R"(usage: lockstep-operator [flags]
 
 // A namespace name, or '' for none.
 std::string dns_label(const char* what, const std::string& v) {
-  static const std::regex label("([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?");
-  if (!std::regex_match(v, label))
-    throw lockstep::flags::FlagError(std::string(what) + ": '" + v + "' is not a namespace name (a DNS label); '' for none");
+  if (auto error = lockstep::reconcile::namespace_flag_error(what, v); !error.empty())
+    throw lockstep::flags::FlagError(error + "; '' for none");
   return v;
 }
 
@@ -135,12 +133,10 @@ Options parse(int argc, char** argv) {
     else if (match(argc, argv, i, "--podgroup-check-period", v)) o.podgroup_check_period = to_duration("--podgroup-check-period", v);
     else if (match(argc, argv, i, "--progress-period", v)) o.progress_period = to_duration("--progress-period", v);
     else if (match(argc, argv, i, "--agent-image", v)) {
-      if (v.find_first_of(" \t\r\n") != std::string::npos)
-        throw FlagError("--agent-image: '" + v + "' is not an image reference (no spaces); '' injects nothing");
+      if (auto error = lockstep::reconcile::agent_image_flag_error(v); !error.empty()) throw FlagError(error);
       o.agent_image = v;
     } else if (match(argc, argv, i, "--agent-image-pull-policy", v)) {
-      if (v != "Always" && v != "IfNotPresent" && v != "Never")
-        throw FlagError("--agent-image-pull-policy: expected Always, IfNotPresent or Never, got '" + v + "'");
+      if (auto error = lockstep::reconcile::pull_policy_flag_error(v); !error.empty()) throw FlagError(error);
       o.agent_image_pull_policy = v;
     } else if (match(argc, argv, i, "--operator-namespace", v)) {
       o.operator_namespace = dns_label("--operator-namespace", v);
@@ -148,8 +144,7 @@ Options parse(int argc, char** argv) {
     } else if (match(argc, argv, i, "--monitoring-namespace", v)) {
       o.monitoring_namespace = dns_label("--monitoring-namespace", v);
     } else if (match(argc, argv, i, "--default-isolation", v)) {
-      if (v != "None" && v != "NetworkPolicy")
-        throw FlagError("--default-isolation: expected None or NetworkPolicy, got '" + v + "'");
+      if (auto error = lockstep::reconcile::isolation_flag_error(v); !error.empty()) throw FlagError(error);
       o.default_isolation = v == "NetworkPolicy" ? lockstep::reconcile::Isolation::NetworkPolicy : lockstep::reconcile::Isolation::None;
     } else if (match(argc, argv, i, "--log-level", v)) {
       lockstep::log::Level level;

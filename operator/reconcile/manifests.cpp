@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <regex>
 
 #include "lockstep/contract.hpp"
 #include "lockstep/text.hpp"
@@ -439,6 +440,27 @@ bool at_or_below(const std::string& path, const std::string& dir) {
 }
 
 }  // namespace
+
+std::string agent_image_flag_error(const std::string& value) {
+  if (value.find_first_of(" \t\r\n") == std::string::npos) return "";
+  return "--agent-image: '" + value + "' is not an image reference (no spaces); '' injects nothing";
+}
+
+std::string pull_policy_flag_error(const std::string& value) {
+  if (value == "Always" || value == "IfNotPresent" || value == "Never") return "";
+  return "--agent-image-pull-policy: expected Always, IfNotPresent or Never, got '" + value + "'";
+}
+
+std::string isolation_flag_error(const std::string& value) {
+  if (value == "None" || value == "NetworkPolicy") return "";
+  return "--default-isolation: expected None or NetworkPolicy, got '" + value + "'";
+}
+
+std::string namespace_flag_error(const std::string& flag, const std::string& value) {
+  static const std::regex label("([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?");
+  if (std::regex_match(value, label)) return "";
+  return flag + ": '" + value + "' is not a namespace name (a DNS label)";
+}
 
 std::string agent_overlay(const json& pod_template) {
   const json& spec = child(pod_template, "spec");

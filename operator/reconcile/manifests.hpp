@@ -69,6 +69,14 @@ struct AgentInjection {
   std::string pull_policy = "IfNotPresent";
 };
 
+// The operator's flags that shape what it creates, checked one way for `lockstep-operator` and
+// for `lockstep render`, which takes them with the same names: "" when `value` is valid, else
+// what is wrong, naming the flag.
+std::string agent_image_flag_error(const std::string& value);           // --agent-image ('' injects nothing)
+std::string pull_policy_flag_error(const std::string& value);           // --agent-image-pull-policy
+std::string isolation_flag_error(const std::string& value);             // --default-isolation
+std::string namespace_flag_error(const std::string& flag, const std::string& value);  // a DNS label, or ''
+
 // Pod <job>-<index> of attempt `attempt`: the template with the agent as the trainer
 // container's entrypoint (injected when `agent.image` is set), the full LOCKSTEP_* and PET_*
 // environment, labels, hostname and subdomain, restartPolicy Never, scheduling fields and a
