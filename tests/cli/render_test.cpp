@@ -12,6 +12,7 @@
 #include "reconcile/job.hpp"
 #include "reconcile/manifests.hpp"
 #include "render.hpp"
+#include "render_stream.hpp"
 #include "test_util.hpp"
 #include "validate.hpp"
 
@@ -31,23 +32,9 @@ json load_example(const std::string& name) {
 }
 
 std::vector<std::string> kinds(const std::vector<RenderedObject>& objects) {
-  std::vector<std::string> out;
-  for (const auto& o : objects) out.push_back(o.object.value("kind", "?") + "/" + o.object["metadata"].value("name", "?"));
-  return out;
-}
-
-// The YAML stream's documents, each read back as JSON by the same reader `lockstep validate` uses.
-std::vector<json> read_back(const std::string& yaml) {
   std::vector<json> docs;
-  size_t start = 0;
-  while (start < yaml.size()) {
-    size_t end = yaml.find("\n---\n", start);
-    const std::string doc = yaml.substr(start, end == std::string::npos ? std::string::npos : end - start + 1);
-    docs.push_back(lockstep::cli::yaml_to_json_text(doc, "rendered"));
-    if (end == std::string::npos) break;
-    start = end + 5;
-  }
-  return docs;
+  for (const auto& o : objects) docs.push_back(o.object);
+  return lockstep::test::render_kinds(docs);
 }
 
 TEST(Render, TheObjectsAreTheOperatorsManifestsInCreationOrder) {
@@ -122,7 +109,7 @@ TEST(Render, TheYamlReadsBackAsTheSameObjects) {
   o.agent_image = lockstep::cli::default_agent_image();
   const auto objects = lockstep::cli::render_job(job, o);
   const std::string yaml = lockstep::cli::render_yaml(objects);
-  const auto docs = read_back(yaml);
+  const auto docs = lockstep::test::read_render_stream(yaml);
   ASSERT_EQ(docs.size(), objects.size()) << yaml;
   for (size_t d = 0; d < docs.size(); ++d) EXPECT_EQ(docs[d], objects[d].object) << "document " << d << "\n" << yaml;
   EXPECT_NE(yaml.find("# Pod tiny-ddp-0\n# LOCKSTEP_BARRIER_SECRET is drawn"), std::string::npos) << yaml;

@@ -10,9 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/contract.hpp"
 #include "lockstep/process.hpp"
+#include "render_stream.hpp"
 #include "test_util.hpp"
-#include "validate.hpp"
 
 namespace lockstep::test::render {
 
@@ -59,7 +60,8 @@ inline bool default_tolerations(const json& v) {
 }
 
 inline bool server_field(const std::string& path, const json& value) {
-  if (std::regex_match(path, std::regex(R"(spec\.tolerations(\[\d+\])?)"))) return default_tolerations(value);
+  static const std::regex tolerations(R"(spec\.tolerations(\[\d+\])?)");
+  if (std::regex_match(path, tolerations)) return default_tolerations(value);
   for (const auto& re : server_fields())
     if (std::regex_match(path, re)) return true;
   return false;
@@ -100,30 +102,28 @@ inline void compare(const json& rendered, const json& live, const std::string& p
 
 
 // `lockstep render` of `job_json` (a job as the API server returns it) with `flags`: its
-// documents, each read back by the reader `lockstep validate` uses; `output` gets what it said.
+// documents (none when it failed); `output` gets what it said.
 inline std::vector<json> rendered(const std::string& job_json, const std::vector<std::string>& flags, std::string& output) {
   std::vector<std::string> argv = {env_or("LOCKSTEP_CLI_BIN", "lockstep"), "render"};
   argv.insert(argv.end(), flags.begin(), flags.end());
   argv.push_back("-");
   auto r = lockstep::run_capture(argv, {}, std::chrono::seconds(60), job_json);
   output = r.output;
-  std::vector<json> docs;
-  if (r.status.code != 0) return docs;
-  for (size_t start = 0; start < r.output.size();) {
-    const size_t end = r.output.find("\n---\n", start);
-    docs.push_back(lockstep::cli::yaml_to_json_text(
-        r.output.substr(start, end == std::string::npos ? end : end - start + 1), "lockstep render"));
-    if (end == std::string::npos) break;
-    start = end + 5;
-  }
-  return docs;
+  return r.status.code == 0 ? read_render_stream(r.output) : std::vector<json>{};
 }
 
-// "Kind/name" of each document.
-inline std::vector<std::string> kinds(const std::vector<json>& docs) {
-  std::vector<std::string> out;
-  for (const auto& d : docs) out.push_back(d.value("kind", "?") + "/" + d["metadata"].value("name", "?"));
-  return out;
+// See Note [Barrier secret]: the operator draws it, render prints a placeholder of its form. The
+// rendered pod's placeholder is replaced by the live pod's secret; false when the rendered pod
+// has no placeholder there.
+inline bool take_secret(json& rendered_pod, const json& live_pod) {
+  bool placeholder = false;
+  for (auto& e : rendered_pod["spec"]["containers"][0]["env"])
+    if (e.value("name", "") == lockstep::contract::kBarrierSecret) {
+      placeholder = e.value("value", "") == std::string(64, '0');
+      for (const auto& l : live_pod["spec"]["containers"][0]["env"])
+        if (l.value("name", "") == lockstep::contract::kBarrierSecret) e["value"] = l["value"];
+    }
+  return placeholder;
 }
 
 // The differences, one per line ("" when none).
