@@ -262,7 +262,7 @@ std::vector<LocalFigure> Metrics::figures(double now_s) {
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < ranks_.size(); ++i)
     if (auto f = ranks_[i].window.figure(now_s, straggler_))
-      out.push_back({static_cast<int>(i), f->median_s, ranks_[i].throttle, f->upper_s});
+      out.push_back({static_cast<int>(i), f->median_s, ranks_[i].throttle, f->lower_s});
   return out;
 }
 

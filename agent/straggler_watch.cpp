@@ -68,7 +68,7 @@ void StragglerWatch::evaluate(double now_s) {
   std::vector<straggler::RankFigure> all;
   const auto own = metrics_.figures(now_s);
   for (const auto& f : own)
-    all.push_back({cfg_.node_rank * cfg_.nproc_per_node + f.local_rank, cfg_.node_rank, f.median_s, f.throttle, f.upper_s});
+    all.push_back({cfg_.node_rank * cfg_.nproc_per_node + f.local_rank, cfg_.node_rank, f.median_s, f.throttle, f.lower_s});
   for (auto& f : members_.fresh(now_s))
     if (f.node_rank != cfg_.node_rank) all.push_back(f);
   const auto reading = straggler::score(all);

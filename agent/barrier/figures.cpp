@@ -41,7 +41,8 @@ Message figures_message(int generation, const std::vector<LocalFigure>& figures)
   Message m{"FIGURES", {{"gen", std::to_string(generation)}}};
   for (const auto& f : figures) {
     m.fields["w" + std::to_string(f.local_rank)] = figure_text(f.median_s);
-    m.fields["u" + std::to_string(f.local_rank)] = figure_text(std::max(f.upper_s, f.median_s));
+    const double lower = f.lower_s > 0 && f.lower_s < f.median_s ? f.lower_s : f.median_s;
+    m.fields["l" + std::to_string(f.local_rank)] = figure_text(lower);
     if (f.throttle) m.fields["t" + std::to_string(f.local_rank)] = std::to_string(f.throttle);
   }
   return m;
@@ -54,19 +55,19 @@ std::optional<MemberFigures> parse_figures(const Message& m, int nproc, std::str
     error = "gen must be a generation number";
     return std::nullopt;
   }
-  std::vector<std::optional<double>> work(static_cast<size_t>(nproc)), upper(static_cast<size_t>(nproc));
+  std::vector<std::optional<double>> work(static_cast<size_t>(nproc)), lower(static_cast<size_t>(nproc));
   std::vector<unsigned> throttle(static_cast<size_t>(nproc), 0);
   std::vector<bool> has_throttle(static_cast<size_t>(nproc), false);
   for (const auto& [key, value] : m.fields) {
     if (key == "gen") continue;
-    const int i = key.size() > 1 && (key[0] == 'w' || key[0] == 'u' || key[0] == 't') ? small_index(key.substr(1)) : -1;
+    const int i = key.size() > 1 && (key[0] == 'w' || key[0] == 'l' || key[0] == 't') ? small_index(key.substr(1)) : -1;
     if (i < 0 || i >= nproc) {
-      error = "key '" + key.substr(0, 16) + "' is not w<i>, u<i> or t<i> with i in [0, " + std::to_string(nproc) + ")";
+      error = "key '" + key.substr(0, 16) + "' is not w<i>, l<i> or t<i> with i in [0, " + std::to_string(nproc) + ")";
       return std::nullopt;
     }
     const auto at = static_cast<size_t>(i);
-    if (key[0] == 'w' || key[0] == 'u') {
-      auto& slot = key[0] == 'w' ? work[at] : upper[at];
+    if (key[0] == 'w' || key[0] == 'l') {
+      auto& slot = key[0] == 'w' ? work[at] : lower[at];
       slot = figure_seconds(value);
       if (!slot) {
         error = key + " must be a number of seconds in (0, " + figure_text(kMaxFigureSeconds) + "]";
@@ -84,20 +85,20 @@ std::optional<MemberFigures> parse_figures(const Message& m, int nproc, std::str
   }
   for (size_t i = 0; i < work.size(); ++i) {
     const std::string n = std::to_string(i);
-    if ((has_throttle[i] || upper[i]) && !work[i]) {
-      error = (upper[i] ? "u" : "t") + n + " without its w" + n;
+    if ((has_throttle[i] || lower[i]) && !work[i]) {
+      error = (lower[i] ? "l" : "t") + n + " without its w" + n;
       return std::nullopt;
     }
     if (!work[i]) continue;
-    if (!upper[i]) {
-      error = "w" + n + " without its u" + n;
+    if (!lower[i]) {
+      error = "w" + n + " without its l" + n;
       return std::nullopt;
     }
-    if (*upper[i] < *work[i]) {
-      error = "u" + n + " (an upper quantile) must be at least w" + n + " (the median)";
+    if (*lower[i] > *work[i]) {
+      error = "l" + n + " (a lower quantile) must be at most w" + n + " (the median)";
       return std::nullopt;
     }
-    out.figures.push_back({static_cast<int>(i), *work[i], throttle[i], *upper[i]});
+    out.figures.push_back({static_cast<int>(i), *work[i], throttle[i], *lower[i]});
   }
   return out;
 }
@@ -140,7 +141,7 @@ std::vector<straggler::RankFigure> GangFigures::fresh(double now_s) {
     if (now_s - n.at_s > kFiguresMaxAgeS) n.figures.clear();
     for (const auto& f : n.figures)
       out.push_back({static_cast<int>(node) * nproc_ + f.local_rank, static_cast<int>(node), f.median_s, f.throttle,
-                     f.upper_s});
+                     f.lower_s});
   }
   return out;
 }

@@ -33,19 +33,19 @@ struct LocalFigure {
   int local_rank = 0;
   double median_s = 0;    // its work median over the window (straggler::RankWindow::figure)
   unsigned throttle = 0;  // straggler::Throttle bits of its GPU, 0: none or unknown
-  double upper_s = 0;     // its upper quantile over the window (0, or under median_s: median_s)
+  double lower_s = 0;     // its lower quantile over the window (0, or over median_s: median_s)
 };
 
 // The longest FIGURES line node 0 reads from a member with `nproc` ranks a node; a longer one
 // closes the member's connection, as an oversized heartbeat does (Note [Barrier trust]).
 inline size_t max_figures_bytes(int nproc) { return 64 + 60 * static_cast<size_t>(nproc); }
 
-// `FIGURES gen=G w<i>=<median, %.6g> u<i>=<upper quantile> [t<i>=<bits>]` for `figures` (t only
+// `FIGURES gen=G w<i>=<median, %.6g> l<i>=<lower quantile> [t<i>=<bits>]` for `figures` (t only
 // when not 0).
 Message figures_message(int generation, const std::vector<LocalFigure>& figures);
 // A member's FIGURES, checked (Note [Barrier trust]): `gen` an integer, every other key w<i>,
-// u<i> or t<i> with i in [0, nproc), w and u finite numbers in (0, kMaxFigureSeconds] with
-// u >= w, t an integer in [0, straggler::kThrottleAll], every w with its u and every u or t
+// l<i> or t<i> with i in [0, nproc), w and l finite numbers in (0, kMaxFigureSeconds] with
+// l <= w, t an integer in [0, straggler::kThrottleAll], every w with its l and every l or t
 // beside its w. nullopt with `error` saying what is wrong.
 struct MemberFigures {
   int generation = -1;

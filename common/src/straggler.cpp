@@ -40,22 +40,22 @@ std::optional<RankWindow::Figure> RankWindow::figure(double now_s, const Setting
   std::nth_element(work.begin(), work.begin() + mid, work.end());
   f.median_s = work[mid];
   if (n % 2 == 0) f.median_s = (f.median_s + *std::max_element(work.begin(), work.begin() + mid)) / 2;
-  // The upper quantile: the smallest sample that at least that share of the samples is not
-  // above (the 90th percentile of 10 samples is the 9th smallest, of 20 the 18th, of 8 the
-  // largest); at or under a half, the median itself. Past the middle, so the partition above
-  // leaves it in the upper half.
-  f.upper_s = f.median_s;
-  const double q = std::min(settings.upper_quantile, 1.0);
-  if (q > 0.5) {
-    const size_t at = std::max(mid, static_cast<size_t>(std::ceil(q * static_cast<double>(n))) - 1);
-    std::nth_element(work.begin() + mid, work.begin() + at, work.end());
-    f.upper_s = std::max(work[at], f.median_s);
+  // The lower quantile: the smallest sample that at least that share of the samples is not
+  // above (the 20th percentile of 10 samples is the 2nd smallest, of 20 the 4th, of 8 the
+  // 2nd); at or over a half, the median itself. Under the middle, so the partition above
+  // leaves it in the lower half.
+  f.lower_s = f.median_s;
+  const double q = std::max(settings.lower_quantile, 0.0);
+  if (q < 0.5) {
+    const size_t at = std::min(mid, static_cast<size_t>(std::max(std::ceil(q * static_cast<double>(n)), 1.0)) - 1);
+    std::nth_element(work.begin(), work.begin() + at, work.begin() + mid);
+    f.lower_s = std::min(work[at], f.median_s);
   }
   return f;
 }
 
 namespace {
-bool usable(const RankFigure& f) { return std::isfinite(f.median_s) && f.median_s > 0 && std::isfinite(f.upper_s); }
+bool usable(const RankFigure& f) { return std::isfinite(f.median_s) && f.median_s > 0 && std::isfinite(f.lower_s); }
 
 // The lower median: for an even count the smaller of the two middle figures, so that two ranks
 // are measured against the faster one (Note [Straggler score]).
@@ -67,27 +67,24 @@ double lower_median(std::vector<double>& v) {
 }  // namespace
 
 std::optional<Reading> score(const std::vector<RankFigure>& figures) {
-  std::vector<double> medians, uppers;
+  std::vector<double> medians;
   medians.reserve(figures.size());
-  uppers.reserve(figures.size());
-  for (const auto& f : figures) {
-    if (!usable(f)) continue;
-    medians.push_back(f.median_s);
-    uppers.push_back(std::max(f.upper_s, f.median_s));
-  }
+  for (const auto& f : figures)
+    if (usable(f)) medians.push_back(f.median_s);
   if (medians.size() < 2) return std::nullopt;
   Reading r;
   r.reference_s = lower_median(medians);
-  r.upper_s = lower_median(uppers);
   r.scores.reserve(figures.size());
   for (const auto& f : figures)
-    if (usable(f)) r.scores.push_back({f.rank, f.node_rank, f.median_s / r.reference_s, f.throttle, f.median_s});
+    if (usable(f))  // a lower quantile of 0 (none sent) or over the median: the median
+      r.scores.push_back({f.rank, f.node_rank, f.median_s / r.reference_s, f.throttle,
+                          f.lower_s > 0 && f.lower_s < f.median_s ? f.lower_s : f.median_s});
   return r;
 }
 
 bool suspect(const Score& s, const Reading& reading, const Settings& settings) {
   return s.slowdown >= settings.threshold && (s.slowdown - 1) * reading.reference_s >= settings.min_excess_s &&
-         s.median_s > reading.upper_s;
+         s.lower_s > reading.reference_s;
 }
 
 size_t Detector::suspects() const {
@@ -168,7 +165,7 @@ std::vector<Detector::Change> replay(const std::vector<Sample>& samples, const S
     }
     std::vector<RankFigure> figures;
     for (auto& [rank, w] : windows)
-      if (auto f = w.second.figure(now, settings)) figures.push_back({rank, w.first, f->median_s, 0, f->upper_s});
+      if (auto f = w.second.figure(now, settings)) figures.push_back({rank, w.first, f->median_s, 0, f->lower_s});
     for (auto& c : detector.update(now, score(figures))) changes.push_back(c);
     if (next >= samples.size()) break;
   }

@@ -622,7 +622,7 @@ std::string steady_job(const std::string& name, int seconds) {
 }
 
 // A 10 s window and a 5 s hold (the defaults are 30 s and 15 s) so that a verdict, and its
-// clearing, come within the test's time: about 7 s of slow steps to take over the median at 2x,
+// clearing, come within the test's time: about 9 s of slow steps to fill four fifths of the window at 2x,
 // the hold, and the agents' 5 s figures and evaluation intervals (Note [Straggler score]).
 const std::map<std::string, std::string> kShortWindow = {{"LOCKSTEP_STRAGGLER_WINDOW", "10s"},
                                                          {"LOCKSTEP_STRAGGLER_HOLD", "5s"}};

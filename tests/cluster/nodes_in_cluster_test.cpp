@@ -549,7 +549,13 @@ const std::string kStragglerCpu = "500m";
 // Half of `cpu_per_s` (CPU-s/s) as a whole percent of one CPU, in [5, 25].
 int throttle_percent(double cpu_per_s) { return std::clamp(static_cast<int>(std::lround(cpu_per_s * 50)), 5, 25); }
 constexpr auto kSteadyWindow = 35s;     // the agents' window (30 s) full of unthrottled steps
-constexpr auto kDetectionBound = 60s;   // #42's target, at a 1.5x slowdown; this one is about 2x
+// The bound stated for these pods. #42's target is 60 s at 1.5x, which the judge meets where a
+// rank's steps are alike (bench/straggler section 1: worst 43 s at 1.5x and 2x). These are 500m
+// pods sharing CI's cores: each rank's steps are two humps (a quota pause in the step or not),
+// and a suspect's steps must clear the typical rank's typical one four times in five (Note
+// [Straggler score], "The overlap"); on a recording of such pods section 1b measured 2x named in
+// a median of 40 s, worst 68 s. CI saw this test's slowdown at 2.1x-3.4x.
+constexpr auto kDetectionBound = 75s;
 
 // A process's CPU time (utime + stime, /proc/PID/stat), in seconds; 0 when it is gone.
 double process_cpu_seconds(pid_t pid) {

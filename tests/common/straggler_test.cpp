@@ -78,7 +78,7 @@ TEST(StragglerWindow, KeepsAtMostMaxSamples) {
   EXPECT_DOUBLE_EQ(w.figure(0.1, s)->median_s, 1.0 + 91.5) << "the newest 16: 85..100, median of 85+i";
 }
 
-TEST(StragglerWindow, ItsUpperFigureIsTheNinetiethPercentile) {
+TEST(StragglerWindow, ItsLowerFigureIsTheTwentiethPercentile) {
   Settings s;
   s.window_s = 300;
   s.min_samples = 8;
@@ -88,13 +88,19 @@ TEST(StragglerWindow, ItsUpperFigureIsTheNinetiethPercentile) {
   auto f = w.figure(251, s);
   ASSERT_TRUE(f);
   EXPECT_DOUBLE_EQ(f->median_s, 10.5);
-  EXPECT_DOUBLE_EQ(f->upper_s, 18.0) << "18 of the 20 are at most 18";
+  EXPECT_DOUBLE_EQ(f->lower_s, 4.0) << "4 of the 20 are at most 4";
   RankWindow alike;
   alike.add(0, 99.0);
   for (int i = 0; i < 9; ++i) alike.add(100 + i, 3.0);
-  EXPECT_DOUBLE_EQ(alike.figure(251, s)->upper_s, 3.0);
-  s.upper_quantile = 0.5;
-  EXPECT_DOUBLE_EQ(w.figure(251, s)->upper_s, 10.5) << "at the median: the median";
+  EXPECT_DOUBLE_EQ(alike.figure(251, s)->lower_s, 3.0);
+  RankWindow nine;  // of 9, the 2nd smallest (ceil(0.2 x 9) = 2)
+  nine.add(0, 99.0);
+  for (int i = 0; i < 9; ++i) nine.add(100 + i, 9.0 - i);
+  EXPECT_DOUBLE_EQ(nine.figure(251, s)->lower_s, 2.0);
+  s.lower_quantile = 0.5;
+  EXPECT_DOUBLE_EQ(w.figure(251, s)->lower_s, 10.5) << "at the median: the median";
+  s.lower_quantile = 0;
+  EXPECT_DOUBLE_EQ(w.figure(251, s)->lower_s, 1.0) << "at 0: the fastest";
 }
 
 TEST(StragglerScore, IsAgainstTheLowerMedianOfTheRanks) {
@@ -118,31 +124,39 @@ TEST(StragglerScore, IsAgainstTheLowerMedianOfTheRanks) {
 
 TEST(StragglerScore, ASuspectIsOverTheRatioAndTheAbsoluteExcess) {
   Settings s;
-  const Reading tenth{0.1, 0.1, {}}, ms{0.001, 0.001, {}};  // steps all alike: the upper figure is the median
+  const Reading tenth{0.1, {}}, ms{0.001, {}};  // steps all alike: the lower figure is the median
   EXPECT_TRUE(straggler::suspect({1, 1, 1.34, 0, 0.134}, tenth, s));
   EXPECT_FALSE(straggler::suspect({1, 1, 1.30, 0, 0.130}, tenth, s)) << "under 4/3";
   EXPECT_FALSE(straggler::suspect({1, 1, 2.0, 0, 0.002}, ms, s)) << "1 ms more on a 1 ms step: timer noise";
 }
 
-TEST(StragglerScore, ASuspectIsSlowerThanNineInTenOfTheTypicalRanksSteps) {
-  // Two ranks 2x apart at the median. Rank 0's steps alike (its 90th percentile 1.1): rank 1 is
-  // a suspect. Rank 0's steps spread to 2.5 (a quota's periods, Note [Straggler score], "The
-  // overlap"): rank 1's typical step is no slower than rank 0's slow ones, and nobody is.
-  RankFigure fast{0, 0, 1.0, 0, 1.1}, slow{1, 1, 2.0, 0, 2.2};
-  auto narrow = straggler::score({fast, slow});
-  ASSERT_TRUE(narrow);
-  EXPECT_DOUBLE_EQ(narrow->upper_s, 1.1) << "the lower median of the upper figures: of two, the lower";
-  EXPECT_TRUE(straggler::suspect(narrow->scores[1], *narrow, Settings{}));
-  fast.upper_s = 2.5;
-  auto wide = straggler::score({fast, slow});
-  ASSERT_TRUE(wide);
-  EXPECT_DOUBLE_EQ(wide->upper_s, 2.2);
-  EXPECT_DOUBLE_EQ(wide->scores[1].slowdown, 2.0) << "the score stays the ratio of medians";
-  EXPECT_FALSE(straggler::suspect(wide->scores[1], *wide, Settings{}));
-  // An upper figure under its median (or none: 0) counts as the median.
+TEST(StragglerScore, ASuspectHasFourInFiveOfItsStepsSlowerThanTheTypicalRanksTypicalStep) {
+  // Two ranks 2x apart at the median. Rank 1's fastest fifth (its 20th percentile, 1.5) is still
+  // slower than rank 0's median: a suspect. Rank 1's steps spread down to 0.8 at its 20th
+  // percentile (a quota's periods, Note [Straggler score], "The overlap"): a fifth of its steps
+  // are as fast as rank 0's typical one, and nobody is. Rank 0's own spread plays no part.
+  RankFigure fast{0, 0, 1.0, 0, 0.9}, slow{1, 1, 2.0, 0, 1.5};
+  auto apart = straggler::score({fast, slow});
+  ASSERT_TRUE(apart);
+  EXPECT_DOUBLE_EQ(apart->scores[1].lower_s, 1.5);
+  EXPECT_TRUE(straggler::suspect(apart->scores[1], *apart, Settings{}));
+  fast.lower_s = 0.1;
+  EXPECT_TRUE(straggler::suspect(straggler::score({fast, slow})->scores[1], *straggler::score({fast, slow}), Settings{}))
+      << "the typical rank's own spread changes nothing";
+  slow.lower_s = 0.8;
+  auto overlapping = straggler::score({fast, slow});
+  ASSERT_TRUE(overlapping);
+  EXPECT_DOUBLE_EQ(overlapping->scores[1].slowdown, 2.0) << "the score stays the ratio of medians";
+  EXPECT_FALSE(straggler::suspect(overlapping->scores[1], *overlapping, Settings{}));
+  slow.lower_s = 1.0;
+  EXPECT_FALSE(straggler::suspect(straggler::score({fast, slow})->scores[1], *straggler::score({fast, slow}), Settings{}))
+      << "at the reference is not above it";
+  // A lower figure over its median (or none: 0) counts as the median.
   auto none = straggler::score({{0, 0, 1.0}, {1, 1, 2.0}});
-  EXPECT_DOUBLE_EQ(none->upper_s, 1.0);
+  EXPECT_DOUBLE_EQ(none->scores[1].lower_s, 2.0);
   EXPECT_TRUE(straggler::suspect(none->scores[1], *none, Settings{}));
+  auto over = straggler::score({{0, 0, 1.0}, {1, 1, 2.0, 0, 3.0}});
+  EXPECT_DOUBLE_EQ(over->scores[1].lower_s, 2.0);
 }
 
 TEST(StragglerDetector, RaisesAfterTheHoldAndClearsAfterItUnder) {
@@ -230,16 +244,38 @@ TEST_F(StragglerRecorded, AHealthyGangUnderTightQuotasWhoseRanksTakeTurnsHasNoVe
   // Each node at 25% of a CPU: both ranks throttled in most periods, each rank's work spread
   // over 15-100 ms, which rank is late changing from step to step (Note [Straggler score], "The
   // overlap"). Medians alone named each rank in turn (as `lockstep run` did when recording it,
-  // and the CI's cluster tier on 250m pods); a suspect must also be slower than nine in ten of
-  // the typical rank's steps.
+  // and the CI's cluster tier on 250m pods); a suspect must also have four in five of its steps
+  // slower than the typical rank's typical step.
   const auto quota = load_recorded_steps(std::string(LOCKSTEP_SOURCE_DIR) +
                                          "/tests/common/data/straggler_quota250_2ranks.csv");
   ASSERT_GT(quota.size(), 2900u);
   Settings medians_only;
-  medians_only.upper_quantile = 0.5;
+  medians_only.lower_quantile = 0.5;
   const auto before = replay_recorded(quota, [](int, double) { return 1.0; }, medians_only);
   EXPECT_NE(said(before), "nothing") << "the recording no longer shows the case";
   EXPECT_EQ(said(replay_recorded(quota, [](int, double) { return 1.0; })), "nothing");
+}
+
+TEST_F(StragglerRecorded, AGangOf500mPodsOnALoadedMachineHasNoVerdictYetARankSlowedTwiceIsNamed) {
+  // 500m pods beside busy loops: each rank's work two humps (a quota pause in the step or not),
+  // its 90th percentile 2.2-2.7x its median, the medians up to 1.6x apart either way. Nobody is
+  // named as it was recorded; rank 1 slowed 2x from 60 s into the tiled run is named, and within
+  // a minute and a half (CI's cluster tier saw the earlier overlap test, against the typical
+  // rank's 90th percentile, take 99 s on such pods; bench/straggler section 1b measures it).
+  const auto loaded = load_recorded_steps(std::string(LOCKSTEP_SOURCE_DIR) +
+                                          "/tests/common/data/straggler_quota500_loaded_2ranks.csv");
+  ASSERT_GT(loaded.size(), 7000u);
+  Settings medians_only;
+  medians_only.lower_quantile = 0.5;
+  EXPECT_NE(said(replay_recorded(loaded, [](int, double) { return 1.0; }, medians_only)), "nothing")
+      << "medians alone named a rank of this healthy run";
+  EXPECT_EQ(said(replay_recorded(loaded, [](int, double) { return 1.0; })), "nothing");
+  const auto run = lockstep::test::tiled(loaded, 600);
+  const auto changes = replay_recorded(run, [](int rank, double at) { return rank == 1 && at >= 60 ? 2.0 : 1.0; });
+  ASSERT_FALSE(changes.empty());
+  EXPECT_TRUE(changes[0].raised);
+  EXPECT_EQ(changes[0].who.rank, 1) << said(changes);
+  EXPECT_LE(changes[0].at_s - run.front().at_s - 60, 90) << said(changes);
 }
 
 TEST_F(StragglerRecorded, ACheckpointPauseOnRankZeroRaisesNothing) {
@@ -278,8 +314,9 @@ TEST_F(StragglerRecorded, ARankSlowThroughoutIsNamedWithinTheBoundAndOnlyIt) {
     EXPECT_TRUE(changes[0].raised);
     EXPECT_EQ(changes[0].who.rank, 1) << said(changes);
     EXPECT_NEAR(changes[0].who.slowdown, f, 0.25 * f) << said(changes);
-    // See Note [Straggler score]: window * f / (1 + f) + hold, plus an evaluation interval.
-    const double bound = s.window_s * f / (1 + f) + s.hold_s + kInterval;
+    // See Note [Straggler score]: the slow steps fill four fifths of the window
+    // (4 * window * f / (1 + 4 * f)), then the hold, plus an evaluation interval.
+    const double bound = 4 * s.window_s * f / (1 + 4 * f) + s.hold_s + kInterval;
     EXPECT_LE(changes[0].at_s - t0, bound) << f << "x: " << said(changes);
     for (const auto& c : changes) EXPECT_EQ(c.who.rank, 1) << said(changes);
   }

@@ -44,7 +44,7 @@ void send_line(BarrierClient& c, const std::string& line) {
 
 TEST(Figures, ALineRoundTripsAndStaysUnderItsBound) {
   const std::vector<LocalFigure> sent = {
-      {0, 0.0123456789, 0, 0.0234567891}, {3, 2.5, 17, 2.5}, {7, 3599.99, straggler::kThrottleAll, 3600}};
+      {0, 0.0123456789, 0, 0.00654321987}, {3, 2.5, 17, 2.5}, {7, 3599.99, straggler::kThrottleAll, 0.000123456789}};
   const std::string line = encode(figures_message(4, sent));
   EXPECT_LE(line.size(), max_figures_bytes(8)) << line;
   EXPECT_EQ(line.find("t0="), std::string::npos) << "no throttle key for no throttle: " << line;
@@ -56,26 +56,29 @@ TEST(Figures, ALineRoundTripsAndStaysUnderItsBound) {
   for (size_t i = 0; i < sent.size(); ++i) {
     EXPECT_EQ(got->figures[i].local_rank, sent[i].local_rank);
     EXPECT_NEAR(got->figures[i].median_s, sent[i].median_s, sent[i].median_s * 1e-5);  // %.6g
-    EXPECT_NEAR(got->figures[i].upper_s, sent[i].upper_s, sent[i].upper_s * 1e-5);
+    EXPECT_NEAR(got->figures[i].lower_s, sent[i].lower_s, sent[i].lower_s * 1e-5);
     EXPECT_EQ(got->figures[i].throttle, sent[i].throttle);
   }
-  // A figure with no upper quantile (or one under its median) sends its median as both.
+  // A figure with no lower quantile (or one over its median) sends its median as both.
   auto lone = parse_line(encode(figures_message(0, {{1, 0.5, 0}})), 2, error);
   ASSERT_TRUE(lone) << error;
-  EXPECT_EQ(lone->figures.at(0).upper_s, 0.5);
+  EXPECT_EQ(lone->figures.at(0).lower_s, 0.5);
+  auto over = parse_line(encode(figures_message(0, {{1, 0.5, 0, 0.7}})), 2, error);
+  ASSERT_TRUE(over) << error;
+  EXPECT_EQ(over->figures.at(0).lower_s, 0.5);
   // The longest line a node of 1024 ranks can send (every figure and throttle key at its widest).
   std::vector<LocalFigure> widest;
-  for (int i = 0; i < 1024; ++i) widest.push_back({i, 1234.56789, straggler::kThrottleAll, 2345.67891});
+  for (int i = 0; i < 1024; ++i) widest.push_back({i, 1234.56789, straggler::kThrottleAll, 1.23456789e-05});
   EXPECT_LE(encode(figures_message(999999, widest)).size(), max_figures_bytes(1024));
 }
 
 // See Note [Barrier trust]: each field is checked; one bad field and the whole line is ignored.
 TEST(Figures, EveryBadFieldRejectsTheLineAndSaysWhich) {
   const std::pair<const char*, const char*> bad[] = {
-      {"FIGURES w0=0.02 u0=0.03", "gen"},
-      {"FIGURES gen=-1 w0=0.02 u0=0.03", "gen"},
-      {"FIGURES gen=01 w0=0.02 u0=0.03", "gen"},
-      {"FIGURES gen=abc w0=0.02 u0=0.03", "gen"},
+      {"FIGURES w0=0.02 l0=0.01", "gen"},
+      {"FIGURES gen=-1 w0=0.02 l0=0.01", "gen"},
+      {"FIGURES gen=01 w0=0.02 l0=0.01", "gen"},
+      {"FIGURES gen=abc w0=0.02 l0=0.01", "gen"},
       {"FIGURES gen=0 w2=0.02", "w2"},          // local rank out of [0, nproc)
       {"FIGURES gen=0 w-1=0.02", "w-1"},
       {"FIGURES gen=0 w01=0.02", "w01"},
@@ -91,17 +94,19 @@ TEST(Figures, EveryBadFieldRejectsTheLineAndSaysWhich) {
       {"FIGURES gen=0 w0=0x10", "w0"},
       {"FIGURES gen=0 w0=0.02abc", "w0"},
       {"FIGURES gen=0 w0=", "w0"},
-      {"FIGURES gen=0 w0=0.02 u0=0.03 t0=32", "t0"},   // beyond kThrottleAll
-      {"FIGURES gen=0 w0=0.02 u0=0.03 t0=-1", "t0"},
-      {"FIGURES gen=0 w0=0.02 u0=0.03 t0=1.5", "t0"},
-      {"FIGURES gen=0 w0=0.02 u0=0.03 t1=1", "t1"},  // a throttle without its figure
-      {"FIGURES gen=0 w0=0.02 u0=0.03 w1=0.03 w2=0.04 w3=0.05 w4=0.06 w5=0.07 w6=0.08 w7=0.09 w8=0.1 w9=0.11", "w2"},
-      {"FIGURES gen=0 w0=0.02", "u0"},                 // a median without its upper quantile
-      {"FIGURES gen=0 u0=0.02", "u0"},                 // an upper quantile without its median
-      {"FIGURES gen=0 w0=0.02 u0=0.01", "u0"},         // under its median
-      {"FIGURES gen=0 w0=0.02 u0=nan", "u0"},
-      {"FIGURES gen=0 w0=0.02 u0=3601", "u0"},
-      {"FIGURES gen=0 w0=0.02 u0=0.03 u2=0.03", "u2"},
+      {"FIGURES gen=0 w0=0.02 l0=0.01 t0=32", "t0"},   // beyond kThrottleAll
+      {"FIGURES gen=0 w0=0.02 l0=0.01 t0=-1", "t0"},
+      {"FIGURES gen=0 w0=0.02 l0=0.01 t0=1.5", "t0"},
+      {"FIGURES gen=0 w0=0.02 l0=0.01 t1=1", "t1"},  // a throttle without its figure
+      {"FIGURES gen=0 w0=0.02 l0=0.01 w1=0.03 w2=0.04 w3=0.05 w4=0.06 w5=0.07 w6=0.08 w7=0.09 w8=0.1 w9=0.11", "w2"},
+      {"FIGURES gen=0 w0=0.02", "l0"},                 // a median without its lower quantile
+      {"FIGURES gen=0 l0=0.02", "l0"},                 // a lower quantile without its median
+      {"FIGURES gen=0 w0=0.02 l0=0.03", "l0"},         // over its median
+      {"FIGURES gen=0 w0=0.02 l0=nan", "l0"},
+      {"FIGURES gen=0 w0=0.02 l0=0", "l0"},
+      {"FIGURES gen=0 w0=0.02 l0=3601", "l0"},
+      {"FIGURES gen=0 w0=0.02 l0=0.01 l2=0.01", "l2"},
+      {"FIGURES gen=0 w0=0.02 l0=0.01 u0=0.03", "u0"},  // unknown key (an upper quantile)
   };
   for (const auto& [line, named] : bad) {
     std::string error;
@@ -112,12 +117,12 @@ TEST(Figures, EveryBadFieldRejectsTheLineAndSaysWhich) {
   auto ok = parse_line("FIGURES gen=0", 2, error);  // no rank has a median yet: nothing, validly
   ASSERT_TRUE(ok) << error;
   EXPECT_TRUE(ok->figures.empty());
-  ok = parse_line("FIGURES gen=3 w1=3600 u1=3600 t1=31", 2, error);  // the edges are in
+  ok = parse_line("FIGURES gen=3 w1=3600 l1=3600 t1=31", 2, error);  // the edges are in
   ASSERT_TRUE(ok) << error;
   ASSERT_EQ(ok->figures.size(), 1u);
   EXPECT_EQ(ok->figures[0].local_rank, 1);
   EXPECT_EQ(ok->figures[0].median_s, 3600);
-  EXPECT_EQ(ok->figures[0].upper_s, 3600);
+  EXPECT_EQ(ok->figures[0].lower_s, 3600);
   EXPECT_EQ(ok->figures[0].throttle, 31u);
 }
 
@@ -134,15 +139,15 @@ TEST(Figures, TheGangsFiguresAreBoundedAndAgeOut) {
   GangFigures g(2, 2);
   g.put(2, {{0, 0.5, 0}}, 100);   // no such node: ignored
   g.put(-1, {{0, 0.5, 0}}, 100);
-  g.put(1, {{0, 0.02, 0, 0.025}, {1, 0.04, 3, 0.05}, {0, 0.09, 0}}, 100);  // more than nproc: cut
+  g.put(1, {{0, 0.02, 0, 0.015}, {1, 0.04, 3, 0.03}, {0, 0.09, 0}}, 100);  // more than nproc: cut
   auto f = g.fresh(100 + kFiguresMaxAgeS);
   ASSERT_EQ(f.size(), 2u);
   EXPECT_EQ(f[0].rank, 2);
   EXPECT_EQ(f[0].node_rank, 1);
   EXPECT_EQ(f[1].rank, 3);
   EXPECT_EQ(f[1].throttle, 3u);
-  EXPECT_EQ(f[0].upper_s, 0.025);
-  EXPECT_EQ(f[1].upper_s, 0.05);
+  EXPECT_EQ(f[0].lower_s, 0.015);
+  EXPECT_EQ(f[1].lower_s, 0.03);
   EXPECT_EQ(g.accepted(), 1u);
   EXPECT_TRUE(g.fresh(100 + kFiguresMaxAgeS + 0.1).empty()) << "older than 3 x kFiguresInterval: dropped";
   g.put(0, {{1, 0.03, 0}}, 200);
@@ -161,12 +166,12 @@ TEST(Figures, TheServerKeepsOnlyAMembersValidFiguresOfTheCurrentGeneration) {
   join(n1, server.port(), 1);
   ASSERT_TRUE(next(n0, "START"));
   ASSERT_TRUE(next(n1, "START"));
-  for (const char* bad : {"FIGURES gen=1 w0=0.5 u0=0.5", "FIGURES gen=0 w0=nan u0=1", "FIGURES gen=0 w0=-1 u0=1",
-                          "FIGURES gen=0 w0=1e9 u0=1e9", "FIGURES gen=0 w5=0.5 u5=0.5", "FIGURES gen=0 q0=0.5",
-                          "FIGURES gen=0 w0=0.5 u0=0.5 t0=99", "FIGURES gen=0 w0=0.5 u0=0.5 w1=0.5 u1=0.5 w2=0.5 w3=0.5",
-                          "FIGURES gen=0 w0", "FIGURES gen=0 w0=%zz", "FIGURES gen=0 w0=0.5", "FIGURES gen=0 w0=0.5 u0=0.4"})
+  for (const char* bad : {"FIGURES gen=1 w0=0.5 l0=0.5", "FIGURES gen=0 w0=nan l0=1", "FIGURES gen=0 w0=-1 l0=1",
+                          "FIGURES gen=0 w0=1e9 l0=1e9", "FIGURES gen=0 w5=0.5 l5=0.5", "FIGURES gen=0 q0=0.5",
+                          "FIGURES gen=0 w0=0.5 l0=0.5 t0=99", "FIGURES gen=0 w0=0.5 l0=0.5 w1=0.5 l1=0.5 w2=0.5 w3=0.5",
+                          "FIGURES gen=0 w0", "FIGURES gen=0 w0=%zz", "FIGURES gen=0 w0=0.5", "FIGURES gen=0 w0=0.5 l0=0.6"})
     send_line(n1, bad);
-  send_line(n1, "FIGURES gen=0 w0=0.02 u0=0.03 w1=0.04 u1=0.05 t1=1");  // the one valid line, last
+  send_line(n1, "FIGURES gen=0 w0=0.02 l0=0.01 w1=0.04 l1=0.03 t1=1");  // the one valid line, last
   ASSERT_TRUE(eventually([&] { return server.figures().accepted() >= 1; }, std::chrono::seconds(5)));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(server.figures().accepted(), 1u) << "every bad line was ignored";
@@ -174,7 +179,7 @@ TEST(Figures, TheServerKeepsOnlyAMembersValidFiguresOfTheCurrentGeneration) {
   ASSERT_EQ(kept.size(), 2u);
   EXPECT_EQ(kept[0].rank, 2);
   EXPECT_EQ(kept[0].median_s, 0.02);
-  EXPECT_EQ(kept[0].upper_s, 0.03);
+  EXPECT_EQ(kept[0].lower_s, 0.01);
   EXPECT_EQ(kept[1].rank, 3);
   EXPECT_EQ(kept[1].throttle, 1u);
   EXPECT_FALSE(n1.lost()) << "a bad FIGURES line costs the member nothing but the line";
