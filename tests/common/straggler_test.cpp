@@ -32,6 +32,18 @@ std::vector<Detector::Change> replay_recorded(const std::vector<RecordedStep>& s
   return straggler::replay(samples_of(steps, factor), settings, kInterval);
 }
 
+// A recording of tests/common/data/.
+std::vector<RecordedStep> recorded_data(const std::string& name) {
+  return load_recorded_steps(std::string(LOCKSTEP_SOURCE_DIR) + "/tests/common/data/" + name);
+}
+
+// The judge before its overlap test: medians alone (a lower quantile at the median).
+Settings medians_only() {
+  Settings s;
+  s.lower_quantile = 0.5;
+  return s;
+}
+
 std::string said(const std::vector<Detector::Change>& changes) {
   std::string out;
   for (const auto& c : changes)
@@ -231,7 +243,7 @@ TEST_F(StragglerRecorded, TheHealthyRunHasNoVerdictEvenWithAShortWindow) {
 TEST_F(StragglerRecorded, AHealthyRunUnderCpuQuotasHasNoVerdict) {
   // Each worker at 50% of a CPU: steps of ~96 ms of work, bimodal (a step the quota cuts short
   // waits for the next period).
-  const auto quota = load_recorded_steps(std::string(LOCKSTEP_SOURCE_DIR) + "/tests/common/data/straggler_quota_2ranks.csv");
+  const auto quota = recorded_data("straggler_quota_2ranks.csv");
   ASSERT_GT(quota.size(), 1700u);
   EXPECT_EQ(said(replay_recorded(quota, [](int, double) { return 1.0; })), "nothing");
   // ... and a rank of it slowed 2x after 40 s is named.
@@ -246,12 +258,9 @@ TEST_F(StragglerRecorded, AHealthyGangUnderTightQuotasWhoseRanksTakeTurnsHasNoVe
   // overlap"). Medians alone named each rank in turn (as `lockstep run` did when recording it,
   // and the CI's cluster tier on 250m pods); a suspect must also have four in five of its steps
   // slower than the typical rank's typical step.
-  const auto quota = load_recorded_steps(std::string(LOCKSTEP_SOURCE_DIR) +
-                                         "/tests/common/data/straggler_quota250_2ranks.csv");
+  const auto quota = recorded_data("straggler_quota250_2ranks.csv");
   ASSERT_GT(quota.size(), 2900u);
-  Settings medians_only;
-  medians_only.lower_quantile = 0.5;
-  const auto before = replay_recorded(quota, [](int, double) { return 1.0; }, medians_only);
+  const auto before = replay_recorded(quota, [](int, double) { return 1.0; }, medians_only());
   EXPECT_NE(said(before), "nothing") << "the recording no longer shows the case";
   EXPECT_EQ(said(replay_recorded(quota, [](int, double) { return 1.0; })), "nothing");
 }
@@ -262,12 +271,9 @@ TEST_F(StragglerRecorded, AGangOf500mPodsOnALoadedMachineHasNoVerdictYetARankSlo
   // named as it was recorded; rank 1 slowed 2x from 60 s into the tiled run is named, and within
   // a minute and a half (CI's cluster tier saw the earlier overlap test, against the typical
   // rank's 90th percentile, take 99 s on such pods; bench/straggler section 1b measures it).
-  const auto loaded = load_recorded_steps(std::string(LOCKSTEP_SOURCE_DIR) +
-                                          "/tests/common/data/straggler_quota500_loaded_2ranks.csv");
+  const auto loaded = recorded_data("straggler_quota500_loaded_2ranks.csv");
   ASSERT_GT(loaded.size(), 7000u);
-  Settings medians_only;
-  medians_only.lower_quantile = 0.5;
-  EXPECT_NE(said(replay_recorded(loaded, [](int, double) { return 1.0; }, medians_only)), "nothing")
+  EXPECT_NE(said(replay_recorded(loaded, [](int, double) { return 1.0; }, medians_only())), "nothing")
       << "medians alone named a rank of this healthy run";
   EXPECT_EQ(said(replay_recorded(loaded, [](int, double) { return 1.0; })), "nothing");
   const auto run = lockstep::test::tiled(loaded, 600);
