@@ -544,7 +544,7 @@ TEST_F(NodeFaults, ADrainedNodeMovesTheGangToTheOthers) {
 // `scripts/cluster/faults.sh`): half of its 500m when the machine has the cores to spare, less
 // when the rest of the suite leaves it less, so that the slowdown is about 2x either way (a
 // fixed 25% slowed nothing on a machine loaded to 0.16 CPU-s/s a pod).
-constexpr int kStragglerSteps = 1500;  // at most about 10 a second at 500m: time for both tests
+constexpr int kStragglerSteps = 2000;  // about 13 a second at 500m on an idle machine (2026-11-30): time for both tests
 const std::string kStragglerCpu = "500m";
 // Half of `cpu_per_s` (CPU-s/s) as a whole percent of one CPU, in [5, 25].
 int throttle_percent(double cpu_per_s) { return std::clamp(static_cast<int>(std::lround(cpu_per_s * 50)), 5, 25); }
