@@ -372,11 +372,13 @@ void make_trainer(json& spec, json& ctr, const JobView& job, int index, int atte
   // quotes in the job's condition (describe_failure), unless the template chose otherwise.
   if (!ctr.contains("terminationMessagePolicy")) ctr["terminationMessagePolicy"] = "FallbackToLogsOnError";
   set_trainer_env(ctr, job, index, attempt, barrier_secret);
-  // The ports every pod may serve (Note [Job ports]), unless the template lists them already.
+  // The ports the pod serves (Note [Job ports]), unless the template lists them already.
   json ports = take(ctr, "ports", json::value_t::array);
   add_port(ports, "metrics", job.metrics_port);
-  add_port(ports, "rendezvous", job.master_port);
-  add_port(ports, "barrier", barrier_port(job));
+  if (index == 0) {
+    add_port(ports, "rendezvous", job.master_port);
+    add_port(ports, "barrier", barrier_port(job));
+  }
   ctr["ports"] = std::move(ports);
   if (!agent.image.empty()) inject_agent(spec, ctr, agent);
 }

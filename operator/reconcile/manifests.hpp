@@ -18,8 +18,11 @@ std::string master_addr(const JobView& job);
 // agents' restart barrier (masterPort + 1, node 0's agent: LOCKSTEP_AGENT_PORT's default) and
 // the agent's /metrics (spec.metrics.port). The CRD keeps them distinct and in range
 // (masterPort <= 65534, metrics.port != masterPort, != masterPort + 1), since a clash fails every
-// pod at start. Each is listed in the trainer container's ports. The job's NetworkPolicy
-// (Note [Job isolation]) admits the job's own pods on every port and others on metrics.port only.
+// pod at start. Each is listed in the trainer container's ports of the pods that serve it:
+// metrics on every pod, the rendezvous and the barrier on pod 0 only (rank 0's store and node
+// 0's agent; the other pods listed them too until #44 measured each entry at about 160 bytes of
+// every stored pod, its managedFields entry included). The job's NetworkPolicy (Note [Job
+// isolation]) admits the job's own pods on every port and others on metrics.port only.
 int barrier_port(const JobView& job);
 
 // Note [Job isolation]

@@ -203,7 +203,8 @@ TEST(PodManifest, CarriesTheInPlaceBudgetAndTheRestartPolicy) {
   EXPECT_EQ(env_of(pod_manifest(j, 0, 0))[lockstep::contract::kInPlaceRestarts], "0");
 }
 
-// See Note [Job ports]: every port a pod serves is listed, once, named unless the name is taken.
+// See Note [Job ports]: every port a pod serves is listed, once, named unless the name is taken:
+// metrics on every pod, the rendezvous and the barrier on pod 0, which serves them.
 TEST(PodManifest, ListsTheRendezvousBarrierAndMetricsPorts) {
   JobView j;
   j.name = "tj";
@@ -217,6 +218,8 @@ TEST(PodManifest, ListsTheRendezvousBarrierAndMetricsPorts) {
   };
   EXPECT_EQ(ports_of(pod_manifest(j, 0, 0)),
             (std::map<int, std::string>{{9500, "metrics"}, {30000, "rendezvous"}, {30001, "barrier"}}));
+  EXPECT_EQ(ports_of(pod_manifest(j, 1, 0)), (std::map<int, std::string>{{9500, "metrics"}}));
+  EXPECT_EQ(ports_of(pod_manifest(j, 7, 3)), (std::map<int, std::string>{{9500, "metrics"}}));
   EXPECT_EQ(barrier_port(j), 30001);
   // The template's own entries are kept; a port it lists already is not added again, and a
   // name it uses for another port is not reused.
