@@ -3,7 +3,8 @@
 //   1. the API server's (and etcd's) CPU per pod created, and one pod's size as stored (its
 //      JSON as the server returns it, managedFields included and not), for the operator's pod
 //      of an 8-node job, with the agent injected and without (the operator's --agent-image ''),
-//      rounds alternating so this shared machine's drift hits both;
+//      and as before #44's cut of the ports (the baseline of that cut), rounds alternating so
+//      this shared machine's drift hits all three;
 //   2. the bytes each field group costs: the pod created without the group, against the whole
 //      pod, both as stored, in the same run;
 //   3. the defaults written out: each value the operator writes, left out in turn; where the
@@ -79,6 +80,8 @@ json pod_of(const lockstep::reconcile::JobView& view, int index, bool inject, co
   return pod;
 }
 
+json& trainer(json& pod) { return pod["spec"]["containers"][0]; }
+
 struct Stored {
   size_t bytes = 0, without_managed = 0;
   json object;
@@ -107,51 +110,75 @@ void create_namespace(const lockstep::test::ControlPlane& cp, const std::string&
 }
 
 // --- 1. CPU per pod created, with and without the agent -----------------------------------
+// The pods measured: as the operator makes them (with the agent and without), and as it made
+// them before #44's first cut (every pod listing pod 0's rendezvous and barrier ports, Note
+// [Job ports]), the baseline of that cut in the same run.
+struct Variant {
+  const char* name;
+  bool inject, all_ports;
+};
+constexpr Variant kVariants[] = {{"agent injected", true, false},
+                                 {"agent, every pod with pod 0's ports (before the cut)", true, true},
+                                 {"no agent", false, false}};
+
+json variant_pod(const lockstep::reconcile::JobView& view, int index, const Variant& v, const std::string& ns) {
+  json pod = pod_of(view, index, v.inject, ns);
+  if (v.all_ports && index != 0) {
+    json zero = pod_of(view, 0, v.inject, ns);
+    trainer(pod)["ports"] = trainer(zero)["ports"];
+  }
+  return pod;
+}
+
 void cpu_per_pod(lockstep::test::ControlPlane& cp, lockstep::kube::Client& client, int pods, int rounds, int clients) {
   const auto view = bench_job();
   std::cout << "1. the API server's CPU per pod created (" << pods << " pods a round by " << clients
-            << " clients), and one pod as stored\n";
-  std::map<bool, std::vector<double>> api_ms, etcd_ms;
-  std::map<bool, Stored> one;
+            << " clients), and one pod (index 3 of 8) as stored\n";
+  const size_t n = std::size(kVariants);
+  std::vector<std::vector<double>> api_ms(n), etcd_ms(n);
+  std::vector<Stored> one(n);
   for (int round = 1; round <= rounds && !bench::g_stop; ++round) {
-    for (bool inject : {true, false}) {
-      const std::string ns = std::string(inject ? "agent-" : "plain-") + std::to_string(round);
+    for (size_t k = 0; k < n; ++k) {
+      const Variant& v = kVariants[k];
+      const std::string ns = "v" + std::to_string(k) + "-" + std::to_string(round);
       create_namespace(cp, ns);
       std::atomic<int> errors{0};
       const double api0 = bench::cpu_seconds(cp.apiserver_pid()), etcd0 = bench::cpu_seconds(cp.etcd_pid());
       const auto t0 = std::chrono::steady_clock::now();
       bench::parallel(pods, clients, [&](int i) {
-        json pod = pod_of(view, i % 8, inject, ns);
+        json pod = variant_pod(view, i % 8, v, ns);
         pod["metadata"]["name"] = "p-" + std::to_string(i);
         if (!client.create(res::kPods.path(ns), pod).ok()) ++errors;
       });
       const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const double api = (bench::cpu_seconds(cp.apiserver_pid()) - api0) / pods * 1e3;
       const double etcd = (bench::cpu_seconds(cp.etcd_pid()) - etcd0) / pods * 1e3;
-      api_ms[inject].push_back(api);
-      etcd_ms[inject].push_back(etcd);
-      json sample = pod_of(view, 3, inject, ns);
+      api_ms[k].push_back(api);
+      etcd_ms[k].push_back(etcd);
+      json sample = variant_pod(view, 3, v, ns);
       sample["metadata"]["name"] = "sample";
-      if (auto s = store(client, ns, sample)) one[inject] = *s;
-      std::cout << "   round " << round << (inject ? " agent injected: " : " no agent:       ") << std::fixed
-                << std::setprecision(3) << api << " ms API server CPU per pod, " << etcd << " ms etcd, " << std::setprecision(1)
-                << pods / took << " pods/s, " << errors << " errors; one pod " << one[inject].bytes << " bytes as stored ("
-                << one[inject].without_managed << " without managedFields)\n";
+      if (auto s = store(client, ns, sample)) one[k] = *s;
+      std::cout << "   round " << round << " " << v.name << ": " << std::fixed << std::setprecision(3) << api
+                << " ms API server CPU per pod, " << etcd << " ms etcd, " << std::setprecision(1) << pods / took
+                << " pods/s, " << errors << " errors; one pod " << one[k].bytes << " bytes as stored ("
+                << one[k].without_managed << " without managedFields)\n";
     }
   }
-  for (bool inject : {true, false})
-    std::cout << "   median " << (inject ? "agent injected" : "no agent") << ": " << std::setprecision(3)
-              << bench::percentile(api_ms[inject], 0.5) << " ms API server CPU per pod, "
-              << bench::percentile(etcd_ms[inject], 0.5) << " ms etcd; " << one[inject].bytes << " bytes stored\n";
+  for (size_t k = 0; k < n; ++k)
+    std::cout << "   median " << kVariants[k].name << ": " << std::setprecision(3) << bench::percentile(api_ms[k], 0.5)
+              << " ms API server CPU per pod, " << bench::percentile(etcd_ms[k], 0.5) << " ms etcd; " << one[k].bytes
+              << " bytes stored\n";
   std::cout << "   agent injection: x" << std::setprecision(2)
-            << bench::percentile(api_ms[true], 0.5) / bench::percentile(api_ms[false], 0.5) << " API server CPU, x"
-            << static_cast<double>(one[true].bytes) / static_cast<double>(one[false].bytes) << " bytes\n";
+            << bench::percentile(api_ms[0], 0.5) / bench::percentile(api_ms[2], 0.5) << " API server CPU, x"
+            << static_cast<double>(one[0].bytes) / static_cast<double>(one[2].bytes) << " bytes\n";
+  std::cout << "   the port cut (agent injected, now against before): x" << std::setprecision(2)
+            << bench::percentile(api_ms[0], 0.5) / bench::percentile(api_ms[1], 0.5) << " API server CPU, x"
+            << static_cast<double>(one[0].bytes) / static_cast<double>(one[1].bytes) << " bytes ("
+            << static_cast<long>(one[1].bytes) - static_cast<long>(one[0].bytes) << " fewer)\n";
 }
 
 // --- 2. bytes per field group -----------------------------------------------------------
 using Edit = std::function<void(json&)>;
-
-json& trainer(json& pod) { return pod["spec"]["containers"][0]; }
 
 void erase_env(json& pod, const std::function<bool(const std::string&)>& which) {
   json& env = trainer(pod)["env"];

@@ -20,7 +20,7 @@ std::string master_addr(const JobView& job);
 // (masterPort <= 65534, metrics.port != masterPort, != masterPort + 1), since a clash fails every
 // pod at start. Each is listed in the trainer container's ports of the pods that serve it:
 // metrics on every pod, the rendezvous and the barrier on pod 0 only (rank 0's store and node
-// 0's agent; the other pods listed them too until #44 measured each entry at about 160 bytes of
+// 0's agent; the other pods listed them too until #44 measured each entry at about 170 bytes of
 // every stored pod, its managedFields entry included). The job's NetworkPolicy (Note [Job
 // isolation]) admits the job's own pods on every port and others on metrics.port only.
 int barrier_port(const JobView& job);
