@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -29,6 +30,16 @@ inline void catch_stop_signals() {
   struct sigaction sa {};
   sa.sa_handler = [](int) { g_stop = true; };
   for (int s : {SIGINT, SIGTERM}) ::sigaction(s, &sa, nullptr);
+}
+
+// Where scripts/setup.sh caches what it builds (scripts/common.sh's CACHE): LOCKSTEP_CACHE, else
+// $XDG_CACHE_HOME/lockstep, else ~/.cache/lockstep.
+inline std::string cache_dir() {
+  auto env = [](const char* name, const std::string& otherwise) {
+    const char* v = std::getenv(name);
+    return v && *v ? std::string(v) : otherwise;
+  };
+  return env("LOCKSTEP_CACHE", env("XDG_CACHE_HOME", env("HOME", "/root") + "/.cache") + "/lockstep");
 }
 
 // The process's own CPU seconds (user + system, children excluded); -1 once it is gone.

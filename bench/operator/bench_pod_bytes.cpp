@@ -12,7 +12,9 @@
 //      in managedFields goes with it);
 //   4. the pod watch in protobuf against JSON (#44 item 3): 8 watchers of each encoding (curl,
 //      as a kubelet, the scheduler or an informer holds one), pods created under them, the API
-//      server's CPU and the bytes per event, rounds alternating.
+//      server's CPU and the bytes per event, rounds alternating;
+//   5. per pod Running: the pods of section 1 bound to KWOK's fake nodes, the API server's CPU
+//      until every one is Running, and one Running pod as stored (its status included).
 // Every round is printed; nothing is asserted (a benchmark, not a timed test).
 // Usage: lockstep-bench-pod-bytes [--pods N] [--rounds R] [--clients C]
 #include <signal.h>
@@ -30,6 +32,7 @@
 
 #include "bench_util.hpp"
 #include "control_plane.hpp"
+#include "kwok.hpp"
 #include "kube/client.hpp"
 #include "kube/resource.hpp"
 #include "kube/rest_config.hpp"
@@ -422,6 +425,80 @@ void watch_encodings(lockstep::test::ControlPlane& cp, lockstep::kube::Client& c
 
 }  // namespace
 
+// --- 5. per pod Running, KWOK playing the kubelet -------------------------------------------
+// The pods of section 1 bound straight to KWOK's fake nodes (spec.nodeName: no scheduler), each
+// held Running (bench/operator/kwok.hpp): the API server's CPU from the first create until every
+// pod of the round reports Running (the create, KWOK's status write, the watches both take),
+// and one Running pod as stored, its status and KWOK's managedFields entry for it included.
+// KWOK writes a smaller status than a kubelet does (no IPs, no image IDs, no init containers'
+// statuses), so a real node's stored pod is larger by those.
+int running_pods(lockstep::kube::Client& client, const std::string& ns) {
+  auto r = client.get(res::kPods.path(ns) + "?fieldSelector=status.phase%3DRunning");
+  return r.ok() ? static_cast<int>(r.body.value("items", json::array()).size()) : -1;
+}
+
+void per_pod_running(lockstep::test::ControlPlane& cp, lockstep::kube::Client& client, int pods, int rounds, int clients) {
+  const std::string bin = bench::kwok::binary();
+  std::cout << "5. the API server's CPU per pod created and Running (KWOK's fake kubelet, " << pods
+            << " pods a round by " << clients << " clients), and one Running pod as stored\n";
+  if (!std::filesystem::exists(bin)) {
+    std::cout << "   SKIPPED: kwok not found at " << bin << " (LOCKSTEP_KWOK_BIN; scripts/setup.sh builds it)\n";
+    return;
+  }
+  constexpr int kNodes = 4;
+  bench::kwok::create_nodes(client, kNodes);
+  lockstep::Process kwok = bench::kwok::start(bin, cp, bench::kwok::stages(std::chrono::hours(24)), kNodes, client);
+  const auto view = bench_job();
+  const size_t n = std::size(kVariants);
+  std::vector<std::vector<double>> api_ms(n);
+  std::vector<Stored> one(n);
+  for (int round = 1; round <= rounds && !bench::g_stop; ++round) {
+    for (size_t k = 0; k < n && !bench::g_stop; ++k) {
+      const Variant& v = kVariants[k];
+      const std::string ns = "run" + std::to_string(k) + "-" + std::to_string(round);
+      create_namespace(cp, ns);
+      std::atomic<int> errors{0};
+      auto make = [&](int i) {
+        json pod = variant_pod(view, i % 8, v, ns);
+        pod["metadata"]["name"] = "p-" + std::to_string(i);
+        pod["metadata"]["labels"][bench::kwok::kHoldLabel] = "true";
+        pod["spec"]["nodeName"] = "kwok-node-" + std::to_string(i % kNodes);
+        return pod;
+      };
+      const double api0 = bench::cpu_seconds(cp.apiserver_pid());
+      const auto t0 = std::chrono::steady_clock::now();
+      bench::parallel(pods, clients, [&](int i) {
+        if (!client.create(res::kPods.path(ns), make(i)).ok()) ++errors;
+      });
+      int running = 0;
+      while (!bench::g_stop && (running = running_pods(client, ns)) < pods - errors &&
+             std::chrono::steady_clock::now() - t0 < 120s)
+        std::this_thread::sleep_for(500ms);
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double api = (bench::cpu_seconds(cp.apiserver_pid()) - api0) / pods * 1e3;
+      api_ms[k].push_back(api);
+      auto got = client.get(res::kPods.path(ns, "p-3"));
+      if (got.ok()) {
+        one[k].bytes = got.body.dump().size();
+        json plain = got.body;
+        plain["metadata"].erase("managedFields");
+        one[k].without_managed = plain.dump().size();
+      }
+      std::cout << "   round " << round << " " << v.name << ": " << std::fixed << std::setprecision(3) << api
+                << " ms API server CPU per pod created and Running, " << running << " of " << pods << " Running in "
+                << std::setprecision(1) << took << " s, " << errors << " errors; one Running pod " << one[k].bytes
+                << " bytes as stored (" << one[k].without_managed << " without managedFields)\n";
+    }
+  }
+  for (size_t k = 0; k < n; ++k)
+    std::cout << "   median " << kVariants[k].name << ": " << std::setprecision(3) << bench::percentile(api_ms[k], 0.5)
+              << " ms API server CPU per pod created and Running; " << one[k].bytes << " bytes stored\n";
+  std::cout << "   the port cut (agent injected, now against before): x" << std::setprecision(2)
+            << bench::percentile(api_ms[0], 0.5) / bench::percentile(api_ms[1], 0.5) << " API server CPU, x"
+            << static_cast<double>(one[0].bytes) / static_cast<double>(one[1].bytes) << " bytes\n";
+  kwok.terminate(std::chrono::seconds(5));
+}
+
 int main(int argc, char** argv) {
   bench::catch_stop_signals();
   int pods = 400, rounds = 3, clients = 4;
@@ -451,5 +528,6 @@ int main(int argc, char** argv) {
   if (!bench::g_stop) field_groups(*cp, client, 2);
   if (!bench::g_stop) defaults_written(*cp, client);
   if (!bench::g_stop) watch_encodings(*cp, client, rounds, 8, pods / 2);
+  if (!bench::g_stop) per_pod_running(*cp, client, pods / 2, rounds, clients);
   return bench::g_stop ? 130 : 0;
 }

@@ -57,6 +57,7 @@
 #include "bench_util.hpp"
 #include "control_plane.hpp"
 #include "kueue.hpp"
+#include "kwok.hpp"
 #include "kube/client.hpp"
 #include "kube/resource.hpp"
 #include "lockstep/flags.hpp"
@@ -73,9 +74,8 @@ namespace {
 using bench::g_stop;
 
 const char* kNamespace = "scale";
-const char* kHoldLabel = "lockstep_bench_hold";  // no dots or slashes: KWOK's selector reads it as .metadata.labels.<key>
+using bench::kwok::kHoldLabel;
 const char* kGangScheduler = "scheduler-plugins-scheduler";
-const char* kNodeAnnotation = "kwok.x-k8s.io/node";
 
 struct Options {
   int nodes = 1000, jobs = 1250, gang = 8, storm_percent = 10, storm_exit_code = 137;
@@ -91,9 +91,7 @@ std::string env_or(const char* name, const std::string& fallback) {
   return v && *v ? v : fallback;
 }
 
-std::string cache_dir() {
-  return env_or("LOCKSTEP_CACHE", env_or("XDG_CACHE_HOME", env_or("HOME", "/root") + "/.cache") + "/lockstep");
-}
+using bench::cache_dir;
 
 [[noreturn]] void usage(const std::string& problem) {
   std::cerr << "lockstep-bench-scale: " << problem << "\n"
@@ -105,7 +103,7 @@ std::string cache_dir() {
 Options parse(int argc, char** argv) {
   using namespace lockstep::flags;
   Options o;
-  o.kwok = env_or("LOCKSTEP_KWOK_BIN", cache_dir() + "/kwok-" LOCKSTEP_KWOK_VERSION "/bin/kwok");
+  o.kwok = bench::kwok::binary();
   o.scheduler = env_or("LOCKSTEP_GANG_SCHEDULER_BIN",
                        cache_dir() + "/scheduler-plugins-" LOCKSTEP_SCHEDULER_PLUGINS_VERSION "/bin/kube-scheduler-cosched");
   try {
@@ -383,79 +381,6 @@ std::string fmt(double v, int precision = 1) {
   return o.str();
 }
 
-// The KWOK Stages of this benchmark (KWOK's own kustomize/stage/ ones play a general kubelet;
-// these do only what the benchmark needs): a Node becomes Ready; a bound pod becomes Running
-// (no IP: nothing listens); a Running pod without the hold label becomes Succeeded with exit
-// code 0 after `succeed_after`. A Failed pod matches none, so a storm's failures stay as the
-// benchmark wrote them. A pod being deleted is removed by the Reaper below, not by a Stage.
-std::string kwok_stages(std::chrono::milliseconds succeed_after) {
-  std::ostringstream y;
-  y << R"(apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata: {name: bench-node-ready}
-spec:
-  resourceRef: {apiGroup: v1, kind: Node}
-  selector:
-    matchExpressions:
-    - {key: '.status.conditions.[] | select(.type == "Ready") | .status', operator: NotIn, values: ["True"]}
-  next:
-    statusTemplate: |
-      conditions:
-      - {type: Ready, status: "True", reason: KubeletReady, message: kwok, lastHeartbeatTime: {{ Now | Quote }}, lastTransitionTime: {{ Now | Quote }}}
-      phase: Running
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata: {name: bench-pod-running}
-spec:
-  resourceRef: {apiGroup: v1, kind: Pod}
-  selector:
-    matchExpressions:
-    - {key: .metadata.deletionTimestamp, operator: DoesNotExist}
-    - {key: .status.phase, operator: In, values: [Pending]}
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-      phase: Running
-      startTime: {{ $now | Quote }}
-      conditions:
-      - {type: PodScheduled, status: "True", lastTransitionTime: {{ $now | Quote }}}
-      - {type: Initialized, status: "True", lastTransitionTime: {{ $now | Quote }}}
-      - {type: ContainersReady, status: "True", lastTransitionTime: {{ $now | Quote }}}
-      - {type: Ready, status: "True", lastTransitionTime: {{ $now | Quote }}}
-      containerStatuses:
-      {{ range .spec.containers }}
-      - {name: {{ .name | Quote }}, image: {{ .image | Quote }}, imageID: "", ready: true, started: true, restartCount: 0, state: {running: {startedAt: {{ $now | Quote }}}}}
-      {{ end }}
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata: {name: bench-pod-succeeded}
-spec:
-  resourceRef: {apiGroup: v1, kind: Pod}
-  selector:
-    matchExpressions:
-    - {key: .metadata.deletionTimestamp, operator: DoesNotExist}
-    - {key: .status.phase, operator: In, values: [Running]}
-    - {key: .metadata.labels.)"
-    << kHoldLabel << R"(, operator: DoesNotExist}
-  delay: {durationMilliseconds: )"
-    << succeed_after.count() << R"(}
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-      phase: Succeeded
-      conditions:
-      - {type: ContainersReady, status: "False", reason: PodCompleted, lastTransitionTime: {{ $now | Quote }}}
-      - {type: Ready, status: "False", reason: PodCompleted, lastTransitionTime: {{ $now | Quote }}}
-      containerStatuses:
-      {{ range .spec.containers }}
-      - {name: {{ .name | Quote }}, image: {{ .image | Quote }}, imageID: "", ready: false, started: false, restartCount: 0, state: {terminated: {exitCode: 0, reason: Completed, startedAt: {{ $now | Quote }}, finishedAt: {{ $now | Quote }}}}}
-      {{ end }}
-)";
-  return y.str();
-}
-
 // The gang scheduler's configuration, as scripts/cluster.sh writes it (its template:
 // scripts/cluster/templates/kube-scheduler-cosched.yaml), with a client rate limit high enough
 // that binding never waits on it (the operator's is what is measured).
@@ -587,49 +512,10 @@ lockstep::kube::RestConfig client_config(const Run& run) {
 }
 
 // --- fake nodes and KWOK --------------------------------------------------------------
-void create_nodes(const Run& run, lockstep::kube::Client& client) {
-  std::atomic<int> node_errors{0};
-  bench::parallel(run.o.nodes, 16, [&](int i) {
-    json alloc = {{"cpu", "32"}, {"memory", "256Gi"}, {"pods", "110"}};
-    json node = {{"apiVersion", "v1"}, {"kind", "Node"},
-                 {"metadata", {{"name", "kwok-node-" + std::to_string(i)}, {"annotations", {{kNodeAnnotation, "fake"}}},
-                               {"labels", {{"type", "kwok"}, {"kubernetes.io/hostname", "kwok-node-" + std::to_string(i)}}}}},
-                 {"status", {{"allocatable", alloc}, {"capacity", alloc}}}};
-    if (!client.create("/api/v1/nodes", node).ok()) ++node_errors;
-    // Admission taints a new node not-ready; the node lifecycle controller, not run here, would
-    // lift it once KWOK reports the node Ready.
-    else if (!client.patch("/api/v1/nodes/" + node["metadata"]["name"].get<std::string>(), {{"spec", {{"taints", nullptr}}}}).ok())
-      ++node_errors;
-  });
-  if (node_errors) throw std::runtime_error(std::to_string(node_errors) + " nodes could not be created");
-}
-
-// KWOK with this benchmark's Stages, until it reports every node Ready.
+// KWOK with this benchmark's Stages (bench/operator/kwok.hpp), until it reports every node Ready.
 void start_kwok(Run& run, lockstep::kube::Client& client) {
-  const std::string dir = run.cp->dir();
-  {
-    std::ofstream(dir + "/kwok.yaml") << kwok_stages(run.o.succeed_after);
-    lockstep::SpawnOptions so;
-    so.argv = {run.o.kwok, "--kubeconfig", run.cp->kubeconfig(), "--config", dir + "/kwok.yaml", "--manage-all-nodes=false",
-               "--manage-nodes-with-annotation-selector=" + std::string(kNodeAnnotation) + "=fake",
-               "--server-address", "127.0.0.1:" + std::to_string(lockstep::free_loopback_port()),
-               "--node-lease-duration-seconds", "3600"};  // no node controller here reads leases
-    so.env = {{"HOME", dir}};                             // no ~/.kwok/kwok.yaml of this machine's
-    so.output_path = dir + "/kwok.log";
-    so.new_process_group = true;  // Ctrl-C reaches the benchmark, which stops everything in order
-    run.kwok = lockstep::Process::spawn(so);
-  }
   auto t_nodes = Clock::now();
-  for (int ready = 0; ready < run.o.nodes;) {
-    if (g_stop || !run.kwok.running()) throw std::runtime_error(g_stop ? "interrupted" : "kwok exited: " + lockstep::test::tail_file(dir + "/kwok.log"));
-    if (Clock::now() - t_nodes > 300s) throw std::runtime_error("nodes not Ready within 300 s: " + std::to_string(ready));
-    std::this_thread::sleep_for(1s);
-    auto r = client.get("/api/v1/nodes");
-    ready = 0;
-    for (const auto& n : r.body["items"])
-      for (const auto& c : n["status"].value("conditions", json::array()))
-        ready += c.value("type", "") == "Ready" && c.value("status", "") == "True";
-  }
+  run.kwok = bench::kwok::start(run.o.kwok, *run.cp, bench::kwok::stages(run.o.succeed_after), run.o.nodes, client);
   std::cout << "  " << run.o.nodes << " KWOK nodes Ready in " << fmt(std::chrono::duration<double>(Clock::now() - t_nodes).count())
             << " s" << std::endl;
 }
@@ -1043,7 +929,7 @@ int run_phases(Run& run) {
     if (run.o.kueue) kueue = start_kueue(run);
     auto config = client_config(run);
     lockstep::kube::Client client(config);
-    create_nodes(run, client);
+    bench::kwok::create_nodes(client, run.o.nodes);
     start_kwok(run, client);
     start_scheduler(run);
     start_operator(run);
