@@ -109,6 +109,25 @@ std::optional<long double> quantity(const json& q) {
   }
 }
 
+// Whether the template gives `ctr` a CPU request the downward API will report: a positive
+// requests.cpu, or a limits.cpu alone (the API server sets the request to the limit). Then the
+// request is the figure the agent sizes its workers' threads by (Note [Worker threads]), and
+// LOCKSTEP_CPU_LIMIT, which it reads only without one, is left out: 240 bytes of every stored
+// pod, its managedFields entry included (bench/operator/RESULTS.md, #44). Without either, both
+// are set, and a LimitRange's defaults, applied at admission, reach the agent through them.
+bool cpu_request_set(const json& ctr) {
+  auto cpu = [&](const char* kind) -> std::optional<long double> {
+    auto res = ctr.find("resources");
+    if (res == ctr.end() || !res->is_object()) return std::nullopt;
+    auto part = res->find(kind);
+    if (part == res->end() || !part->is_object()) return std::nullopt;
+    auto q = part->find("cpu");
+    return q == part->end() ? std::nullopt : quantity(*q);
+  };
+  const auto request = cpu("requests"), limit = cpu("limits");
+  return request ? *request > 0 : limit && *limit > 0;
+}
+
 // Note [Agent init container resources]
 // The init container asks for a resource only where the trainer container does, and for no more
 // than it: 10m CPU and 16Mi of memory requested, 500m and 64Mi limited, each cut to the trainer
@@ -340,7 +359,7 @@ void set_trainer_env(json& ctr, const JobView& job, int index, int attempt, cons
   const std::string ctr_name = ctr.contains("name") && ctr["name"].is_string() ? ctr["name"].get<std::string>()
                                                                               : std::string(c::kTrainerContainer);
   set_env_from_cpu(env, c::kCpuRequest, ctr_name, "requests.cpu");
-  set_env_from_cpu(env, c::kCpuLimit, ctr_name, "limits.cpu");
+  if (!cpu_request_set(ctr)) set_env_from_cpu(env, c::kCpuLimit, ctr_name, "limits.cpu");
   if (!barrier_secret.empty()) set_env(env, c::kBarrierSecret, barrier_secret);  // Note [Barrier secret]
   if (!job.checkpoint_path.empty()) {
     set_env(env, c::kCheckpointPath, job.checkpoint_path);

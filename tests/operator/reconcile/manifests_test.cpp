@@ -83,6 +83,31 @@ TEST(PodManifest, CpuVariablesNameTheContainerTheAgentRunsIn) {
   EXPECT_FALSE(pod["spec"]["containers"][1].contains("env"));
 }
 
+// See cpu_request_set: LOCKSTEP_CPU_LIMIT only where the template gives the container no CPU
+// request the downward API would report (the agent reads the limit only without one).
+TEST(PodManifest, TheCpuLimitVariableIsLeftOutWhereTheRequestIsKnown) {
+  JobView j;
+  j.name = "tj";
+  j.ns = "team";
+  auto cpu_vars = [&](const std::string& resources) {
+    j.tmpl = json::parse(R"({"spec": {"containers": [{"name": "trainer", "image": "img")" +
+                         (resources.empty() ? std::string() : ", \"resources\": " + resources) + "}]}}");
+    std::set<std::string> out;
+    const json pod = pod_manifest(j, 0, 0);
+    for (const auto& e : pod["spec"]["containers"][0]["env"])
+      if (e["name"] == "LOCKSTEP_CPU_REQUEST" || e["name"] == "LOCKSTEP_CPU_LIMIT") out.insert(e["name"]);
+    return out;
+  };
+  const std::set<std::string> request{"LOCKSTEP_CPU_REQUEST"}, both{"LOCKSTEP_CPU_REQUEST", "LOCKSTEP_CPU_LIMIT"};
+  EXPECT_EQ(cpu_vars(R"({"requests": {"cpu": "500m", "memory": "2Gi"}})"), request);
+  EXPECT_EQ(cpu_vars(R"({"requests": {"cpu": 2}, "limits": {"cpu": "4"}})"), request);
+  EXPECT_EQ(cpu_vars(R"({"limits": {"cpu": "1500m"}})"), request) << "the API server copies a lone limit to the request";
+  EXPECT_EQ(cpu_vars(R"({"requests": {"cpu": "0"}, "limits": {"cpu": "2"}})"), both) << "a request of 0 is none";
+  EXPECT_EQ(cpu_vars(R"({"requests": {"memory": "2Gi"}, "limits": {"nvidia.com/gpu": 8}})"), both);
+  EXPECT_EQ(cpu_vars(""), both) << "a LimitRange's defaults reach the agent through both";
+  EXPECT_EQ(cpu_vars(R"({"requests": {"cpu": "lots"}})"), both) << "no quantity: as if none";
+}
+
 // Note [Agent injection]
 TEST(PodManifest, InjectsTheAgentIntoTheTrainerContainerOnly) {
   JobView j;
