@@ -3,8 +3,8 @@
 //   1. the API server's (and etcd's) CPU per pod created, and one pod's size as stored (its
 //      JSON as the server returns it, managedFields included and not), for the operator's pod
 //      of an 8-node job, with the agent injected and without (the operator's --agent-image ''),
-//      and as before #44's cut of the ports (the baseline of that cut), rounds alternating so
-//      this shared machine's drift hits all three;
+//      and as before #44's cuts (pod 0's ports on every pod; the CPU limit variable), the
+//      baselines of those cuts, rounds alternating so this shared machine's drift hits all;
 //   2. the bytes each field group costs: the pod created without the group, against the whole
 //      pod, both as stored, in the same run;
 //   3. the defaults written out: each value the operator writes, left out in turn; where the
@@ -114,15 +114,18 @@ void create_namespace(const lockstep::test::ControlPlane& cp, const std::string&
 
 // --- 1. CPU per pod created, with and without the agent -----------------------------------
 // The pods measured: as the operator makes them (with the agent and without), and as it made
-// them before #44's first cut (every pod listing pod 0's rendezvous and barrier ports, Note
-// [Job ports]), the baseline of that cut in the same run.
+// them before each of #44's cuts, the baselines of those cuts in the same run: every pod
+// listing pod 0's rendezvous and barrier ports (Note [Job ports]), and LOCKSTEP_CPU_LIMIT beside
+// the request the template sets (cpu_request_set in operator/reconcile/manifests.cpp).
 struct Variant {
   const char* name;
-  bool inject, all_ports;
+  bool inject, all_ports, cpu_limit;
 };
-constexpr Variant kVariants[] = {{"agent injected", true, false},
-                                 {"agent, every pod with pod 0's ports (before the cut)", true, true},
-                                 {"no agent", false, false}};
+constexpr Variant kVariants[] = {{"agent injected", true, false, false},
+                                 {"agent, before both cuts", true, true, true},
+                                 {"no agent", false, false, false},
+                                 {"agent, before the CPU cut", true, false, true}};
+constexpr size_t kNow = 0, kBefore = 1, kNoAgent = 2, kBeforeCpu = 3;
 
 json variant_pod(const lockstep::reconcile::JobView& view, int index, const Variant& v, const std::string& ns) {
   json pod = pod_of(view, index, v.inject, ns);
@@ -130,7 +133,36 @@ json variant_pod(const lockstep::reconcile::JobView& view, int index, const Vari
     json zero = pod_of(view, 0, v.inject, ns);
     trainer(pod)["ports"] = trainer(zero)["ports"];
   }
+  if (v.cpu_limit) {
+    json& env = trainer(pod)["env"];
+    for (size_t i = 0; i < env.size(); ++i)
+      if (env[i].value("name", "") == lockstep::contract::kCpuRequest) {
+        json limit = env[i];
+        limit["name"] = lockstep::contract::kCpuLimit;
+        limit["valueFrom"]["resourceFieldRef"]["resource"] = "limits.cpu";
+        env.insert(env.begin() + static_cast<std::ptrdiff_t>(i) + 1, std::move(limit));
+        break;
+      }
+  }
   return pod;
+}
+
+// The agent's cost, and each cut's against its baseline: the pod now against the pod before
+// both cuts, the pod before the CPU cut against before both (the port cut's own), and now
+// against before the CPU cut (its own).
+void print_cuts(const std::vector<std::vector<double>>& api_ms, const std::vector<Stored>& one) {
+  auto line = [&](const char* what, size_t now, size_t before) {
+    std::cout << "   " << what << ": x" << std::setprecision(2)
+              << bench::percentile(api_ms[now], 0.5) / bench::percentile(api_ms[before], 0.5) << " API server CPU, x"
+              << static_cast<double>(one[now].bytes) / static_cast<double>(one[before].bytes) << " bytes ("
+              << static_cast<long>(one[before].bytes) - static_cast<long>(one[now].bytes) << " fewer)\n";
+  };
+  std::cout << "   agent injection: x" << std::setprecision(2)
+            << bench::percentile(api_ms[kNow], 0.5) / bench::percentile(api_ms[kNoAgent], 0.5) << " API server CPU, x"
+            << static_cast<double>(one[kNow].bytes) / static_cast<double>(one[kNoAgent].bytes) << " bytes\n";
+  line("both cuts (now against before both)", kNow, kBefore);
+  line("the port cut (before the CPU cut against before both)", kBeforeCpu, kBefore);
+  line("the CPU cut (now against before it)", kNow, kBeforeCpu);
 }
 
 void cpu_per_pod(lockstep::test::ControlPlane& cp, lockstep::kube::Client& client, int pods, int rounds, int clients) {
@@ -171,13 +203,7 @@ void cpu_per_pod(lockstep::test::ControlPlane& cp, lockstep::kube::Client& clien
     std::cout << "   median " << kVariants[k].name << ": " << std::setprecision(3) << bench::percentile(api_ms[k], 0.5)
               << " ms API server CPU per pod, " << bench::percentile(etcd_ms[k], 0.5) << " ms etcd; " << one[k].bytes
               << " bytes stored\n";
-  std::cout << "   agent injection: x" << std::setprecision(2)
-            << bench::percentile(api_ms[0], 0.5) / bench::percentile(api_ms[2], 0.5) << " API server CPU, x"
-            << static_cast<double>(one[0].bytes) / static_cast<double>(one[2].bytes) << " bytes\n";
-  std::cout << "   the port cut (agent injected, now against before): x" << std::setprecision(2)
-            << bench::percentile(api_ms[0], 0.5) / bench::percentile(api_ms[1], 0.5) << " API server CPU, x"
-            << static_cast<double>(one[0].bytes) / static_cast<double>(one[1].bytes) << " bytes ("
-            << static_cast<long>(one[1].bytes) - static_cast<long>(one[0].bytes) << " fewer)\n";
+  print_cuts(api_ms, one);
 }
 
 // --- 2. bytes per field group -----------------------------------------------------------
@@ -200,7 +226,7 @@ void field_groups(lockstep::test::ControlPlane& cp, lockstep::kube::Client& clie
       {"env: LOCKSTEP_* but the barrier secret", [](json& p) {
          erase_env(p, [](const std::string& n) { return n.rfind("LOCKSTEP_", 0) == 0 && n != lockstep::contract::kBarrierSecret; });
        }},
-      {"env: the CPU request and limit (downward API)", [](json& p) {
+      {"env: LOCKSTEP_CPU_* (downward API; the limit only without a request)", [](json& p) {
          erase_env(p, [](const std::string& n) { return n == "LOCKSTEP_CPU_REQUEST" || n == "LOCKSTEP_CPU_LIMIT"; });
        }},
       {"init container (the agent's)", [](json& p) { p["spec"].erase("initContainers"); }},
@@ -493,9 +519,7 @@ void per_pod_running(lockstep::test::ControlPlane& cp, lockstep::kube::Client& c
   for (size_t k = 0; k < n; ++k)
     std::cout << "   median " << kVariants[k].name << ": " << std::setprecision(3) << bench::percentile(api_ms[k], 0.5)
               << " ms API server CPU per pod created and Running; " << one[k].bytes << " bytes stored\n";
-  std::cout << "   the port cut (agent injected, now against before): x" << std::setprecision(2)
-            << bench::percentile(api_ms[0], 0.5) / bench::percentile(api_ms[1], 0.5) << " API server CPU, x"
-            << static_cast<double>(one[0].bytes) / static_cast<double>(one[1].bytes) << " bytes\n";
+  print_cuts(api_ms, one);
   kwok.terminate(std::chrono::seconds(5));
 }
 
