@@ -41,8 +41,7 @@ Message figures_message(int generation, const std::vector<LocalFigure>& figures)
   Message m{"FIGURES", {{"gen", std::to_string(generation)}}};
   for (const auto& f : figures) {
     m.fields["w" + std::to_string(f.local_rank)] = figure_text(f.median_s);
-    const double lower = f.lower_s > 0 && f.lower_s < f.median_s ? f.lower_s : f.median_s;
-    m.fields["l" + std::to_string(f.local_rank)] = figure_text(lower);
+    m.fields["l" + std::to_string(f.local_rank)] = figure_text(straggler::lower_or_median(f.lower_s, f.median_s));
     if (f.throttle) m.fields["t" + std::to_string(f.local_rank)] = std::to_string(f.throttle);
   }
   return m;

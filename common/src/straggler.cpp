@@ -76,9 +76,8 @@ std::optional<Reading> score(const std::vector<RankFigure>& figures) {
   r.reference_s = lower_median(medians);
   r.scores.reserve(figures.size());
   for (const auto& f : figures)
-    if (usable(f))  // a lower quantile of 0 (none sent) or over the median: the median
-      r.scores.push_back({f.rank, f.node_rank, f.median_s / r.reference_s, f.throttle,
-                          f.lower_s > 0 && f.lower_s < f.median_s ? f.lower_s : f.median_s});
+    if (usable(f))
+      r.scores.push_back({f.rank, f.node_rank, f.median_s / r.reference_s, f.throttle, lower_or_median(f.lower_s, f.median_s)});
   return r;
 }
 

@@ -139,6 +139,12 @@ struct Reading {
   std::vector<Score> scores;  // one per figure, in the figures' order
 };
 
+// A rank's lower quantile as the judge takes it: its median when none was given (0) or when the
+// figure is over the median (RankFigure::lower_s; the FIGURES a member sends, figures_message).
+inline double lower_or_median(double lower_s, double median_s) {
+  return lower_s > 0 && lower_s < median_s ? lower_s : median_s;
+}
+
 // The gang's reading, or nullopt with fewer than 2 figures (a rank alone is nobody's straggler).
 std::optional<Reading> score(const std::vector<RankFigure>& figures);
 
