@@ -32,8 +32,9 @@
 //     joined member (a stranger's first line must be HELLO: its connection is closed) and kept
 //     only for the generation that runs (another's is ignored). Every key is w<i>, l<i> or t<i>
 //     with i in [0, nproc), w and l finite numbers of seconds in (0, 3600] with l <= w, every w
-//     with its l, t an integer in [0, kThrottleAll], l and t beside their w (parse_figures); one bad field and the line is ignored, counted in node 0's
-//     log at most once a minute; a line longer than max_figures_bytes (64 + 60 x nproc) closes
+//     with its l, t an integer in [0, kThrottleAll], l and t beside their w (parse_figures);
+//     one bad field and the line is ignored, counted in node 0's log at most once a minute; a
+//     line longer than max_figures_bytes (64 + 60 x nproc) closes
 //     the member's connection, as an oversized heartbeat does. The server keeps each member's
 //     latest line alone, stamped with its own clock on receipt (GangFigures: at most nnodes x
 //     nproc figures), and forgets a member's when it leaves, when a new generation starts and

@@ -112,7 +112,7 @@ std::optional<long double> quantity(const json& q) {
 // Whether the template gives `ctr` a CPU request the downward API will report: a positive
 // requests.cpu, or a limits.cpu alone (the API server sets the request to the limit). Then the
 // request is the figure the agent sizes its workers' threads by (Note [Worker threads]), and
-// LOCKSTEP_CPU_LIMIT, which it reads only without one, is left out: 240 bytes of every stored
+// LOCKSTEP_CPU_LIMIT, which it reads only without one, is left out: 236 bytes of every stored
 // pod, its managedFields entry included (bench/operator/RESULTS.md, #44). Without either, both
 // are set, and a LimitRange's defaults, applied at admission, reach the agent through them.
 bool cpu_request_set(const json& ctr) {
