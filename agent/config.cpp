@@ -240,8 +240,9 @@ double straggler_threshold(const std::string& from, const std::string& v) {
   return x;
 }
 
-// The pod's environment (the operator starts `lockstep-agent -- COMMAND` with no flags, so a
-// pod's env is how a job sets anything), torchrun's PET_ names after ours.
+// The pod's environment (the operator starts `lockstep-agent [--max-restarts=N]
+// [--restart-policy=P] -- COMMAND`, Note [Agent flags], so a pod's env is how a job sets
+// anything else), torchrun's PET_ names after ours.
 void read_env(const std::map<std::string, std::string>& env, Config& cfg, Unsettled& u) {
   std::string v, from;
   cfg.nnodes = env_int(env, {c::kNnodes, c::kPetNnodes}, 1, 1, 100000);

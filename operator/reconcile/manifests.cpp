@@ -200,9 +200,9 @@ void inject_agent(json& spec, json& ctr, const AgentInjection& agent) {
            {"command", json::array({c::kAgentImageLauncher, "--install-bundle", c::kAgentInstallPath})},
            {"volumeMounts", json::array({{{"name", c::kAgentVolume}, {"mountPath", c::kAgentInstallPath}}})},
            {"resources", agent_resources(ctr)},
+           // Its user is the image's own (65532:65532, numeric, so the kubelet can hold it to
+           // runAsNonRoot): no runAsUser or runAsGroup of ours, 72 bytes of every stored pod.
            {"securityContext", {{"runAsNonRoot", true},
-                                {"runAsUser", 65532},
-                                {"runAsGroup", 65532},
                                 {"allowPrivilegeEscalation", false},
                                 {"readOnlyRootFilesystem", true},
                                 {"capabilities", {{"drop", json::array({"ALL"})}}},
@@ -350,10 +350,10 @@ void set_trainer_env(json& ctr, const JobView& job, int index, int attempt, cons
   set_env(env, c::kRestartAttempt, std::to_string(attempt));
   set_env(env, c::kStrategy, job.strategy);
   set_env(env, c::kMetricsPort, std::to_string(job.metrics_port));
-  // The agents' in-place restarts (Note [In-place restarts]): their budget per attempt, and
-  // the policy they judge a worker's exit by, as the operator judges a pod's.
-  set_env(env, c::kInPlaceRestarts, std::to_string(job.in_place_budget()));
-  set_env(env, c::kRestartPolicy, to_string(job.restart_policy));
+  // The in-place restart settings go on the agent's command line (Note [Agent flags]); a
+  // template's own variables of those names would override the job's spec, so they go.
+  drop_named(env, c::kInPlaceRestarts);
+  drop_named(env, c::kRestartPolicy);
   // What the container may use, so the agent sizes its workers' thread pools to it
   // (Note [Worker threads] in agent/worker_env.cpp).
   const std::string ctr_name = ctr.contains("name") && ctr["name"].is_string() ? ctr["name"].get<std::string>()
@@ -375,14 +375,33 @@ void set_trainer_env(json& ctr, const JobView& job, int index, int attempt, cons
   ctr["env"] = std::move(env);
 }
 
+// Note [Agent flags]
+// The agents' in-place restarts (Note [In-place restarts]), their budget per gang attempt and the
+// policy they judge a worker's exit by (as the operator judges a pod's), are the agent's own
+// settings: no worker reads them (the agent derives TORCHELASTIC_MAX_RESTARTS), so they are
+// flags on the agent's command line, each only where the job's value is not the agent's default
+// (--max-restarts 0, --restart-policy OnFailure). As environment variables, each cost a stored
+// pod about 115 bytes, its managedFields entry included (an owner entry per variable), where a
+// flag costs its own length: the container's command is one atomic field in managedFields. 230
+// bytes fewer for a job at the CRD's defaults (bench/operator/RESULTS.md, #44). `kubectl describe
+// pod` shows them in the command, and `lockstep run` starts the agent with the same command.
+std::vector<std::string> agent_flags(const JobView& job) {
+  std::vector<std::string> flags;
+  if (job.in_place_budget() != 0) flags.push_back("--max-restarts=" + std::to_string(job.in_place_budget()));
+  if (job.restart_policy != RestartPolicy::OnFailure)
+    flags.push_back(std::string("--restart-policy=") + to_string(job.restart_policy));
+  return flags;
+}
+
 // The trainer container: the agent launches the trainer command nproc times
-// (lockstep-agent -- COMMAND ARGS..., from the injected bundle unless injection is off: Note
+// (lockstep-agent [FLAGS] -- COMMAND ARGS..., from the injected bundle unless injection is off: Note
 // [Agent injection]), with the contract's environment and the ports every pod may serve.
 void make_trainer(json& spec, json& ctr, const JobView& job, int index, int attempt, const AgentInjection& agent,
                   const std::string& barrier_secret) {
   json cmd = json::array({agent.image.empty() ? std::string("lockstep-agent")
-                                              : std::string(c::kAgentMountPath) + "/lockstep-agent",
-                          "--"});
+                                              : std::string(c::kAgentMountPath) + "/lockstep-agent"});
+  for (auto& flag : agent_flags(job)) cmd.push_back(std::move(flag));
+  cmd.push_back("--");
   for (const auto& a : job.command) cmd.push_back(a);
   for (const auto& a : job.args) cmd.push_back(a);
   ctr["command"] = cmd;

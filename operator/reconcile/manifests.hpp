@@ -49,11 +49,12 @@ struct IsolationPeers {
 // container from the lockstep/agent image that copies the agent bundle into it (the bundle's
 // static launcher, `--install-bundle`, so the image needs no shell), and a read-only mount of
 // it at kAgentMountPath in the trainer container, whose command becomes
-// `<kAgentMountPath>/lockstep-agent -- COMMAND ARGS...`. The bundle carries its own loader and
+// `<kAgentMountPath>/lockstep-agent [FLAGS] -- COMMAND ARGS...` (Note [Agent flags]). The bundle carries its own loader and
 // libraries (docs/agent.md, "The bundle"), so the image's libc does not matter. The pattern
 // of Tekton's entrypoint and Argo's emissary; no webhook: the operator writes every pod.
 // The init container is small and passes the restricted Pod Security Standard (non-root, no
-// privilege escalation, no capabilities, RuntimeDefault seccomp, read-only root). With no
+// privilege escalation, no capabilities, RuntimeDefault seccomp, read-only root); it runs as
+// the agent image's own numeric user, which runAsNonRoot holds to not being root. With no
 // agent image (the operator's `--agent-image ''`, and `lockstep run`, whose agents are local
 // processes) nothing is injected and the command is `lockstep-agent` from the image's PATH.
 //   The bundle stays what the init container copied. Every mount of kAgentVolume that the

@@ -66,6 +66,10 @@ TEST(Config, InPlaceRestartSettings) {
   EXPECT_EQ(load_config({{"LOCKSTEP_IN_PLACE_RESTARTS", "3"}, {"LOCKSTEP_RESTART_POLICY", "Never"}}, {}).max_restarts, 0)
       << "Never restarts nothing, in place either";
   EXPECT_EQ(load_config({{"LOCKSTEP_IN_PLACE_RESTARTS", "3"}}, {"--max-restarts", "1"}).max_restarts, 1);
+  // As the operator passes them (Note [Agent flags] in operator/reconcile/manifests.cpp).
+  auto f = load_config({{"LOCKSTEP_RESTART_POLICY", "Never"}}, {"--max-restarts=5", "--restart-policy=ExitCode"});
+  EXPECT_EQ(f.max_restarts, 5);
+  EXPECT_EQ(f.restart_policy, "ExitCode");
   try {
     load_config({{"LOCKSTEP_RESTART_POLICY", "Always"}}, {});
     ADD_FAILURE() << "an unknown policy must be refused";

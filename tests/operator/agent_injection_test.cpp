@@ -31,7 +31,7 @@ TEST_F(OperatorTest, InjectedAgentPassesTheRestrictedPodSecurityStandard) {
     EXPECT_EQ(spec["initContainers"][1]["name"], "fetch");
     EXPECT_EQ(spec["volumes"].size(), 2u) << spec;
     EXPECT_EQ(spec["containers"][0]["volumeMounts"].size(), 2u) << spec;
-    EXPECT_EQ(spec["containers"][0]["command"], json({"/lockstep/agent/lockstep-agent", "--", "python3", "train.py"}));
+    EXPECT_EQ(spec["containers"][0]["command"], json({"/lockstep/agent/lockstep-agent", "--max-restarts=3", "--", "python3", "train.py"}));
   }
   // The same job whose own container is not restricted is refused by the API server, so the
   // namespace really enforces the standard.

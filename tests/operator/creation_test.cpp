@@ -49,7 +49,8 @@ TEST_F(OperatorTest, CreatesServicePodGroupAndPodsWithTheExactEnvironment) {
     EXPECT_EQ(owner["blockOwnerDeletion"], true);
     // See Note [Agent injection]: the agent comes from the init container's emptyDir.
     EXPECT_EQ(spec["containers"][0]["command"],
-              json({"/lockstep/agent/lockstep-agent", "--", "lockstep-trainer", "--model=tiny", "--steps=10"}));
+              json({"/lockstep/agent/lockstep-agent", "--max-restarts=3", "--", "lockstep-trainer", "--model=tiny",
+                    "--steps=10"}));  // Note [Agent flags]: the in-place budget, the CRD's default
     ASSERT_EQ(spec["initContainers"].size(), 1u) << spec;
     const auto& init = spec["initContainers"][0];
     EXPECT_EQ(init["name"], "lockstep-agent");
@@ -64,8 +65,7 @@ TEST_F(OperatorTest, CreatesServicePodGroupAndPodsWithTheExactEnvironment) {
         {"LOCKSTEP_JOB_NAME", "envjob"}, {"LOCKSTEP_JOB_NAMESPACE", ns_}, {"LOCKSTEP_JOB_UID", uid},
         {"LOCKSTEP_NNODES", "3"}, {"LOCKSTEP_NODE_RANK", std::to_string(rank)}, {"LOCKSTEP_NPROC_PER_NODE", "2"},
         {"LOCKSTEP_MASTER_ADDR", master}, {"LOCKSTEP_MASTER_PORT", "29600"}, {"LOCKSTEP_RESTART_ATTEMPT", "0"},
-        {"LOCKSTEP_STRATEGY", "DDP"}, {"LOCKSTEP_METRICS_PORT", "9500"}, {"LOCKSTEP_IN_PLACE_RESTARTS", "3"},
-        {"LOCKSTEP_RESTART_POLICY", "OnFailure"}, {"LOCKSTEP_CHECKPOINT_PATH", "/ckpt"},
+        {"LOCKSTEP_STRATEGY", "DDP"}, {"LOCKSTEP_METRICS_PORT", "9500"}, {"LOCKSTEP_CHECKPOINT_PATH", "/ckpt"},
         {"LOCKSTEP_CHECKPOINT_EVERY", "7"}, {"LOCKSTEP_CHECKPOINT_KEEP", "3"}, {"PET_NNODES", "3"}, {"PET_NODE_RANK", std::to_string(rank)},
         {"PET_NPROC_PER_NODE", "2"}, {"PET_MASTER_ADDR", master}, {"PET_MASTER_PORT", "29600"}};
     auto env = env_of(pod);

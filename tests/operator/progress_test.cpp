@@ -99,10 +99,8 @@ TEST_F(OperatorTest, InPlaceRestartsFromRank0sAgentAreCountedAcrossGangRestarts)
   agent.serve(agent_text(0, 0));
   create_job("inplace", 2, "  metrics: {port: " + std::to_string(metrics_port) + "}\n  runPolicy: {inPlaceRestarts: 3}\n");
   start_attempt(0);
-  for (const auto& p : pods("inplace", 0)) {
-    EXPECT_EQ(env_of(p)["LOCKSTEP_IN_PLACE_RESTARTS"], "3");
-    EXPECT_EQ(env_of(p)["LOCKSTEP_RESTART_POLICY"], "OnFailure");
-  }
+  for (const auto& p : pods("inplace", 0))  // Note [Agent flags]: OnFailure is the agent's default
+    EXPECT_EQ(p["spec"]["containers"][0]["command"][1], "--max-restarts=3") << p["spec"]["containers"][0];
   std::this_thread::sleep_for(1500ms);  // a reading of 0: nothing to count
   EXPECT_EQ(status().value("inPlaceRestarts", -1), 0) << status();
   EXPECT_TRUE(restarted().is_null()) << restarted();

@@ -26,7 +26,9 @@ inline constexpr const char* kCheckpointResumeFrom = "LOCKSTEP_CHECKPOINT_RESUME
 // In-place gang restarts (docs/agent.md, "In-place restarts: the restart barrier"): the budget per gang attempt
 // (spec.runPolicy.inPlaceRestarts; 0 when restartPolicy is Never), the policy the agents judge
 // a worker's exit code by (OnFailure | ExitCode | Never), and the port node 0's agent serves
-// the restart barrier on (default: the master port + 1).
+// the restart barrier on (default: the master port + 1). The agent reads the first two from
+// the environment or its flags; the operator passes the flags (Note [Agent flags] in
+// operator/reconcile/manifests.cpp) and removes the variables from a template.
 inline constexpr const char* kInPlaceRestarts = "LOCKSTEP_IN_PLACE_RESTARTS";
 inline constexpr const char* kRestartPolicy = "LOCKSTEP_RESTART_POLICY";
 inline constexpr const char* kAgentPort = "LOCKSTEP_AGENT_PORT";
@@ -54,7 +56,8 @@ inline constexpr const char* kPetMasterPort = "PET_MASTER_PORT";
 // Agent -> worker: the worker's own step socket (docs/metrics.md, "The step report").
 inline constexpr const char* kMetricsSocket = "LOCKSTEP_METRICS_SOCKET";
 // The agent's own settings a pod's env may carry (docs/agent.md, "Configuration"): the operator
-// starts `lockstep-agent -- COMMAND` with no flags, so these are how a job changes them.
+// starts the agent with no flags but the in-place restart settings, so these are how a job
+// changes them.
 inline constexpr const char* kStallTimeout = "LOCKSTEP_STALL_TIMEOUT";
 inline constexpr const char* kFirstStepTimeout = "LOCKSTEP_FIRST_STEP_TIMEOUT";
 inline constexpr const char* kMetricsLinger = "LOCKSTEP_METRICS_LINGER";

@@ -1,5 +1,7 @@
 // reconcile/manifests: what the operator asks the API server to create.
 #include <gtest/gtest.h>
+#include <set>
+#include <vector>
 #include <yaml-cpp/yaml.h>
 
 #include "lockstep/contract.hpp"
@@ -32,7 +34,7 @@ TEST(PodManifest, RunsTheAgentInTheTrainerContainerAndKeepsUserEnv) {
   EXPECT_FALSE(sidecar.contains("command"));
   EXPECT_FALSE(sidecar.contains("env"));
   const json& ctr = pod["spec"]["containers"][1];
-  EXPECT_EQ(ctr["command"], json({"lockstep-agent", "--", "python", "train.py", "--lr=3e-4"}));
+  EXPECT_EQ(ctr["command"], json({"lockstep-agent", "--max-restarts=3", "--", "python", "train.py", "--lr=3e-4"}));
   std::map<std::string, std::string> env;
   int nnodes_entries = 0;
   for (const auto& e : ctr["env"]) {
@@ -142,15 +144,18 @@ TEST(PodManifest, InjectsTheAgentIntoTheTrainerContainerOnly) {
   EXPECT_EQ(init["securityContext"]["allowPrivilegeEscalation"], false);
   EXPECT_EQ(init["securityContext"]["capabilities"]["drop"], json({"ALL"}));
   EXPECT_EQ(init["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+  // As the agent image's own user (65532:65532), which runAsNonRoot holds to: none of ours.
+  EXPECT_FALSE(init["securityContext"].contains("runAsUser")) << init;
+  EXPECT_FALSE(init["securityContext"].contains("runAsGroup")) << init;
   const json& ctr = spec["containers"][1];
-  EXPECT_EQ(ctr["command"], json({"/lockstep/agent/lockstep-agent", "--", "python3", "train.py"}));
+  EXPECT_EQ(ctr["command"], json({"/lockstep/agent/lockstep-agent", "--max-restarts=3", "--", "python3", "train.py"}));
   EXPECT_EQ(ctr["volumeMounts"], json::parse(R"([{"name": "data", "mountPath": "/data"},
                                                  {"name": "lockstep-agent", "mountPath": "/lockstep/agent", "readOnly": true}])"));
   EXPECT_EQ(ctr["image"], "pytorch/pytorch");  // the user's image, as it is
   EXPECT_FALSE(spec["containers"][0].contains("volumeMounts"));
   // Without an agent image (--agent-image ''; lockstep run): nothing injected, the agent from PATH.
   json plain = pod_manifest(j, 0, 0);
-  EXPECT_EQ(plain["spec"]["containers"][1]["command"], json({"lockstep-agent", "--", "python3", "train.py"}));
+  EXPECT_EQ(plain["spec"]["containers"][1]["command"], json({"lockstep-agent", "--max-restarts=3", "--", "python3", "train.py"}));
   EXPECT_EQ(plain["spec"]["initContainers"].size(), 2u);  // the template's, as written
   EXPECT_EQ(plain["spec"]["initContainers"][1]["image"], "evil");
 }
@@ -197,35 +202,48 @@ TEST(QueueManifest, NoPodCarriesTheQueueLabelAsTheCrdSays) {
 }
 
 // Every pod tells its agent the in-place budget per gang attempt and the restart policy to
-// judge a worker's exit by; under Never the budget is 0 (Note [In-place restarts]).
-TEST(PodManifest, CarriesTheInPlaceBudgetAndTheRestartPolicy) {
-  auto env_of = [](const json& pod) {
-    std::map<std::string, std::string> env;
-    for (const auto& e : pod["spec"]["containers"][0]["env"]) env[e["name"]] = e.value("value", "");
-    return env;
+// judge a worker's exit by; under Never the budget is 0 (Note [In-place restarts]). Both are
+// flags before the agent's `--`, each only where it is not the agent's default (Note [Agent
+// flags]); never variables, not even a template's own of those names, which would override the
+// job's spec.
+TEST(PodManifest, CarriesTheInPlaceBudgetAndTheRestartPolicyAsAgentFlags) {
+  auto flags_of = [](const json& pod) {
+    std::vector<std::string> flags;
+    const json& cmd = pod["spec"]["containers"][0]["command"];
+    for (size_t i = 1; i < cmd.size() && cmd[i] != "--"; ++i) flags.push_back(cmd[i]);
+    return flags;
   };
+  auto env_names = [](const json& pod) {
+    std::set<std::string> names;
+    for (const auto& e : pod["spec"]["containers"][0]["env"]) names.insert(e["name"]);
+    return names;
+  };
+  using Flags = std::vector<std::string>;
   JobView j;
   j.name = "tj";
   j.ns = "team";
   j.nodes = 2;
+  j.tmpl = json::parse(R"({"spec": {"containers": [{"name": "trainer", "image": "img", "env": [
+    {"name": "LOCKSTEP_IN_PLACE_RESTARTS", "value": "9"}, {"name": "LOCKSTEP_RESTART_POLICY", "value": "Never"},
+    {"name": "MINE", "value": "1"}]}]}})");
   for (int i = 0; i < j.nodes; ++i) {
-    auto env = env_of(pod_manifest(j, i, 0));
-    EXPECT_EQ(env[lockstep::contract::kInPlaceRestarts], "3") << i;  // the CRD's default
-    EXPECT_EQ(env[lockstep::contract::kRestartPolicy], "OnFailure") << i;
-    EXPECT_FALSE(env.count(lockstep::contract::kAgentPort)) << "the agents default it";
+    const json pod = pod_manifest(j, i, 0);
+    EXPECT_EQ(flags_of(pod), Flags({"--max-restarts=3"})) << i;  // the CRD's default; OnFailure is the agent's
+    const auto names = env_names(pod);
+    EXPECT_FALSE(names.count(lockstep::contract::kInPlaceRestarts)) << i;
+    EXPECT_FALSE(names.count(lockstep::contract::kRestartPolicy)) << i;
+    EXPECT_TRUE(names.count("MINE")) << i;
+    EXPECT_FALSE(names.count(lockstep::contract::kAgentPort)) << "the agents default it";
   }
   j.in_place_restarts = 5;
   j.restart_policy = RestartPolicy::ExitCode;
-  auto env = env_of(pod_manifest(j, 1, 2));
-  EXPECT_EQ(env[lockstep::contract::kInPlaceRestarts], "5");
-  EXPECT_EQ(env[lockstep::contract::kRestartPolicy], "ExitCode");
+  EXPECT_EQ(flags_of(pod_manifest(j, 1, 2)), Flags({"--max-restarts=5", "--restart-policy=ExitCode"}));
   j.restart_policy = RestartPolicy::Never;
-  env = env_of(pod_manifest(j, 0, 0));
-  EXPECT_EQ(env[lockstep::contract::kInPlaceRestarts], "0");
-  EXPECT_EQ(env[lockstep::contract::kRestartPolicy], "Never");
+  EXPECT_EQ(flags_of(pod_manifest(j, 0, 0)), Flags({"--restart-policy=Never"}));
   j.restart_policy = RestartPolicy::OnFailure;
   j.in_place_restarts = 0;
-  EXPECT_EQ(env_of(pod_manifest(j, 0, 0))[lockstep::contract::kInPlaceRestarts], "0");
+  EXPECT_EQ(flags_of(pod_manifest(j, 0, 0)), Flags{});
+  EXPECT_EQ(pod_manifest(j, 0, 0)["spec"]["containers"][0]["command"][1], "--");
 }
 
 // See Note [Job ports]: every port a pod serves is listed, once, named unless the name is taken:
