@@ -27,7 +27,6 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
-#include <random>
 #include <set>
 
 #include "bench_util.hpp"
@@ -38,6 +37,7 @@
 #include "kube/rest_config.hpp"
 #include "lockstep/contract.hpp"
 #include "lockstep/process.hpp"
+#include "pod_bench.hpp"
 #include "reconcile/job.hpp"
 #include "reconcile/manifests.hpp"
 
@@ -45,77 +45,16 @@ namespace bench = lockstep::bench;
 using json = nlohmann::json;
 namespace res = lockstep::kube::resources;
 using namespace std::chrono_literals;
+using lockstep::bench::pods::bench_job;
+using lockstep::bench::pods::create_namespace;
+using lockstep::bench::pods::pod_of;
+using lockstep::bench::pods::read_back;
+using lockstep::bench::pods::store;
+using lockstep::bench::pods::Stored;
 
 namespace {
 
-// An 8-node job as examples/ddp.yaml writes one (its template: an image, CPU and memory).
-lockstep::reconcile::JobView bench_job() {
-  json job = {{"metadata", {{"name", "tiny-ddp"}, {"namespace", "bench"}, {"uid", "6f1c1f7e-0d7a-4e55-9b1e-3c1a2b3c4d5e"}}},
-              {"spec",
-               {{"nodes", 8},
-                {"procsPerNode", 8},
-                {"strategy", "DDP"},
-                {"checkpoint", {{"path", "/ckpt"}, {"everySteps", 100}}},
-                {"template",
-                 {{"spec",
-                   {{"containers",
-                     json::array({{{"name", "trainer"},
-                                   {"image", "lockstep/trainer:0.1.0"},
-                                   {"resources", {{"requests", {{"cpu", "500m"}, {"memory", "2Gi"}}},
-                                                  {"limits", {{"memory", "4Gi"}}}}}}})}}}}},
-                {"trainer", {{"command", json::array({"lockstep-trainer"})},
-                             {"args", json::array({"--model=tiny", "--device=cpu", "--steps=200"})}}}}}};
-  return lockstep::reconcile::JobView::from_json(job);
-}
-
-std::string random_secret() {
-  std::mt19937_64 rng(std::random_device{}());
-  std::string s;
-  for (int i = 0; i < 64; ++i) s += "0123456789abcdef"[rng() % 16];
-  return s;
-}
-
-json pod_of(const lockstep::reconcile::JobView& view, int index, bool inject, const std::string& ns) {
-  lockstep::reconcile::AgentInjection agent;
-  if (inject) agent.image = std::string("lockstep/agent:") + LOCKSTEP_VERSION;
-  json pod = lockstep::reconcile::pod_manifest(view, index, 0, agent, random_secret());
-  pod["metadata"]["namespace"] = ns;
-  return pod;
-}
-
 json& trainer(json& pod) { return pod["spec"]["containers"][0]; }
-
-struct Stored {
-  size_t bytes = 0, without_managed = 0;
-  json object;
-};
-
-// Pod `name` of `ns` as the server returns it, and its size with and without managedFields.
-std::optional<Stored> read_back(lockstep::kube::Client& client, const std::string& ns, const std::string& name) {
-  auto got = client.get(res::kPods.path(ns, name));
-  if (!got.ok()) return std::nullopt;
-  Stored s;
-  s.object = got.body;
-  s.bytes = got.body.dump().size();
-  json plain = got.body;
-  plain["metadata"].erase("managedFields");
-  s.without_managed = plain.dump().size();
-  return s;
-}
-
-// Creates `pod` and reads it back: its size as the server returns it.
-std::optional<Stored> store(lockstep::kube::Client& client, const std::string& ns, json pod, std::string* error = nullptr) {
-  auto r = client.create(res::kPods.path(ns), pod);
-  if (!r.ok()) {
-    if (error) *error = r.message();
-    return std::nullopt;
-  }
-  return read_back(client, ns, pod["metadata"].value("name", ""));
-}
-
-void create_namespace(const lockstep::test::ControlPlane& cp, const std::string& ns) {
-  lockstep::run_capture({"kubectl", "create", "namespace", ns}, {{"KUBECONFIG", cp.kubeconfig()}});
-}
 
 // --- 1. CPU per pod created, with and without the agent -----------------------------------
 // The pods measured: as the operator makes them (with the agent and without), and as it made
