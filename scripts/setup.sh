@@ -21,7 +21,8 @@
 # lockstep, lockstep-agent and lockstep-trainer), as scripts/run.sh uses.
 # `scripts/setup.sh --trainer`: only what lockstep-trainer builds with (steps 1 and 2, the
 # trainer's packages), as bench/trainer/gpu.sh uses on a GPU machine.
-# `scripts/setup.sh --bench-operator`: steps 1 to 4, then Kubeflow training-operator's manager
+# `scripts/setup.sh --bench-operator`: steps 1 to 4 (step 1 with DEBIAN_BENCH_OPERATOR_PACKAGES
+# too, libprotobuf for lockstep-bench-pod-proto), then Kubeflow training-operator's manager
 # built from the Go module proxy (bench/operator/kubeflow/go.mod), the peer bench/operator
 # measures lockstep-operator against; only bench/operator/run.sh asks for it.
 # `scripts/setup.sh --build` is steps 1 and 2 with every package, and `scripts/setup.sh --tools`
@@ -40,7 +41,7 @@ case ${1:-} in
   --trainer) only_trainer=1; packages=$DEBIAN_TRAINER_PACKAGES ;;
   --build) build_only=1 ;;
   --tools) skip_build_deps=1 ;;
-  --bench-operator) bench_operator=1 ;;
+  --bench-operator) bench_operator=1; packages="$packages $DEBIAN_BENCH_OPERATOR_PACKAGES" ;;
   *) die "usage: scripts/setup.sh [--run | --trainer | --build | --tools | --bench-operator]" ;;
 esac
 mkdir -p "$CACHE/downloads"

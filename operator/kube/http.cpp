@@ -701,9 +701,10 @@ void Transport::release(std::unique_ptr<Connection> c) {
 void Transport::encode(const Request& r, std::string& s) const {
   s.clear();  // the connection's buffer: its capacity stays, so a request allocates nothing
   s.reserve(160 + prefix_.size() + r.target.size() + host_header_.size() + user_agent_.size() +
-            r.authorization.size() + r.content_type.size() + r.body.size());
+            r.authorization.size() + r.content_type.size() + r.accept.size() + r.body.size());
   s.append(r.method).append(" ").append(prefix_).append(r.target).append(" HTTP/1.1\r\nHost: ").append(host_header_);
-  s.append("\r\nUser-Agent: ").append(user_agent_).append("\r\nAccept: application/json\r\n");
+  s.append("\r\nUser-Agent: ").append(user_agent_).append("\r\nAccept: ");
+  s.append(r.accept.empty() ? std::string_view("application/json") : r.accept).append("\r\n");
   if (!r.authorization.empty()) s.append("Authorization: ").append(r.authorization).append("\r\n");
   if (!r.body.empty() || r.method == "POST" || r.method == "PUT" || r.method == "PATCH") {
     if (!r.content_type.empty()) s.append("Content-Type: ").append(r.content_type).append("\r\n");

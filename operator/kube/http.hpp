@@ -48,6 +48,7 @@ struct Request {
   std::string_view authorization;  // the Authorization header's value; empty: none
   bool discard_ok_body = false;     // a 2xx answer's body is read past, not kept
   size_t max_body = 0;              // a body read whole that is longer fails the request; 0: any length
+  std::string_view accept = {};     // the Accept header's value; empty: application/json
 };
 
 struct Reply {
