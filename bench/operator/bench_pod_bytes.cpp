@@ -3,7 +3,8 @@
 //   1. the API server's (and etcd's) CPU per pod created, and one pod's size as stored (its
 //      JSON as the server returns it, managedFields included and not), for the operator's pod
 //      of an 8-node job, with the agent injected and without (the operator's --agent-image ''),
-//      and as before #44's cuts (pod 0's ports on every pod; the CPU limit variable), the
+//      and as before #44's cuts (pod 0's ports on every pod; the CPU limit variable; the
+//      restart settings as variables; the init container's runAsUser and runAsGroup), the
 //      baselines of those cuts, rounds alternating so this shared machine's drift hits all;
 //   2. the bytes each field group costs: the pod created without the group, against the whole
 //      pod, both as stored, in the same run;
@@ -58,42 +59,63 @@ json& trainer(json& pod) { return pod["spec"]["containers"][0]; }
 
 // --- 1. CPU per pod created, with and without the agent -----------------------------------
 // The pods measured: as the operator makes them (with the agent and without), and as it made
-// them before each of #44's cuts, the baselines of those cuts in the same run: every pod
-// listing pod 0's rendezvous and barrier ports (Note [Job ports]), and LOCKSTEP_CPU_LIMIT beside
-// the request the template sets (cpu_request_set in operator/reconcile/manifests.cpp).
+// them before #44's cuts, the baselines of those cuts in the same run: every pod listing pod 0's
+// rendezvous and barrier ports (Note [Job ports]); LOCKSTEP_CPU_LIMIT beside the request the
+// template sets (cpu_request_set in operator/reconcile/manifests.cpp); the in-place restart
+// settings as LOCKSTEP_IN_PLACE_RESTARTS and LOCKSTEP_RESTART_POLICY rather than the agent's
+// flags (Note [Agent flags]); and the agent's init container with runAsUser and runAsGroup
+// 65532. The last two cuts each have a pod before it alone (the first two were measured so in
+// the run before them, bench/operator/RESULTS.md).
 struct Variant {
   const char* name;
-  bool inject, all_ports, cpu_limit;
+  bool inject, all_ports, cpu_limit, restart_env, run_as;
 };
-constexpr Variant kVariants[] = {{"agent injected", true, false, false},
-                                 {"agent, before both cuts", true, true, true},
-                                 {"no agent", false, false, false},
-                                 {"agent, before the CPU cut", true, false, true}};
-constexpr size_t kNow = 0, kBefore = 1, kNoAgent = 2, kBeforeCpu = 3;
+constexpr Variant kVariants[] = {{"agent injected", true, false, false, false, false},
+                                 {"agent, before #44's cuts", true, true, true, true, true},
+                                 {"no agent", false, false, false, false, false},
+                                 {"agent, before the flag cut", true, false, false, true, false},
+                                 {"agent, before the user cut", true, false, false, false, true}};
+constexpr size_t kNow = 0, kBefore = 1, kNoAgent = 2, kBeforeFlags = 3, kBeforeUser = 4;
+
+// The pod's env entry `name`'s index, or the end.
+size_t env_index(const json& env, const char* name) {
+  for (size_t i = 0; i < env.size(); ++i)
+    if (env[i].value("name", "") == name) return i;
+  return env.size();
+}
 
 json variant_pod(const lockstep::reconcile::JobView& view, int index, const Variant& v, const std::string& ns) {
+  namespace c = lockstep::contract;
   json pod = pod_of(view, index, v.inject, ns);
+  json& env = trainer(pod)["env"];
   if (v.all_ports && index != 0) {
     json zero = pod_of(view, 0, v.inject, ns);
     trainer(pod)["ports"] = trainer(zero)["ports"];
   }
   if (v.cpu_limit) {
-    json& env = trainer(pod)["env"];
-    for (size_t i = 0; i < env.size(); ++i)
-      if (env[i].value("name", "") == lockstep::contract::kCpuRequest) {
-        json limit = env[i];
-        limit["name"] = lockstep::contract::kCpuLimit;
-        limit["valueFrom"]["resourceFieldRef"]["resource"] = "limits.cpu";
-        env.insert(env.begin() + static_cast<std::ptrdiff_t>(i) + 1, std::move(limit));
-        break;
-      }
+    const size_t i = env_index(env, c::kCpuRequest);
+    json limit = env.at(i);
+    limit["name"] = c::kCpuLimit;
+    limit["valueFrom"]["resourceFieldRef"]["resource"] = "limits.cpu";
+    env.insert(env.begin() + static_cast<std::ptrdiff_t>(i) + 1, std::move(limit));
+  }
+  if (v.restart_env) {  // the flags out of the command, the variables back after the metrics port
+    json& cmd = trainer(pod)["command"];
+    while (cmd.size() > 1 && cmd[1] != "--") cmd.erase(1);
+    const auto at = env.begin() + static_cast<std::ptrdiff_t>(env_index(env, c::kMetricsPort)) + 1;
+    env.insert(at, {{{"name", c::kInPlaceRestarts}, {"value", std::to_string(view.in_place_budget())}},
+                    {{"name", c::kRestartPolicy}, {"value", to_string(view.restart_policy)}}});
+  }
+  if (v.run_as && v.inject) {
+    json& sc = pod["spec"]["initContainers"][0]["securityContext"];
+    sc["runAsUser"] = 65532;
+    sc["runAsGroup"] = 65532;
   }
   return pod;
 }
 
-// The agent's cost, and each cut's against its baseline: the pod now against the pod before
-// both cuts, the pod before the CPU cut against before both (the port cut's own), and now
-// against before the CPU cut (its own).
+// The agent's cost, and each cut's against its baseline: the pod now against the pod before all
+// of them, and now against the pod before each of the last two alone (its own).
 void print_cuts(const std::vector<std::vector<double>>& api_ms, const std::vector<Stored>& one) {
   auto line = [&](const char* what, size_t now, size_t before) {
     std::cout << "   " << what << ": x" << std::setprecision(2)
@@ -104,9 +126,9 @@ void print_cuts(const std::vector<std::vector<double>>& api_ms, const std::vecto
   std::cout << "   agent injection: x" << std::setprecision(2)
             << bench::percentile(api_ms[kNow], 0.5) / bench::percentile(api_ms[kNoAgent], 0.5) << " API server CPU, x"
             << static_cast<double>(one[kNow].bytes) / static_cast<double>(one[kNoAgent].bytes) << " bytes\n";
-  line("both cuts (now against before both)", kNow, kBefore);
-  line("the port cut (before the CPU cut against before both)", kBeforeCpu, kBefore);
-  line("the CPU cut (now against before it)", kNow, kBeforeCpu);
+  line("#44's cuts (now against before them)", kNow, kBefore);
+  line("the flag cut (now against before it)", kNow, kBeforeFlags);
+  line("the user cut (now against before it)", kNow, kBeforeUser);
 }
 
 void cpu_per_pod(lockstep::test::ControlPlane& cp, lockstep::kube::Client& client, int pods, int rounds, int clients) {
