@@ -50,9 +50,14 @@ const kube::Prune kNodePrune{{{"metadata", "*"}, {"spec", "*"}, {"status", "*"},
 // fields of Kueue's bookkeeping the operator does not read.
 const kube::Prune kWorkloadPrune{{{"metadata", "managedFields"}, {"spec", "podSets"}, {"status", "resourceRequests"},
                                   {"status", "schedulingStats"}, {"status", "requeueState"}}};
-// Of the answer to a status write only metadata.resourceVersion is read; of the answers to
+// Of the answer to a status write only metadata.resourceVersion is read, so the server sends the
+// job's metadata alone (Note [Metadata answers]), its managedFields not built; of the answers to
 // creates and deletes, only their status codes (kube::kDiscardBody).
-const kube::Prune kStatusWritePrune{{{"metadata", "managedFields"}, {"spec"}, {"status"}}};
+const kube::Prune kStatusWritePrune = [] {
+  kube::Prune p{{{"metadata", "managedFields"}}};
+  p.metadata_only = true;
+  return p;
+}();
 
 // What the Service and PodGroup informers cache: each child's ref, indexed by its job.
 kube::Informer<ChildRef>::Typed child_typed() {

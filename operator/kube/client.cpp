@@ -57,6 +57,19 @@ http::TlsConfig tls_of(const RestConfig& c) {
   return t;
 }
 
+// The Accept header of a request (Note [Metadata answers]): "" for JSON.
+std::string_view accept_for(const std::string& verb, const Prune* prune, bool metadata_answers) {
+  const bool writes_object = verb == "POST" || verb == "PUT" || verb == "PATCH";
+  return metadata_answers && writes_object && prune && (prune->all || prune->metadata_only) ? kMetadataAnswer
+                                                                                              : std::string_view();
+}
+
+// A server that cannot answer with the metadata alone says 406 before it does anything (the
+// answer's form is negotiated first): the request is sent again asking for JSON.
+bool refused_metadata_answer(const http::Request& req, const http::Reply& reply) {
+  return reply.status == 406 && !req.accept.empty();
+}
+
 Response refused_write() {
   Response r;
   r.refused = true;
@@ -70,6 +83,8 @@ struct Client::Impl {
   explicit Impl(const RestConfig& c)
       : transport(c.server, tls_of(c), c.request_timeout, std::string("lockstep-operator/") + LOCKSTEP_VERSION) {}
   http::Transport transport;
+  // Note [Metadata answers]: off for good once the server says 406 to one.
+  std::atomic<bool> metadata_answers{true};
   std::mutex token_mu;
   std::string token;
   std::chrono::steady_clock::time_point token_read{};
@@ -116,7 +131,14 @@ Response Client::request(const std::string& verb, const std::string& path, const
   std::string payload = body && !body->is_null() ? body->dump() : std::string();
   std::string auth = impl_->auth_header(config_);
   http::Request req{verb, path, payload.empty() ? "" : content_type, payload, auth, prune && prune->all};
-  return Impl::finish(verb, impl_->transport.round_trip(req), prune, root, observer_);
+  req.accept = accept_for(verb, prune, impl_->metadata_answers);
+  http::Reply reply = impl_->transport.round_trip(req);
+  if (refused_metadata_answer(req, reply)) {
+    impl_->metadata_answers = false;
+    req.accept = {};
+    reply = impl_->transport.round_trip(req);
+  }
+  return Impl::finish(verb, std::move(reply), prune, root, observer_);
 }
 
 std::vector<Response> Client::request_all(const std::string& verb, const std::vector<std::string>& paths,
@@ -128,11 +150,25 @@ std::vector<Response> Client::request_all(const std::string& verb, const std::ve
     if (i < bodies.size() && bodies[i] && !bodies[i]->is_null()) payloads[i] = bodies[i]->dump();
     reqs[i] = http::Request{verb, paths[i], payloads[i].empty() ? "" : "application/json", payloads[i], auth,
                             prune && prune->all};
+    reqs[i].accept = accept_for(verb, prune, impl_->metadata_answers);
   }
   // Every token first, then the gate, then the batch: no write of it leaves after a refusal.
   for (size_t i = 0; i < reqs.size(); ++i) limiter_.acquire();
   if (gate_ && !gate_()) return std::vector<Response>(reqs.size(), refused_write());
   auto replies = impl_->transport.round_trip_all(reqs);
+  std::vector<http::Request> again;
+  std::vector<size_t> again_at;
+  for (size_t i = 0; i < replies.size(); ++i)
+    if (refused_metadata_answer(reqs[i], replies[i])) {
+      again.push_back(reqs[i]);
+      again.back().accept = {};
+      again_at.push_back(i);
+    }
+  if (!again.empty()) {
+    impl_->metadata_answers = false;
+    auto second = impl_->transport.round_trip_all(again);
+    for (size_t j = 0; j < second.size(); ++j) replies[again_at[j]] = std::move(second[j]);
+  }
   std::vector<Response> out;
   out.reserve(replies.size());
   for (auto& reply : replies) out.push_back(Impl::finish(verb, std::move(reply), prune, PruneRoot::Document, observer_));

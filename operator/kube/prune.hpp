@@ -36,6 +36,9 @@ struct Prune {
   // of the same length matches too is read all the same. {"spec", "*"} dropped with
   // {"spec", "nodeName"} kept reads a pod's spec.nodeName and nothing else of its spec.
   std::vector<std::vector<std::string>> keep;
+  // Of a successful write's answer nothing is read outside the object's metadata: the server
+  // is asked for the metadata alone (Note [Metadata answers] in kube/client.hpp).
+  bool metadata_only = false;
   bool empty() const { return drop.empty() && !all; }
 };
 

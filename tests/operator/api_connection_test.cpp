@@ -213,3 +213,45 @@ TEST_F(OperatorTest, AnInformerReadsEventsOfAnySizeAndNeverParsesWhatItPrunes) {
   EXPECT_FALSE(listed["big"].managed_fields);
   EXPECT_EQ(again->get(ns_, "small")->name, "small");
 }
+
+// Note [Metadata answers]: a write whose answer the prune reads only the metadata of (or none of)
+// asks for the metadata alone, and the real API server sends just that, for a pod create, a
+// pod patch, and a status write on the TrainingJob CRD's subresource (what write_status does);
+// without such a prune the answer is the whole object, and an error is still a Status read whole.
+TEST_F(OperatorTest, WritesWhoseAnswerIsNotReadAskForTheMetadataAlone) {
+  lockstep::kube::Prune metadata{{{"metadata", "managedFields"}}};
+  metadata.metadata_only = true;
+  auto pod = [&](const std::string& name) {
+    return json{{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", name}}},
+                {"spec", {{"containers", json::array({{{"name", "c"}, {"image", "busybox"}}})}}}};
+  };
+  auto whole = client_->create(res::kPods.path(ns_), pod("answer-whole"));
+  ASSERT_TRUE(whole.ok()) << whole.message();
+  EXPECT_EQ(whole.body.value("kind", ""), "Pod");
+  EXPECT_TRUE(whole.body.contains("spec"));
+  auto meta = client_->create(res::kPods.path(ns_), pod("answer-metadata"), &metadata);
+  ASSERT_TRUE(meta.ok()) << meta.message();
+  EXPECT_EQ(meta.body.value("kind", ""), "PartialObjectMetadata") << meta.body;
+  EXPECT_FALSE(meta.body.contains("spec")) << meta.body;
+  EXPECT_EQ(meta.body["metadata"].value("name", ""), "answer-metadata");
+  EXPECT_FALSE(meta.body["metadata"].value("resourceVersion", "").empty()) << meta.body;
+  EXPECT_FALSE(meta.body["metadata"].contains("managedFields")) << "pruned";
+  auto patched = client_->patch(res::kPods.path(ns_, "answer-metadata"), {{"metadata", {{"labels", {{"a", "b"}}}}}},
+                                lockstep::kube::PatchType::Merge, &metadata);
+  ASSERT_TRUE(patched.ok()) << patched.message();
+  EXPECT_EQ(patched.body.value("kind", ""), "PartialObjectMetadata") << patched.body;
+  EXPECT_EQ(patched.body["metadata"]["labels"].value("a", ""), "b");
+  auto discarded = client_->create(res::kPods.path(ns_), pod("answer-discarded"), &lockstep::kube::kDiscardBody);
+  EXPECT_TRUE(discarded.ok()) << discarded.message();
+  create_job("answer", 1);
+  auto status = client_->patch(res::kTrainingJobs.path(ns_, "answer", "status"), json::object(),
+                               lockstep::kube::PatchType::Merge, &metadata);
+  ASSERT_TRUE(status.ok()) << status.message();
+  EXPECT_EQ(status.body.value("kind", ""), "PartialObjectMetadata") << status.body;
+  EXPECT_FALSE(status.body.contains("status")) << status.body;
+  EXPECT_FALSE(status.body["metadata"].value("resourceVersion", "").empty()) << status.body;
+  auto missing = client_->patch(res::kPods.path(ns_, "no-such-pod"), {{"metadata", {{"labels", {{"a", "b"}}}}}},
+                                lockstep::kube::PatchType::Merge, &metadata);
+  EXPECT_TRUE(missing.not_found()) << missing.status;
+  EXPECT_EQ(missing.reason(), "NotFound");
+}
