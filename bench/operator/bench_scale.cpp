@@ -82,6 +82,7 @@ struct Options {
   std::chrono::milliseconds succeed_after{5000};
   std::chrono::seconds timeout{1800};
   std::string kwok, scheduler, keep_dir;
+  std::string operator_bin = LOCKSTEP_OPERATOR_BIN;  // --operator: another build's, to compare two
   bool kueue = false;
   std::vector<std::string> operator_args;
 };
@@ -96,7 +97,8 @@ using bench::cache_dir;
 [[noreturn]] void usage(const std::string& problem) {
   std::cerr << "lockstep-bench-scale: " << problem << "\n"
             << "usage: lockstep-bench-scale [--nodes N] [--jobs J] [--gang P] [--succeed-after D] [--storm-percent P]\n"
-            << "         [--timeout D] [--kwok PATH] [--scheduler PATH] [--keep-dir DIR] [--kueue] [-- operator flags...]\n";
+            << "         [--timeout D] [--kwok PATH] [--scheduler PATH] [--operator PATH] [--keep-dir DIR] [--kueue]\n"
+            << "         [-- operator flags...]\n";
   std::exit(2);
 }
 
@@ -126,6 +128,7 @@ Options parse(int argc, char** argv) {
       else if (match(argc, argv, i, "--timeout", v)) o.timeout = std::chrono::duration_cast<std::chrono::seconds>(to_duration("--timeout", v));
       else if (match(argc, argv, i, "--kwok", v)) o.kwok = v;
       else if (match(argc, argv, i, "--scheduler", v)) o.scheduler = v;
+      else if (match(argc, argv, i, "--operator", v)) o.operator_bin = v;
       else if (match(argc, argv, i, "--keep-dir", v)) o.keep_dir = v;
       else usage("unknown flag '" + a + "'");
     }
@@ -395,12 +398,12 @@ std::string scheduler_config(const std::string& kubeconfig) {
 }
 
 // The operator's --kube-api-qps: the pass-through flag, else the default its --help names.
-double operator_qps(const std::vector<std::string>& args) {
+double operator_qps(const std::string& binary, const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--kube-api-qps" && i + 1 < args.size()) return std::stod(args[i + 1]);
     if (args[i].rfind("--kube-api-qps=", 0) == 0) return std::stod(args[i].substr(15));
   }
-  auto help = lockstep::run_capture({LOCKSTEP_OPERATOR_BIN, "--help"}).output;
+  auto help = lockstep::run_capture({binary, "--help"}).output;
   auto at = help.find("--kube-api-qps");
   auto d = help.find("(default ", at);
   return at == std::string::npos || d == std::string::npos ? 0 : std::stod(help.substr(d + 9));
@@ -437,7 +440,7 @@ int check_prerequisites(const Options& o) {
 // What lives for the whole run: the options, the clock, and what the teardown stops.
 struct Run {
   explicit Run(Options options)
-      : o(std::move(options)), total(o.jobs * o.gang), storm(o.storm_percent > 0), qps(operator_qps(o.operator_args)) {}
+      : o(std::move(options)), total(o.jobs * o.gang), storm(o.storm_percent > 0), qps(operator_qps(o.operator_bin, o.operator_args)) {}
   Options o;
   const int total;    // pods
   const bool storm;   // a storm is to come: the pods are held until phase 3
@@ -541,7 +544,7 @@ void start_operator(Run& run) {
   const std::string dir = run.cp->dir();
   int port = lockstep::free_loopback_port();
   lockstep::SpawnOptions so;
-  so.argv = {LOCKSTEP_OPERATOR_BIN, "--kubeconfig", run.cp->kubeconfig(), "--http-address", "127.0.0.1", "--http-port",
+  so.argv = {run.o.operator_bin, "--kubeconfig", run.cp->kubeconfig(), "--http-address", "127.0.0.1", "--http-port",
              std::to_string(port), "--leader-elect", "false", "--log-level", "warn"};
   so.argv.insert(so.argv.end(), run.o.operator_args.begin(), run.o.operator_args.end());
   so.output_path = dir + "/operator.log";
