@@ -46,12 +46,7 @@ namespace bench = lockstep::bench;
 using json = nlohmann::json;
 namespace res = lockstep::kube::resources;
 using namespace std::chrono_literals;
-using lockstep::bench::pods::bench_job;
-using lockstep::bench::pods::create_namespace;
-using lockstep::bench::pods::pod_of;
-using lockstep::bench::pods::read_back;
-using lockstep::bench::pods::store;
-using lockstep::bench::pods::Stored;
+using namespace lockstep::bench::pods;  // the pod, its read-back, the control plane (pod_bench.hpp)
 
 namespace {
 
@@ -506,12 +501,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::cerr << "[bench] starting etcd and kube-apiserver ...\n";
-  auto cp = lockstep::test::ControlPlane::start();
-  auto config = lockstep::kube::RestConfig::from_kubeconfig(cp->kubeconfig());
-  config.qps = 1000;
-  config.burst = 1000;
-  lockstep::kube::Client client(config);
+  auto cp = start_control_plane();
+  lockstep::kube::Client client(unlimited_client(*cp));
   std::cout << "lockstep-bench-pod-bytes: the operator's pod of an 8-node job (examples/ddp.yaml's template), "
             << "kube-apiserver at " << cp->server() << "\n";
   cpu_per_pod(*cp, client, pods, rounds, clients);

@@ -71,10 +71,7 @@ namespace http = lockstep::kube::http;
 namespace pb = google::protobuf;
 using json = nlohmann::json;
 namespace res = lockstep::kube::resources;
-using lockstep::bench::pods::bench_job;
-using lockstep::bench::pods::create_namespace;
-using lockstep::bench::pods::pod_of;
-using lockstep::bench::pods::read_back;
+using namespace lockstep::bench::pods;  // the pod, its read-back, the control plane (pod_bench.hpp)
 
 namespace {
 
@@ -654,12 +651,8 @@ int main(int argc, char** argv) {
       std::cout << (require ? "FAILED: " : "SKIPPED: ") << missing << std::endl;
       return require ? 1 : 77;
     }
-    std::cerr << "[bench] starting etcd and kube-apiserver ...\n";
-    auto cp = lockstep::test::ControlPlane::start();
-    auto config = lockstep::kube::RestConfig::from_kubeconfig(cp->kubeconfig());
-    config.qps = 1000;
-    config.burst = 1000;
-    lockstep::kube::Client client(config);
+    auto cp = start_control_plane();
+    lockstep::kube::Client client(unlimited_client(*cp));
     http::TlsConfig tls;
     {
       std::ifstream in(cp->ca_file());

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <iostream>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -12,6 +14,7 @@
 #include "control_plane.hpp"
 #include "kube/client.hpp"
 #include "kube/resource.hpp"
+#include "kube/rest_config.hpp"
 #include "lockstep/process.hpp"
 #include "reconcile/job.hpp"
 #include "reconcile/manifests.hpp"
@@ -86,6 +89,19 @@ inline std::optional<Stored> store(lockstep::kube::Client& client, const std::st
 
 inline void create_namespace(const lockstep::test::ControlPlane& cp, const std::string& ns) {
   lockstep::run_capture({"kubectl", "create", "namespace", ns}, {{"KUBECONFIG", cp.kubeconfig()}});
+}
+
+// The local control plane (etcd and kube-apiserver of the pinned release), with a progress line
+// while it starts, and a client config for it that its own rate limit never holds back.
+inline std::unique_ptr<lockstep::test::ControlPlane> start_control_plane() {
+  std::cerr << "[bench] starting etcd and kube-apiserver ...\n";
+  return lockstep::test::ControlPlane::start();
+}
+inline lockstep::kube::RestConfig unlimited_client(const lockstep::test::ControlPlane& cp) {
+  auto config = lockstep::kube::RestConfig::from_kubeconfig(cp.kubeconfig());
+  config.qps = 1000;
+  config.burst = 1000;
+  return config;
 }
 
 }  // namespace lockstep::bench::pods

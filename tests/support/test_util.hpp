@@ -41,6 +41,25 @@ inline int dial_loopback(int port, bool nonblocking = false) {
   return fd;
 }
 
+// A listening TCP socket on `ip` (loopback by default) at a port the kernel picks, written to
+// `port`; -1 when it cannot be had. For the scripted servers of the client and transport tests.
+inline int listen_loopback(int& port, int backlog = 16, const char* ip = "127.0.0.1") {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  socklen_t len = sizeof a;
+  if (inet_pton(AF_INET, ip, &a.sin_addr) != 1 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::listen(fd, backlog) != 0 || ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  port = ntohs(a.sin_port);
+  return fd;
+}
+
 // Writes all of `s` to socket `fd`; false when the peer is gone first (no SIGPIPE).
 inline bool send_all(int fd, const std::string& s) {
   size_t off = 0;

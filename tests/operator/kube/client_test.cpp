@@ -14,10 +14,11 @@
 #include <vector>
 
 #include "kube/client.hpp"
+#include "loopback_client.hpp"
+#include "test_util.hpp"
 
 using json = nlohmann::json;
 using lockstep::kube::Client;
-using lockstep::kube::RestConfig;
 
 TEST(UrlEncode, EscapesAllButUnreservedCharacters) {
   using lockstep::kube::url_encode;
@@ -35,15 +36,8 @@ namespace {
 class RefusesMetadataAnswers {
  public:
   RefusesMetadataAnswers() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    ::listen(fd_, 16);
-    socklen_t len = sizeof a;
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    fd_ = lockstep::test::listen_loopback(port_);
+    EXPECT_GE(fd_, 0);
     thread_ = std::thread([this] {
       for (;;) {
         int c = ::accept(fd_, nullptr, nullptr);
@@ -58,11 +52,7 @@ class RefusesMetadataAnswers {
     thread_.join();
     ::close(fd_);
   }
-  Client client() const {
-    RestConfig config;
-    config.server = "http://127.0.0.1:" + std::to_string(port_);
-    return Client(config);
-  }
+  Client client() const { return lockstep::test::loopback_client(port_); }
   std::vector<std::string> accepts() const {
     std::lock_guard<std::mutex> lock(mu_);
     return accepts_;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kube/http.hpp"
+#include "test_util.hpp"
 
 using namespace lockstep::kube::http;
 using namespace std::chrono_literals;
@@ -140,17 +141,8 @@ class Server {
       SSL_CTX_use_certificate(ctx_, tls->cert);
       SSL_CTX_use_PrivateKey(ctx_, tls->key);
     }
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    inet_pton(AF_INET, bind_ip.c_str(), &a.sin_addr);
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    ::listen(fd_, 64);
-    socklen_t len = sizeof a;
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    fd_ = lockstep::test::listen_loopback(port_, 64, bind_ip.c_str());
+    EXPECT_GE(fd_, 0);
     acceptor_ = std::thread([this] {
       for (int n = 0;; ++n) {
         int c = ::accept(fd_, nullptr, nullptr);

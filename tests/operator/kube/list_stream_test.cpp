@@ -18,13 +18,14 @@
 #include <vector>
 
 #include "kube/client.hpp"
+#include "loopback_client.hpp"
+#include "test_util.hpp"
 
 using json = nlohmann::json;
 using lockstep::kube::Cancellation;
 using lockstep::kube::Client;
 using lockstep::kube::ListStream;
 using lockstep::kube::Response;
-using lockstep::kube::RestConfig;
 using namespace std::chrono_literals;
 
 namespace {
@@ -223,15 +224,8 @@ namespace {
 class OneAnswer {
  public:
   OneAnswer(std::string answer, size_t pieces = 1, bool hold = false) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    ::listen(fd_, 4);
-    socklen_t len = sizeof a;
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    fd_ = lockstep::test::listen_loopback(port_, 4);
+    EXPECT_GE(fd_, 0);
     thread_ = std::thread([this, answer = std::move(answer), pieces, hold] {
       int c = ::accept(fd_, nullptr, nullptr);
       if (c < 0) return;
@@ -261,11 +255,7 @@ class OneAnswer {
     thread_.join();
     ::close(fd_);
   }
-  Client client() const {
-    RestConfig config;
-    config.server = "http://127.0.0.1:" + std::to_string(port_);
-    return Client(config);
-  }
+  Client client() const { return lockstep::test::loopback_client(port_); }
   std::string request_line() const {
     std::lock_guard<std::mutex> lock(mu_);
     return target_;
