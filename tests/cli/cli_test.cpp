@@ -666,7 +666,7 @@ pid_t worker_of(pid_t root, int rank) {
 TEST(RunPython, ANodeSlowedThroughItsCgroupIsNamedAndClearedOnceItRecovers) {
   REQUIRE_PYTHON_TORCH();
   std::string why;
-  auto throttle = lockstep::test::CpuThrottle::open("lockstep-cli-test-" + std::to_string(::getpid()), &why);
+  auto throttle = lockstep::test::CpuThrottle::open(lockstep::test::throttle_group_name("cli-test"), &why);
   if (!throttle) GTEST_SKIP() << "SKIPPED: no cgroup to slow a node with: " << why;
   const std::string dir = fs::path(::testing::TempDir() + "/run-straggler-" + std::to_string(::getpid())).lexically_normal().string();
   fs::remove_all(dir);

@@ -1,5 +1,6 @@
 #include "host_leftovers.hpp"
 
+#include "cpu_throttle.hpp"
 #include "real_cluster.hpp"
 #include "test_util.hpp"
 
@@ -177,7 +178,8 @@ std::vector<std::string> host_leftovers(const HostSnapshot& before, const HostSn
   for (const auto& [name, value] : before.sysctls)
     if (auto it = after.sysctls.find(name); it != after.sysctls.end() && it->second != value)
       out.push_back("sysctl " + name + " = " + it->second + " (was " + value + ")");
-  for (const auto& c : added(before.cgroups, after.cgroups)) out.push_back("cgroup " + c);
+  for (const auto& c : added(before.cgroups, after.cgroups))  // not another lane's running test's
+    if (!live_throttle_group(fs::path(c).filename().string())) out.push_back("cgroup " + c);
   for (const auto& h : cgroup_hierarchies())
     if (fs::exists(h + "/" + kClusterCgroup)) out.push_back("cgroup " + h + "/" + kClusterCgroup);
   bool other_containerd = other_containerd_running(state_dir);
