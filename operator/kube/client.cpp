@@ -83,7 +83,7 @@ struct Client::Impl {
   explicit Impl(const RestConfig& c)
       : transport(c.server, tls_of(c), c.request_timeout, std::string("lockstep-operator/") + LOCKSTEP_VERSION) {}
   http::Transport transport;
-  // Note [Metadata answers]: off for good once the server says 406 to one.
+  // See Note [Metadata answers]: off for good once the server says 406 to one.
   std::atomic<bool> metadata_answers{true};
   std::mutex token_mu;
   std::string token;

@@ -214,7 +214,7 @@ TEST_F(OperatorTest, AnInformerReadsEventsOfAnySizeAndNeverParsesWhatItPrunes) {
   EXPECT_EQ(again->get(ns_, "small")->name, "small");
 }
 
-// Note [Metadata answers]: a write whose answer the prune reads only the metadata of (or none of)
+// See Note [Metadata answers]: a write whose answer the prune reads only the metadata of (or none of)
 // asks for the metadata alone, and the real API server sends just that, for a pod create, a
 // pod patch, and a status write on the TrainingJob CRD's subresource (what write_status does);
 // without such a prune the answer is the whole object, and an error is still a Status read whole.

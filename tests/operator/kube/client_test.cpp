@@ -102,7 +102,7 @@ class RefusesMetadataAnswers {
 
 }  // namespace
 
-// Note [Metadata answers]: a write whose answer is read for nothing asks for the metadata alone;
+// See Note [Metadata answers]: a write whose answer is read for nothing asks for the metadata alone;
 // a server that says 406 to that gets the same request again asking for JSON, which succeeds,
 // and from then on every request asks for JSON (one creates, then a batch of two).
 TEST(ClientMetadataAnswers, A406IsSentAgainAskingForJsonAndJsonIsAskedForFromThenOn) {
