@@ -80,8 +80,8 @@ class RateLimiter {
 // form, and a DELETE may answer with a Status rather than the object. A server that cannot
 // answer so says 406 Not Acceptable before it does anything (kube-apiserver negotiates the
 // answer's form first): the request is sent again asking for JSON, and the client asks for JSON
-// from then on. operator_test's writes
-// all go this way against the real API server; lockstep-bench-pod-proto measures a create so.
+// from then on. operator_test's writes all go this way against the real API server;
+// lockstep-bench-pod-proto measures a create so.
 inline constexpr const char* kMetadataAnswer = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
 
 class Client {

@@ -201,7 +201,7 @@ void inject_agent(json& spec, json& ctr, const AgentInjection& agent) {
            {"volumeMounts", json::array({{{"name", c::kAgentVolume}, {"mountPath", c::kAgentInstallPath}}})},
            {"resources", agent_resources(ctr)},
            // Its user is the image's own (65532:65532, numeric, so the kubelet can hold it to
-           // runAsNonRoot): no runAsUser or runAsGroup of ours, 72 bytes of every stored pod.
+           // runAsNonRoot): no runAsUser or runAsGroup of ours, 73 bytes of every stored pod.
            {"securityContext", {{"runAsNonRoot", true},
                                 {"allowPrivilegeEscalation", false},
                                 {"readOnlyRootFilesystem", true},
@@ -381,8 +381,8 @@ void set_trainer_env(json& ctr, const JobView& job, int index, int attempt, cons
 // settings: no worker reads them (the agent derives TORCHELASTIC_MAX_RESTARTS), so they are
 // flags on the agent's command line, each only where the job's value is not the agent's default
 // (--max-restarts 0, --restart-policy OnFailure). As environment variables, each cost a stored
-// pod about 115 bytes, its managedFields entry included (an owner entry per variable), where a
-// flag costs its own length: the container's command is one atomic field in managedFields. 230
+// pod about 120 bytes, its managedFields entry included (an owner entry per variable), where a
+// flag costs its own length: the container's command is one atomic field in managedFields. 243
 // bytes fewer for a job at the CRD's defaults (bench/operator/RESULTS.md, #44). `kubectl describe
 // pod` shows them in the command, and `lockstep run` starts the agent with the same command.
 std::vector<std::string> agent_flags(const JobView& job) {

@@ -49,9 +49,10 @@ struct IsolationPeers {
 // container from the lockstep/agent image that copies the agent bundle into it (the bundle's
 // static launcher, `--install-bundle`, so the image needs no shell), and a read-only mount of
 // it at kAgentMountPath in the trainer container, whose command becomes
-// `<kAgentMountPath>/lockstep-agent [FLAGS] -- COMMAND ARGS...` (Note [Agent flags]). The bundle carries its own loader and
-// libraries (docs/agent.md, "The bundle"), so the image's libc does not matter. The pattern
-// of Tekton's entrypoint and Argo's emissary; no webhook: the operator writes every pod.
+// `<kAgentMountPath>/lockstep-agent [FLAGS] -- COMMAND ARGS...` (Note [Agent flags]). The
+// bundle carries its own loader and libraries (docs/agent.md, "The bundle"), so the image's
+// libc does not matter. The pattern of Tekton's entrypoint and Argo's emissary; no webhook:
+// the operator writes every pod.
 // The init container is small and passes the restricted Pod Security Standard (non-root, no
 // privilege escalation, no capabilities, RuntimeDefault seccomp, read-only root); it runs as
 // the agent image's own numeric user, which runAsNonRoot holds to not being root. With no

@@ -670,11 +670,10 @@ void throttle_until_named(Straggling& s) {
   }, kDetectionBound + 60s);
   s.detected = seconds_since(s.t_throttle);
   s.slow = lockstep::test::step_times(s.ns, s.pod(0), s.t_throttle_sys + 10s);
-  const auto& slow = s.slow;
   const std::string message = cond.value("message", "");
   std::cerr << "[cluster] straggler: step " << std::fixed << std::setprecision(1) << s.free.median_ms
-            << " ms unthrottled (median of " << s.free.steps << "), " << slow.median_ms << " ms with rank 1 throttled to "
-            << s.percent << "% of a CPU, half of what it used (" << slow.steps << "); Straggler condition "
+            << " ms unthrottled (median of " << s.free.steps << "), " << s.slow.median_ms << " ms with rank 1 throttled to "
+            << s.percent << "% of a CPU, half of what it used (" << s.slow.steps << "); Straggler condition "
             << (named ? "True " : "not True within ") << s.detected << " s after the throttle: " << message << "\n";
   ASSERT_TRUE(named) << "no Straggler condition\n" << diagnose(s.ns);
   EXPECT_LE(s.detected, static_cast<double>(kDetectionBound.count()));
