@@ -36,10 +36,9 @@ void InformerBase::stop() {
 }
 
 void InformerBase::backoff(int& failures) {
-  static thread_local std::mt19937 rng{std::random_device{}()};
   double base = std::min(30.0, 0.2 * (1 << std::min(failures, 8)));
   ++failures;
-  double wait = base * std::uniform_real_distribution<double>(0.5, 1.0)(rng);
+  double wait = base * std::uniform_real_distribution<double>(0.5, 1.0)(jitter_);
   auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait);
   while (!stop_ && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(50));
 }

@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -96,6 +97,10 @@ class InformerBase {
   Resource resource_;
   Options options_;
   std::atomic<bool> stop_{false}, synced_{false};
+  // The backoff's jitter, drawn on the informer's thread alone. A member, not a thread_local:
+  // a thread_local's space is set aside in every thread of the process (the listener's 256
+  // among them: Note [Listener limits]), and an mt19937 is 5 KB of each one's stack.
+  std::minstd_rand jitter_{std::random_device{}()};
   Cancellation cancel_;
   std::mutex thread_mu_;  // start() and stop() from different threads
   std::thread thread_;
@@ -210,14 +215,21 @@ class Informer : public InformerBase {
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = items_.find(key);
+      std::string was;  // the old object's index key, when it had one
       if (it != items_.end()) {
         old = it->second;
-        if (typed_.index) unindex(typed_.index(*old), key);
+        if (typed_.index) was = typed_.index(*old);
         it->second = now;
       } else {
         items_.emplace(key, now);
       }
-      if (typed_.index) index_[typed_.index(*now)].insert(key);
+      if (typed_.index) {
+        std::string is = typed_.index(*now);
+        if (!old || was != is) {  // an update under the same key (nearly every one) moves nothing
+          if (old) unindex(was, key);
+          index_[is].insert(key);
+        }
+      }
     }
     if (handler_) handler_(old, now);
   }
