@@ -3,6 +3,10 @@
 namespace lockstep::controller {
 
 void NodeIndex::update(const reconcile::PodRecord* old, const reconcile::PodRecord* now) {
+  // A pod's node is set once, when it is bound: nearly every update leaves both as they were.
+  if (old && now && old->view.node_name == now->view.node_name && old->ref.ns == now->ref.ns &&
+      old->ref.job == now->ref.job)
+    return;
   std::lock_guard<std::mutex> lock(mu_);
   if (old) add(*old, -1);
   if (now) add(*now, +1);

@@ -36,3 +36,25 @@ TEST(NodeIndex, ANodesJobsAreThoseWithAPodBoundToIt) {
   index.update(&b1, nullptr);
   EXPECT_EQ(index.nodes(), 0u);
 }
+
+// Updates that leave a pod's node and job as they were (its status: nearly every event) count
+// it once; one that moves it to another job's label moves it.
+TEST(NodeIndex, UpdatesInPlaceCountAPodOnce) {
+  PodRecord p;
+  p.ref.ns = "ns";
+  p.ref.job = "a";
+  p.view.node_name = "worker-1";
+  lockstep::controller::NodeIndex index;
+  index.update(nullptr, &p);
+  PodRecord running = p, finished = p, relabelled = p;
+  running.view.phase = "Running";
+  finished.view.phase = "Succeeded";
+  relabelled.ref.job = "b";
+  index.update(&p, &running);
+  index.update(&running, &finished);
+  EXPECT_EQ(index.jobs_on("worker-1"), (std::vector<std::string>{"ns/a"}));
+  index.update(&finished, &relabelled);
+  EXPECT_EQ(index.jobs_on("worker-1"), (std::vector<std::string>{"ns/b"}));
+  index.update(&relabelled, nullptr);
+  EXPECT_EQ(index.nodes(), 0u) << "counted once: gone with its one delete";
+}
