@@ -34,9 +34,14 @@ void WorkQueue::add_after(const std::string& key, Duration delay) {
     if (it->second <= at) return;  // it fires sooner already
     delayed_.erase({it->second, key});
   }
+  // Waiting workers wake at the earliest deadline they saw: only a new earliest needs them up
+  // sooner. Most additions (each reconcile's resync, a batched status write's second) are not,
+  // and waking every worker for each cost the operator futex calls and context switches
+  // (bench/operator/RESULTS.md, the profile of #44's regression).
+  bool earliest = delayed_.empty() || at < delayed_.begin()->first;
   delayed_.insert({at, key});
   delayed_at_[key] = at;
-  cv_.notify_all();  // a waiting worker may need an earlier wake-up
+  if (earliest) cv_.notify_all();
 }
 
 void WorkQueue::add_rate_limited(const std::string& key) {

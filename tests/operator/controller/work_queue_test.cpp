@@ -5,6 +5,7 @@
 #include <future>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "controller/work_queue.hpp"
 
@@ -82,6 +83,35 @@ TEST(WorkQueue, AddAfterKeepsOneDelayedEntryPerKeyTheEarliest) {
   EXPECT_LT(waited, 4000);
   EXPECT_EQ(q.delayed(), 0u) << "a later entry of the key is still waiting";
   EXPECT_EQ(q.depth(), 0u);
+}
+
+// Workers already waiting are woken only for a new earliest deadline (work_queue.cpp): one that
+// waits for a later key, or for none, still gets a sooner one on time, and a later addition
+// does not hold up the earlier one.
+TEST(WorkQueue, WaitingWorkersGetANewEarliestDeadlineOnTime) {
+  for (bool anything_delayed : {false, true}) {
+    WorkQueue q;
+    if (anything_delayed) q.add_after("later", 10s);
+    std::vector<std::thread> workers;
+    std::atomic<int> got{0};
+    std::atomic<long long> soon_ms{-1};
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 3; ++i)
+      workers.emplace_back([&] {
+        auto k = q.get();
+        if (k && *k == "soon") soon_ms = ms_since(t0);
+        if (k) ++got;
+      });
+    std::this_thread::sleep_for(100ms);  // every worker waiting
+    q.add_after("soon", 200ms);
+    q.add_after("after", 5s);  // not the earliest: wakes nobody, delays nothing
+    for (int i = 0; i < 100 && soon_ms < 0; ++i) std::this_thread::sleep_for(20ms);
+    EXPECT_GE(soon_ms.load(), 300) << "with an entry of 10 s before: " << anything_delayed;
+    EXPECT_LT(soon_ms.load(), 1500) << "with an entry of 10 s before: " << anything_delayed;
+    q.shutdown();
+    for (auto& w : workers) w.join();
+    EXPECT_EQ(got.load(), 1);
+  }
 }
 
 // Milliseconds `q` takes to hand out `key` after one more add_rate_limited().
