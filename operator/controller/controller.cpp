@@ -548,7 +548,7 @@ void Controller::observe_nodes(reconcile::Observed& in) {
 std::string Controller::attempt_secret(int attempt, const std::vector<reconcile::PodView>& pods) {
   // See Note [Barrier secret]: `pods` are the job's own (it controls them), from the cache.
   for (const auto& p : pods)
-    if (p.attempt == attempt && !p.barrier_secret.empty()) return p.barrier_secret;
+    if (p.attempt == attempt && !p.barrier_secret.empty()) return p.barrier_secret.hex();
   return lockstep::random_hex(32);  // a new attempt
 }
 

@@ -29,13 +29,32 @@ T get_or(const json& j, const char* key, T fallback) {
 std::string tail(const std::string& s, size_t n) { return text::utf8_tail(s, n); }
 std::string head(const std::string& s, size_t n) { return text::utf8_head(s, n); }
 
-// What the operator draws for an attempt (lockstep::random_hex(32)): anything else a pod holds
-// is not taken for a secret (Note [Barrier secret]).
-bool is_barrier_secret(const std::string& v) {
-  return v.size() == 64 && v.find_first_not_of("0123456789abcdef") == std::string::npos;
+}  // namespace
+
+BarrierSecret BarrierSecret::from_hex(std::string_view hex) {
+  auto digit = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+  BarrierSecret s;
+  if (hex.size() != 2 * s.bytes_.size()) return s;
+  for (size_t i = 0; i < s.bytes_.size(); ++i) {
+    int hi = digit(hex[2 * i]), lo = digit(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return BarrierSecret{};
+    s.bytes_[i] = static_cast<unsigned char>(hi << 4 | lo);
+  }
+  s.set_ = true;
+  return s;
 }
 
-}  // namespace
+std::string BarrierSecret::hex() const {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  if (!set_) return out;
+  out.reserve(2 * bytes_.size());
+  for (unsigned char b : bytes_) {
+    out += kDigits[b >> 4];
+    out += kDigits[b & 15];
+  }
+  return out;
+}
 
 const char* to_string(RestartPolicy policy) {
   switch (policy) {
@@ -214,7 +233,7 @@ PodView PodView::from_raw(const RawPod& raw) {
   p.ip = raw.pod_ip;
   p.node_name = head(raw.node_name, kMaxNodeName);
   p.host_network = raw.host_network;
-  if (is_barrier_secret(raw.barrier_secret)) p.barrier_secret = raw.barrier_secret;
+  p.barrier_secret = BarrierSecret::from_hex(raw.barrier_secret);
   // See Note [Lost nodes]: only what can tolerate a NoExecute taint. An operator the API server
   // would refuse tolerates nothing, as in the kubelet.
   for (const auto& t : raw.tolerations) {

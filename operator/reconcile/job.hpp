@@ -4,9 +4,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "reconcile/progress.hpp"
@@ -194,6 +196,24 @@ struct Toleration {
 inline constexpr size_t kMaxTolerations = 32;
 inline constexpr size_t kMaxNodeName = 253, kMaxTaintKey = 317, kMaxTaintValue = 63;
 
+// A gang attempt's barrier secret (Note [Barrier secret] in manifests.hpp) as its 32 bytes:
+// every cached pod holds one and every reconcile copies each, and as the 64 hex digits it is
+// written in it was a heap block of each (bench/operator/RESULTS.md, the pod cache's memory).
+class BarrierSecret {
+ public:
+  BarrierSecret() = default;
+  // From 64 lowercase hex digits, as the operator draws it (lockstep::random_hex(32)); empty for
+  // anything else, which is not taken for a secret.
+  static BarrierSecret from_hex(std::string_view hex);
+  std::string hex() const;  // "" when empty
+  bool empty() const { return !set_; }
+  bool operator==(const BarrierSecret&) const = default;
+
+ private:
+  std::array<unsigned char, 32> bytes_{};
+  bool set_ = false;
+};
+
 struct PodView {
   std::string name, uid;
   int index = -1;      // node rank, from the label
@@ -222,9 +242,9 @@ struct PodView {
   std::string ip;  // status.podIP
   std::string node_name;  // spec.nodeName: "" until the pod is bound to a node
   bool host_network = false;  // spec.hostNetwork: status.podIP is its node's address
-  // Its gang attempt's barrier secret (Note [Barrier secret]): 64 lowercase hex digits, as the
-  // operator draws it; "" when the pod holds none or anything else.
-  std::string barrier_secret;
+  // Its gang attempt's barrier secret (Note [Barrier secret]); empty when the pod holds none or
+  // anything but what the operator draws.
+  BarrierSecret barrier_secret;
   // Its tolerations of NoExecute taints, at most kMaxTolerations; tolerations_cut when it had
   // more (it is then taken to tolerate every taint: Note [Lost nodes]).
   std::vector<Toleration> tolerations;

@@ -296,25 +296,25 @@ TEST(PodManifest, CarriesTheBarrierSecretAndItIsReadBack) {
   j.nodes = 2;
   const std::string secret = lockstep::random_hex(32);
   auto pod = pod_manifest(j, 1, 4, {}, secret);
-  EXPECT_EQ(lockstep::test::pod_view(pod).barrier_secret, secret);
-  EXPECT_EQ(lockstep::test::pod_view(pod_manifest(j, 1, 4)).barrier_secret, "") << "none unless given";
-  EXPECT_EQ(lockstep::test::pod_view(json::object()).barrier_secret, "");
-  EXPECT_EQ(lockstep::test::pod_view(json{{"spec", {{"containers", "x"}}}}).barrier_secret, "");
+  EXPECT_EQ(lockstep::test::pod_view(pod).barrier_secret.hex(), secret);
+  EXPECT_EQ(lockstep::test::pod_view(pod_manifest(j, 1, 4)).barrier_secret.hex(), "") << "none unless given";
+  EXPECT_EQ(lockstep::test::pod_view(json::object()).barrier_secret.hex(), "");
+  EXPECT_EQ(lockstep::test::pod_view(json{{"spec", {{"containers", "x"}}}}).barrier_secret.hex(), "");
   // A sidecar's variable of that name, before the trainer container, is not the secret.
   j.tmpl = json::parse(R"({"spec": {"containers": [
       {"name": "sidecar", "env": [{"name": "LOCKSTEP_BARRIER_SECRET", "value": ")" + std::string(64, 'a') + R"("}]},
       {"name": "trainer"}]}})");
   auto with_sidecar = pod_manifest(j, 1, 4, {}, secret);
-  EXPECT_EQ(lockstep::test::pod_view(with_sidecar).barrier_secret, secret);
+  EXPECT_EQ(lockstep::test::pod_view(with_sidecar).barrier_secret.hex(), secret);
   // Without a container named trainer, the first is the trainer container, as pod_manifest takes it.
   j.tmpl = json::parse(R"({"spec": {"containers": [{"name": "main"}, {"name": "side"}]}})");
-  EXPECT_EQ(lockstep::test::pod_view(pod_manifest(j, 1, 4, {}, secret)).barrier_secret, secret);
+  EXPECT_EQ(lockstep::test::pod_view(pod_manifest(j, 1, 4, {}, secret)).barrier_secret.hex(), secret);
   // Not of the operator's form (a tenant's own pod, a template's value): none.
   for (std::string forged : {std::string(63, 'a'), std::string(64, 'A'), std::string(64, 'g'), std::string(65, 'a')}) {
     json p = pod;
     for (auto& e : p["spec"]["containers"][0]["env"])
       if (e["name"] == "LOCKSTEP_BARRIER_SECRET") e["value"] = forged;
-    EXPECT_EQ(lockstep::test::pod_view(p).barrier_secret, "") << forged;
+    EXPECT_EQ(lockstep::test::pod_view(p).barrier_secret.hex(), "") << forged;
   }
   // Only in the env: not in labels or annotations, where more readers would see it.
   EXPECT_EQ(pod["metadata"].dump().find(secret), std::string::npos);
