@@ -11,18 +11,6 @@
 
 namespace lockstep::agent {
 
-namespace {
-std::string to_hex(const unsigned char* p, size_t n) {
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < n; ++i) {
-    out += hex[p[i] >> 4];
-    out += hex[p[i] & 15];
-  }
-  return out;
-}
-}  // namespace
-
 std::string barrier_proof_input(const std::string& nonce, int node, int attempt, const std::string& run_id) {
   return "lockstep-barrier-v1\n" + nonce + "\n" + std::to_string(node) + "\n" + std::to_string(attempt) + "\n" + run_id;
 }
@@ -35,7 +23,7 @@ std::string barrier_proof(const std::string& secret, const std::string& nonce, i
   if (!HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
             reinterpret_cast<const unsigned char*>(input.data()), input.size(), mac, &len))
     throw std::runtime_error("HMAC-SHA256 failed (OpenSSL)");
-  return to_hex(mac, len);
+  return text::hex(mac, len);
 }
 
 bool proof_matches(const std::string& expected, const std::string& given) {

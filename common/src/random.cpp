@@ -6,6 +6,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "lockstep/text.hpp"
+
 namespace lockstep {
 
 std::string random_hex(size_t bytes) {
@@ -17,13 +19,7 @@ std::string random_hex(size_t bytes) {
     if (n <= 0) throw std::runtime_error(std::string("getrandom failed: ") + std::strerror(errno));
     got += static_cast<size_t>(n);
   }
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : raw) {
-    out += hex[c >> 4];
-    out += hex[c & 15];
-  }
-  return out;
+  return text::hex(reinterpret_cast<const unsigned char*>(raw.data()), raw.size());
 }
 
 }  // namespace lockstep

@@ -44,17 +44,7 @@ BarrierSecret BarrierSecret::from_hex(std::string_view hex) {
   return s;
 }
 
-std::string BarrierSecret::hex() const {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  if (!set_) return out;
-  out.reserve(2 * bytes_.size());
-  for (unsigned char b : bytes_) {
-    out += kDigits[b >> 4];
-    out += kDigits[b & 15];
-  }
-  return out;
-}
+std::string BarrierSecret::hex() const { return set_ ? text::hex(bytes_.data(), bytes_.size()) : std::string(); }
 
 const char* to_string(RestartPolicy policy) {
   switch (policy) {

@@ -124,3 +124,9 @@ TEST(SmallDecimal, DigitsOnlyWithinTheirCountElseMinusOne) {
   EXPECT_EQ(small_decimal("1234567890", 12), -1) << "never more than 9, whatever is asked";
   for (const char* bad : {"", "-1", "+1", "1.0", " 1", "1 ", "1e3", "0x1", "١"}) EXPECT_EQ(small_decimal(bad), -1) << bad;
 }
+
+TEST(Hex, TwoLowercaseDigitsPerByteHighNibbleFirst) {
+  const unsigned char bytes[] = {0x00, 0x0f, 0xa5, 0xff, 0x10};
+  EXPECT_EQ(lockstep::text::hex(bytes, sizeof bytes), "000fa5ff10");
+  EXPECT_EQ(lockstep::text::hex(bytes, 0), "");
+}

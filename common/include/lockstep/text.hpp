@@ -122,4 +122,16 @@ inline int small_decimal(std::string_view s, size_t max_digits = 9) {
   return v;
 }
 
+// `n` bytes as 2n lowercase hex digits: a drawn secret, a MAC, a pod's barrier secret.
+inline std::string hex(const unsigned char* p, size_t n) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    out += kDigits[p[i] >> 4];
+    out += kDigits[p[i] & 15];
+  }
+  return out;
+}
+
 }  // namespace lockstep::text
