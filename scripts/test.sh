@@ -81,6 +81,8 @@ export LOCKSTEP_K8S_BIN="$K8S_BIN" LOCKSTEP_PROMETHEUS_BIN="$PROMETHEUS_BIN/prom
 # gates, which only wait. `scripts/test.sh -j1` runs one test at a time in all.
 rc=0
 ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 900 -j4 "$@" || rc=$?
+# Each failed test's failures again, short, at the end where a log cut in the middle keeps them.
+((rc == 0)) || "$ROOT/scripts/failures.sh" "$BUILD_DIR" || true
 for step in tools images; do
   if [[ ! -e $status/$step.rc ]]; then log "set-up: $step was still running when the tests ended (none of them needed it); stopped"
   elif [[ $(cat "$status/$step.rc") != 0 ]]; then log "set-up: $step failed (exit $(cat "$status/$step.rc")); its output is above"; ((rc)) || rc=1
