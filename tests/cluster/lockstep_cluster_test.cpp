@@ -477,12 +477,20 @@ TEST_F(LockstepInCluster, FaultsRestartInPlaceThenAsAGangAndResumeFromTheLastChe
   auto start_reference = [&] {
     return cluster_kubectl({"-n", ns, "apply", "-f", "-"}, checkpoint_job("reference", ref_dir, steps, 1, cpu));
   };
+  // No straggler verdict through the faults, the restarts and the kubelet's absence: each
+  // resume clears the ranks' windows, and none may make a healthy rank look slow. Checked before
+  // the reference job starts: from then on the test itself puts two more training pods on this
+  // node, and on a 2-core machine whose other lane takes the cores a quota caps what a pod
+  // uses but guarantees nothing, so one rank may really get less CPU than the other. CI saw
+  // that on 2026-11-30: rank 0 1.45x for 45 s, named as the reference pods started, a true
+  // verdict on the machine (a neighbour took a rank's core), not the judge's error.
+  EXPECT_TRUE(lockstep::test::no_straggler_verdict(ns, job)) << "through the faults and the kubelet's absence";
   if (!bench) {
     r = start_reference();
     ASSERT_TRUE(r.status.success()) << r.output;
   }
 
-  ASSERT_TRUE(wait_succeeded(ns, job, 420s));
+  ASSERT_TRUE(wait_succeeded(ns, job, 420s, /*expect_straggler=*/!bench));
   json final_status = status();
   EXPECT_EQ(final_status.value("restarts", -1), expected_restarts) << final_status.dump();
   EXPECT_EQ(final_status.value("inPlaceRestarts", -1), expected_in_place) << final_status.dump();
