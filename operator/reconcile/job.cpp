@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <mutex>
+#include <unordered_map>
 
 #include "lockstep/contract.hpp"
 #include "lockstep/text.hpp"
@@ -30,6 +33,40 @@ std::string tail(const std::string& s, size_t n) { return text::utf8_tail(s, n);
 std::string head(const std::string& s, size_t n) { return text::utf8_head(s, n); }
 
 }  // namespace
+
+const std::vector<Toleration> Tolerations::kNone;
+
+Tolerations::Tolerations(std::vector<Toleration> list) {
+  if (list.empty()) return;
+  size_t hash = list.size();
+  for (const auto& t : list) {
+    for (size_t h : {std::hash<std::string>{}(t.key), std::hash<std::string>{}(t.value), size_t{t.exists},
+                     t.seconds ? std::hash<long long>{}(*t.seconds) : size_t{0x9e3779b9}})
+      hash = hash * 31 + h;
+  }
+  // The table: each distinct list's hash to the copies alive (weakly held).
+  static std::mutex mu;
+  static std::unordered_multimap<size_t, std::weak_ptr<const std::vector<Toleration>>> table;
+  static size_t prune_at = 64;
+  std::lock_guard lock(mu);
+  auto [first, last] = table.equal_range(hash);
+  for (auto it = first; it != last; ++it)
+    if (auto alive = it->second.lock(); alive && *alive == list) {
+      list_ = std::move(alive);
+      return;
+    }
+  list_ = std::make_shared<const std::vector<Toleration>>(std::move(list));
+  if (table.size() >= prune_at) {
+    std::erase_if(table, [](const auto& entry) { return entry.second.expired(); });
+    prune_at = std::max<size_t>(64, 2 * table.size());
+  }
+  table.emplace(hash, list_);
+}
+
+bool Tolerations::operator==(const Tolerations& other) const {
+  if (list_ == other.list_) return true;
+  return size() == other.size() && std::equal(begin(), end(), other.begin());
+}
 
 BarrierSecret BarrierSecret::from_hex(std::string_view hex) {
   auto digit = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
@@ -226,17 +263,19 @@ PodView PodView::from_raw(const RawPod& raw) {
   p.barrier_secret = BarrierSecret::from_hex(raw.barrier_secret);
   // See Note [Lost nodes]: only what can tolerate a NoExecute taint. An operator the API server
   // would refuse tolerates nothing, as in the kubelet.
+  std::vector<Toleration> tolerations;
   for (const auto& t : raw.tolerations) {
     if (!t.effect.empty() && t.effect != "NoExecute") continue;
     if (!t.op.empty() && t.op != "Equal" && t.op != "Exists") continue;
-    if (p.tolerations.size() == kMaxTolerations) {
+    if (tolerations.size() == kMaxTolerations) {
       p.tolerations_cut = true;
       break;
     }
     Toleration k{head(t.key, kMaxTaintKey), t.op == "Exists", head(t.value, kMaxTaintValue), std::nullopt};
     if (t.seconds) k.seconds = static_cast<long long>(std::clamp(std::trunc(*t.seconds), -1e15, 1e15));
-    p.tolerations.push_back(std::move(k));
+    tolerations.push_back(std::move(k));
   }
+  p.tolerations = std::move(tolerations);
   for (const auto& c : raw.conditions) {
     if (c.type == "Ready") p.ready = c.status == "True";
     if (c.type == "PodScheduled" && c.status == "False" && c.reason == "Unschedulable")

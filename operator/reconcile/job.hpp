@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -196,6 +197,34 @@ struct Toleration {
 inline constexpr size_t kMaxTolerations = 32;
 inline constexpr size_t kMaxNodeName = 253, kMaxTaintKey = 317, kMaxTaintValue = 63;
 
+// A pod's tolerations as the cache keeps them: read-only, and one copy of each distinct list
+// however many pods hold it. Nearly every pod has the same two (the API server's
+// DefaultTolerationSeconds adds node.kubernetes.io/not-ready and /unreachable for 300 s), and a
+// gang's pods share their template's; as a vector of its own in each cached pod they were a
+// heap block and two key strings per pod, about 300 bytes of its 1.2 KB (bench/operator/
+// RESULTS.md, the pod cache's memory). A list is interned as it is made: a process-wide table,
+// under a mutex, maps each distinct list to the one copy alive (its entries held weakly, so a
+// list goes with its last pod; the table drops the entries of lists gone whenever it has
+// doubled since it last did). Thread-safe to make, copy and read.
+class Tolerations {
+ public:
+  Tolerations() = default;
+  Tolerations(std::vector<Toleration> list);  // NOLINT: implicit, as the vector it stands for
+  Tolerations(std::initializer_list<Toleration> list) : Tolerations(std::vector<Toleration>(list)) {}
+  size_t size() const { return list_ ? list_->size() : 0; }
+  bool empty() const { return size() == 0; }
+  const Toleration& operator[](size_t i) const { return (*list_)[i]; }
+  std::vector<Toleration>::const_iterator begin() const { return list_ ? list_->begin() : kNone.begin(); }
+  std::vector<Toleration>::const_iterator end() const { return list_ ? list_->end() : kNone.end(); }
+  bool operator==(const Tolerations& other) const;
+  // Whether two lists with the same elements share one copy (tests: the interning).
+  bool same_copy(const Tolerations& other) const { return list_ == other.list_; }
+
+ private:
+  static const std::vector<Toleration> kNone;
+  std::shared_ptr<const std::vector<Toleration>> list_;  // null: none
+};
+
 // A gang attempt's barrier secret (Note [Barrier secret] in manifests.hpp) as its 32 bytes:
 // every cached pod holds one and every reconcile copies each, and as the 64 hex digits it is
 // written in it was a heap block of each (bench/operator/RESULTS.md, the pod cache's memory).
@@ -247,7 +276,7 @@ struct PodView {
   BarrierSecret barrier_secret;
   // Its tolerations of NoExecute taints, at most kMaxTolerations; tolerations_cut when it had
   // more (it is then taken to tolerate every taint: Note [Lost nodes]).
-  std::vector<Toleration> tolerations;
+  Tolerations tolerations;
   bool tolerations_cut = false;
 
   bool finished() const { return phase == "Succeeded" || phase == "Failed"; }

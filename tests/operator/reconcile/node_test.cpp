@@ -113,6 +113,41 @@ TEST(Tolerations, APodKeepsThoseThatMayTolerateANoExecuteTaint) {
   EXPECT_TRUE(many.tolerations_cut);
 }
 
+// Pods with the same tolerations share one copy of the list (the cache's memory); one with other
+// tolerations has its own, and the copies compare by their elements.
+TEST(Tolerations, PodsWithTheSameListShareOneCopy) {
+  auto pod = [](const std::string& name, long long seconds) {
+    return json{{"metadata", {{"name", name}}},
+                {"spec",
+                 {{"tolerations",
+                   {{{"key", "node.kubernetes.io/not-ready"}, {"operator", "Exists"}, {"effect", "NoExecute"},
+                     {"tolerationSeconds", seconds}},
+                    {{"key", "node.kubernetes.io/unreachable"}, {"operator", "Exists"}, {"effect", "NoExecute"},
+                     {"tolerationSeconds", seconds}}}}}}};
+  };
+  PodView a = lockstep::test::pod_view(pod("tj-0", 300)), b = lockstep::test::pod_view(pod("tj-1", 300));
+  PodView other = lockstep::test::pod_view(pod("tj-2", 60));
+  ASSERT_EQ(a.tolerations.size(), 2u);
+  EXPECT_TRUE(a.tolerations.same_copy(b.tolerations));
+  EXPECT_EQ(a.tolerations, b.tolerations);
+  EXPECT_FALSE(a.tolerations.same_copy(other.tolerations));
+  EXPECT_NE(a.tolerations, other.tolerations);
+  EXPECT_EQ(other.tolerations[1], (Toleration{"node.kubernetes.io/unreachable", true, "", 60}));
+  // Made from a vector with the same elements: the same copy; none: empty, equal to none.
+  Tolerations same(std::vector<Toleration>(a.tolerations.begin(), a.tolerations.end()));
+  EXPECT_TRUE(same.same_copy(a.tolerations));
+  EXPECT_TRUE(Tolerations{}.empty());
+  EXPECT_EQ(Tolerations{}, Tolerations(std::vector<Toleration>{}));
+  EXPECT_EQ(std::distance(Tolerations{}.begin(), Tolerations{}.end()), 0);
+  // A list whose last pod is gone goes with it, and a later one is made anew (no stale copy).
+  {
+    Tolerations only({{"gone.example/key", true, "", 5}});
+    EXPECT_EQ(only.size(), 1u);
+  }
+  Tolerations again({{"gone.example/key", true, "", 5}});
+  EXPECT_EQ(again[0], (Toleration{"gone.example/key", true, "", 5}));
+}
+
 // See Note [Lost nodes]: the silent-peer line as the agent writes it, read from a pod's text with
 // the agent's exit code; a forged line reads the same, which is why the operator bounds what it
 // buys (Note [Lost-node restarts in a row]).
