@@ -15,21 +15,20 @@ while IFS=: read -r _ name; do
   [[ -n $name ]] || continue
   echo "---- $name"
   # The test's output: between its "N/M Testing: NAME" header's "Output:" rule and "<end of output>".
-  awk -v name="$name" '
+  output=$(awk -v name="$name" '
     $0 ~ "^[0-9]+/[0-9]+ Testing: " && $3 == name { inside = 1; out = 0; next }
     inside && /^Output:$/ { out = 1; getline; next }
     inside && out && /^<end of output>$/ { exit }
     inside && out { print }
-  ' "$dir/LastTest.log" > "$dir/failed-output.txt"
-  if grep -q '^\[==========\]' "$dir/failed-output.txt"; then
+  ' "$dir/LastTest.log")
+  if grep -q '^\[==========\]' <<< "$output"; then
     awk '
       /: Failure$/ { show = 1; n = 0 }
       /^\[( RUN      |       OK |  FAILED  )\]/ { show = 0 }
       show && n++ < 40 { print }
       /^\[  FAILED  \] .*\(/ { print }
-    ' "$dir/failed-output.txt"
+    ' <<< "$output"
   else
-    tail -n 30 "$dir/failed-output.txt"
+    tail -n 30 <<< "$output"
   fi
 done < "$dir/LastTestsFailed.log"
-rm -f "$dir/failed-output.txt"
