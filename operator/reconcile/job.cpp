@@ -251,8 +251,9 @@ PodView PodView::from_raw(const RawPod& raw) {
   p.deleting = raw.deleting;
   if (raw.deleting) p.deletion_due = parse_time(raw.deletion_timestamp);
   p.deleted_at_once = raw.deleting && raw.deletion_grace && *raw.deletion_grace <= 0;
-  for (const auto& f : raw.finalizers) p.finalizers += (p.finalizers.empty() ? "" : ", ") + f;
-  p.finalizers = head(p.finalizers, 256);
+  std::string finalizers;
+  for (const auto& f : raw.finalizers) finalizers += (finalizers.empty() ? "" : ", ") + f;
+  p.finalizers = head(finalizers, 256);
   p.index = text::small_decimal(raw.rank_label);
   p.attempt = text::small_decimal(raw.attempt_label);
   p.phase = raw.phase ? *raw.phase : "Pending";

@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -194,6 +195,58 @@ struct Toleration {
 // What the cache keeps (Note [Lean caches]): at most this many of a pod's tolerations, and of
 // names, taint keys and values at most what the API server accepts (a DNS subdomain; a
 // qualified name; a label value).
+// A text that is empty for nearly every object that holds it, as a cached pod's messages are
+// (why it failed, why it waits, what holds its deletion): 8 bytes, null when empty, else a heap
+// string of its own, against a std::string's 32 bytes inline in every pod (bench/operator/
+// RESULTS.md, 2026-11-30, sixth session: six of them made a cached pod's record 640 bytes, 496
+// with RareText).
+// Reads see a const std::string&; an empty text assigned holds nothing.
+class RareText {
+ public:
+  RareText() = default;
+  RareText(std::string text) { assign(std::move(text)); }
+  RareText(const char* text) { assign(text); }
+  RareText(const RareText& other) : text_(other.text_ ? std::make_unique<std::string>(*other.text_) : nullptr) {}
+  RareText(RareText&&) noexcept = default;
+  RareText& operator=(const RareText& other) {
+    if (this != &other) text_ = other.text_ ? std::make_unique<std::string>(*other.text_) : nullptr;
+    return *this;
+  }
+  RareText& operator=(RareText&&) noexcept = default;
+  RareText& operator=(std::string text) {
+    assign(std::move(text));
+    return *this;
+  }
+  RareText& operator=(const char* text) {
+    assign(text);
+    return *this;
+  }
+
+  const std::string& str() const { return text_ ? *text_ : empty_text(); }
+  operator const std::string&() const { return str(); }
+  bool empty() const { return !text_; }
+  size_t size() const { return text_ ? text_->size() : 0; }
+
+  bool operator==(const RareText& other) const { return str() == other.str(); }
+  friend bool operator==(const RareText& a, const std::string& b) { return a.str() == b; }
+  friend bool operator==(const RareText& a, const char* b) { return a.str() == b; }
+  friend std::string operator+(const std::string& a, const RareText& b) { return a + b.str(); }
+  friend std::string operator+(std::string&& a, const RareText& b) { return std::move(a) + b.str(); }
+  friend std::string operator+(const char* a, const RareText& b) { return a + b.str(); }
+  friend std::string operator+(const RareText& a, const std::string& b) { return a.str() + b; }
+  friend std::string operator+(const RareText& a, const char* b) { return a.str() + b; }
+  friend std::ostream& operator<<(std::ostream& out, const RareText& text) { return out << text.str(); }
+
+ private:
+  void assign(std::string text) { text_ = text.empty() ? nullptr : std::make_unique<std::string>(std::move(text)); }
+  static const std::string& empty_text() {
+    static const std::string empty;
+    return empty;
+  }
+  std::unique_ptr<std::string> text_;
+};
+static_assert(sizeof(RareText) == sizeof(void*));
+
 inline constexpr size_t kMaxTolerations = 32;
 inline constexpr size_t kMaxNodeName = 253, kMaxTaintKey = 317, kMaxTaintValue = 63;
 
@@ -253,21 +306,21 @@ struct PodView {
   // When a deleted pod is due to be gone (metadata.deletionTimestamp: the deletion's time plus
   // its grace period), and what may hold it past that (metadata.finalizers, joined, bounded).
   std::optional<Time> deletion_due;
-  std::string finalizers;
+  RareText finalizers;
   bool deleted_at_once = false;  // deleting with a grace period of 0 (force-deleted)
   int exit_code = -1;  // of the agent container once terminated; -1 if unknown
-  std::string reason;  // pod or container termination reason (OOMKilled, Evicted, ...)
+  RareText reason;  // pod or container termination reason (OOMKilled, Evicted, ...)
   // When that container terminated (its kubelet's clock, second precision); unknown for a
   // pod that failed without one (evicted before it started, its node lost).
   std::optional<Time> finished_at;
   // The container's termination message: what the agent or the program last printed when
   // it failed (the operator sets terminationMessagePolicy FallbackToLogsOnError).
-  std::string termination_message;
+  RareText termination_message;
   // Why a Pending pod does not run: the scheduler's message when it cannot be placed
   // (PodScheduled=False, Unschedulable), or the trainer container's waiting reason and
   // message (ErrImagePull, ImagePullBackOff, CreateContainerConfigError, ...).
-  std::string unschedulable_message;
-  std::string waiting_reason, waiting_message;
+  RareText unschedulable_message;
+  RareText waiting_reason, waiting_message;
   std::string ip;  // status.podIP
   std::string node_name;  // spec.nodeName: "" until the pod is bound to a node
   bool host_network = false;  // spec.hostNetwork: status.podIP is its node's address

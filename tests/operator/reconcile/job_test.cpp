@@ -57,7 +57,7 @@ TEST(PodRecord, KeepsEachMessageCutAtACharacterBoundary) {
                           {{"name", "side"},
                            {"state", {{"terminated", {{"exitCode", 1}, {"message", long_tail}}}}}}})}}}};
       const auto record = lockstep::test::pod_record(pod);
-      for (const std::string* kept : {&record.view.unschedulable_message, &record.view.waiting_message}) {
+      for (const std::string* kept : {&record.view.unschedulable_message.str(), &record.view.waiting_message.str()}) {
         EXPECT_LE(kept->size(), 1024u);
         EXPECT_GE(kept->size(), 1021u);
         EXPECT_EQ(long_head.compare(0, kept->size(), *kept), 0);
@@ -71,6 +71,46 @@ TEST(PodRecord, KeepsEachMessageCutAtACharacterBoundary) {
       EXPECT_TRUE(valid(tail));
     }
   }
+}
+
+// A cached pod's messages are RareText (8 bytes each, a heap block only when set): a running
+// pod's six hold nothing, a set one reads as its string, a copy is a text of its own, and an
+// empty string assigned holds nothing.
+TEST(RareText, HoldsNothingWhenEmptyAndReadsAsItsStringWhenSet) {
+  RareText none, set("ErrImagePull"), cleared("x");
+  cleared = std::string();
+  EXPECT_TRUE(none.empty());
+  EXPECT_TRUE(cleared.empty());
+  EXPECT_EQ(none, cleared);
+  EXPECT_EQ(none.str(), "");
+  EXPECT_EQ(none.size(), 0u);
+  EXPECT_FALSE(set.empty());
+  EXPECT_EQ(set, "ErrImagePull");
+  EXPECT_EQ(set, std::string("ErrImagePull"));
+  EXPECT_EQ(set.size(), 12u);
+  RareText copy = set;
+  EXPECT_EQ(copy, set);
+  copy = "ImagePullBackOff";
+  EXPECT_EQ(set, "ErrImagePull");
+  EXPECT_NE(copy, set);
+  EXPECT_EQ("cannot start: " + set + ", " + copy, "cannot start: ErrImagePull, ImagePullBackOff");
+  const std::string& read = set;
+  EXPECT_EQ(read, "ErrImagePull");
+  RareText moved = std::move(copy);
+  EXPECT_EQ(moved, "ImagePullBackOff");
+
+  const json running = {
+      {"metadata", {{"name", "tj-0"}, {"namespace", "ns"}}},
+      {"status",
+       {{"phase", "Running"},
+        {"containerStatuses",
+         json::array({{{"name", lockstep::contract::kTrainerContainer},
+                       {"state", {{"running", {{"startedAt", "2026-11-30T10:00:00Z"}}}}}}})}}}};
+  const auto record = lockstep::test::pod_record(running);
+  const PodView& v = record.view;
+  for (const RareText* text :
+       {&v.finalizers, &v.reason, &v.termination_message, &v.unschedulable_message, &v.waiting_reason, &v.waiting_message})
+    EXPECT_TRUE(text->empty()) << *text;
 }
 
 TEST(PodView, ReadsWhyAPendingPodWaitsAndTheCacheKeepsIt) {
