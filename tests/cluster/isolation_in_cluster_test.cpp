@@ -91,7 +91,9 @@ std::string progress_steps(const std::string& ns, const std::string& job) {
 // A small CPU job modelled on examples/ddp.yaml: 2 pods of 1 rank each, so every collective
 // crosses the pod network, with requests small enough that two such jobs and the operator fit
 // on the cluster's 2-core node, and a CPU limit as small: the jobs step at a rate a machine's
-// speed changes little, and leave the other lane (Note [Two lanes]) most of the CPU.
+// speed changes little. The test has the machine to itself (Note [Cluster cases on a quiet
+// machine] in tests/cluster/CMakeLists.txt): beside the other lane, such pods' quota periods
+// made a healthy job a straggler.
 std::string job_yaml(const std::string& name, const std::string& isolation) {
   return "apiVersion: lockstep.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: " + name + "}\n"
          "spec:\n"
