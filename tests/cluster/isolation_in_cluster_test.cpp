@@ -92,8 +92,8 @@ std::string progress_steps(const std::string& ns, const std::string& job) {
 // crosses the pod network, with requests small enough that two such jobs and the operator fit
 // on the cluster's 2-core node, and a CPU limit as small: the jobs step at a rate a machine's
 // speed changes little. The test has the machine to itself (Note [Cluster cases on a quiet
-// machine] in tests/cluster/CMakeLists.txt): beside the other lane, such pods' quota periods
-// made a healthy job a straggler.
+// machine] in tests/cluster/CMakeLists.txt): beside the other lane, a healthy job of such pods
+// was named a straggler (CI, 2026-11-30: rank 1 at 1.54x).
 std::string job_yaml(const std::string& name, const std::string& isolation) {
   return "apiVersion: lockstep.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: " + name + "}\n"
          "spec:\n"
