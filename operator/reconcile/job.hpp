@@ -192,9 +192,7 @@ struct Toleration {
   std::optional<long long> seconds;  // tolerationSeconds: tolerated only that long
   bool operator==(const Toleration&) const = default;
 };
-// What the cache keeps (Note [Lean caches]): at most this many of a pod's tolerations, and of
-// names, taint keys and values at most what the API server accepts (a DNS subdomain; a
-// qualified name; a label value).
+
 // A text that is empty for nearly every object that holds it, as a cached pod's messages are
 // (why it failed, why it waits, what holds its deletion): 8 bytes, null when empty, else a heap
 // string of its own, against a std::string's 32 bytes inline in every pod (bench/operator/
@@ -247,6 +245,9 @@ class RareText {
 };
 static_assert(sizeof(RareText) == sizeof(void*));
 
+// What the cache keeps (Note [Lean caches]): at most this many of a pod's tolerations, and of
+// names, taint keys and values at most what the API server accepts (a DNS subdomain; a
+// qualified name; a label value).
 inline constexpr size_t kMaxTolerations = 32;
 inline constexpr size_t kMaxNodeName = 253, kMaxTaintKey = 317, kMaxTaintValue = 63;
 
