@@ -662,7 +662,7 @@ pid_t worker_of(pid_t root, int rank) {
 // shared machine a worker gets less than a core) through a cgroup mid-run makes
 // `lockstep run` name rank 1 on node 1 as it happens, and clear it once the cap is lifted; the
 // summary lists the verdict, report.html flags it, and rank 1's own step log shows that its work
-// really doubled under the cap while rank 0's did not.
+// really doubled under the cap while rank 0's grew far less.
 TEST(RunPython, ANodeSlowedThroughItsCgroupIsNamedAndClearedOnceItRecovers) {
   REQUIRE_PYTHON_TORCH();
   std::string why;
@@ -729,7 +729,10 @@ TEST(RunPython, ANodeSlowedThroughItsCgroupIsNamedAndClearedOnceItRecovers) {
   EXPECT_NE(page.find("<strong>Straggler:</strong> rank 1 (node 1): work "), std::string::npos);
 
   // The slowdown happened: rank 1's work under the cap (from 3 s in, its steps all capped) is
-  // about twice its work before; rank 0's, which waited for it in DDP's all-reduce, is not.
+  // about twice its work before; rank 0's, which waited for it in DDP's all-reduce, grew far
+  // less: by at most half as much. Not "rank 0's unchanged": beside the suite's other lane its
+  // work moves with that lane's load (CI, 2026-11-30: rank 1 x3.57, rank 0 x1.36; this machine
+  // alone: x3.74 and x1.07, x2.07 and x1.02).
   const auto before1 = work_between(steps, 1, 0, slowed), under1 = work_between(steps, 1, slowed + 3, lifted);
   const auto before0 = work_between(steps, 0, 0, slowed), under0 = work_between(steps, 0, slowed + 3, lifted);
   ASSERT_GE(before1.size(), 8u);
@@ -738,7 +741,7 @@ TEST(RunPython, ANodeSlowedThroughItsCgroupIsNamedAndClearedOnceItRecovers) {
   std::cout << "rank 1's work: " << median(before1) * 1000 << " ms -> " << median(under1) * 1000 << " ms (x" << ratio1
             << "); rank 0's: x" << ratio0 << "\n";
   EXPECT_GE(ratio1, 1.5) << "half a CPU should about double rank 1's work";
-  EXPECT_LT(ratio0, 1.3) << "rank 0 was not slowed";
+  EXPECT_GE(ratio1 - 1, 2 * (ratio0 - 1)) << "rank 0's work grew more than half as much as the capped rank's";
   fs::remove_all(dir);
 }
 
