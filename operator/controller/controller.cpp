@@ -113,17 +113,16 @@ kube::InformerBase::Options Controller::child_options(bool pods) const {
 ChildInformer::Handler Controller::child_handler() {
   return [this](const ChildInformer::Ptr& old, const ChildInformer::Ptr& now) {
     if (old && now && *old == *now) return;
-    on_child(old.get(), now.get());
+    const ChildRef& obj = now ? *now : *old;
+    on_child(obj.owner_key(), obj.name, !old, !now);
   };
 }
 
 // A child changed: observe expectations, then reconcile its job.
-void Controller::on_child(const ChildRef* old, const ChildRef* now) {
-  const ChildRef& obj = now ? *now : *old;
-  std::string key = obj.owner_key();
+void Controller::on_child(const std::string& key, const std::string& name, bool created, bool deleted) {
   if (key.empty()) return;
-  if (!old && now) expectations_.observed_create(key, obj.name);
-  if (old && !now) expectations_.observed_delete(key, obj.name);
+  if (created) expectations_.observed_create(key, name);
+  if (deleted) expectations_.observed_delete(key, name);
   queue_.add(key);
 }
 
@@ -148,11 +147,12 @@ void Controller::start_informers() {
   pods_ = std::make_unique<PodInformer>(
       client_, res::kPods, child_options(true),
       PodInformer::Typed{{},  // no document: pods are read from their text
-                         [](const PodRecord& p) { return p.ref.owner_key(); }, pod_event_from_text, pod_from_text},
+                         [](const PodRecord& p) { return p.owner_key(); }, pod_event_from_text, pod_from_text},
       [this](const PodInformer::Ptr& old, const PodInformer::Ptr& now) {
         if (old && now && *old == *now) return;  // Note [Unchanged children]
         node_index_.update(old.get(), now.get());
-        on_child(old ? &old->ref : nullptr, now ? &now->ref : nullptr);
+        const PodRecord& pod = now ? *now : *old;
+        on_child(pod.owner_key(), pod.view.name, !old, !now);
       });
   services_ = std::make_unique<ChildInformer>(client_, res::kServices, child_options(false), child_typed(),
                                               child_handler());
@@ -437,10 +437,10 @@ std::vector<reconcile::FlavorView> Controller::assigned_flavors(const reconcile:
 // if it holds the name of one of the job's pods, that pod's create is a 409 until the pod
 // is gone, and its delete event brings the job back. A Warning says so, once per pod.
 void Controller::warn_foreign_pod(const JobView& job, const PodRecord& pod) {
-  if (pod.ref.deleting) return;
-  const std::string& name = pod.ref.name;
-  const std::string& owner = pod.ref.controller_uid;
-  if (!foreign_.first_sight(job.ns + "/" + job.name, pod.ref.uid)) return;  // Note [Foreign children]
+  if (pod.view.deleting) return;
+  const std::string& name = pod.view.name;
+  const std::string& owner = pod.controller_uid;
+  if (!foreign_.first_sight(job.ns + "/" + job.name, pod.view.uid)) return;  // Note [Foreign children]
   bool takes_a_name = false;
   for (int i = 0; i < job.nodes; ++i) takes_a_name |= name == reconcile::pod_name(job, i);
   std::string msg = "pod " + name + " is labelled " + contract::kLabelJobName + "=" + job.name + " but " +
@@ -460,7 +460,7 @@ void Controller::delete_orphans(const std::string& ns, const std::string& name) 
     auto r = client_.remove(resource.path(ns, child.name), {{"propagationPolicy", "Background"}}, &kube::kDiscardBody);
     if (r.ok()) LOCKSTEP_LOG(Info, "reconcile", key << ": deleted orphaned " << resource.kind << " " << child.name);
   };
-  for (const auto& pod : pods_->by_index(key)) remove(res::kPods, pod->ref);
+  for (const auto& pod : pods_->by_index(key)) remove(res::kPods, pod->ref());
   for (auto* inf : {services_.get(), network_policies_.get(), podgroup_api_.informer()})
     if (inf)
       for (const auto& child : inf->by_index(key)) remove(inf->resource(), *child);
@@ -489,7 +489,7 @@ bool Controller::reconcile(const std::string& key) {
   in.gang_support = podgroup_api_.check();
   progress_.read_agent(key, in);
   for (const auto& p : pods_->by_index(key)) {
-    if (p->ref.controller_uid != in.job.uid) {
+    if (p->controller_uid != in.job.uid) {
       warn_foreign_pod(in.job, *p);  // not ours to delete, whatever its label says
       continue;
     }

@@ -120,7 +120,8 @@ class Controller {
   void release_workloads(const std::string& key);  // the job is gone: its Workload's finalizer
   kube::Response drop_finalizer(const reconcile::WorkloadView& wl);
   kube::InformerBase::Options child_options(bool pods) const;
-  void on_child(const reconcile::ChildRef* old, const reconcile::ChildRef* now);
+  // A child of the job `key` (ns/name; "": none) named `name` was created, changed or deleted.
+  void on_child(const std::string& key, const std::string& name, bool created, bool deleted);
   ProgressPoller::Sources progress_sources();
   void start_node_watch();  // unless --node-watch=false or RBAC forbids it (Note [Lost nodes])
   // The nodes in.pods are bound to, into in.nodes (Note [Lost nodes]).

@@ -4,8 +4,8 @@ namespace lockstep::controller {
 
 void NodeIndex::update(const reconcile::PodRecord* old, const reconcile::PodRecord* now) {
   // A pod's node is set once, when it is bound: nearly every update leaves both as they were.
-  if (old && now && old->view.node_name == now->view.node_name && old->ref.ns == now->ref.ns &&
-      old->ref.job == now->ref.job)
+  if (old && now && old->view.node_name == now->view.node_name && old->ns == now->ns &&
+      old->job == now->job)
     return;
   std::lock_guard<std::mutex> lock(mu_);
   if (old) add(*old, -1);
@@ -14,7 +14,7 @@ void NodeIndex::update(const reconcile::PodRecord* old, const reconcile::PodReco
 
 void NodeIndex::add(const reconcile::PodRecord& pod, int n) {
   const std::string& node = pod.view.node_name;
-  std::string job = pod.ref.owner_key();
+  std::string job = pod.owner_key();
   if (node.empty() || job.empty()) return;
   auto& jobs = pods_[node];
   int& count = jobs[job];

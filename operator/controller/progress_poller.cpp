@@ -73,7 +73,7 @@ void ProgressPoller::find_due_readings(unsigned long scan, std::vector<DueReadin
     }
     auto pod = sources_.pod(job.ns, reconcile::pod_name(job, 0));
     // Only the job's own rank 0 of its current attempt speaks for it.
-    bool readable = pod && pod->ref.controller_uid == job.uid && !pod->view.ip.empty() &&
+    bool readable = pod && pod->controller_uid == job.uid && !pod->view.ip.empty() &&
                     pod->view.phase == "Running" && pod->view.attempt == job.status.restarts;
     if (!readable) {
       // Looked at again on the job's schedule, so a pod that never gets an IP (KWOK's) costs a

@@ -339,23 +339,16 @@ ChildRef ChildRef::from_json(const json& obj) {
   return r;
 }
 
-ChildRef ChildRef::from_raw(const RawPod& raw) {
-  ChildRef r;
+PodRecord PodRecord::from_raw(const RawPod& raw) {
+  PodRecord r;
   r.ns = raw.ns;
-  r.name = raw.name;
-  r.uid = raw.uid;
   r.job = raw.job_label;
-  r.deleting = raw.deleting;
   for (const auto& o : raw.owners)
     if (o.kind == "TrainingJob" && o.controller) {
       r.controller_uid = o.uid;
       break;
     }
-  return r;
-}
-
-PodRecord PodRecord::from_raw(const RawPod& raw) {
-  PodRecord r{ChildRef::from_raw(raw), PodView::from_raw(raw)};
+  r.view = PodView::from_raw(raw);
   r.view.termination_message = tail(r.view.termination_message, 1024);
   r.view.waiting_message = head(r.view.waiting_message, 1024);
   r.view.unschedulable_message = head(r.view.unschedulable_message, 1024);

@@ -340,22 +340,28 @@ struct PodView {
 
 // What the operator caches of each object (Note [Lean caches] in kube/informer.hpp): read
 // once per change, a few strings and numbers each.
-struct ChildRef {  // a pod, Service or PodGroup
+struct ChildRef {  // a Service, NetworkPolicy or PodGroup; a pod's is PodRecord::ref()
   std::string ns, name, uid;
   std::string job;             // its job-name label; "" if none
   std::string controller_uid;  // of the TrainingJob that controls it; "" if none
   bool deleting = false;
   std::string owner_key() const { return job.empty() ? "" : ns + "/" + job; }  // ns/<job name>
   static ChildRef from_json(const nlohmann::json& obj);  // a Service's, NetworkPolicy's or PodGroup's
-  static ChildRef from_raw(const RawPod& raw);          // a pod's: its metadata's part
   bool operator==(const ChildRef&) const = default;
 };
 
-// A pod: its ref and what decide() reads. Messages are bounded (the termination message's
-// last 1 KiB, the others' first), so a pod with a huge one costs the cache no more.
+// A pod: what decide() reads (its view) and the rest of its ChildRef, whose name, uid and
+// deletion are the view's, held once (as a ChildRef beside the view they were two strings, one
+// of them the uid's heap block, about 110 bytes a cached pod: bench/operator/RESULTS.md, 2026-11-30,
+// seventh session). Messages are bounded (the termination message's last 1 KiB, the others'
+// first), so a pod with a huge one costs the cache no more.
 struct PodRecord {
-  ChildRef ref;
+  std::string ns;
+  std::string job;             // its job-name label; "" if none
+  std::string controller_uid;  // of the TrainingJob that controls it; "" if none
   PodView view;
+  ChildRef ref() const { return {ns, view.name, view.uid, job, controller_uid, view.deleting}; }
+  std::string owner_key() const { return job.empty() ? "" : ns + "/" + job; }  // ns/<job name>
   static PodRecord from_raw(const RawPod& raw);
   bool operator==(const PodRecord&) const = default;
 };

@@ -11,9 +11,9 @@ using lockstep::reconcile::PodRecord;
 TEST(NodeIndex, ANodesJobsAreThoseWithAPodBoundToIt) {
   auto pod = [](const std::string& job, const std::string& name, const std::string& node) {
     PodRecord r;
-    r.ref.ns = "ns";
-    r.ref.name = name;
-    r.ref.job = job;
+    r.ns = "ns";
+    r.view.name = name;
+    r.job = job;
     r.view.name = name;
     r.view.node_name = node;
     return r;
@@ -41,15 +41,15 @@ TEST(NodeIndex, ANodesJobsAreThoseWithAPodBoundToIt) {
 // it once; one that moves it to another job's label moves it.
 TEST(NodeIndex, UpdatesInPlaceCountAPodOnce) {
   PodRecord p;
-  p.ref.ns = "ns";
-  p.ref.job = "a";
+  p.ns = "ns";
+  p.job = "a";
   p.view.node_name = "worker-1";
   lockstep::controller::NodeIndex index;
   index.update(nullptr, &p);
   PodRecord running = p, finished = p, relabelled = p;
   running.view.phase = "Running";
   finished.view.phase = "Succeeded";
-  relabelled.ref.job = "b";
+  relabelled.job = "b";
   index.update(&p, &running);
   index.update(&running, &finished);
   EXPECT_EQ(index.jobs_on("worker-1"), (std::vector<std::string>{"ns/a"}));

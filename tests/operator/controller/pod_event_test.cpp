@@ -263,8 +263,8 @@ TEST(PodText, AWatchEventGivesTheRecordOfTheWholePod) {
   // The shapes above do reach the record: the odd pod is Pending, its owner not a controller.
   PodRecord odd_record = read(odd);
   EXPECT_EQ(odd_record.view.phase, "Pending");
-  EXPECT_TRUE(odd_record.ref.deleting);
-  EXPECT_EQ(odd_record.ref.controller_uid, "");
+  EXPECT_TRUE(odd_record.view.deleting);
+  EXPECT_EQ(odd_record.controller_uid, "");
   EXPECT_EQ(odd_record.view.exit_code, 3);
   EXPECT_EQ(odd_record.view.unschedulable_message, "no node fits the pod");
   PodRecord odd_spec_record = read(odd_spec);
