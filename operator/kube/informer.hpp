@@ -143,8 +143,8 @@ class Informer : public InformerBase {
     std::vector<Ptr> out;
     auto it = index_.find(key);
     if (it == index_.end()) return out;
-    for (const auto& k : it->second) {
-      auto obj = items_.find(k);
+    for (const std::string* k : it->second) {
+      auto obj = items_.find(*k);
       if (obj != items_.end()) out.push_back(obj->second);
     }
     return out;
@@ -221,13 +221,13 @@ class Informer : public InformerBase {
         if (typed_.index) was = typed_.index(*old);
         it->second = now;
       } else {
-        items_.emplace(key, now);
+        it = items_.emplace(key, now).first;
       }
       if (typed_.index) {
         std::string is = typed_.index(*now);
         if (!old || was != is) {  // an update under the same key (nearly every one) moves nothing
           if (old) unindex(was, key);
-          index_[is].insert(key);
+          index_[is].insert(&it->first);
         }
       }
     }
@@ -240,24 +240,35 @@ class Informer : public InformerBase {
       auto it = items_.find(key);
       if (it == items_.end()) return;
       old = it->second;
+      if (typed_.index) unindex(typed_.index(*old), key);  // first: the index points at it->first
       items_.erase(it);
-      if (typed_.index) unindex(typed_.index(*old), key);
     }
     if (handler_) handler_(old, nullptr);
   }
   void unindex(const std::string& index_key, const std::string& key) {  // under mu_
     auto idx = index_.find(index_key);
     if (idx == index_.end()) return;
-    idx->second.erase(key);
+    if (auto at = idx->second.find(key); at != idx->second.end()) idx->second.erase(at);
     if (idx->second.empty()) index_.erase(idx);
   }
 
   Typed typed_;
   Handler handler_;
   mutable std::mutex mu_;
-  std::map<std::string, Ptr> items_;                    // ns/name -> what is cached
-  std::map<std::string, std::set<std::string>> index_;  // index key -> ns/name
-  std::vector<std::pair<std::string, Ptr>> listed_;     // a list in progress (informer thread)
+  // The index holds each object's key as a pointer to items_'s own (a map's keys stay where they
+  // are until erased, and remove() unindexes before it erases), ordered by the text: as a
+  // string of its own it was 32 bytes and, for a key past 15 characters (a pod's "ns/name"
+  // nearly always), a heap block of each cached object (bench/operator/RESULTS.md, 2026-11-30,
+  // seventh session).
+  struct KeyLess {
+    using is_transparent = void;
+    bool operator()(const std::string* a, const std::string* b) const { return *a < *b; }
+    bool operator()(const std::string* a, const std::string& b) const { return *a < b; }
+    bool operator()(const std::string& a, const std::string* b) const { return a < *b; }
+  };
+  std::map<std::string, Ptr> items_;                                    // ns/name -> what is cached
+  std::map<std::string, std::set<const std::string*, KeyLess>> index_;  // index key -> items_'s keys
+  std::vector<std::pair<std::string, Ptr>> listed_;                     // a list in progress (informer thread)
 };
 
 }  // namespace lockstep::kube

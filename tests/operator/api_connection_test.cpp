@@ -214,6 +214,64 @@ TEST_F(OperatorTest, AnInformerReadsEventsOfAnySizeAndNeverParsesWhatItPrunes) {
   EXPECT_EQ(again->get(ns_, "small")->name, "small");
 }
 
+// An informer's secondary index (the pods of a job, by their job-name label) follows each object
+// through a relabel and a delete, in key order, from the watch and from a fresh informer's list;
+// its entries point at the cache's own keys (Informer::index_), so an object erased before its
+// entry would leave one dangling.
+TEST_F(OperatorTest, AnInformersIndexFollowsRelabelsAndDeletes) {
+  struct Labelled {
+    std::string name, group;
+  };
+  using Pods = lockstep::kube::Informer<Labelled>;
+  lockstep::kube::InformerBase::Options options;
+  options.ns = ns_;
+  auto typed = [] {
+    return Pods::Typed{[](nlohmann::json& p) {
+                         return Labelled{p["metadata"].value("name", ""),
+                                         p["metadata"].value("labels", json::object()).value("group", "")};
+                       },
+                       [](const Labelled& l) { return l.group; }, {}, {}};
+  };
+  auto names = [](const std::vector<Pods::Ptr>& pods) {
+    std::vector<std::string> out;
+    for (const auto& p : pods) out.push_back(p->name);
+    return out;
+  };
+  using V = std::vector<std::string>;
+  auto pods = std::make_unique<Pods>(*client_, res::kPods, options, typed(), nullptr);
+  pods->start();
+  ASSERT_TRUE(eventually([&] { return pods->synced(); }, 10s));
+  for (const auto& [name, group] : std::vector<std::pair<std::string, std::string>>{
+           {"ix-c", "a"}, {"ix-a", "a"}, {"ix-b", "a"}, {"ix-d", "b"}}) {
+    auto r = client_->create(res::kPods.path(ns_),
+                             json{{"apiVersion", "v1"}, {"kind", "Pod"},
+                                  {"metadata", {{"name", name}, {"labels", {{"group", group}}}}},
+                                  {"spec", {{"containers", json::array({{{"name", "c"}, {"image", "busybox"}}})}}}});
+    ASSERT_TRUE(r.ok()) << r.message();
+  }
+  ASSERT_TRUE(eventually([&] { return names(pods->by_index("a")) == V{"ix-a", "ix-b", "ix-c"}; }, 10s))
+      << testing::PrintToString(names(pods->by_index("a")));
+  EXPECT_EQ(names(pods->by_index("b")), V{"ix-d"});
+  auto relabel = client_->patch(res::kPods.path(ns_, "ix-b"), {{"metadata", {{"labels", {{"group", "b"}}}}}});
+  ASSERT_TRUE(relabel.ok()) << relabel.message();
+  ASSERT_TRUE(eventually([&] { return names(pods->by_index("b")) == V{"ix-b", "ix-d"}; }, 10s))
+      << testing::PrintToString(names(pods->by_index("b")));
+  EXPECT_EQ(names(pods->by_index("a")), (V{"ix-a", "ix-c"}));
+  for (const auto& name : {"ix-a", "ix-c"}) {
+    auto gone = client_->remove(res::kPods.path(ns_, name), json{{"gracePeriodSeconds", 0}});
+    ASSERT_TRUE(gone.ok()) << gone.message();
+  }
+  ASSERT_TRUE(eventually([&] { return pods->by_index("a").empty() && pods->size() == 2; }, 10s))
+      << testing::PrintToString(names(pods->by_index("a")));
+  EXPECT_EQ(names(pods->by_index("b")), (V{"ix-b", "ix-d"}));
+  // A fresh informer fills its index from the list.
+  auto listed = std::make_unique<Pods>(*client_, res::kPods, options, typed(), nullptr);
+  listed->start();
+  ASSERT_TRUE(eventually([&] { return listed->synced(); }, 10s));
+  EXPECT_EQ(names(listed->by_index("b")), (V{"ix-b", "ix-d"}));
+  EXPECT_TRUE(listed->by_index("a").empty());
+}
+
 // See Note [Metadata answers]: a write whose answer the prune reads only the metadata of (or none of)
 // asks for the metadata alone, and the real API server sends just that, for a pod create, a
 // pod patch, and a status write on the TrainingJob CRD's subresource (what write_status does);
