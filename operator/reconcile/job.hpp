@@ -338,6 +338,10 @@ struct PodView {
   bool operator==(const PodView&) const = default;
 };
 
+// The work queue's key of the job an object belongs to, "ns/<job name>", from its namespace and
+// job-name label; "" when it has none.
+inline std::string owner_key(const std::string& ns, const std::string& job) { return job.empty() ? "" : ns + "/" + job; }
+
 // What the operator caches of each object (Note [Lean caches] in kube/informer.hpp): read
 // once per change, a few strings and numbers each.
 struct ChildRef {  // a Service, NetworkPolicy or PodGroup; a pod's is PodRecord::ref()
@@ -345,14 +349,14 @@ struct ChildRef {  // a Service, NetworkPolicy or PodGroup; a pod's is PodRecord
   std::string job;             // its job-name label; "" if none
   std::string controller_uid;  // of the TrainingJob that controls it; "" if none
   bool deleting = false;
-  std::string owner_key() const { return job.empty() ? "" : ns + "/" + job; }  // ns/<job name>
+  std::string owner_key() const { return reconcile::owner_key(ns, job); }
   static ChildRef from_json(const nlohmann::json& obj);  // a Service's, NetworkPolicy's or PodGroup's
   bool operator==(const ChildRef&) const = default;
 };
 
 // A pod: what decide() reads (its view) and the rest of its ChildRef, whose name, uid and
 // deletion are the view's, held once (as a ChildRef beside the view they were two strings, one
-// of them the uid's heap block, about 110 bytes a cached pod: bench/operator/RESULTS.md, 2026-11-30,
+// of them the uid's heap block, about 120 bytes a cached pod: bench/operator/RESULTS.md, 2026-11-30,
 // seventh session). Messages are bounded (the termination message's last 1 KiB, the others'
 // first), so a pod with a huge one costs the cache no more.
 struct PodRecord {
@@ -361,7 +365,7 @@ struct PodRecord {
   std::string controller_uid;  // of the TrainingJob that controls it; "" if none
   PodView view;
   ChildRef ref() const { return {ns, view.name, view.uid, job, controller_uid, view.deleting}; }
-  std::string owner_key() const { return job.empty() ? "" : ns + "/" + job; }  // ns/<job name>
+  std::string owner_key() const { return reconcile::owner_key(ns, job); }
   static PodRecord from_raw(const RawPod& raw);
   bool operator==(const PodRecord&) const = default;
 };

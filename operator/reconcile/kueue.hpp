@@ -108,7 +108,7 @@ struct WorkloadView {
   bool admitted() const { return is_true("Admitted"); }
   bool evicted() const { return is_true("Evicted"); }
   bool finished() const { return is_true("Finished"); }
-  std::string owner_key() const { return job.empty() ? "" : ns + "/" + job; }
+  std::string owner_key() const { return reconcile::owner_key(ns, job); }
   static WorkloadView from_json(const nlohmann::json& obj);
   bool operator==(const WorkloadView&) const = default;
 };

@@ -14,7 +14,6 @@ TEST(NodeIndex, ANodesJobsAreThoseWithAPodBoundToIt) {
     r.ns = "ns";
     r.view.name = name;
     r.job = job;
-    r.view.name = name;
     r.view.node_name = node;
     return r;
   };
