@@ -4,7 +4,7 @@
 FROM debian:bookworm AS build
 RUN apt-get update && apt-get install -y --no-install-recommends \
       build-essential cmake ninja-build libyaml-cpp-dev nlohmann-json3-dev \
-      prometheus-cpp-dev libsimdjson-dev libssl-dev && rm -rf /var/lib/apt/lists/*
+      prometheus-cpp-dev libsimdjson-dev libmicrohttpd-dev libssl-dev pkg-config && rm -rf /var/lib/apt/lists/*
 COPY . /src
 RUN cmake -S /src -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOCKSTEP_BUILD_TESTS=OFF \
       -DLOCKSTEP_BUILD_AGENT=OFF -DLOCKSTEP_BUILD_TRAINER=OFF \
@@ -13,7 +13,7 @@ RUN cmake -S /src -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOCKSTEP_BUILD
 
 FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends \
-      libyaml-cpp0.7 libprometheus-cpp-core1.0 libcivetweb1 libsimdjson14 libssl3 ca-certificates \
+      libyaml-cpp0.7 libprometheus-cpp-core1.0 libmicrohttpd12 libsimdjson14 libssl3 ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/bin/lockstep-operator /usr/local/bin/lockstep-operator
 USER 65532:65532

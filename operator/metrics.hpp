@@ -22,11 +22,12 @@
 //     that second is answered from that one text, shared, never copied; readers that come
 //     while it is being made wait for it rather than make their own;
 //   - at most `max_readers` (8) answers of it are under way at once, each holding its slot
-//     until its last byte is written (a peer that does not read holds it for at most the
-//     listener's write timeout, Note [Listener limits]); one more gets 503 at once. So at most
-//     8 of the listener's threads are ever on /metrics, and /healthz and /readyz, which cost
-//     nothing, always find one; Prometheus, which scrapes every 15 to 60 s, retries on the
-//     next scrape when it meets a 503 during an attack.
+//     until its last byte is written or given up (a peer that does not read holds it for at
+//     most the listener's idle timeout, Note [Listener limits]); one more gets 503 at once.
+//     A listener loop waits only while the page is made (once a second at most), so /healthz
+//     and /readyz, which cost nothing, are answered meanwhile by the other loops; Prometheus,
+//     which scrapes every 15 to 60 s, retries on the next scrape when it meets a 503 during
+//     an attack.
 // The memory /metrics may hold is then two texts (the one being read, the one being made),
 // whatever the number of peers.
 #pragma once

@@ -5,13 +5,14 @@
 //   - the real lockstep-operator's :8080 and the real lockstep-agent's /metrics under hundreds
 //     of connections that trickle a head without end, send 10 MB heads and endless bodies, and
 //     never read their answer: the probe and the scrape still answer within 1 s, and the
-//     process's memory stays bounded.
+//     process's memory stays bounded (and the operator's threads do not grow).
 // Figures are printed ("figure: ...") for docs/operator.md.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -49,7 +50,7 @@ long long ms_since(Clock::time_point t0) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
 }
 
-// VmRSS or VmHWM (the peak) of a process, in KiB; -1 when it cannot be read.
+// VmRSS or VmHWM (the peak) of a process, in KiB, or its Threads; -1 when it cannot be read.
 long status_kib(pid_t pid, const std::string& field) {
   std::ifstream in("/proc/" + (pid ? std::to_string(pid) : std::string("self")) + "/status");
   for (std::string line; std::getline(in, line);)
@@ -384,13 +385,15 @@ class Attack {
 // Runs `attack` for `duration` against `port`, asking `path` every 100 ms meanwhile with a
 // fresh connection; the slowest answer and the process's RSS are what counts.
 struct Siege {
-  long long slowest_ms = 0, answered = 0, asked = 0;
+  long long slowest_ms = 0, answered = 0, asked = 0, connections = 0;
   long rss_before_kib = 0, rss_peak_kib = 0;
+  long threads_before = 0, threads_most = 0;
 };
 Siege besiege(pid_t pid, int port, Attack::Mix mix, const std::string& attacked_path, const std::string& path,
               std::chrono::seconds duration) {
   Siege s;
   s.rss_before_kib = status_kib(pid, "VmRSS");
+  s.threads_before = s.threads_most = status_kib(pid, "Threads");
   Attack attack(port, mix, attacked_path);
   std::this_thread::sleep_for(500ms);  // every attacker in place
   auto t0 = Clock::now();
@@ -400,14 +403,17 @@ Siege besiege(pid_t pid, int port, Attack::Mix mix, const std::string& attacked_
     if (g.status == 200) ++s.answered;
     s.slowest_ms = std::max(s.slowest_ms, g.ms);
     s.rss_peak_kib = std::max(s.rss_peak_kib, status_kib(pid, "VmRSS"));
+    s.threads_most = std::max(s.threads_most, status_kib(pid, "Threads"));
     std::this_thread::sleep_for(100ms);
   }
   s.rss_peak_kib = std::max(s.rss_peak_kib, status_kib(pid, "VmRSS"));
+  s.connections = attack.connections();
   std::cout << "figure: " << attack.connections() << " hostile connections made (" << mix.drip_heads
             << " trickling heads, " << mix.huge_heads << " 10 MB heads, " << mix.huge_bodies << " endless bodies, "
             << mix.non_readers << " non-readers at a time), " << attack.bytes_sent() / (1 << 20) << " MiB sent; "
             << path << " answered " << s.answered << "/" << s.asked << ", slowest " << s.slowest_ms
-            << " ms; RSS " << s.rss_before_kib << " KiB before, " << s.rss_peak_kib << " KiB at most\n";
+            << " ms; RSS " << s.rss_before_kib << " KiB before, " << s.rss_peak_kib << " KiB at most; threads "
+            << s.threads_before << " before, " << s.threads_most << " at most\n";
   attack.stop();
   return s;
 }
@@ -436,13 +442,27 @@ TEST(OperatorListener, HealthzAnswersUnderAttackInBoundedMemory) {
   auto op = lockstep::Process::spawn(so);
   ASSERT_TRUE(wait_for_200(port, "/healthz", 20s)) << lockstep::test::read_file(so.output_path);
 
-  // 200 slow heads (fewer than kOperatorListener.threads) and the other kinds beside them,
-  // for 3 request timeouts, so the evicted ones come back.
-  Attack::Mix mix{200, 8, 8, 8};
+  // 600 slow heads (more than twice the 256 threads the civetweb listener had; fewer than
+  // kOperatorListener.connections) and the other kinds beside them, for 3 head timeouts, so the
+  // cut ones come back. The attackers' sockets and the operator's need descriptors.
+  rlimit lim{};
+  ::getrlimit(RLIMIT_NOFILE, &lim);
+  lim.rlim_cur = std::max<rlim_t>(lim.rlim_cur, std::min<rlim_t>(lim.rlim_max, 4096));
+  ::setrlimit(RLIMIT_NOFILE, &lim);
+  ASSERT_GE(lim.rlim_cur, 1024u) << "RLIMIT_NOFILE's hard limit is too low for 600 attackers";
+  Attack::Mix mix{600, 8, 8, 8};
+  static_assert(600 + 24 < lockstep::kOperatorListener.connections);
   auto s = besiege(op.pid(), port, mix, "/metrics", "/healthz", 6s);
   EXPECT_EQ(s.answered, s.asked);
   EXPECT_LT(s.slowest_ms, 1000);
-  EXPECT_LT(s.rss_peak_kib - s.rss_before_kib, 64 * 1024) << "KiB";
+  // Each connection holds at most the pool (16 KiB) and its share of an answer: 600 x 16 KiB
+  // is under 10 MiB.
+  EXPECT_LT(s.rss_peak_kib - s.rss_before_kib, 32 * 1024) << "KiB";
+  // No thread per connection: the listener's loops and sweeper are there before the attack
+  // (2 more allowed for whatever else the process starts meanwhile; civetweb had 257).
+  EXPECT_LE(s.threads_most, s.threads_before + 2);
+  // The trickling heads were cut at the head deadline (2 s) and came back: at least twice each.
+  EXPECT_GE(s.connections, 2 * mix.drip_heads);
   EXPECT_EQ(http_get(port, "/metrics").status, 200);
 
   ::kill(op.pid(), SIGTERM);
