@@ -26,7 +26,7 @@
 // their slots together; a loop waits only while a /metrics handler makes the page (at most once
 // a second). Past that, the bound is the cluster's: a NetworkPolicy admitting only Prometheus
 // (docs/operator.md, "The HTTP listener").
-//   Until 2026-12-01 the operator's listener was civetweb as the agent's still is, with 256
+//   Until 2026-11-30 the operator's listener was civetweb as the agent's still is, with 256
 // threads so that 256 slow peers could not take the probe's: 257 threads and their stacks, about
 // 7 MB of the operator's memory at 10,000 pods whether anyone connected or not (#44). The loops
 // hold 1,024 connections in nothing until they come.
