@@ -126,7 +126,8 @@ HttpServer::HttpServer(const std::string& address, int port, std::map<std::strin
       MHD_OPTION_NOTIFY_CONNECTION, &Hooks::on_connection, this,
       MHD_OPTION_STRICT_FOR_CLIENT, 1,
       MHD_OPTION_END);
-  if (!daemon_) throw std::runtime_error("cannot listen on " + listen + " (is the port in use? see --http-port and --http-address)");
+  if (!daemon_)
+    throw std::runtime_error("cannot listen on " + listen + " (is the port in use? see --http-port and --http-address)");
   const MHD_DaemonInfo* info = MHD_get_daemon_info(daemon_, MHD_DAEMON_INFO_BIND_PORT);
   port_ = info && info->port ? info->port : port;
   url_ = "http://" + (v6 ? "[" + address + "]" : address) + ":" + std::to_string(port_);
@@ -148,7 +149,7 @@ long long HttpServer::heads_cut() const {
   return heads_cut_;
 }
 
-// Note [Listener limits]: libmicrohttpd closes a connection that has been silent for
+// See Note [Listener limits]: libmicrohttpd closes a connection that has been silent for
 // idle_timeout_s, but one that trickles a byte now and then never is; so a head not complete
 // head_timeout_ms after the connection started is cut here: its socket is shut down, which the
 // connection's loop then sees as the peer's end and closes. Sleeps while no head is pending.

@@ -60,7 +60,7 @@ class HttpServer {
 
   std::map<std::string, HttpHandler> routes_;
   EventListenerLimits limits_;
-  // Note [Listener limits]: the connections whose request head is not complete yet, with when
+  // See Note [Listener limits]: the connections whose request head is not complete yet, with when
   // they started; the sweeper cuts those past limits_.head_timeout_ms.
   struct Head {
     int fd;
