@@ -22,20 +22,25 @@ RunResult cluster_helm(std::vector<std::string> args) {
   return run_capture(args, env, 300s);
 }
 
+std::string import_image(const std::string& name) {
+  if (!real_cluster()) return "no cluster: " + real_cluster_problem();
+  const std::string source = LOCKSTEP_SOURCE_DIR;
+  auto path = run_capture({source + "/scripts/images.sh", "path", name}, {}, 60s);
+  std::string archive = trim(path.output);
+  if (!path.status.success() || !std::filesystem::exists(archive))
+    return "the " + name + " image is not built (scripts/images.sh build; scripts/test.sh does it): " + path.output;
+  auto imported = real_cluster()->script({"import", archive}, 5min);
+  if (!imported.status.success()) return "cannot import " + archive + ": " + imported.output;
+  return "";
+}
+
 std::string install_lockstep(const std::vector<std::string>& helm_sets, double* seconds) {
   if (!real_cluster()) return "no cluster: " + real_cluster_problem();
   const std::string source = LOCKSTEP_SOURCE_DIR;
   // The agent image: the operator's init container copies the agent from it into every pod
   // (Note [Agent injection]).
-  for (const char* name : {"operator", "trainer", "agent"}) {
-    auto path = run_capture({source + "/scripts/images.sh", "path", name}, {}, 60s);
-    std::string archive = trim(path.output);
-    if (!path.status.success() || !std::filesystem::exists(archive))
-      return std::string("the ") + name + " image is not built (scripts/images.sh build; scripts/test.sh does it): " +
-             path.output;
-    auto imported = real_cluster()->script({"import", archive}, 5min);
-    if (!imported.status.success()) return "cannot import " + archive + ": " + imported.output;
-  }
+  for (const char* name : {"operator", "trainer", "agent"})
+    if (std::string why = import_image(name); !why.empty()) return why;
   std::vector<std::string> args = {"install", "lockstep", source + "/charts/lockstep", "-n", kOperatorNamespace,
                                    "--create-namespace", "--wait", "--timeout", "180s"};
   for (const auto& s : helm_sets) {

@@ -16,7 +16,13 @@ inline constexpr const char* kOperatorNamespace = "lockstep-system";
 // helm against the suite's cluster, with its caches under the test's temporary directory.
 RunResult cluster_helm(std::vector<std::string> args);
 
-// Imports both images and installs the chart into kOperatorNamespace with `helm_sets`
+// Imports this build's image `name` (operator, trainer, agent: scripts/images.sh) into every
+// node of the suite's cluster. Returns "" when done, else why not. A case that runs one of them
+// without installing Lockstep imports it first: a node new to this cluster's state holds only
+// what `scripts/cluster.sh up` imports (the pause and nettest images).
+std::string import_image(const std::string& name);
+
+// Imports the three images and installs the chart into kOperatorNamespace with `helm_sets`
 // (--set values) and --wait. Returns "" when the operator is ready, else why not;
 // `seconds` gets the time helm took.
 std::string install_lockstep(const std::vector<std::string>& helm_sets, double* seconds = nullptr);

@@ -227,6 +227,8 @@ TEST(NodesInClusterPlain, AFrozenNodeIsSilentUntilThawedAndAPoweredOffOneComesBa
 // says), and more than twice that before and after; bad input changes nothing and says why.
 TEST(NodesInClusterPlain, AThrottledPodGetsItsPercentOfOneCpuUntilUnthrottled) {
   LOCKSTEP_REQUIRE_REAL_CLUSTER();
+  // Its image, on a node that may be new to the cluster's state (no Lockstep installed yet).
+  ASSERT_EQ(lockstep::test::import_image("trainer"), "");
   auto ns = create_test_namespace("throttle");
   const std::string pod = ns + "/spin";
   auto apply = cluster_kubectl({"-n", ns, "apply", "-f", "-"},
