@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <memory>
 
 #include "kube/informer.hpp"
@@ -108,14 +107,6 @@ TEST_F(OperatorTest, AClientTrustsItsClusterCaAloneAndLeavesTheEnvironmentAlone)
   std::filesystem::remove_all(dir);
 }
 
-// Threads of this process, from /proc/self/status.
-int thread_count() {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
-  return -1;
-}
-
 TEST_F(OperatorTest, AnInformerDestroyedMidWatchEndsItsThreadAtOnce) {
   // The watch is open for 240 s (the informer's default); destroying the informer must
   // cancel it and join its thread rather than leave a detached thread using the object.
@@ -134,9 +125,9 @@ TEST_F(OperatorTest, AnInformerDestroyedMidWatchEndsItsThreadAtOnce) {
     EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s) << "the destructor waited for the watch to end by itself";
   };
   cycle();  // warm-up: the HTTP client's thread pool starts on first use
-  int before = thread_count();
+  long before = lockstep::test::proc_status(0, "Threads");
   for (int i = 0; i < 5; ++i) cycle();
-  EXPECT_EQ(thread_count(), before) << "an informer's thread outlived it";
+  EXPECT_EQ(lockstep::test::proc_status(0, "Threads"), before) << "an informer's thread outlived it";
 }
 
 TEST_F(OperatorTest, AnInformerReadsEventsOfAnySizeAndNeverParsesWhatItPrunes) {

@@ -42,20 +42,13 @@ using lockstep::controller::AgentLimits;
 using lockstep::controller::AgentTarget;
 using lockstep::controller::read_agents;
 using lockstep::test::env_or;
+using lockstep::test::proc_status;
 using Clock = std::chrono::steady_clock;
 
 namespace {
 
 long long ms_since(Clock::time_point t0) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
-}
-
-// VmRSS or VmHWM (the peak) of a process, in KiB, or its Threads; -1 when it cannot be read.
-long status_kib(pid_t pid, const std::string& field) {
-  std::ifstream in("/proc/" + (pid ? std::to_string(pid) : std::string("self")) + "/status");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind(field + ":", 0) == 0) return std::stol(line.substr(field.size() + 1));
-  return -1;
 }
 
 int listen_loopback(int backlog = 128) {
@@ -181,11 +174,11 @@ TEST(AgentReader, EndlessBodiesAreDroppedInBoundedMemory) {
   });
   AgentLimits limits;  // the defaults: 1 MiB, 16 at once, 2 s
   std::vector<AgentTarget> targets(16, AgentTarget{"127.0.0.1", endless.port});
-  long rss0 = status_kib(0, "VmRSS"), hwm0 = status_kib(0, "VmHWM");
+  long rss0 = proc_status(0, "VmRSS"), hwm0 = proc_status(0, "VmHWM");
   auto t0 = Clock::now();
   auto answers = read_agents(targets, limits);
   long long took = ms_since(t0);
-  long hwm1 = status_kib(0, "VmHWM");
+  long hwm1 = proc_status(0, "VmHWM");
   for (const auto& a : answers) {
     EXPECT_FALSE(a.body);
     EXPECT_NE(a.error.find("exceeds"), std::string::npos) << a.error;
@@ -392,8 +385,8 @@ struct Siege {
 Siege besiege(pid_t pid, int port, Attack::Mix mix, const std::string& attacked_path, const std::string& path,
               std::chrono::seconds duration) {
   Siege s;
-  s.rss_before_kib = status_kib(pid, "VmRSS");
-  s.threads_before = s.threads_most = status_kib(pid, "Threads");
+  s.rss_before_kib = proc_status(pid, "VmRSS");
+  s.threads_before = s.threads_most = proc_status(pid, "Threads");
   Attack attack(port, mix, attacked_path);
   std::this_thread::sleep_for(500ms);  // every attacker in place
   auto t0 = Clock::now();
@@ -402,11 +395,11 @@ Siege besiege(pid_t pid, int port, Attack::Mix mix, const std::string& attacked_
     ++s.asked;
     if (g.status == 200) ++s.answered;
     s.slowest_ms = std::max(s.slowest_ms, g.ms);
-    s.rss_peak_kib = std::max(s.rss_peak_kib, status_kib(pid, "VmRSS"));
-    s.threads_most = std::max(s.threads_most, status_kib(pid, "Threads"));
+    s.rss_peak_kib = std::max(s.rss_peak_kib, proc_status(pid, "VmRSS"));
+    s.threads_most = std::max(s.threads_most, proc_status(pid, "Threads"));
     std::this_thread::sleep_for(100ms);
   }
-  s.rss_peak_kib = std::max(s.rss_peak_kib, status_kib(pid, "VmRSS"));
+  s.rss_peak_kib = std::max(s.rss_peak_kib, proc_status(pid, "VmRSS"));
   s.connections = attack.connections();
   std::cout << "figure: " << attack.connections() << " hostile connections made (" << mix.drip_heads
             << " trickling heads, " << mix.huge_heads << " 10 MB heads, " << mix.huge_bodies << " endless bodies, "

@@ -9,7 +9,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,30 +22,13 @@ using lockstep::op::HttpAnswer;
 using lockstep::op::HttpServer;
 using lockstep::test::dial_loopback;
 using lockstep::test::http_get;
+using lockstep::test::send_all;
 using Clock = std::chrono::steady_clock;
 
 namespace {
 
 long long ms_since(Clock::time_point t0) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
-}
-
-int threads_now() {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
-  return -1;
-}
-
-// Sends all of `s` on a blocking socket; false when the peer is gone.
-bool send_text(int fd, const std::string& s) {
-  size_t sent = 0;
-  while (sent < s.size()) {
-    ssize_t n = ::send(fd, s.data() + sent, s.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    sent += static_cast<size_t>(n);
-  }
-  return true;
 }
 
 // Reads until the server closes or `timeout`; the text read.
@@ -93,7 +75,7 @@ TEST(HttpServer, ServesItsRoutesAndNothingElse) {
   EXPECT_EQ(boom.body, "handler failed\n");
 
   int fd = dial_loopback(s.port());
-  ASSERT_TRUE(send_text(fd, "HEAD /a HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_TRUE(send_all(fd, "HEAD /a HTTP/1.1\r\nHost: x\r\n\r\n"));
   std::string head = read_to_close(fd, 2000ms);
   ::close(fd);
   EXPECT_EQ(head.rfind("HTTP/1.1 200", 0), 0u) << head;
@@ -101,7 +83,7 @@ TEST(HttpServer, ServesItsRoutesAndNothingElse) {
   EXPECT_EQ(head.substr(head.find("\r\n\r\n") + 4), "") << "HEAD answered with a body";
 
   fd = dial_loopback(s.port());
-  ASSERT_TRUE(send_text(fd, "DELETE /a HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_TRUE(send_all(fd, "DELETE /a HTTP/1.1\r\nHost: x\r\n\r\n"));
   std::string del = read_to_close(fd, 2000ms);
   ::close(fd);
   EXPECT_EQ(del.rfind("HTTP/1.1 405", 0), 0u) << del;
@@ -131,7 +113,7 @@ TEST(HttpServer, ATrickledHeadIsCutAtItsDeadline) {
   int fd = dial_loopback(s.port());
   ASSERT_GE(fd, 0);
   auto t0 = Clock::now();
-  ASSERT_TRUE(send_text(fd, "GET /a HTTP/1.1\r\nX-Drip: "));
+  ASSERT_TRUE(send_all(fd, "GET /a HTTP/1.1\r\nX-Drip: "));
   long long cut_ms = -1;
   while (ms_since(t0) < 3000) {
     if (closed_by_server(fd)) {
@@ -159,13 +141,13 @@ TEST(HttpServer, ATrickledHeadIsCutAtItsDeadline) {
 TEST(HttpServer, AHeadBiggerThanThePoolIsRefused) {
   auto s = serve({{"/a", [] { return HttpAnswer{200, "x"}; }}});
   int fd = dial_loopback(s.port());
-  ASSERT_TRUE(send_text(fd, "GET /a HTTP/1.1\r\nHost: x\r\nX-Fill: " + std::string(1024, 'f') + "\r\n\r\n"));
+  ASSERT_TRUE(send_all(fd, "GET /a HTTP/1.1\r\nHost: x\r\nX-Fill: " + std::string(1024, 'f') + "\r\n\r\n"));
   std::string ok = read_to_close(fd, 2000ms);
   ::close(fd);
   EXPECT_EQ(ok.rfind("HTTP/1.1 200", 0), 0u) << ok.substr(0, 200);
 
   fd = dial_loopback(s.port());
-  send_text(fd, "GET /a HTTP/1.1\r\nHost: x\r\nX-Fill: " + std::string(16384, 'f') + "\r\n\r\n");
+  send_all(fd, "GET /a HTTP/1.1\r\nHost: x\r\nX-Fill: " + std::string(16384, 'f') + "\r\n\r\n");
   std::string refused = read_to_close(fd, 2000ms);
   ::close(fd);
   ASSERT_GE(refused.size(), 12u) << "closed without an answer";
@@ -229,7 +211,7 @@ TEST(HttpServer, AnAnswerNobodyReadsLetsGoOfItsHold) {
     return a;
   }}});
   int fd = dial_loopback(s.port());
-  ASSERT_TRUE(send_text(fd, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_TRUE(send_all(fd, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n"));
   ASSERT_TRUE(lockstep::test::eventually([&] { return held == 1; }, 2s));
   auto t0 = Clock::now();
   ASSERT_TRUE(lockstep::test::eventually([&] { return held == 0; }, 5s)) << "the hold was kept";
@@ -244,16 +226,16 @@ TEST(HttpServer, AnAnswerNobodyReadsLetsGoOfItsHold) {
 // 50 connections with half a head each hold no thread, and the probe is answered beside them.
 TEST(HttpServer, ConnectionsHoldNoThread) {
   auto s = serve({{"/healthz", [] { return HttpAnswer{200, "ok"}; }}});
-  int before = threads_now();
+  long before = lockstep::test::proc_status(0, "Threads");
   std::vector<int> fds;
   for (int i = 0; i < 50; ++i) {
     int fd = dial_loopback(s.port());
     ASSERT_GE(fd, 0);
-    send_text(fd, "GET /healthz HTTP/1.1\r\nHost:");
+    send_all(fd, "GET /healthz HTTP/1.1\r\nHost:");
     fds.push_back(fd);
   }
   std::this_thread::sleep_for(100ms);
-  int during = threads_now();
+  long during = lockstep::test::proc_status(0, "Threads");
   auto g = http_get(s.port(), "/healthz", 1000ms);
   for (int fd : fds) ::close(fd);
   std::cout << "figure: threads " << before << " before 50 half heads, " << during << " with them; /healthz in "
@@ -274,7 +256,7 @@ TEST(HttpServer, TheConnectionLimitHoldsAndTheDeadlineFreesIt) {
   for (int i = 0; i < 16; ++i) {  // twice the limit: every loop's share is full
     int fd = dial_loopback(s.port());
     ASSERT_GE(fd, 0);
-    send_text(fd, "GET /healthz HTTP/1.1\r\nHost:");
+    send_all(fd, "GET /healthz HTTP/1.1\r\nHost:");
     fds.push_back(fd);
   }
   std::this_thread::sleep_for(200ms);

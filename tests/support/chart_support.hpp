@@ -11,7 +11,6 @@
 
 #include <sys/types.h>
 
-#include <fstream>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -19,6 +18,7 @@
 
 #include "kube_test_support.hpp"
 #include "lockstep/process.hpp"
+#include "test_util.hpp"
 #include "test_util.hpp"
 
 namespace lockstep::test {
@@ -92,10 +92,8 @@ inline double chart_memory_limit() {
 
 // kB of a /proc/PID/status line (VmRSS, VmHWM), as bytes; -1 if absent.
 inline double proc_status_bytes(pid_t pid, const std::string& field) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) * 1024;
-  return -1;
+  const long kib = proc_status(pid, field);
+  return kib < 0 ? -1 : static_cast<double>(kib) * 1024;
 }
 
 }  // namespace lockstep::test

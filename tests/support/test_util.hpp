@@ -147,6 +147,15 @@ inline std::string read_file(const std::string& path) {
   }
 }
 
+// The number on a /proc/PID/status line of process `pid` (0: this one): VmRSS and VmHWM in KiB,
+// Threads, ...; -1 when the process or the line is not there.
+inline long proc_status(pid_t pid, const std::string& field) {
+  std::istringstream in(read_file("/proc/" + (pid ? std::to_string(pid) : std::string("self")) + "/status"));
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(field + ":", 0) == 0) return std::stol(line.substr(field.size() + 1));
+  return -1;
+}
+
 // The state letter of /proc/PID/stat ('R', 'S', 'Z', ...), or 0 when there is no such process.
 inline char process_state(pid_t pid) {
   std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");

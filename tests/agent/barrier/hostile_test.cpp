@@ -144,12 +144,7 @@ bool listening(int port) {
   return true;
 }
 
-long rss_kb(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
-  return -1;
-}
+long rss_kb(pid_t pid) { return lockstep::test::proc_status(pid, "VmRSS"); }
 
 double cpu_seconds(pid_t pid) {  // utime + stime of a process
   std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
